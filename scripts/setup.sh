@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs everything ablate needs to build and run on Debian 12 (as root, or with sudo), then fetches
+# the built-in corpora. Idempotent: packages already present are not reinstalled, and apt-get update
+# runs only when something is missing.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+
+packages=(
+  build-essential cmake ninja-build pkg-config git ca-certificates
+  libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
+  libopenblas-dev liblapacke-dev
+  libgtest-dev libgmock-dev
+  nodejs npm
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# A node/npm installed outside Debian's packages (nodesource, nvm) is fine too.
+if command -v npm >/dev/null 2>&1; then
+  keep=()
+  for p in "${missing[@]}"; do [[ "$p" == nodejs || "$p" == npm ]] || keep+=("$p"); done
+  missing=("${keep[@]}")
+fi
+
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}" >&2
+  SUDO=""
+  [[ $(id -u) -eq 0 ]] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+"$here/fetch_corpora.sh"

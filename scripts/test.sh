@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The test command: set up, build, run every test. GPU tests (label gpu) run only where a GPU is
+# visible; elsewhere they are skipped. Extra arguments go to ctest (e.g. -L unit, -R Sage).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+"$root/scripts/setup.sh"
+"$root/scripts/build.sh"
+build="${ABLATE_BUILD_DIR:-$root/build}"
+exclude=()
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "test: no GPU visible; skipping tests labelled gpu" >&2
+  exclude=(-LE gpu)
+fi
+cd "$build"
+ctest --output-on-failure -j "$(nproc)" "${exclude[@]}" "$@"

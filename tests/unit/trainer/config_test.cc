@@ -1,0 +1,120 @@
+#include <yaml-cpp/yaml.h>
+
+#include <gtest/gtest.h>
+
+#include "trainer/config/trial_config.h"
+
+namespace ablate::trainer {
+namespace {
+
+TEST(TrialConfig, EmptyDocumentGivesDefaults) {
+  auto c = ParseTrialConfig("", "t.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->attention.kind, "sagebwd");
+  EXPECT_EQ(c->model.d_model, 256);
+  EXPECT_EQ(c->train.tokens_per_step, 16384);
+  EXPECT_EQ(c->accumulation_steps(), 16384 / (16 * 256));
+}
+
+TEST(TrialConfig, DesignExampleParses) {
+  const char* text = R"(
+seed: 3
+data:      {corpus: brown, val_fraction: 0.05}
+model:     {seq_len: 256, layers: 4, d_model: 256, heads: 4, mlp: gelu, tie_embeddings: true}
+attention: {kind: sagebwd, qk_norm: true, smooth_k: true, smooth_q: false}
+optimizer: {kind: spectral, family: rms, p: 0.5, lr: 1.0e-2, lr_vector: 3.0e-4, newton_iters: 15, state_bits: 32}
+train:     {steps: 500, tokens_per_step: 16384, micro_batch: 16, warmup: 50, schedule: cosine,
+            grad_clip: 1.0, eval_every: 50, diagnostics_every: 50, checkpoint_every: 100}
+device: auto
+)";
+  auto c = ParseTrialConfig(text, "t.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->seed, 3u);
+  EXPECT_DOUBLE_EQ(c->optimizer.p, 0.5);
+  EXPECT_EQ(c->train.checkpoint_every, 100);
+}
+
+TEST(TrialConfig, UnknownKeyNamesLineAndSuggests) {
+  auto c = ParseTrialConfig("model:\n  layers: 2\n  d_modle: 64\n", "x.yaml");
+  ASSERT_FALSE(c.ok());
+  const std::string& m = c.status().message();
+  EXPECT_NE(m.find("x.yaml:3:3"), std::string::npos) << m;
+  EXPECT_NE(m.find("model.d_modle"), std::string::npos) << m;
+  EXPECT_NE(m.find("did you mean 'd_model'"), std::string::npos) << m;
+}
+
+TEST(TrialConfig, UnknownSectionSuggests) {
+  auto c = ParseTrialConfig("optimiser: {p: 0}\n", "x.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("did you mean 'optimizer'"), std::string::npos)
+      << c.status().message();
+}
+
+TEST(TrialConfig, BadValuesNameKeyAndExpectation) {
+  struct Case {
+    const char* yaml;
+    const char* want;
+  } cases[] = {
+      {"optimizer: {p: 2}\n", "x.yaml:1:16: optimizer.p: expected a number in [-1, 1], got 2"},
+      {"attention: {kind: int4}\n", "attention.kind: expected one of fpa | sagebwd"},
+      {"attention: {kind: sagebdw}\n", "did you mean 'sagebwd'"},
+      {"model: {layers: two}\n", "model.layers: expected an integer, got 'two'"},
+      {"model: {tie_embeddings: maybe}\n", "expected true or false"},
+      {"model: [1, 2]\n", "model: expected a mapping"},
+      {"model: {d_model: 100, heads: 3}\n", "model.heads: heads (3) must divide d_model (100)"},
+      {"train: {tokens_per_step: 1000}\n", "train.tokens_per_step: tokens_per_step (1000) must be "
+                                           "divisible by micro_batch x seq_len"},
+      {"optimizer: {state_bits: 16}\n", "optimizer.state_bits: expected 8 or 32"},
+      {"optimizer: {p: 0.5, psi_method: newton_schulz}\n", "newton_schulz computes only p = 0"},
+      {"train: {steps: 10, warmup: 20}\n", "warmup (20) cannot exceed steps (10)"},
+      {"[1, 2]\n", "expected a mapping of config keys"},
+      {"model: {layers: 2\n", "invalid YAML"},
+  };
+  for (const auto& tc : cases) {
+    auto c = ParseTrialConfig(tc.yaml, "x.yaml");
+    ASSERT_FALSE(c.ok()) << tc.yaml;
+    EXPECT_NE(c.status().message().find(tc.want), std::string::npos)
+        << "yaml: " << tc.yaml << "\nmessage: " << c.status().message();
+  }
+}
+
+TEST(TrialConfig, CrossFieldErrorPointsAtTheKeyLine) {
+  auto c = ParseTrialConfig("model:\n  d_model: 100\n  heads: 3\n", "y.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message().rfind("y.yaml:3:10: model.heads", 0), 0u) << c.status().message();
+}
+
+TEST(TrialConfig, HashIsCanonicalAndIgnoresName) {
+  auto a = ParseTrialConfig("name: a\nmodel: {layers: 2, d_model: 64}\n", "a");
+  auto b = ParseTrialConfig("model: {d_model: 64, layers: 2}\nname: b\n", "b");
+  auto c = ParseTrialConfig("model: {d_model: 64, layers: 3}\n", "c");
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  EXPECT_EQ(ConfigHash(*a), ConfigHash(*b));
+  EXPECT_NE(ConfigHash(*a), ConfigHash(*c));
+  EXPECT_EQ(ConfigHash(*a).size(), 16u);
+  // Writing a default explicitly is the same config.
+  auto d = ParseTrialConfig("model: {d_model: 64, layers: 2, heads: 4}\n", "d");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(ConfigHash(*a), ConfigHash(*d));
+}
+
+TEST(TrialConfig, JsonRoundTripsThroughYaml) {
+  auto a = ParseTrialConfig("optimizer: {p: 0.25, family: momentum}\ntrain: {steps: 7, warmup: 1}\n",
+                            "a");
+  ASSERT_TRUE(a.ok());
+  auto b = ParseTrialConfig(ToJson(*a).dump(), "json");
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(ToJson(*a), ToJson(*b));
+}
+
+TEST(TrialConfig, SetFieldAppliesSweepAxes) {
+  TrialConfig c;
+  ASSERT_TRUE(SetField(&c, "attention.kind", YAML::Load("fpa"), "grid").ok());
+  EXPECT_EQ(c.attention.kind, "fpa");
+  Status st = SetField(&c, "attention.knd", YAML::Load("fpa"), "spec.yaml:4:3");
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("did you mean 'attention.kind'"), std::string::npos) << st.message();
+}
+
+}  // namespace
+}  // namespace ablate::trainer
