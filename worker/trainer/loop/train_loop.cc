@@ -1,0 +1,373 @@
+#include "trainer/loop/train_loop.h"
+
+#include <cblas.h>
+#include <dirent.h>
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "trainer/data/dataset.h"
+#include "trainer/loop/checkpoint.h"
+#include "trainer/loop/schedule.h"
+#include "trainer/model/gpt.h"
+#include "trainer/optim/optimizer.h"
+
+namespace ablate::trainer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// The nominal fp32 peak of `threads` cores of this CPU: clock x FMA width. An estimate; the start
+// line says how it was made, and train.peak_tflops overrides it.
+std::pair<double, std::string> CpuPeakFlops(int threads) {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line, flags;
+  double mhz = 0;
+  while (std::getline(in, line)) {
+    if (mhz == 0 && line.rfind("cpu MHz", 0) == 0) mhz = std::atof(line.substr(line.find(':') + 1).c_str());
+    if (flags.empty() && line.rfind("flags", 0) == 0) flags = line;
+  }
+  if (mhz <= 0) mhz = 2500;
+  int per_cycle = 8;  // SSE: 4-wide mul + add
+  std::string isa = "SSE";
+  if (flags.find(" avx512f") != std::string::npos) {
+    per_cycle = 64, isa = "AVX-512 FMA";
+  } else if (flags.find(" avx2") != std::string::npos && flags.find(" fma") != std::string::npos) {
+    per_cycle = 32, isa = "AVX2 FMA";
+  }
+  double peak = threads * mhz * 1e6 * per_cycle;
+  std::ostringstream os;
+  os << "estimate: " << threads << " cores x " << mhz / 1000 << " GHz x " << per_cycle
+     << " fp32 FLOP/cycle (" << isa << ")";
+  return {peak, os.str()};
+}
+
+ModelConfig ToModelConfig(const TrialConfig& c, int vocab) {
+  ModelConfig m;
+  m.vocab_size = vocab;
+  m.seq_len = c.model.seq_len;
+  m.layers = c.model.layers;
+  m.d_model = c.model.d_model;
+  m.heads = c.model.heads;
+  m.mlp = c.model.mlp == "relu2" ? MlpKind::kRelu2 : MlpKind::kGelu;
+  m.tie_embeddings = c.model.tie_embeddings;
+  m.qk_norm = c.attention.qk_norm;
+  m.attention = c.attention.kind == "fpa" ? AttentionKind::kFpa : AttentionKind::kSageBwd;
+  m.sage.bq = c.attention.block_q;
+  m.sage.bkv = c.attention.block_kv;
+  m.sage.smooth_k = c.attention.smooth_k;
+  m.sage.smooth_q = c.attention.smooth_q;
+  m.sage.int8_dp = c.attention.int8_dp;
+  m.init_std = float(c.model.init_std);
+  return m;
+}
+
+// Keys a resumed run may change without breaking the computation it continues.
+nlohmann::json ResumeComparable(nlohmann::json j) {
+  j.erase("name");
+  for (const char* k : {"steps", "eval_every", "diagnostics_every", "checkpoint_every", "threads",
+                        "peak_tflops"}) {
+    j["train"].erase(k);
+  }
+  return j;
+}
+
+std::string DiffKeys(const nlohmann::json& a, const nlohmann::json& b, const std::string& prefix) {
+  std::string out;
+  for (auto it = a.begin(); it != a.end(); ++it) {
+    std::string path = prefix.empty() ? it.key() : prefix + "." + it.key();
+    if (!b.contains(it.key())) {
+      out += (out.empty() ? "" : ", ") + path;
+    } else if (it->is_object()) {
+      std::string sub = DiffKeys(*it, b[it.key()], path);
+      if (!sub.empty()) out += (out.empty() ? "" : ", ") + sub;
+    } else if (*it != b[it.key()]) {
+      out += (out.empty() ? "" : ", ") + path + " (" + b[it.key()].dump() + " -> " + it->dump() + ")";
+    }
+  }
+  return out;
+}
+
+std::string Bytes(const float* p, size_t n) {
+  return std::string(reinterpret_cast<const char*>(p), n * sizeof(float));
+}
+
+// Removes step checkpoints older than the newest `keep` (by name: step_00000100.ckpt sorts by step).
+void PruneCheckpoints(const std::string& dir, size_t keep) {
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return;
+  std::vector<std::string> names;
+  while (dirent* e = ::readdir(d)) {
+    std::string n = e->d_name;
+    if (n.rfind("step_", 0) == 0 && n.size() > 5 && n.substr(n.size() - 5) == ".ckpt") {
+      names.push_back(n);
+    }
+  }
+  ::closedir(d);
+  std::sort(names.begin(), names.end());
+  for (size_t i = 0; i + keep < names.size(); ++i) ::unlink((dir + "/" + names[i]).c_str());
+}
+
+}  // namespace
+
+StatusOr<RunResult> RunTrial(const TrialConfig& cfg, const RunOptions& options) {
+  if (cfg.device == "cuda") {
+    return FailedPrecondition(
+        "device: cuda: this ablate-train has no CUDA backend yet; use device: cpu or auto");
+  }
+  if (cfg.gpus != 1) {
+    return FailedPrecondition("gpus: " + std::to_string(cfg.gpus) +
+                              ": data parallel needs the CUDA backend; the CPU trainer runs one rank");
+  }
+  auto emit = [&](const nlohmann::json& j) {
+    if (options.emit) options.emit(j);
+  };
+  const int threads = cfg.train.threads > 0 ? cfg.train.threads : omp_get_num_procs();
+  omp_set_num_threads(threads);
+  openblas_set_num_threads(threads);
+
+  DataConfig dc;
+  dc.corpus = cfg.data.corpus;
+  dc.val_fraction = cfg.data.val_fraction;
+  ABLATE_ASSIGN_OR_RETURN(Dataset data, LoadDataset(dc));
+
+  const ModelConfig mc = ToModelConfig(cfg, data.vocab_size);
+  ABLATE_ASSIGN_OR_RETURN(Gpt<float> model, Gpt<float>::Create(mc));
+  model.Init(cfg.seed);
+  ABLATE_ASSIGN_OR_RETURN(auto optimizer,
+                          Optimizer::Create(cfg.optimizer, model.params(), model.num_params()));
+  auto sampler_or = BatchSampler::Create(&data.train, cfg.model.seq_len, cfg.seed);
+  if (!sampler_or.ok()) return sampler_or.status().WithPrefix("training split of " + data.description);
+  BatchSampler sampler = std::move(sampler_or).value();
+  const int mb = cfg.train.micro_batch;
+  ABLATE_ASSIGN_OR_RETURN(EvalBatches eval,
+                          EvalBatches::Create(&data.val, cfg.model.seq_len, mb,
+                                              cfg.data.eval_batches));
+
+  const std::string hash = ConfigHash(cfg);
+  const nlohmann::json config_json = ToJson(cfg);
+  int start_step = 0;
+  double last_val = NAN, best_val = NAN, last_train = NAN;
+
+  if (!options.resume_path.empty()) {
+    ABLATE_ASSIGN_OR_RETURN(Checkpoint ck, ReadCheckpoint(options.resume_path));
+    const auto& h = ck.header;
+    std::string diff = DiffKeys(ResumeComparable(config_json),
+                                ResumeComparable(h.value("config", nlohmann::json::object())), "");
+    if (!diff.empty()) {
+      return FailedPrecondition(options.resume_path +
+                                ": the checkpoint was written by a different config; changed: " +
+                                diff);
+    }
+    if (ck.sections.size() != 2 || ck.sections[0].size() != model.num_params() * sizeof(float)) {
+      return DataLoss(options.resume_path + ": checkpoint weights do not match the model (" +
+                      std::to_string(model.num_params()) + " parameters)");
+    }
+    std::memcpy(model.weights(), ck.sections[0].data(), ck.sections[0].size());
+    ABLATE_RETURN_IF_ERROR(optimizer->Load(ck.sections[1]).WithPrefix(options.resume_path));
+    BatchSampler::State s;
+    s.epoch = h["sampler"]["epoch"].get<uint64_t>();
+    s.index = h["sampler"]["index"].get<uint64_t>();
+    ABLATE_RETURN_IF_ERROR(sampler.set_state(s).WithPrefix(options.resume_path));
+    start_step = h["step"].get<int>();
+    auto num = [](const nlohmann::json& v) { return v.is_number() ? v.get<double>() : NAN; };
+    last_val = num(h["loop"]["last_val_loss"]);
+    best_val = num(h["loop"]["best_val_loss"]);
+    last_train = num(h["loop"]["last_train_loss"]);
+  }
+
+  const std::string ckpt_dir = options.out_dir.empty() ? "" : options.out_dir + "/checkpoints";
+  if (!ckpt_dir.empty()) ABLATE_RETURN_IF_ERROR(MakeDirs(ckpt_dir));
+
+  auto [cpu_peak, peak_source] = CpuPeakFlops(threads);
+  const double peak = cfg.train.peak_tflops > 0 ? cfg.train.peak_tflops * 1e12 : cpu_peak;
+  if (cfg.train.peak_tflops > 0) peak_source = "train.peak_tflops";
+  const double flops_per_token = model.FlopsPerToken();
+  const int accum = cfg.accumulation_steps();
+  const int64_t tokens_per_step = cfg.train.tokens_per_step;
+
+  emit({{"type", "start"},
+        {"config_hash", hash},
+        {"resumed_from_step", start_step},
+        {"backend", "cpu"},
+        {"threads", threads},
+        {"params", model.num_params()},
+        {"vocab_size", data.vocab_size},
+        {"data", data.description},
+        {"train_tokens", data.train.size()},
+        {"val_tokens", data.val.size()},
+        {"unigram_entropy", UnigramEntropyNats(data.train, data.vocab_size)},
+        {"accumulation_steps", accum},
+        {"tokens_per_step", tokens_per_step},
+        {"flops_per_token", flops_per_token},
+        {"peak_flops", peak},
+        {"peak_source", peak_source},
+        {"optimizer_state_bytes", optimizer->state_bytes()},
+        {"optimizer_state_bytes_fp32", optimizer->state_bytes_fp32()},
+        {"optimizer_state_saved",
+         1.0 - double(optimizer->state_bytes()) / double(std::max<size_t>(1, optimizer->state_bytes_fp32()))},
+        {"spectral_tensors", optimizer->spectral_tensors()}});
+
+  std::vector<int32_t> inputs(size_t(mb) * cfg.model.seq_len), targets(inputs.size());
+  const auto run_start = Clock::now();
+
+  auto evaluate = [&](int step) {
+    double sum = 0;
+    for (int i = 0; i < eval.num_batches(); ++i) {
+      eval.Get(i, inputs.data(), targets.data());
+      sum += model.Loss(inputs.data(), targets.data(), mb);
+    }
+    last_val = sum / eval.num_batches();
+    if (std::isnan(best_val) || last_val < best_val) best_val = last_val;
+    nlohmann::json j = {{"type", "eval"}, {"step", step}, {"val_loss", last_val}};
+    if (data.vocab_size == 256) j["val_bpb"] = last_val / std::log(2.0);
+    emit(j);
+  };
+
+  auto checkpoint = [&](int step) -> Status {
+    if (ckpt_dir.empty()) return Status::Ok();
+    Checkpoint ck;
+    auto st = sampler.state();
+    auto num = [](double v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); };
+    ck.header = {{"step", step},
+                 {"config_hash", hash},
+                 {"config", config_json},
+                 {"sampler", {{"epoch", st.epoch}, {"index", st.index}}},
+                 {"loop",
+                  {{"last_val_loss", num(last_val)},
+                   {"best_val_loss", num(best_val)},
+                   {"last_train_loss", num(last_train)}}}};
+    ck.sections.push_back(Bytes(model.weights(), model.num_params()));
+    ck.sections.push_back(optimizer->Save());
+    char name[64];
+    std::snprintf(name, sizeof name, "/step_%08d.ckpt", step);
+    std::string path = ckpt_dir + name;
+    ABLATE_RETURN_IF_ERROR(WriteCheckpointAtomic(path, ck));
+    PruneCheckpoints(ckpt_dir, 2);
+    emit({{"type", "checkpoint"}, {"step", step}, {"path", path}});
+    return Status::Ok();
+  };
+
+  auto finish = [&](const std::string& status, int step, const std::string& reason) {
+    RunResult r;
+    r.status = status;
+    r.steps_done = step;
+    r.final_train_loss = last_train;
+    r.final_val_loss = last_val;
+    nlohmann::json j = {{"type", "final"},
+                        {"status", status},
+                        {"step", step},
+                        {"final_train_loss", last_train},
+                        {"final_val_loss", last_val},
+                        {"best_val_loss", best_val},
+                        {"elapsed_s", Seconds(run_start, Clock::now())}};
+    if (!reason.empty()) j["reason"] = reason;
+    emit(j);
+    return r;
+  };
+
+  const int steps = cfg.train.steps;
+  for (int step = start_step + 1; step <= steps; ++step) {
+    const auto t0 = Clock::now();
+    model.ZeroGrad();
+    double loss = 0;
+    for (int a = 0; a < accum; ++a) {
+      sampler.Next(mb, inputs.data(), targets.data());
+      loss += model.Forward(inputs.data(), targets.data(), mb);
+      model.Backward(1.0f / float(accum));
+    }
+    loss /= accum;
+    last_train = loss;
+    if (!std::isfinite(loss) || loss > cfg.train.max_loss) {
+      emit({{"type", "step"}, {"step", step}, {"loss", loss}});
+      std::ostringstream why;
+      why << "train loss " << loss << " at step " << step
+          << (std::isfinite(loss) ? " exceeds train.max_loss " + std::to_string(cfg.train.max_loss)
+                                  : std::string(" is not finite"));
+      return finish("diverged", step, why.str());
+    }
+    float* g = model.grads();
+    const size_t n = model.num_params();
+    double sq = 0;
+    for (size_t i = 0; i < n; ++i) sq += double(g[i]) * g[i];
+    const double grad_norm = std::sqrt(sq);
+    if (!std::isfinite(grad_norm)) {
+      emit({{"type", "step"}, {"step", step}, {"loss", loss}, {"grad_norm", grad_norm}});
+      return finish("diverged", step, "gradient norm is not finite at step " + std::to_string(step));
+    }
+    if (cfg.train.grad_clip > 0 && grad_norm > cfg.train.grad_clip) {
+      const float s = float(cfg.train.grad_clip / grad_norm);
+      for (size_t i = 0; i < n; ++i) g[i] *= s;
+    }
+    const double lr_scale = LrMultiplier(cfg.train.schedule, step, steps, cfg.train.warmup,
+                                         cfg.train.min_lr_ratio, cfg.train.decay_fraction);
+    const double p = PowerAt(cfg.optimizer.p_schedule, step, steps, cfg.optimizer.p,
+                             cfg.optimizer.p_end);
+    OptimizerStats os;
+    ABLATE_RETURN_IF_ERROR(optimizer->Step(model.weights(), g, step, lr_scale, p, &os));
+    const double dt = Seconds(t0, Clock::now());
+    const double tps = tokens_per_step / dt;
+    nlohmann::json line = {{"type", "step"},
+                           {"step", step},
+                           {"loss", loss},
+                           {"lr", cfg.optimizer.lr * lr_scale},
+                           {"lr_vector", cfg.optimizer.lr_vector * lr_scale},
+                           {"grad_norm", grad_norm},
+                           {"tokens", int64_t(step) * tokens_per_step},
+                           {"tokens_per_s", tps},
+                           {"mfu", flops_per_token * tps / peak},
+                           {"step_time_s", dt}};
+    if (cfg.optimizer.kind == "spectral") {
+      line["p"] = p;
+      line["update_rms_spectral"] = os.update_rms_spectral;
+      if (os.newton_residual > 0) line["newton_residual"] = os.newton_residual;
+    }
+    line["update_rms_adamw"] = os.update_rms_adamw;
+    emit(line);
+
+    if (cfg.train.diagnostics_every > 0 && step % cfg.train.diagnostics_every == 0) {
+      const auto d0 = Clock::now();
+      nlohmann::json dj = {{"type", "diagnostics"}, {"step", step}};
+      for (const auto& L : model.AttentionDiagnostics()) {
+        std::string pre = "attn." + std::to_string(L.layer) + ".";
+        auto put = [&](const char* name, const kernels::ErrorStats& e) {
+          dj[pre + name + ".cos"] = e.cosine;
+          dj[pre + name + ".rel_l2"] = e.rel_l2;
+        };
+        put("o", L.o);
+        put("dq", L.dq);
+        put("dk", L.dk);
+        put("dv", L.dv);
+        put("p", L.p);
+        put("ds", L.ds);
+        dj[pre + "max_logit"] = L.max_logit;
+        if (cfg.attention.qk_norm) {
+          dj[pre + "q_gain"] = L.q_gain_mean;
+          dj[pre + "k_gain"] = L.k_gain_mean;
+        }
+      }
+      dj["diagnostics_time_s"] = Seconds(d0, Clock::now());
+      emit(dj);
+    }
+    if ((cfg.train.eval_every > 0 && step % cfg.train.eval_every == 0) || step == steps) {
+      evaluate(step);
+    }
+    if ((cfg.train.checkpoint_every > 0 && step % cfg.train.checkpoint_every == 0) ||
+        step == steps) {
+      ABLATE_RETURN_IF_ERROR(checkpoint(step));
+    }
+  }
+  if (start_step >= steps && std::isnan(last_val)) evaluate(steps);
+  return finish("ok", std::max(start_step, steps), "");
+}
+
+}  // namespace ablate::trainer

@@ -1,0 +1,41 @@
+// The training loop of ablate-train (CPU backend): data → model → optimizer, metrics as JSON lines,
+// evaluation, attention diagnostics, divergence detection, atomic checkpoints and bit-identical
+// resume.
+//
+// Every line emitted is one JSON object with a "type":
+//   start       once: config hash, parameter count, vocabulary, tokens per split, unigram entropy,
+//               accumulation steps, optimizer state bytes, threads, the peak FLOP/s used for MFU
+//   step        every step: loss, lr, p, grad_norm (before clipping), tokens_per_s, mfu, update RMS
+//   eval        every eval_every steps and at the end: val_loss (and val_bpb for byte vocabularies)
+//   diagnostics every diagnostics_every steps: per-layer SageBwd-vs-FPA errors and max logits,
+//               flattened as attn.<layer>.<tensor>.<cos|rel_l2> and attn.<layer>.max_logit
+//   checkpoint  after each checkpoint is durable: step and path
+//   final       once: status "ok" or "diverged", the last losses, timing
+// Errors (bad data path, unreadable checkpoint, ...) are returned as Status, not emitted.
+#pragma once
+
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "ablate/status.h"
+#include "trainer/config/trial_config.h"
+
+namespace ablate::trainer {
+
+struct RunOptions {
+  std::string out_dir;      // checkpoints go to <out_dir>/checkpoints/; empty: no checkpoints
+  std::string resume_path;  // a checkpoint to continue from; empty: start fresh
+  std::function<void(const nlohmann::json&)> emit;  // receives every metrics line
+};
+
+struct RunResult {
+  std::string status;  // "ok" or "diverged"
+  int steps_done = 0;
+  double final_train_loss = 0;
+  double final_val_loss = 0;
+};
+
+StatusOr<RunResult> RunTrial(const TrialConfig& config, const RunOptions& options);
+
+}  // namespace ablate::trainer
