@@ -81,6 +81,11 @@ struct SageOptions {
   bool smooth_k = true;   // subtract the per-(b,h) mean of K over tokens before quantizing
   bool smooth_q = false;  // subtract the per-Q-tile mean of Q and add its bias back
   bool int8_dp = false;   // also quantize dP = dO V^T (to measure the paper's dS/dP claim)
+  // With smooth_k, add tau * rowsum(dS) (x) kbar to dQ (ALGORITHMS.md §1.2). Measured: when K has a
+  // large mean this term multiplies the forward's quantization error (rows of the emulated dS do not
+  // sum to 0) by |kbar|: dQ rel. L2 0.114 with it vs 0.018 without at a sigma-8 key offset. A switch
+  // so the trade-off can be measured; on by default as the contract says.
+  bool dq_kmean_correction = true;
 };
 
 // What the forward pass saves for the backward pass (the kernel saves the same things).

@@ -137,6 +137,8 @@ const std::vector<Field>& Fields() {
                             1e-6, 0.5));
     f.push_back(IntField("data.eval_batches", [](C& c) -> int& { return c.data.eval_batches; }, 1,
                          100000));
+    f.push_back(IntField("data.vocab_size", [](C& c) -> int& { return c.data.vocab_size; }, 0,
+                         1 << 24));
     f.push_back(IntField("model.seq_len", [](C& c) -> int& { return c.model.seq_len; }, 2, 65536));
     f.push_back(IntField("model.layers", [](C& c) -> int& { return c.model.layers; }, 1, 256));
     f.push_back(IntField("model.d_model", [](C& c) -> int& { return c.model.d_model; }, 2, 65536));
@@ -153,6 +155,8 @@ const std::vector<Field>& Fields() {
     f.push_back(BoolField("attention.smooth_k", [](C& c) -> bool& { return c.attention.smooth_k; }));
     f.push_back(BoolField("attention.smooth_q", [](C& c) -> bool& { return c.attention.smooth_q; }));
     f.push_back(BoolField("attention.int8_dp", [](C& c) -> bool& { return c.attention.int8_dp; }));
+    f.push_back(BoolField("attention.dq_correction",
+                          [](C& c) -> bool& { return c.attention.dq_correction; }));
     f.push_back(IntField("attention.block_q", [](C& c) -> int& { return c.attention.block_q; }, 1,
                          1024));
     f.push_back(IntField("attention.block_kv", [](C& c) -> int& { return c.attention.block_kv; },

@@ -26,6 +26,7 @@ struct DataSection {
   std::string corpus = "brown";  // brown | nlp | path to a text file | glob of llm.c .bin shards
   double val_fraction = 0.05;    // the last val_fraction of the token stream is held out
   int eval_batches = 8;          // micro-batches of the validation split per evaluation
+  int vocab_size = 0;            // 0: 256 for text, inferred from the token ids for shards
 };
 
 struct ModelSection {
@@ -44,6 +45,7 @@ struct AttentionSection {
   bool smooth_k = true;
   bool smooth_q = false;
   bool int8_dp = false;  // quantize dP too (measures the paper's claim that dS/dP precision dominates)
+  bool dq_correction = true;  // K-smoothing's dQ += rowsum(dS) kbar term (see attention_cpu.h)
   int block_q = 128;     // SageBwd tile sizes (mirror the GPU kernel's)
   int block_kv = 64;
 };

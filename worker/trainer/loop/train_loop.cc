@@ -67,6 +67,7 @@ ModelConfig ToModelConfig(const TrialConfig& c, int vocab) {
   m.sage.smooth_k = c.attention.smooth_k;
   m.sage.smooth_q = c.attention.smooth_q;
   m.sage.int8_dp = c.attention.int8_dp;
+  m.sage.dq_kmean_correction = c.attention.dq_correction;
   m.init_std = float(c.model.init_std);
   return m;
 }
@@ -138,11 +139,16 @@ StatusOr<RunResult> RunTrial(const TrialConfig& cfg, const RunOptions& options) 
   DataConfig dc;
   dc.corpus = cfg.data.corpus;
   dc.val_fraction = cfg.data.val_fraction;
+  dc.vocab_size = cfg.data.vocab_size;
   ABLATE_ASSIGN_OR_RETURN(Dataset data, LoadDataset(dc));
 
   const ModelConfig mc = ToModelConfig(cfg, data.vocab_size);
   ABLATE_ASSIGN_OR_RETURN(Gpt<float> model, Gpt<float>::Create(mc));
   model.Init(cfg.seed);
+  ABLATE_RETURN_IF_ERROR(model.CheckTokens(data.train.data(), int64_t(data.train.size()))
+                             .WithPrefix("training split of " + data.description));
+  ABLATE_RETURN_IF_ERROR(model.CheckTokens(data.val.data(), int64_t(data.val.size()))
+                             .WithPrefix("validation split of " + data.description));
   ABLATE_ASSIGN_OR_RETURN(auto optimizer,
                           Optimizer::Create(cfg.optimizer, model.params(), model.num_params()));
   auto sampler_or = BatchSampler::Create(&data.train, cfg.model.seq_len, cfg.seed);
@@ -337,7 +343,8 @@ StatusOr<RunResult> RunTrial(const TrialConfig& cfg, const RunOptions& options) 
     if (cfg.train.diagnostics_every > 0 && step % cfg.train.diagnostics_every == 0) {
       const auto d0 = Clock::now();
       nlohmann::json dj = {{"type", "diagnostics"}, {"step", step}};
-      for (const auto& L : model.AttentionDiagnostics()) {
+      ABLATE_ASSIGN_OR_RETURN(auto layers, model.AttentionDiagnostics());
+      for (const auto& L : layers) {
         std::string pre = "attn." + std::to_string(L.layer) + ".";
         auto put = [&](const char* name, const kernels::ErrorStats& e) {
           dj[pre + name + ".cos"] = e.cosine;

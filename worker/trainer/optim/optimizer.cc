@@ -121,7 +121,9 @@ StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const OptimizerSection& c
       slot->states.emplace_back(slot->n, q8, scheme, true);
     } else {
       slot->states.emplace_back(slot->n, q8, scheme, true);   // m (signed)
-      slot->states.emplace_back(slot->n, q8, scheme, false);  // v >= 0 (unsigned code)
+      // v >= 0 always takes the unsigned dynamic code: under a linear code every entry below
+      // absmax/510 of its block decodes to 0, and m / (sqrt(v) + eps) explodes.
+      slot->states.emplace_back(slot->n, q8, QuantScheme::kDynamic, false);
     }
     largest = std::max(largest, size_t(slot->n));
     opt->slots_.push_back(std::move(slot));

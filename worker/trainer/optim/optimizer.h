@@ -16,7 +16,9 @@
 //
 // 8-bit state (state_bits 8): every state tensor of a matrix (m, v, momentum) is kept blockwise
 // quantized (kernels/quant) and dequantized/updated/requantized each step; vector states stay fp32
-// (tiny, and gains are sensitive). state_bytes() reports the real footprint.
+// (tiny, and gains are sensitive). state_quant picks the code of the signed states (m, momentum);
+// the second moment v always uses the unsigned dynamic code (a linear code zeroes its small entries
+// and m / (sqrt(v) + eps) blows up). state_bytes() reports the real footprint.
 //
 // Thread safety: not thread-safe; one optimizer per training loop.
 #pragma once
