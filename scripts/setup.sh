@@ -10,6 +10,7 @@ packages=(
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
   libopenblas-dev liblapacke-dev
   libgtest-dev libgmock-dev
+  python3
   nodejs npm
 )
 

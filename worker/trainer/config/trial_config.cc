@@ -451,6 +451,9 @@ nlohmann::json ToJson(const TrialConfig& config) {
 std::string ConfigHash(const TrialConfig& config) {
   nlohmann::json j = ToJson(config);
   j.erase("name");  // a label, not part of what is computed
+  // Where and how fast it runs, not what it computes.
+  j["train"].erase("threads");
+  j["train"].erase("peak_tflops");
   std::string text = j.dump();
   uint64_t h = 1469598103934665603ull;
   for (unsigned char ch : text) {

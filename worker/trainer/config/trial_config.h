@@ -129,7 +129,8 @@ Status SetField(TrialConfig* config, const std::string& path, const YAML::Node& 
 Status Validate(const TrialConfig& config, const SourceMap& sources);
 
 // Canonical JSON of every key (sorted, all defaults filled in), and the trial identity: 16 hex digits
-// of FNV-1a 64 over the canonical JSON text (stable as long as the keys and defaults are unchanged).
+// of FNV-1a 64 over the canonical JSON text without name, train.threads and train.peak_tflops
+// (labels and execution settings; stable as long as the keys and defaults are unchanged).
 nlohmann::json ToJson(const TrialConfig& config);
 std::string ConfigHash(const TrialConfig& config);
 // Every known dotted key, for help texts and suggestions.

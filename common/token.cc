@@ -1,0 +1,84 @@
+#include "ablate/token.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <fstream>
+#include <sstream>
+
+namespace ablate {
+
+StatusOr<std::string> GenerateToken() {
+  int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoToStatus(errno, "open /dev/urandom");
+  unsigned char buf[32];
+  size_t got = 0;
+  while (got < sizeof buf) {
+    ssize_t n = ::read(fd, buf + got, sizeof buf - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      ::close(fd);
+      return Internal("read /dev/urandom failed");
+    }
+    got += size_t(n);
+  }
+  ::close(fd);
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : buf) {
+    out += hex[c >> 4];
+    out += hex[c & 15];
+  }
+  return out;
+}
+
+StatusOr<std::string> ReadToken(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return ErrnoToStatus(errno, "token file " + path);
+  if (st.st_mode & (S_IRWXG | S_IRWXO)) {
+    return Status(StatusCode::kPermissionDenied,
+                  "token file " + path + " is accessible to other users (mode " +
+                      [&] {
+                        char b[8];
+                        std::snprintf(b, sizeof b, "%04o", unsigned(st.st_mode & 07777));
+                        return std::string(b);
+                      }() +
+                      "); run: chmod 600 " + path);
+  }
+  std::ifstream in(path);
+  if (!in) return ErrnoToStatus(errno, "read token file " + path);
+  std::string token;
+  std::getline(in, token);
+  while (!token.empty() && (token.back() == '\r' || token.back() == ' ')) token.pop_back();
+  if (token.size() < 16) {
+    return InvalidArgument("token file " + path + " holds no token (expected one line of at least 16 characters)");
+  }
+  return token;
+}
+
+StatusOr<std::string> LoadOrCreateToken(const std::string& path) {
+  if (::access(path.c_str(), F_OK) == 0) return ReadToken(path);
+  ABLATE_ASSIGN_OR_RETURN(std::string token, GenerateToken());
+  std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return ErrnoToStatus(errno, "create token file " + tmp);
+  std::string line = token + "\n";
+  bool ok = ::write(fd, line.data(), line.size()) == ssize_t(line.size()) && ::fsync(fd) == 0;
+  ::close(fd);
+  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    return ErrnoToStatus(errno, "write token file " + path);
+  }
+  return token;
+}
+
+bool TokenEquals(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+}  // namespace ablate

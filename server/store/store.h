@@ -1,0 +1,282 @@
+// The coordinator's SQLite store: the only durable state of ablate (DESIGN.md, "Storage").
+//
+// One database file in WAL mode. All writes go through ONE writer thread fed by a queue: each
+// operation below is enqueued and applied in a batched transaction (group commit: the writer drains
+// whatever is queued, up to Options::max_batch_ops, into one BEGIN IMMEDIATE..COMMIT, with prepared
+// statements); an operation's `done` callback runs on the writer thread after its transaction
+// committed (or failed, with the error). Reads use separate connections (a small pool; WAL lets them
+// run beside the writer), and never starve checkpoints: the writer runs a PASSIVE wal_checkpoint
+// after commits when the WAL grows past Options::wal_autocheckpoint_pages, and read transactions are
+// short (every read function is one statement or one short transaction).
+//
+// Schema (a public interface: `ablate query` reads it; documented in the README):
+//   sweeps(id INTEGER PK, name TEXT UNIQUE, spec_yaml, priority, max_attempts, gpus, cpu_slots,
+//          axes_json (JSON array of axis names, spec order), created_at REAL unix s)
+//   trials(id INTEGER PK, sweep_id, config_hash, config_json, axes_json (JSON object axis -> value
+//          as text), state TEXT (queued|running|succeeded|failed|diverged|canceled), priority,
+//          order_key (position in the sweep's seeded order), gpus, cpu_slots, attempts (count of
+//          attempts made), max_attempts, total_steps, checkpoint_path, checkpoint_step, reason,
+//          created_at, started_at, finished_at; UNIQUE(sweep_id, config_hash))
+//   attempts(trial_id, attempt, worker_id, gpus_json, cpu_slots, state TEXT (running|succeeded|
+//          failed|diverged|lost|canceled), started_at, ended_at, exit_code, reason, log_tail,
+//          checkpoint_path, checkpoint_step; PK(trial_id, attempt))
+//   metrics(trial_id, attempt, step, name TEXT, value REAL)      -- every point, exactly once
+//   metric_batches(trial_id, attempt, seq; PK all three)       -- deduplication of reports
+//   latest_metrics(trial_id, name, step, value; PK(trial_id, name))  -- fast dashboards/status
+//   workers(id TEXT PK, hostname, gpus_json, cpu_slots, state, registered_at, last_seen_at,
+//          failures, quarantined INTEGER, draining INTEGER)
+//   events(id INTEGER PK, time REAL, kind TEXT, sweep_id, trial_id, attempt, worker_id, message)
+//   schema_version(version)
+//
+// Thread safety: every method may be called from any thread. Writes are applied in the order they
+// were enqueued (one queue, one thread), so a caller that enqueues A then B sees A committed no
+// later than B.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ablate/status.h"
+
+namespace ablate::server {
+
+// ---- Records ------------------------------------------------------------------------------------
+
+struct SweepRecord {
+  int64_t id = 0;  // assigned by the store
+  std::string name;
+  std::string spec_yaml;
+  int priority = 0;
+  int max_attempts = 3;
+  int gpus = 0;       // per trial
+  int cpu_slots = 0;  // per trial (CPU trials: 1)
+  std::vector<std::string> axes;
+  double created_at = 0;
+};
+
+struct TrialRecord {
+  int64_t id = 0;  // assigned by the store
+  int64_t sweep_id = 0;
+  std::string config_hash;
+  std::string config_json;
+  std::vector<std::pair<std::string, std::string>> axes;  // axis -> value text, spec order
+  std::string state = "queued";
+  int priority = 0;
+  int64_t order_key = 0;
+  int gpus = 0;
+  int cpu_slots = 0;
+  int attempts = 0;
+  int max_attempts = 3;
+  int64_t total_steps = 0;
+  std::string checkpoint_path;
+  int64_t checkpoint_step = 0;
+  std::string reason;
+  double created_at = 0, started_at = 0, finished_at = 0;
+};
+
+struct AttemptRecord {
+  int64_t trial_id = 0;
+  int attempt = 0;
+  std::string worker_id;
+  std::vector<int> gpu_indices;
+  int cpu_slots = 0;
+  std::string state = "running";
+  double started_at = 0, ended_at = 0;
+  int exit_code = 0;
+  std::string reason;
+  std::string log_tail;
+  std::string checkpoint_path;
+  int64_t checkpoint_step = 0;
+};
+
+struct WorkerRecord {
+  std::string id;
+  std::string hostname;
+  std::string gpus_json;  // JSON array of {index, uuid, name, memory_bytes}
+  int cpu_slots = 0;
+  std::string state;      // idle | busy | draining | quarantined | lost
+  double registered_at = 0, last_seen_at = 0;
+  int failures = 0;
+  bool quarantined = false;
+  bool draining = false;
+};
+
+struct Point {
+  int64_t step = 0;
+  std::string name;
+  double value = 0;
+};
+
+// A partial update of a trial: only the fields that are set are written.
+struct TrialUpdate {
+  int64_t trial_id = 0;
+  std::optional<std::string> state;
+  std::optional<int> attempts;
+  std::optional<std::string> checkpoint_path;
+  std::optional<int64_t> checkpoint_step;
+  std::optional<std::string> reason;
+  std::optional<double> started_at;
+  std::optional<double> finished_at;
+  std::optional<int> priority;
+};
+
+// A partial update of an attempt.
+struct AttemptUpdate {
+  int64_t trial_id = 0;
+  int attempt = 0;
+  std::optional<std::string> state;
+  std::optional<double> ended_at;
+  std::optional<int> exit_code;
+  std::optional<std::string> reason;
+  std::optional<std::string> log_tail;
+  std::optional<std::string> checkpoint_path;
+  std::optional<int64_t> checkpoint_step;
+};
+
+// ---- Read results --------------------------------------------------------------------------------
+
+struct SweepSummary {
+  SweepRecord sweep;
+  std::map<std::string, int> counts;  // trials by state
+  int total = 0;
+};
+
+// A trial with its latest progress (from latest_metrics: "loss", "val_loss" and the max step).
+struct TrialStatus {
+  TrialRecord trial;
+  std::string worker_id;  // of the latest attempt ("" if none)
+  int64_t step = 0;       // latest step with any metric
+  double loss = 0;        // NaN when absent
+  double val_loss = 0;    // NaN when absent
+};
+
+struct ResultRow {
+  std::vector<std::string> keys;
+  int n = 0;       // trials of the group that have the metric
+  int trials = 0;  // trials in the group
+  double mean = 0, std = 0, min = 0, max = 0;
+};
+
+struct QueryResult {
+  std::vector<std::string> columns;
+  // Each cell: std::nullopt for NULL; integers and reals as their SQLite type; text as text.
+  struct Cell {
+    enum Kind { kNull, kInteger, kReal, kText } kind = kNull;
+    int64_t i = 0;
+    double d = 0;
+    std::string s;
+  };
+  std::vector<std::vector<Cell>> rows;
+  bool truncated = false;
+};
+
+// Everything the scheduler needs to resume after a restart.
+struct LoadedState {
+  std::vector<SweepRecord> sweeps;
+  std::vector<TrialRecord> trials;      // every trial that is queued or running
+  std::vector<AttemptRecord> running;   // attempts in state running
+  std::vector<WorkerRecord> workers;
+  // (trial_id, attempt) -> the highest stored seq; and the set of stored seqs is in metric_batches.
+};
+
+// ---- The store ------------------------------------------------------------------------------------
+
+class Store {
+ public:
+  struct Options {
+    std::string path;                  // database file; ":memory:" is not supported (WAL + pool)
+    int max_batch_ops = 4096;          // operations per transaction at most
+    int wal_autocheckpoint_pages = 4000;
+    int busy_timeout_ms = 5000;
+    int query_timeout_ms = 5000;       // Query(): cancelled past this
+    int query_max_rows = 10000;        // Query(): rows returned at most (truncated flag beyond)
+    int read_connections = 4;
+  };
+  using Done = std::function<void(const Status&)>;
+
+  // Opens (creating if needed) the database, applies the schema, starts the writer thread.
+  static StatusOr<std::unique_ptr<Store>> Open(const Options& options);
+  // Applies everything queued, then stops the writer and closes the connections.
+  ~Store();
+
+  // ---- Writes (asynchronous unless stated) ----
+
+  // Creates the sweep (matched by name: an existing sweep keeps its id, spec and settings are
+  // updated) and inserts the trials whose (sweep, config_hash) is not there yet. Synchronous: returns
+  // after the commit with the sweep id and the ids of the NEW trials (the records are filled in).
+  struct SubmitResult {
+    int64_t sweep_id = 0;
+    std::vector<TrialRecord> inserted;  // with ids
+    int existing = 0;                   // trials already present
+  };
+  StatusOr<SubmitResult> SubmitSweep(SweepRecord sweep, std::vector<TrialRecord> trials);
+
+  void UpdateTrial(const TrialUpdate& update, Done done = nullptr);
+  void InsertAttempt(const AttemptRecord& attempt, Done done = nullptr);
+  void UpdateAttempt(const AttemptUpdate& update, Done done = nullptr);
+  void UpsertWorker(const WorkerRecord& worker, Done done = nullptr);
+  void AddEvent(const std::string& kind, int64_t sweep_id, int64_t trial_id, int attempt,
+                const std::string& worker_id, const std::string& message);
+
+  // Stores one report of an attempt's metrics exactly once: when (trial_id, attempt, seq) is new,
+  // inserts the points into metrics, updates latest_metrics (a point replaces the latest value of
+  // its name when its step is >= the stored step) and records the seq; when it was stored before,
+  // writes nothing. `done(status, duplicate)` runs after the commit.
+  using MetricsDone = std::function<void(const Status&, bool duplicate)>;
+  void AppendMetrics(int64_t trial_id, int attempt, int64_t seq, std::vector<Point> points,
+                     MetricsDone done);
+  // Records a report seq that carried no metrics (a trial event) so a replay is recognised.
+  // duplicate == true when it was recorded before.
+  void RecordSeq(int64_t trial_id, int attempt, int64_t seq, MetricsDone done);
+
+  // Blocks until every operation enqueued before the call has committed. Returns the first error
+  // of those operations, if any.
+  Status Flush();
+
+  // ---- Reads (synchronous, any thread) ----
+  StatusOr<LoadedState> LoadState();
+  StatusOr<std::vector<SweepSummary>> ListSweeps();
+  // By name, or by numeric id when `name_or_id` is all digits. NotFound with the name otherwise.
+  StatusOr<SweepSummary> GetSweep(const std::string& name_or_id);
+  StatusOr<std::vector<TrialStatus>> GetTrials(int64_t sweep_id);
+  StatusOr<TrialStatus> GetTrial(int64_t trial_id);
+  StatusOr<std::vector<AttemptRecord>> GetAttempts(int64_t trial_id);
+  StatusOr<std::vector<Point>> GetLatestMetrics(int64_t trial_id);
+  StatusOr<std::vector<WorkerRecord>> ListWorkers();
+  // A metric's series of one trial (all attempts, by step; for a step reported by several attempts
+  // the latest attempt wins).
+  StatusOr<std::vector<Point>> GetSeries(int64_t trial_id, const std::string& name);
+  // The ablation table: for every trial of the sweep, the latest value of `metric`, grouped by the
+  // values of the axes in `by` (every trial in a group shares them), with mean, sample std, min,
+  // max over the trials that have the metric. Rows sorted by keys.
+  StatusOr<std::vector<ResultRow>> Results(int64_t sweep_id, const std::string& metric,
+                                           const std::vector<std::string>& by);
+  // Read-only SQL: a separate connection opened read-only (SQLITE_OPEN_READONLY), an authorizer
+  // that allows only SELECT and reads (no ATTACH, no PRAGMA that writes, no functions that load
+  // extensions), a time limit (progress handler) and a row limit (max_rows, 0 = the option's).
+  // A statement that is not allowed fails with PermissionDenied naming what was refused.
+  StatusOr<QueryResult> Query(const std::string& sql, int max_rows = 0);
+
+  // Counters for observability (issue 6) and benchmarks.
+  struct Stats {
+    int64_t commits = 0;
+    int64_t ops = 0;
+    int64_t points_inserted = 0;
+    int64_t duplicate_batches = 0;
+    int64_t queue_depth = 0;
+  };
+  Stats stats() const;
+
+ private:
+  struct Impl;
+  explicit Store(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ablate::server
