@@ -248,17 +248,22 @@ std::string MarkString(const std::string& file, const YAML::Mark& m) {
   return file + ":" + std::to_string(m.line + 1) + ":" + std::to_string(m.column + 1);
 }
 
+// Edit distance counting a swap of two adjacent letters as one edit ("hedas" -> "heads"), the most
+// common typo (optimal string alignment distance).
 size_t EditDistance(const std::string& a, const std::string& b) {
-  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
   for (size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
     for (size_t j = 1; j <= b.size(); ++j) {
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1,
+                          d[i - 1][j - 1] + (a[i - 1] != b[j - 1])});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
     }
-    std::swap(prev, cur);
   }
-  return prev[b.size()];
+  return d[a.size()][b.size()];
 }
 
 // Keys under `prefix` ("model.") without the prefix, or the top-level names ("" prefix).
@@ -317,6 +322,10 @@ Status Check(bool ok, const SourceMap& src, const std::string& path, const std::
 }
 
 }  // namespace
+
+void Normalize(TrialConfig* c) {
+  if (c->optimizer.p_schedule == "constant") c->optimizer.p_end = c->optimizer.p;
+}
 
 int TrialConfig::accumulation_steps() const {
   int64_t per_micro = int64_t(train.micro_batch) * model.seq_len * gpus;
@@ -420,7 +429,7 @@ StatusOr<TrialConfig> ParseTrialConfig(const std::string& yaml_text, const std::
   TrialConfig config;
   SourceMap sources;
   ABLATE_RETURN_IF_ERROR(ApplyYaml(root, file, &config, &sources));
-  if (config.optimizer.p_schedule == "constant") config.optimizer.p_end = config.optimizer.p;
+  Normalize(&config);
   ABLATE_RETURN_IF_ERROR(Validate(config, sources));
   return config;
 }

@@ -125,6 +125,10 @@ Status ApplyYaml(const YAML::Node& root, const std::string& file, TrialConfig* c
 Status SetField(TrialConfig* config, const std::string& path, const YAML::Node& value,
                 const std::string& where);
 
+// Fills derived keys so equal computations have equal configs (and hashes): with a constant p
+// schedule, p_end = p. Call after every key is applied and before Validate / ConfigHash.
+void Normalize(TrialConfig* config);
+
 // Cross-field and range validation of a complete config; errors name the key and its location.
 Status Validate(const TrialConfig& config, const SourceMap& sources);
 

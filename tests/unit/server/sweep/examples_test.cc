@@ -1,0 +1,71 @@
+// Every spec in examples/sweeps/ expands, and runs on the CPU as its README promises.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "sweep/sweep.h"
+
+namespace ablate::server {
+namespace {
+
+std::vector<std::filesystem::path> ExampleSpecs() {
+  std::vector<std::filesystem::path> out;
+  for (const auto& e : std::filesystem::directory_iterator(ABLATE_EXAMPLES_SWEEPS_DIR)) {
+    if (e.path().extension() == ".yaml") out.push_back(e.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string Read(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(ExampleSweeps, EveryFileExpandsToCpuTrials) {
+  std::vector<std::filesystem::path> specs = ExampleSpecs();
+  ASSERT_GE(specs.size(), 5u) << "examples/sweeps/ should hold the five example specs";
+  for (const auto& path : specs) {
+    SCOPED_TRACE(path.string());
+    auto r = ExpandSweep(Read(path), path.filename().string());
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    const ExpandedSweep& s = r.value();
+    EXPECT_EQ(s.name + ".yaml", path.filename().string()) << "name the file after the sweep";
+    EXPECT_FALSE(s.trials.empty());
+    EXPECT_TRUE(s.warnings.empty()) << s.warnings[0];
+    EXPECT_EQ(s.gpus, 0);  // runnable on a CPU-only box
+    EXPECT_EQ(s.cpu_slots, 1);
+    for (const auto& t : s.trials) {
+      EXPECT_EQ(t.config.device, "cpu");
+      EXPECT_EQ(t.config.train.threads, 1);  // one trial per CPU slot
+      EXPECT_GT(t.config.train.eval_every, 0);
+      EXPECT_GT(t.config.train.diagnostics_every, 0);
+      EXPECT_LE(t.config.train.steps, 150);
+      EXPECT_LE(t.config.model.seq_len, 128);
+    }
+  }
+}
+
+// The counts the README states.
+TEST(ExampleSweeps, Counts) {
+  std::map<std::string, size_t> expect = {{"qknorm_tokens", 16},
+                                          {"smoothing", 8},
+                                          {"optimizer_p", 16},
+                                          {"state_bits", 8},
+                                          {"quick", 8}};
+  for (const auto& [name, count] : expect) {
+    std::filesystem::path p = std::filesystem::path(ABLATE_EXAMPLES_SWEEPS_DIR) / (name + ".yaml");
+    auto r = ExpandSweep(Read(p), p.filename().string());
+    ASSERT_TRUE(r.ok()) << name << ": " << r.status().message();
+    EXPECT_EQ(r->trials.size(), count) << name;
+  }
+}
+
+}  // namespace
+}  // namespace ablate::server
