@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -132,7 +133,13 @@ StatusOr<RunResult> RunTrial(const TrialConfig& cfg, const RunOptions& options) 
   auto emit = [&](const nlohmann::json& j) {
     if (options.emit) options.emit(j);
   };
-  const int threads = cfg.train.threads > 0 ? cfg.train.threads : omp_get_num_procs();
+  // train.threads, else the worker's share of this machine (ABLATE_CPU_THREADS), else every core.
+  int threads = cfg.train.threads;
+  if (threads <= 0) {
+    const char* env = std::getenv("ABLATE_CPU_THREADS");
+    threads = env ? std::atoi(env) : 0;
+  }
+  if (threads <= 0) threads = omp_get_num_procs();
   omp_set_num_threads(threads);
   openblas_set_num_threads(threads);
 
