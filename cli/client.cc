@@ -1,0 +1,224 @@
+#include "client.h"
+
+#include <grpcpp/grpcpp.h>
+#include <pwd.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "ablate/token.h"
+
+namespace ablate::cli {
+namespace {
+
+StatusCode FromGrpcCode(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::OK:
+      return StatusCode::kOk;
+    case grpc::StatusCode::CANCELLED:
+      return StatusCode::kCancelled;
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      return StatusCode::kInvalidArgument;
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return StatusCode::kDeadlineExceeded;
+    case grpc::StatusCode::NOT_FOUND:
+      return StatusCode::kNotFound;
+    case grpc::StatusCode::ALREADY_EXISTS:
+      return StatusCode::kAlreadyExists;
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return StatusCode::kPermissionDenied;
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return StatusCode::kResourceExhausted;
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      return StatusCode::kFailedPrecondition;
+    case grpc::StatusCode::ABORTED:
+      return StatusCode::kAborted;
+    case grpc::StatusCode::OUT_OF_RANGE:
+      return StatusCode::kOutOfRange;
+    case grpc::StatusCode::UNIMPLEMENTED:
+      return StatusCode::kUnimplemented;
+    case grpc::StatusCode::UNAVAILABLE:
+      return StatusCode::kUnavailable;
+    case grpc::StatusCode::DATA_LOSS:
+      return StatusCode::kDataLoss;
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return StatusCode::kUnauthenticated;
+    default:
+      return StatusCode::kInternal;  // UNKNOWN, INTERNAL
+  }
+}
+
+std::string HomeDir(const EnvLookup& env) {
+  if (auto home = env("HOME"); home && !home->empty()) return *home;
+  if (const passwd* pw = ::getpwuid(::getuid()); pw && pw->pw_dir) return pw->pw_dir;
+  return ".";
+}
+
+std::string NonEmpty(const std::optional<std::string>& v) { return v ? *v : std::string(); }
+
+std::string FormatSeconds(double s) {
+  std::ostringstream os;
+  os << s;
+  return os.str();
+}
+
+}  // namespace
+
+EnvLookup ProcessEnv() {
+  return [](const std::string& name) -> std::optional<std::string> {
+    const char* v = std::getenv(name.c_str());
+    if (v == nullptr) return std::nullopt;
+    return std::string(v);
+  };
+}
+
+StatusOr<ClientOptions> ResolveClientOptions(const GlobalFlags& flags, const EnvLookup& env) {
+  ClientOptions o;
+  // An empty environment variable counts as unset (the usual shell idiom `VAR= ablate ...`); an
+  // empty flag is a mistake and is reported.
+  if (flags.coordinator) {
+    o.coordinator = *flags.coordinator;
+    o.coordinator_source = "--coordinator";
+  } else if (std::string v = NonEmpty(env("ABLATE_COORDINATOR")); !v.empty()) {
+    o.coordinator = v;
+    o.coordinator_source = "$ABLATE_COORDINATOR";
+  } else {
+    o.coordinator = kDefaultCoordinator;
+    o.coordinator_source = "default";
+  }
+  if (o.coordinator.empty()) {
+    return InvalidArgument(o.coordinator_source +
+                           ": empty coordinator address (expected HOST:PORT)");
+  }
+  // Anything with a scheme ("unix:", "dns:", "ipv4:") is passed to gRPC as is; otherwise require
+  // HOST:PORT, since gRPC would silently pick port 443 for a bare host name.
+  const bool has_scheme =
+      o.coordinator.find(":/") != std::string::npos || o.coordinator.rfind("unix:", 0) == 0;
+  if (!has_scheme) {
+    const size_t colon = o.coordinator.rfind(':');
+    const std::string port = colon == std::string::npos ? "" : o.coordinator.substr(colon + 1);
+    if (colon == std::string::npos || colon == 0 || port.empty() ||
+        port.find_first_not_of("0123456789") != std::string::npos) {
+      return InvalidArgument(o.coordinator_source + ": '" + o.coordinator +
+                             "' is not HOST:PORT (for example 127.0.0.1:7070)");
+    }
+  }
+
+  if (flags.token_file) {
+    o.token_file = *flags.token_file;
+    o.token_source = "--token-file";
+  } else if (std::string v = NonEmpty(env("ABLATE_TOKEN_FILE")); !v.empty()) {
+    o.token_file = v;
+    o.token_source = "$ABLATE_TOKEN_FILE";
+  } else if (std::string v = NonEmpty(env("ABLATE_DATA_DIR")); !v.empty()) {
+    o.token_file = v + "/token";
+    o.token_source = "$ABLATE_DATA_DIR";
+  } else {
+    o.token_file = HomeDir(env) + "/.ablate/token";
+    o.token_source = "default";
+  }
+  if (o.token_file.empty()) return InvalidArgument("--token-file: empty path");
+
+  if (flags.tls_ca_file) {
+    o.tls_ca_file = *flags.tls_ca_file;
+  } else {
+    o.tls_ca_file = NonEmpty(env("ABLATE_TLS_CA"));
+  }
+
+  if (!(flags.timeout_s > 0) || !std::isfinite(flags.timeout_s)) {
+    return InvalidArgument("--timeout: expected a positive number of seconds, got " +
+                           FormatSeconds(flags.timeout_s));
+  }
+  o.timeout_s = flags.timeout_s;
+  return o;
+}
+
+StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
+  std::string where = options.token_file;
+  if (options.token_source == "default") {
+    where += " (the default location)";
+  } else if (options.token_source != "--token-file") {
+    where += " (from " + options.token_source + ")";
+  }
+  StatusOr<std::string> token = ReadToken(options.token_file);
+  if (!token.ok()) {
+    const std::string hint =
+        "; pass the coordinator's token file with --token-file or $ABLATE_TOKEN_FILE (ablated "
+        "writes it to its --token-file, by default <data dir>/token)";
+    if (token.status().code() == StatusCode::kNotFound) {
+      return Status(StatusCode::kUnauthenticated, "no token file at " + where + hint);
+    }
+    return Status(StatusCode::kUnauthenticated,
+                  "cannot use token file " + where + ": " + token.status().message());
+  }
+
+  std::shared_ptr<grpc::ChannelCredentials> creds;
+  if (options.tls_ca_file.empty()) {
+    creds = grpc::InsecureChannelCredentials();
+  } else {
+    std::ifstream in(options.tls_ca_file, std::ios::binary);
+    if (!in) {
+      return InvalidArgument("--tls-ca: cannot read " + options.tls_ca_file);
+    }
+    std::ostringstream pem;
+    pem << in.rdbuf();
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = pem.str();
+    creds = grpc::SslCredentials(ssl);
+  }
+  return std::make_unique<Client>(grpc::CreateChannel(options.coordinator, creds), *token, options);
+}
+
+Client::Client(std::shared_ptr<grpc::ChannelInterface> channel, std::string token,
+               ClientOptions options)
+    : options_(std::move(options)),
+      token_(std::move(token)),
+      stub_(v1::ControlService::NewStub(std::move(channel))) {}
+
+Client::~Client() = default;
+
+std::unique_ptr<grpc::ClientContext> Client::NewContext(bool unary) const {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->AddMetadata(kAuthMetadataKey, BearerValue(token_));
+  if (unary) {
+    context->set_deadline(std::chrono::system_clock::now() +
+                          std::chrono::milliseconds(int64_t(options_.timeout_s * 1000)));
+  }
+  return context;
+}
+
+Status Client::FromGrpc(const grpc::Status& status) const {
+  if (status.ok()) return Status::Ok();
+  const StatusCode code = FromGrpcCode(status.error_code());
+  const std::string& msg = status.error_message();
+  const std::string addr = options_.coordinator;
+  switch (code) {
+    case StatusCode::kUnavailable:
+      return Status(code, "cannot reach the coordinator at " + addr +
+                              (options_.coordinator_source == "default"
+                                   ? " (the default address)"
+                                   : " (from " + options_.coordinator_source + ")") +
+                              ": ablated may not be running there; start it, or point "
+                              "--coordinator / $ABLATE_COORDINATOR at it" +
+                              (msg.empty() ? "" : " [" + msg + "]"));
+    case StatusCode::kDeadlineExceeded:
+      return Status(code, "the coordinator at " + addr + " did not answer within " +
+                              FormatSeconds(options_.timeout_s) +
+                              " s (--timeout); ablated may be overloaded or not running there");
+    case StatusCode::kUnauthenticated:
+      return Status(code, "the coordinator at " + addr + " rejected the token from " +
+                              options_.token_file + " (" + options_.token_source + "): " + msg +
+                              "; use that coordinator's token file (--token-file)");
+    case StatusCode::kPermissionDenied:
+      return Status(code, "permission denied by the coordinator at " + addr + " (token from " +
+                              options_.token_file + "): " + msg);
+    default:
+      return Status(code, msg.empty() ? std::string(StatusCodeName(code)) : msg);
+  }
+}
+
+}  // namespace ablate::cli

@@ -1,0 +1,122 @@
+#include "commands/results.h"
+
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+
+namespace ablate::cli {
+namespace {
+
+int DecimalsFor(double mean) {
+  const double a = std::fabs(mean);
+  if (a >= 10000) return 0;
+  if (a >= 1000) return 1;
+  if (a >= 100) return 2;
+  return 4;
+}
+
+}  // namespace
+
+bool LowerIsBetter(const std::string& metric) {
+  for (const char* word : {"loss", "bpb", "perplexity", "ppl", "error", "time", "residual"}) {
+    if (metric.find(word) != std::string::npos) return true;
+  }
+  return false;
+}
+
+int BestRow(const v1::ResultsResponse& resp) {
+  const bool lower = LowerIsBetter(resp.metric());
+  int best = -1;
+  for (int i = 0; i < resp.rows_size(); ++i) {
+    const v1::ResultsRow& r = resp.rows(i);
+    if (r.n() <= 0 || !std::isfinite(r.mean())) continue;
+    if (best < 0 ||
+        (lower ? r.mean() < resp.rows(best).mean() : r.mean() > resp.rows(best).mean())) {
+      best = i;
+    }
+  }
+  return best;
+}
+
+std::string FormatMeanStd(const v1::ResultsRow& row) {
+  if (row.n() <= 0 || !std::isfinite(row.mean())) return "-";
+  const int decimals = DecimalsFor(row.mean());
+  std::string s = FormatFixed(row.mean(), decimals) + " ± " + FormatFixed(row.std(), decimals);
+  s += " (" + std::to_string(row.n());
+  if (row.trials() > row.n()) s += "/" + std::to_string(row.trials());
+  return s + ")";
+}
+
+Table ResultsTable(const v1::ResultsResponse& resp) {
+  Table t;
+  t.AddColumn("", "", Column::Show::kTextOnly);  // the best-row marker
+  for (const std::string& axis : resp.by()) t.AddColumn(axis);
+  t.AddColumn("metric", "metric", Column::Show::kMachineOnly);
+  t.AddColumn(resp.metric() + " mean ± std (n)", "", Column::Show::kTextOnly).align =
+      Column::Align::kRight;
+  for (const char* field : {"mean", "std", "n", "trials", "min", "max", "best"}) {
+    t.AddColumn(field, field, Column::Show::kMachineOnly);
+  }
+  const int best = BestRow(resp);
+  for (int i = 0; i < resp.rows_size(); ++i) {
+    const v1::ResultsRow& r = resp.rows(i);
+    std::vector<Cell> row{i == best ? Cell::Text("*") : Cell::Text("")};
+    for (int k = 0; k < resp.by_size(); ++k) {
+      row.push_back(k < r.keys_size() ? Cell::Text(r.keys(k)) : Cell());
+    }
+    row.push_back(Cell::Text(resp.metric()));
+    row.push_back(Cell::Text(FormatMeanStd(r)));
+    const bool has = r.n() > 0;
+    row.push_back(has ? Cell::Real(r.mean()) : Cell());
+    row.push_back(has ? Cell::Real(r.std()) : Cell());
+    row.push_back(Cell::Int(r.n()));
+    row.push_back(Cell::Int(r.trials()));
+    row.push_back(has ? Cell::Real(r.min()) : Cell());
+    row.push_back(has ? Cell::Real(r.max()) : Cell());
+    row.push_back(Cell::Bool(i == best));
+    t.AddRow(std::move(row));
+  }
+  return t;
+}
+
+Status ShowResults(Client& client, const ResultsOptions& options, const Io& io) {
+  v1::ResultsRequest req;
+  ABLATE_ASSIGN_OR_RETURN(std::string sweep, ParseSweepRef(options.sweep));
+  req.set_sweep(sweep);
+  req.set_metric(options.metric);
+  for (const std::string& axis : options.by) req.add_by(axis);
+  v1::ResultsResponse resp;
+  ABLATE_RETURN_IF_ERROR(client.Call(&v1::ControlService::StubInterface::Results, req, &resp));
+  if (resp.metric().empty()) resp.set_metric(options.metric);
+  *io.out << Render(ResultsTable(resp), options.format);
+  if (options.format == Format::kTable) {
+    if (resp.rows().empty()) {
+      *io.err << "no results yet for " << resp.metric() << " in sweep " << options.sweep << "\n";
+    } else if (BestRow(resp) >= 0) {
+      *io.out << "* best (" << (LowerIsBetter(resp.metric()) ? "lowest" : "highest")
+              << " mean); std is the sample standard deviation over seeds\n";
+    }
+  }
+  return Status::Ok();
+}
+
+void AddResultsCommand(CLI::App& app, Action* selected) {
+  auto opts = std::make_shared<ResultsOptions>();
+  auto format = std::make_shared<std::string>("table");
+  CLI::App* sub = app.add_subcommand("results", "The ablation table: metric mean ± std over seeds");
+  sub->add_option("sweep", opts->sweep, "Sweep name or sweep:ID")->required();
+  sub->add_option("--metric", opts->metric, "Metric to compare")->default_str("final_val_loss");
+  sub->add_option("--by", opts->by, "Axes to group by (default: every axis except seed)")
+      ->delimiter(',');
+  AddFormatOption(sub, format.get());
+  sub->callback([opts, format, selected] {
+    *selected = [opts, format](CommandEnv& env) -> Status {
+      opts->format = *ParseFormat(*format);
+      ABLATE_ASSIGN_OR_RETURN(Client * client, env.client());
+      return ShowResults(*client, *opts, env.io);
+    };
+  });
+}
+
+}  // namespace ablate::cli

@@ -1,0 +1,250 @@
+#include "commands/status.h"
+
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "render/progress.h"
+
+namespace ablate::cli {
+namespace {
+
+constexpr size_t kShortReason = 48;
+
+// Protobuf maps iterate in no particular order; print axes sorted so output is stable.
+std::map<std::string, std::string> SortedAxes(const v1::TrialSummary& t) {
+  return {t.axes().begin(), t.axes().end()};
+}
+
+Status ShowTrial(Client& client, int64_t trial_id, const StatusOptions& options, const Io& io) {
+  v1::GetTrialRequest req;
+  req.set_trial_id(trial_id);
+  v1::GetTrialResponse resp;
+  ABLATE_RETURN_IF_ERROR(client.Call(&v1::ControlService::StubInterface::GetTrial, req, &resp));
+  const v1::TrialSummary& t = resp.trial();
+
+  if (options.format != Format::kTable) {
+    // One trial is one object; the attempts and metrics nest inside it.
+    nlohmann::ordered_json j;
+    j["trial_id"] = t.trial_id();
+    j["sweep"] = resp.sweep_name();
+    j["state"] = StateName(t.state());
+    j["attempt"] = t.attempt();
+    j["worker"] = t.worker_id();
+    j["step"] = t.step();
+    j["total_steps"] = t.total_steps();
+    j["loss"] = std::isfinite(t.loss()) ? nlohmann::ordered_json(t.loss()) : nullptr;
+    j["val_loss"] = std::isfinite(t.val_loss()) ? nlohmann::ordered_json(t.val_loss()) : nullptr;
+    j["reason"] = t.reason();
+    j["config_hash"] = t.config_hash();
+    j["axes"] = nlohmann::ordered_json::object();
+    for (const auto& [k, v] : SortedAxes(t)) j["axes"][k] = v;
+    j["config"] = nlohmann::ordered_json::parse(t.config_json(), nullptr, false);
+    if (j["config"].is_discarded()) j["config"] = nullptr;
+    j["attempts"] = nlohmann::ordered_json::array();
+    for (const v1::AttemptInfo& a : resp.attempts()) {
+      j["attempts"].push_back({{"attempt", a.attempt()},
+                               {"worker", a.worker_id()},
+                               {"state", a.state()},
+                               {"started_at", a.started_at()},
+                               {"ended_at", a.ended_at()},
+                               {"exit_code", a.exit_code()},
+                               {"reason", a.reason()},
+                               {"checkpoint_step", a.checkpoint_step()}});
+    }
+    j["latest"] = nlohmann::ordered_json::object();
+    for (const v1::MetricPoint& m : resp.latest()) {
+      j["latest"][m.name()] = {
+          {"step", m.step()},
+          {"value", std::isfinite(m.value()) ? nlohmann::ordered_json(m.value())
+                                             : nlohmann::ordered_json(nullptr)}};
+    }
+    if (options.format == Format::kJson) {
+      *io.out << j.dump(2) << "\n";
+    } else {
+      // CSV has no nesting: the trial's own fields only.
+      Table row;
+      std::vector<Cell> cells;
+      for (const auto& [k, v] : j.items()) {
+        if (v.is_structured()) continue;
+        row.AddColumn(k);
+        if (v.is_null()) {
+          cells.push_back(Cell());
+        } else if (v.is_number_integer()) {
+          cells.push_back(Cell::Int(v.get<int64_t>()));
+        } else if (v.is_number()) {
+          cells.push_back(Cell::Real(v.get<double>()));
+        } else {
+          cells.push_back(Cell::Text(v.get<std::string>()));
+        }
+      }
+      row.AddRow(std::move(cells));
+      *io.out << RenderCsv(row);
+    }
+    return Status::Ok();
+  }
+
+  std::string axes;
+  for (const auto& [k, v] : SortedAxes(t)) axes += (axes.empty() ? "" : " ") + k + "=" + v;
+  *io.out << "trial " << t.trial_id() << " of sweep " << resp.sweep_name() << ": "
+          << StateName(t.state()) << (t.reason().empty() ? "" : " (" + t.reason() + ")") << "\n"
+          << "  axes     " << (axes.empty() ? "-" : axes) << "\n"
+          << "  hash     " << t.config_hash() << "\n"
+          << "  step     " << t.step() << "/" << t.total_steps() << "   loss "
+          << FormatFixed(t.loss(), 4) << "   val_loss " << FormatFixed(t.val_loss(), 4) << "\n";
+  if (!resp.attempts().empty()) {
+    Table at;
+    at.AddColumn("attempt");
+    at.AddColumn("worker");
+    at.AddColumn("state");
+    at.AddColumn("gpus");
+    at.AddColumn("checkpoint");
+    at.AddColumn("exit");
+    at.AddColumn("reason");
+    for (const v1::AttemptInfo& a : resp.attempts()) {
+      std::string gpus;
+      for (int g : a.gpu_indices()) gpus += (gpus.empty() ? "" : ",") + std::to_string(g);
+      at.AddRow({Cell::Int(a.attempt()), Cell::Text(a.worker_id()), Cell::Text(a.state()),
+                 gpus.empty() ? Cell() : Cell::Text(gpus),
+                 a.checkpoint_path().empty() ? Cell() : Cell::Int(a.checkpoint_step()),
+                 a.state() == "running" ? Cell() : Cell::Int(a.exit_code()),
+                 a.reason().empty() ? Cell() : Cell::Text(a.reason())});
+    }
+    *io.out << "\n" << RenderText(at);
+  }
+  if (!resp.latest().empty()) {
+    Table mt;
+    mt.AddColumn("metric");
+    mt.AddColumn("step");
+    mt.AddColumn("value");
+    for (const v1::MetricPoint& m : resp.latest()) {
+      mt.AddRow({Cell::Text(m.name()), Cell::Int(m.step()), Cell::Real(m.value(), Cell::kGeneral)});
+    }
+    *io.out << "\n" << RenderText(mt);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Table SweepsTable(const v1::ListSweepsResponse& resp) {
+  Table t;
+  t.AddColumn("id");
+  t.AddColumn("name");
+  for (const char* state :
+       {"total", "queued", "running", "succeeded", "failed", "diverged", "canceled"}) {
+    t.AddColumn(state);
+  }
+  t.AddColumn("progress", "", Column::Show::kTextOnly).align = Column::Align::kRight;
+  t.AddColumn("progress_pct", "progress_pct", Column::Show::kMachineOnly);
+  for (const v1::SweepInfo& s : resp.sweeps()) {
+    std::vector<Cell> row{Cell::Int(s.sweep_id()), Cell::Text(s.name()), Cell::Int(s.total())};
+    for (const char* state : {"queued", "running", "succeeded", "failed", "diverged", "canceled"}) {
+      row.push_back(Cell::Int(StateCount(s, state)));
+    }
+    const double fraction = s.total() > 0 ? double(FinishedCount(s)) / s.total() : 0;
+    row.push_back(Cell::Text(FormatPercent(fraction)));
+    // Floored like the text: 100 only when every trial has finished.
+    row.push_back(Cell::Int(static_cast<int64_t>(std::floor(fraction * 100 + 1e-9))));
+    t.AddRow(std::move(row));
+  }
+  return t;
+}
+
+Table TrialsTable(const v1::SweepInfo& sweep,
+                  const google::protobuf::RepeatedPtrField<v1::TrialSummary>& trials) {
+  Table t;
+  t.AddColumn("id", "trial_id");
+  for (const std::string& axis : sweep.axes()) t.AddColumn(axis);
+  t.AddColumn("state");
+  t.AddColumn("attempt");
+  t.AddColumn("worker");
+  t.AddColumn("step", "", Column::Show::kTextOnly).align = Column::Align::kRight;
+  t.AddColumn("step", "step", Column::Show::kMachineOnly);
+  t.AddColumn("total_steps", "total_steps", Column::Show::kMachineOnly);
+  t.AddColumn("loss");
+  t.AddColumn("val_loss");
+  t.AddColumn("reason", "", Column::Show::kTextOnly);
+  t.AddColumn("reason", "reason", Column::Show::kMachineOnly);
+  for (const v1::TrialSummary& tr : trials) {
+    std::vector<Cell> row{Cell::Int(tr.trial_id())};
+    for (const std::string& axis : sweep.axes()) {
+      auto it = tr.axes().find(axis);
+      row.push_back(it == tr.axes().end() ? Cell() : Cell::Text(it->second));
+    }
+    row.push_back(Cell::Text(StateName(tr.state())));
+    row.push_back(tr.attempt() > 0 ? Cell::Int(tr.attempt()) : Cell());
+    row.push_back(tr.worker_id().empty() ? Cell() : Cell::Text(tr.worker_id()));
+    row.push_back(
+        tr.total_steps() > 0 || tr.step() > 0
+            ? Cell::Text(std::to_string(tr.step()) + "/" + std::to_string(tr.total_steps()))
+            : Cell());
+    row.push_back(Cell::Int(tr.step()));
+    row.push_back(Cell::Int(tr.total_steps()));
+    row.push_back(LossCell(tr.loss()));
+    row.push_back(LossCell(tr.val_loss()));
+    // The first line of the reason, cut to fit; the full text goes to the machine formats.
+    std::string reason = tr.reason().substr(0, tr.reason().find('\n'));
+    row.push_back(reason.empty() ? Cell() : Cell::Text(Truncate(reason, kShortReason)));
+    row.push_back(tr.reason().empty() ? Cell() : Cell::Text(tr.reason()));
+    t.AddRow(std::move(row));
+  }
+  return t;
+}
+
+Status ShowStatus(Client& client, const StatusOptions& options, const Io& io) {
+  if (!options.target) {
+    v1::ListSweepsResponse resp;
+    ABLATE_RETURN_IF_ERROR(client.Call(&v1::ControlService::StubInterface::ListSweeps,
+                                       v1::ListSweepsRequest(), &resp));
+    *io.out << Render(SweepsTable(resp), options.format);
+    if (resp.sweeps().empty() && options.format == Format::kTable) {
+      *io.err << "no sweeps yet; submit one with: ablate submit SPEC.yaml\n";
+    }
+    return Status::Ok();
+  }
+  ABLATE_ASSIGN_OR_RETURN(Target target, ParseTarget(*options.target));
+  // A bare number names a sweep here (status takes a sweep); only trial:ID names a trial.
+  if (target.is_trial && options.target->rfind("trial:", 0) != 0) {
+    target.is_trial = false;
+    target.sweep = *options.target;
+  }
+  if (target.is_trial) return ShowTrial(client, target.trial_id, options, io);
+
+  v1::GetSweepRequest req;
+  req.set_sweep(target.sweep);
+  v1::GetSweepResponse resp;
+  ABLATE_RETURN_IF_ERROR(client.Call(&v1::ControlService::StubInterface::GetSweep, req, &resp));
+  const v1::SweepInfo& s = resp.sweep();
+  if (options.format == Format::kTable) {
+    *io.out << "sweep " << s.name() << " (id " << s.sweep_id() << "): " << s.total() << " trials, "
+            << StateCount(s, "queued") << " queued, " << StateCount(s, "running") << " running, "
+            << StateCount(s, "succeeded") << " succeeded, " << StateCount(s, "failed")
+            << " failed, " << StateCount(s, "diverged") << " diverged, "
+            << StateCount(s, "canceled") << " canceled ("
+            << FormatPercent(s.total() > 0 ? double(FinishedCount(s)) / s.total() : 0)
+            << " done)\n\n";
+  }
+  *io.out << Render(TrialsTable(s, resp.trials()), options.format);
+  return Status::Ok();
+}
+
+void AddStatusCommand(CLI::App& app, Action* selected) {
+  auto opts = std::make_shared<StatusOptions>();
+  auto format = std::make_shared<std::string>("table");
+  CLI::App* sub = app.add_subcommand(
+      "status", "List sweeps, or one sweep's trials (SWEEP), or one trial (trial:ID)");
+  sub->add_option("sweep", opts->target, "Sweep name, sweep:ID, or trial:ID");
+  AddFormatOption(sub, format.get());
+  sub->callback([opts, format, selected] {
+    *selected = [opts, format](CommandEnv& env) -> Status {
+      opts->format = *ParseFormat(*format);
+      ABLATE_ASSIGN_OR_RETURN(Client * client, env.client());
+      return ShowStatus(*client, *opts, env.io);
+    };
+  });
+}
+
+}  // namespace ablate::cli

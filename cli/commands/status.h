@@ -1,0 +1,28 @@
+// ablate status [SWEEP | trial:ID] [--format table|json|csv]
+//
+// No argument: every sweep with its state counts and progress. SWEEP (a name or sweep:ID): its
+// trials, one row each: id, one column per axis, state, attempt, worker, step/total, loss,
+// val_loss, reason. trial:ID: one trial's state, attempts and latest metrics.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "commands/command.h"
+
+namespace ablate::cli {
+
+struct StatusOptions {
+  std::optional<std::string> target;  // as typed: NAME, sweep:ID or trial:ID
+  Format format = Format::kTable;
+};
+
+Status ShowStatus(Client& client, const StatusOptions& options, const Io& io);
+void AddStatusCommand(CLI::App& app, Action* selected);
+
+// The renderers, for tests.
+Table SweepsTable(const v1::ListSweepsResponse& resp);
+Table TrialsTable(const v1::SweepInfo& sweep,
+                  const google::protobuf::RepeatedPtrField<v1::TrialSummary>& trials);
+
+}  // namespace ablate::cli

@@ -1,0 +1,289 @@
+#include "commands/watch.h"
+
+#include <grpcpp/grpcpp.h>
+#include <time.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <thread>
+
+#include "exit_codes.h"
+#include "render/progress.h"
+
+namespace ablate::cli {
+namespace {
+
+constexpr int kOverallBar = 30;
+constexpr int kTrialBar = 10;
+constexpr int kMaxListedFailures = 20;
+
+bool Finished(v1::TrialState s) {
+  return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::DIVERGED || s == v1::CANCELED;
+}
+
+// "queued 3 · running 2 · succeeded 7 · failed 1": the non-zero counts, in lifecycle order.
+std::string CountsText(const v1::SweepInfo& s) {
+  std::string out;
+  for (const char* state : {"running", "queued", "succeeded", "diverged", "failed", "canceled"}) {
+    const int n = StateCount(s, state);
+    if (n == 0) continue;
+    out += (out.empty() ? "" : " · ") + std::to_string(n) + " " + state;
+  }
+  return out.empty() ? "no trials" : out;
+}
+
+std::string EtaText(const v1::SweepInfo& s, std::optional<double> eta_s) {
+  if (s.finished()) return "done";
+  return "ETA " + (eta_s ? FormatDuration(*eta_s) : std::string("-"));
+}
+
+// "attention.kind" -> "kind": the last part of an axis name, to keep the watch view narrow.
+std::string ShortAxis(const std::string& axis) {
+  const size_t dot = axis.rfind('.');
+  return dot == std::string::npos ? axis : axis.substr(dot + 1);
+}
+
+std::string Clock(double unix_s) {
+  const time_t t = static_cast<time_t>(unix_s);
+  tm local;
+  localtime_r(&t, &local);
+  char buf[16];
+  std::strftime(buf, sizeof buf, "%H:%M:%S", &local);
+  return buf;
+}
+
+WatchOutcome OutcomeOf(const v1::SweepInfo& s) {
+  WatchOutcome o;
+  o.succeeded = StateCount(s, "succeeded");
+  o.failed = StateCount(s, "failed");
+  o.diverged = StateCount(s, "diverged");
+  o.canceled = StateCount(s, "canceled");
+  return o;
+}
+
+void PrintSummary(const v1::SweepSnapshot& snap, const Io& io) {
+  const v1::SweepInfo& s = snap.sweep();
+  const WatchOutcome o = OutcomeOf(s);
+  *io.out << "sweep " << s.name() << " finished: " << o.succeeded << " succeeded, " << o.diverged
+          << " diverged, " << o.failed << " failed, " << o.canceled << " canceled\n";
+  int listed = 0, unlisted = 0;
+  for (const v1::TrialSummary& t : snap.trials()) {
+    if (t.state() != v1::FAILED && t.state() != v1::CANCELED) continue;
+    if (listed == kMaxListedFailures) {
+      ++unlisted;
+      continue;
+    }
+    ++listed;
+    const std::string reason = t.reason().substr(0, t.reason().find('\n'));
+    *io.out << "  trial " << t.trial_id() << " " << StateName(t.state())
+            << (t.attempt() > 0 ? " (attempt " + std::to_string(t.attempt()) + ")" : "")
+            << (reason.empty() ? "" : ": " + reason) << "\n";
+  }
+  if (unlisted > 0) {
+    *io.out << "  … and " << unlisted << " more; see: ablate status " << s.name() << "\n";
+  }
+}
+
+}  // namespace
+
+SweepProgress ComputeProgress(const v1::SweepSnapshot& snap) {
+  SweepProgress p;
+  p.total_trials = snap.trials_size();
+  bool steps_known = snap.trials_size() > 0;
+  double done_steps = 0, total_steps = 0;
+  for (const v1::TrialSummary& t : snap.trials()) {
+    if (Finished(t.state())) ++p.finished_trials;
+    if (t.total_steps() <= 0) {
+      steps_known = false;
+      continue;
+    }
+    total_steps += t.total_steps();
+    // A finished trial's work is done whatever step it stopped at (diverged, failed, canceled).
+    done_steps +=
+        Finished(t.state()) ? t.total_steps() : std::clamp<double>(t.step(), 0, t.total_steps());
+  }
+  if (snap.trials().empty() && snap.sweep().total() > 0) {
+    // A snapshot without the trial list: count trials from the sweep's state counts.
+    p.total_trials = snap.sweep().total();
+    p.finished_trials = FinishedCount(snap.sweep());
+  }
+  p.in_steps = steps_known;
+  p.done = steps_known ? done_steps : p.finished_trials;
+  p.total = steps_known ? total_steps : p.total_trials;
+  return p;
+}
+
+std::vector<std::string> WatchFrame(const v1::SweepSnapshot& snap, std::optional<double> eta_s,
+                                    int width, int max_trial_lines, bool unicode) {
+  const v1::SweepInfo& s = snap.sweep();
+  const SweepProgress p = ComputeProgress(snap);
+  std::vector<std::string> lines;
+  lines.push_back("sweep " + s.name() + " (id " + std::to_string(s.sweep_id()) + ")  " +
+                  ProgressBar(p.fraction(), kOverallBar, unicode) + " " +
+                  FormatPercent(p.fraction()) + "  " + EtaText(s, eta_s));
+  lines.push_back("  " + std::to_string(p.finished_trials) + "/" + std::to_string(p.total_trials) +
+                  " trials finished · " + CountsText(s));
+  std::vector<const v1::TrialSummary*> running;
+  for (const v1::TrialSummary& t : snap.trials()) {
+    if (t.state() == v1::RUNNING) running.push_back(&t);
+  }
+  std::sort(running.begin(), running.end(),
+            [](auto* a, auto* b) { return a->trial_id() < b->trial_id(); });
+  const size_t shown = std::min<size_t>(running.size(), std::max(0, max_trial_lines));
+  if (shown > 0) {
+    // The running trials as an aligned table under a header, indented under the sweep's lines.
+    Table t;
+    t.AddColumn("trial");
+    t.AddColumn("progress");
+    t.AddColumn("step").align = Column::Align::kRight;
+    t.AddColumn("loss");
+    t.AddColumn("val_loss");
+    t.AddColumn("worker");
+    for (const std::string& axis : s.axes()) t.AddColumn(ShortAxis(axis));
+    for (size_t i = 0; i < shown; ++i) {
+      const v1::TrialSummary& tr = *running[i];
+      const double frac = tr.total_steps() > 0 ? double(tr.step()) / tr.total_steps() : 0;
+      std::vector<Cell> row{
+          Cell::Int(tr.trial_id()),
+          Cell::Text(ProgressBar(frac, kTrialBar, unicode)),
+          Cell::Text(std::to_string(tr.step()) + "/" + std::to_string(tr.total_steps())),
+          LossCell(tr.loss()),
+          LossCell(tr.val_loss()),
+          tr.worker_id().empty() ? Cell() : Cell::Text(tr.worker_id())};
+      for (const std::string& axis : s.axes()) {
+        auto it = tr.axes().find(axis);
+        row.push_back(it == tr.axes().end() ? Cell() : Cell::Text(it->second));
+      }
+      t.AddRow(std::move(row));
+    }
+    std::istringstream table(RenderText(t));
+    for (std::string line; std::getline(table, line);) lines.push_back("  " + line);
+  }
+  if (running.size() > shown) {
+    lines.push_back("  … and " + std::to_string(running.size() - shown) + " more running");
+  }
+  // One column short of the width: writing the last column makes some terminals wrap.
+  const size_t cut = static_cast<size_t>(std::max(width - 1, 20));
+  for (std::string& l : lines) l = Truncate(l, cut);
+  return lines;
+}
+
+std::string WatchLine(const v1::SweepSnapshot& snap, std::optional<double> eta_s) {
+  const v1::SweepInfo& s = snap.sweep();
+  const SweepProgress p = ComputeProgress(snap);
+  return "sweep " + s.name() + ": " + FormatPercent(p.fraction()) + " · " +
+         std::to_string(p.finished_trials) + "/" + std::to_string(p.total_trials) + " finished · " +
+         CountsText(s) + " · " + EtaText(s, eta_s);
+}
+
+std::string Redrawer::Draw(const std::vector<std::string>& lines) {
+  std::string out;
+  // Back to the first line of the previous frame, then overwrite line by line; "\x1b[J" clears
+  // what a longer previous frame left below.
+  if (lines_ > 0) out += "\x1b[" + std::to_string(lines_) + "A\r";
+  for (const std::string& l : lines) out += "\x1b[2K" + l + "\n";
+  out += "\x1b[J";
+  lines_ = static_cast<int>(lines.size());
+  return out;
+}
+
+StatusOr<WatchOutcome> Watch(Client& client, const WatchOptions& options, const Io& io) {
+  ABLATE_ASSIGN_OR_RETURN(std::string sweep, ParseSweepRef(options.sweep));
+  if (!(options.interval_s > 0)) return InvalidArgument("--interval: must be positive");
+  v1::WatchRequest req;
+  req.set_sweep(sweep);
+  req.set_interval_ms(static_cast<int32_t>(std::clamp(options.interval_s * 1000, 50.0, 3.6e6)));
+
+  EtaEstimator eta;
+  bool eta_in_steps = false;
+  Redrawer redraw;
+  std::string last_key;  // the off-terminal line without time and ETA: print when it changes
+  bool got_any = false;
+  double lost_since = -1;  // when the stream broke (reconnecting until --timeout); -1: not lost
+  double backoff_s = 0.25;
+
+  for (;;) {
+    auto context = client.NewContext(/*unary=*/false);
+    std::unique_ptr<grpc::ClientReaderInterface<v1::SweepSnapshot>> reader =
+        client.stub().Watch(context.get(), req);
+    v1::SweepSnapshot snap;
+    bool finished = false;
+    while (reader->Read(&snap)) {
+      got_any = true;
+      lost_since = -1;
+      backoff_s = 0.25;
+      const double now = io.now();
+      const SweepProgress p = ComputeProgress(snap);
+      if (p.in_steps != eta_in_steps) {
+        eta = EtaEstimator();
+        eta_in_steps = p.in_steps;
+      }
+      eta.Add(now, p.done, p.total);
+      const std::optional<double> left = eta.SecondsLeft();
+      finished = snap.sweep().finished();
+      if (io.tty) {
+        *io.out << redraw.Draw(WatchFrame(snap, left, io.width, std::max(3, io.height - 5), true));
+        io.out->flush();
+      } else {
+        const std::string key = WatchLine(snap, std::nullopt);
+        if (key != last_key || finished) {
+          last_key = key;
+          *io.out << "[" << Clock(now) << "] " << WatchLine(snap, left) << "\n";
+          io.out->flush();
+        }
+      }
+      if (finished) break;
+    }
+    if (finished) {
+      context->TryCancel();  // the server ends the stream anyway; do not wait for it
+      reader->Finish();
+      PrintSummary(snap, io);
+      return OutcomeOf(snap.sweep());
+    }
+    Status st = client.FromGrpc(reader->Finish());
+    if (st.ok()) {
+      // The server closed the stream before the sweep finished (it is shutting down).
+      st = Status(StatusCode::kUnavailable, "the coordinator at " + client.options().coordinator +
+                                                " ended the watch before the sweep finished");
+    }
+    // Before any snapshot, an error is the answer (no such sweep, no coordinator, bad token);
+    // after one, a lost connection is a restart to ride out.
+    if (!got_any ||
+        (st.code() != StatusCode::kUnavailable && st.code() != StatusCode::kDeadlineExceeded)) {
+      return st;
+    }
+    const double now = io.now();
+    if (lost_since < 0) {
+      lost_since = now;
+      *io.err << "lost the connection to " << client.options().coordinator
+              << "; reconnecting for up to " << FormatDuration(client.options().timeout_s) << "\n";
+      redraw.Forget();
+    }
+    if (now - lost_since > client.options().timeout_s) return st;
+    std::this_thread::sleep_for(std::chrono::duration<double>(backoff_s));
+    backoff_s = std::min(backoff_s * 2, 5.0);
+  }
+}
+
+void AddWatchCommand(CLI::App& app, Action* selected) {
+  auto opts = std::make_shared<WatchOptions>();
+  CLI::App* sub = app.add_subcommand("watch", "Follow a sweep's progress until it finishes");
+  sub->add_option("sweep", opts->sweep, "Sweep name or sweep:ID")->required();
+  sub->add_option("--interval", opts->interval_s, "Seconds between snapshots when nothing changes")
+      ->default_str("1");
+  sub->callback([opts, selected] {
+    *selected = [opts](CommandEnv& env) -> Status {
+      ABLATE_ASSIGN_OR_RETURN(Client * client, env.client());
+      ABLATE_ASSIGN_OR_RETURN(WatchOutcome outcome, Watch(*client, *opts, env.io));
+      if (!outcome.all_ok()) env.exit_code = kExitWatchFailures;
+      return Status::Ok();
+    };
+  });
+}
+
+}  // namespace ablate::cli

@@ -1,0 +1,248 @@
+// Global flags and their environment fallbacks, command-line errors, and status → exit code.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "app.h"
+#include "client.h"
+#include "exit_codes.h"
+
+namespace ablate::cli {
+namespace {
+
+EnvLookup MapEnv(std::map<std::string, std::string> vars) {
+  return [vars](const std::string& name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+TEST(ResolveClientOptions, Defaults) {
+  auto o = ResolveClientOptions(GlobalFlags(), MapEnv({{"HOME", "/home/r"}}));
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->coordinator, "127.0.0.1:7070");
+  EXPECT_EQ(o->coordinator_source, "default");
+  EXPECT_EQ(o->token_file, "/home/r/.ablate/token");
+  EXPECT_EQ(o->token_source, "default");
+  EXPECT_EQ(o->timeout_s, 30);
+  EXPECT_EQ(o->tls_ca_file, "");
+}
+
+TEST(ResolveClientOptions, EnvironmentBeatsDefaults) {
+  auto o = ResolveClientOptions(GlobalFlags(), MapEnv({{"HOME", "/home/r"},
+                                                       {"ABLATE_COORDINATOR", "coord:9000"},
+                                                       {"ABLATE_DATA_DIR", "/var/lib/ablate"},
+                                                       {"ABLATE_TLS_CA", "/etc/ca.pem"}}));
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o->coordinator, "coord:9000");
+  EXPECT_EQ(o->coordinator_source, "$ABLATE_COORDINATOR");
+  EXPECT_EQ(o->token_file, "/var/lib/ablate/token");
+  EXPECT_EQ(o->token_source, "$ABLATE_DATA_DIR");
+  EXPECT_EQ(o->tls_ca_file, "/etc/ca.pem");
+  // $ABLATE_TOKEN_FILE beats $ABLATE_DATA_DIR.
+  o = ResolveClientOptions(GlobalFlags(), MapEnv({{"ABLATE_TOKEN_FILE", "/t/tok"},
+                                                  {"ABLATE_DATA_DIR", "/var/lib/ablate"}}));
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o->token_file, "/t/tok");
+  EXPECT_EQ(o->token_source, "$ABLATE_TOKEN_FILE");
+}
+
+TEST(ResolveClientOptions, FlagsBeatEnvironment) {
+  GlobalFlags f;
+  f.coordinator = "10.0.0.1:7070";
+  f.token_file = "/flag/token";
+  f.timeout_s = 2.5;
+  auto o = ResolveClientOptions(f, MapEnv({{"ABLATE_COORDINATOR", "coord:9000"},
+                                           {"ABLATE_TOKEN_FILE", "/t/tok"},
+                                           {"ABLATE_DATA_DIR", "/d"}}));
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o->coordinator, "10.0.0.1:7070");
+  EXPECT_EQ(o->coordinator_source, "--coordinator");
+  EXPECT_EQ(o->token_file, "/flag/token");
+  EXPECT_EQ(o->timeout_s, 2.5);
+}
+
+TEST(ResolveClientOptions, EmptyEnvironmentVariablesCountAsUnset) {
+  auto o = ResolveClientOptions(
+      GlobalFlags(),
+      MapEnv({{"HOME", "/h"}, {"ABLATE_COORDINATOR", ""}, {"ABLATE_TOKEN_FILE", ""}}));
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o->coordinator, "127.0.0.1:7070");
+  EXPECT_EQ(o->token_file, "/h/.ablate/token");
+}
+
+TEST(ResolveClientOptions, BadValuesAreInvalidArguments) {
+  for (const char* bad : {"localhost", "host:", ":7070", "host:port", ""}) {
+    GlobalFlags f;
+    f.coordinator = bad;
+    auto o = ResolveClientOptions(f, MapEnv({}));
+    ASSERT_FALSE(o.ok()) << bad;
+    EXPECT_EQ(o.status().code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(o.status().message().find("--coordinator"), std::string::npos);
+  }
+  for (const char* good : {"[::1]:7070", "unix:/run/ablate.sock", "dns:///coord:7070"}) {
+    GlobalFlags f;
+    f.coordinator = good;
+    EXPECT_TRUE(ResolveClientOptions(f, MapEnv({})).ok()) << good;
+  }
+  auto bad_env = ResolveClientOptions(GlobalFlags(), MapEnv({{"ABLATE_COORDINATOR", "nohost"}}));
+  ASSERT_FALSE(bad_env.ok());
+  EXPECT_NE(bad_env.status().message().find("$ABLATE_COORDINATOR"), std::string::npos);
+  GlobalFlags f;
+  f.timeout_s = 0;
+  EXPECT_EQ(ResolveClientOptions(f, MapEnv({})).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(ExitCodes, OneMappingForEveryStatus) {
+  EXPECT_EQ(ExitCodeFor(StatusCode::kOk), 0);
+  EXPECT_EQ(ExitCodeFor(StatusCode::kInternal), 1);
+  EXPECT_EQ(ExitCodeFor(StatusCode::kFailedPrecondition), 1);
+  EXPECT_EQ(ExitCodeFor(StatusCode::kAlreadyExists), 1);
+  EXPECT_EQ(ExitCodeFor(StatusCode::kInvalidArgument), 2);
+  EXPECT_EQ(ExitCodeFor(StatusCode::kOutOfRange), 2);
+  EXPECT_EQ(ExitCodeFor(StatusCode::kNotFound), 3);
+  EXPECT_EQ(ExitCodeFor(StatusCode::kUnavailable), 4);
+  EXPECT_EQ(ExitCodeFor(StatusCode::kDeadlineExceeded), 4);
+  EXPECT_EQ(ExitCodeFor(StatusCode::kUnauthenticated), 5);
+  EXPECT_EQ(ExitCodeFor(StatusCode::kPermissionDenied), 5);
+  EXPECT_EQ(kExitWatchFailures, 7);
+}
+
+TEST(FromGrpc, CodesMapOneToOneAndMessagesNameWhatToFix) {
+  ClientOptions o;
+  o.coordinator = "coord:7070";
+  o.coordinator_source = "--coordinator";
+  o.token_file = "/tok/file";
+  o.token_source = "$ABLATE_TOKEN_FILE";
+  o.timeout_s = 3;
+  Client c(grpc::CreateChannel("127.0.0.1:1", grpc::InsecureChannelCredentials()), "t", o);
+  EXPECT_TRUE(c.FromGrpc(grpc::Status::OK).ok());
+  Status st = c.FromGrpc(grpc::Status(grpc::StatusCode::NOT_FOUND, "sweep 'x' not found"));
+  EXPECT_EQ(st.code(), StatusCode::kNotFound);
+  EXPECT_EQ(st.message(), "sweep 'x' not found");
+  st = c.FromGrpc(grpc::Status(grpc::StatusCode::UNAVAILABLE, "connection refused"));
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable);
+  EXPECT_NE(st.message().find("coord:7070"), std::string::npos);
+  EXPECT_NE(st.message().find("ablated may not be running"), std::string::npos);
+  st = c.FromGrpc(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, ""));
+  EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(st.message().find("3 s"), std::string::npos);
+  st = c.FromGrpc(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "bad token"));
+  EXPECT_EQ(st.code(), StatusCode::kUnauthenticated);
+  EXPECT_NE(st.message().find("/tok/file"), std::string::npos);
+  st = c.FromGrpc(grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "read-only"));
+  EXPECT_EQ(st.code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(st.message().find("/tok/file"), std::string::npos);
+  EXPECT_EQ(c.FromGrpc(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "x")).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.FromGrpc(grpc::Status(grpc::StatusCode::UNKNOWN, "x")).code(), StatusCode::kInternal);
+}
+
+struct CliResult {
+  int code;
+  std::string out, err;
+};
+
+CliResult RunArgs(std::vector<std::string> args, std::map<std::string, std::string> env = {}) {
+  std::ostringstream out, err;
+  Io io;
+  io.out = &out;
+  io.err = &err;
+  io.now = [] { return 1000.0; };
+  if (!env.count("HOME")) env["HOME"] = "/nonexistent-home";
+  const int code = RunCli(args, io, MapEnv(env));
+  return {code, out.str(), err.str()};
+}
+
+class TokenFile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/ablate_cli_args_XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    token_ = dir_ + "/token";
+    std::ofstream(token_) << "0123456789abcdef0123456789abcdef\n";
+    ::chmod(token_.c_str(), 0600);
+  }
+  void TearDown() override {
+    std::remove(token_.c_str());
+    ::rmdir(dir_.c_str());
+  }
+  std::string dir_, token_;
+};
+
+TEST(RunCli, HelpAndVersionExitZero) {
+  CliResult r = RunArgs({"--help"});
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("submit"), std::string::npos);
+  EXPECT_NE(r.out.find("Exit codes"), std::string::npos);
+  r = RunArgs({"results", "--help"});
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("--metric"), std::string::npos);
+  EXPECT_EQ(RunArgs({"--version"}).code, 0);
+}
+
+TEST(RunCli, UsageErrorsExitTwo) {
+  CliResult r = RunArgs({"status", "--format", "xml"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.err.find("--format"), std::string::npos);
+  EXPECT_EQ(RunArgs({}).code, kExitUsage);                     // no subcommand
+  EXPECT_EQ(RunArgs({"frobnicate"}).code, kExitUsage);         // unknown subcommand
+  EXPECT_EQ(RunArgs({"submit"}).code, kExitUsage);             // missing SPEC
+  EXPECT_EQ(RunArgs({"status", "--bogus"}).code, kExitUsage);  // unknown flag
+  EXPECT_EQ(RunArgs({"--timeout", "abc", "workers"}).code, kExitUsage);
+  EXPECT_EQ(RunArgs({"--timeout", "-1", "workers"}).code, kExitUsage);
+  r = RunArgs({"--coordinator", "nohost", "workers"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.err.find("ablate: --coordinator: 'nohost' is not HOST:PORT"), std::string::npos)
+      << r.err;
+}
+
+TEST_F(TokenFile, BadArgumentsFailBeforeAnyCall) {
+  // Nothing listens on port 1; a usage error must be reported, not "unavailable".
+  CliResult r = RunArgs({"--coordinator", "127.0.0.1:1", "--token-file", token_, "logs", "qknorm"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.err.find("expected a trial id"), std::string::npos);
+  r = RunArgs(
+      {"--coordinator", "127.0.0.1:1", "--token-file", token_, "submit", dir_ + "/no.yaml"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.err.find("no.yaml"), std::string::npos);
+  r = RunArgs({"--coordinator", "127.0.0.1:1", "--token-file", token_, "status", "trial:x"});
+  EXPECT_EQ(r.code, kExitUsage);
+}
+
+TEST(RunCli, MissingTokenFileExitsFiveAndNamesIt) {
+  CliResult r = RunArgs({"workers"}, {{"ABLATE_DATA_DIR", "/nonexistent-data"}});
+  EXPECT_EQ(r.code, kExitAuth);
+  EXPECT_NE(r.err.find("/nonexistent-data/token"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("$ABLATE_DATA_DIR"), std::string::npos) << r.err;
+}
+
+TEST_F(TokenFile, TokenReadableByOthersIsRefused) {
+  ::chmod(token_.c_str(), 0644);
+  CliResult r = RunArgs({"--token-file", token_, "workers"});
+  EXPECT_EQ(r.code, kExitAuth);
+  EXPECT_NE(r.err.find("chmod 600"), std::string::npos) << r.err;
+}
+
+TEST_F(TokenFile, NoCoordinatorExitsFourAndNamesTheAddress) {
+  // Global flags work after the subcommand too.
+  CliResult r = RunArgs({"workers", "--coordinator", "127.0.0.1:1", "--token-file", token_});
+  EXPECT_EQ(r.code, kExitUnavailable);
+  EXPECT_NE(r.err.find("127.0.0.1:1"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("ablated may not be running"), std::string::npos) << r.err;
+  r = RunArgs({"watch", "s"},
+              {{"ABLATE_COORDINATOR", "127.0.0.1:1"}, {"ABLATE_TOKEN_FILE", token_}});
+  EXPECT_EQ(r.code, kExitUnavailable);
+  EXPECT_NE(r.err.find("$ABLATE_COORDINATOR"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace ablate::cli
