@@ -1,15 +1,50 @@
 #!/usr/bin/env bash
-# The run command: set up, build, and run the main job. Today that is ablate-train on the quickstart
-# trial (examples/trials/quickstart.yaml) with the CPU backend: a 4-layer byte-level GPT with SageBwd
-# attention and the spectral optimizer on the Brown corpus, about 1.5 minutes on 2 cores. Metrics
-# stream to stdout as JSON lines and to out/quickstart/metrics.jsonl; checkpoints land in
-# out/quickstart/checkpoints/. Pass another trial config as the first argument to train that instead.
+# The run command: set up, build, and run the main job on this machine — a local coordinator
+# (ablated), a local worker (ablate-worker: every GPU it finds, else CPU slots), a default sweep
+# (examples/sweeps/quick.yaml: attention kind x spectral power p x 2 seeds of a tiny GPT on the
+# Brown corpus), live progress, and the ablation table. State lives in out/local/ (SQLite database,
+# token, worker folders, logs); the coordinator and worker stop when the sweep is done.
+#   scripts/run.sh [SPEC.yaml]      another sweep spec instead of the default
+# Environment: ABLATE_RUN_DIR (default out/local), ABLATE_CPU_SLOTS (default: cores / 2, at least 1).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-config="${1:-$root/examples/trials/quickstart.yaml}"
+spec="${1:-$root/examples/sweeps/quick.yaml}"
 "$root/scripts/setup.sh"
 "$root/scripts/build.sh"
 build="${ABLATE_BUILD_DIR:-$root/build}"
-name="$(basename "$config" .yaml)"
-rm -rf "$root/out/$name"
-exec "$build/worker/trainer/ablate-train" --config "$config" --out "$root/out/$name"
+run="${ABLATE_RUN_DIR:-$root/out/local}"
+slots="${ABLATE_CPU_SLOTS:-$(( $(nproc) / 2 > 0 ? $(nproc) / 2 : 1 ))}"
+mkdir -p "$run"
+
+ablated="$build/server/ablated"
+worker="$build/worker/agent/ablate-worker"
+ablate="$build/cli/ablate"
+rm -f "$run/ablated.addr"
+"$ablated" --data-dir "$run/coordinator" --grpc 127.0.0.1:0 >>"$run/ablated.log" 2>&1 &
+coordinator_pid=$!
+cleanup() {
+  [[ -n "${worker_pid:-}" ]] && kill "$worker_pid" 2>/dev/null && wait "$worker_pid" 2>/dev/null
+  kill "$coordinator_pid" 2>/dev/null && wait "$coordinator_pid" 2>/dev/null
+  true
+}
+trap cleanup EXIT
+for _ in $(seq 100); do [[ -s "$run/coordinator/ablated.addr" ]] && break; sleep 0.1; done
+[[ -s "$run/coordinator/ablated.addr" ]] || { cat "$run/ablated.log" >&2; exit 1; }
+export ABLATE_COORDINATOR="$(cat "$run/coordinator/ablated.addr")"
+export ABLATE_TOKEN_FILE="$run/coordinator/token"
+echo "coordinator: $ABLATE_COORDINATOR (log $run/ablated.log)"
+
+gpus=all
+command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 || gpus=none
+"$worker" --gpus "$gpus" --cpu-slots "$slots" --work-dir "$run/worker" \
+  --trainer "$build/worker/trainer/ablate-train" >>"$run/worker.log" 2>&1 &
+worker_pid=$!
+echo "worker: gpus=$gpus cpu-slots=$slots (log $run/worker.log)"
+
+"$ablate" submit "$spec"
+name="$(awk '/^name:/{print $2; exit}' "$spec")"
+"$ablate" watch "$name" || true
+echo
+"$ablate" results "$name"
+echo
+echo "Everything is stored in $run/coordinator/ablate.db; try: $ablate query \"SELECT name, count(*) FROM metrics GROUP BY name LIMIT 10\""

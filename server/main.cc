@@ -1,0 +1,118 @@
+// ablated: the coordinator daemon.
+//   ablated --data-dir DIR --grpc HOST:PORT [--http HOST:PORT] --token-file F
+// Keeps all state in DIR/ablate.db (SQLite, WAL); restarts from it alone. Prints the gRPC address it
+// listens on (useful with port 0) to stderr and to DIR/ablated.addr. SIGINT/SIGTERM shut it down
+// gracefully: stop accepting, let in-flight calls finish, commit everything queued.
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <thread>
+
+#include "ablate/token.h"
+#include "rpc/services.h"
+#include "scheduler/scheduler.h"
+#include "store/store.h"
+
+namespace {
+
+std::atomic<int> g_signal{0};
+void OnSignal(int sig) { g_signal = sig; }
+
+std::string DefaultDataDir() {
+  if (const char* d = std::getenv("ABLATE_DATA_DIR")) return d;
+  if (const char* h = std::getenv("HOME")) return std::string(h) + "/.ablate";
+  return ".ablate";
+}
+
+int Fail(const std::string& msg) {
+  std::fprintf(stderr, "ablated: %s\n", msg.c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ablated: the ablate coordinator (gRPC control and worker services, SQLite store)"};
+  std::string data_dir = DefaultDataDir(), grpc_addr = "127.0.0.1:7070", http_addr, token_file;
+  double lease_s = 30, heartbeat_s = 5;
+  int max_trials = 10000;
+  app.add_option("--data-dir", data_dir, "state folder: ablate.db, token (default $ABLATE_DATA_DIR or ~/.ablate)");
+  app.add_option("--grpc", grpc_addr, "gRPC listen address HOST:PORT (port 0 picks a free port)");
+  app.add_option("--http", http_addr, "HTTP listen address for the dashboard and /metrics (coming with the dashboard)");
+  app.add_option("--token-file", token_file, "bearer token file; created (mode 0600) when missing (default DATA_DIR/token)");
+  app.add_option("--lease-seconds", lease_s, "attempt lease, renewed by worker heartbeats")->check(CLI::PositiveNumber);
+  app.add_option("--heartbeat-seconds", heartbeat_s, "heartbeat interval asked of workers")->check(CLI::PositiveNumber);
+  app.add_option("--max-trials", max_trials, "largest sweep accepted without --force")->check(CLI::PositiveNumber);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (!http_addr.empty()) {
+    std::fprintf(stderr, "ablated: --http is not served yet (the dashboard issue); ignoring %s\n",
+                 http_addr.c_str());
+  }
+  if (::mkdir(data_dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return Fail("cannot create data dir " + data_dir + ": " + std::strerror(errno));
+  }
+  if (token_file.empty()) token_file = data_dir + "/token";
+  auto token = ablate::LoadOrCreateToken(token_file);
+  if (!token.ok()) return Fail(token.status().message());
+
+  ablate::server::Store::Options so;
+  so.path = data_dir + "/ablate.db";
+  auto store = ablate::server::Store::Open(so);
+  if (!store.ok()) return Fail(store.status().message());
+  ablate::server::SchedulerOptions sched_opt;
+  sched_opt.lease_s = lease_s;
+  sched_opt.heartbeat_s = heartbeat_s;
+  ablate::server::Scheduler scheduler(store->get(), ablate::server::SystemClock(), sched_opt);
+  if (auto st = scheduler.Recover(); !st.ok()) return Fail("recovering state: " + st.message());
+
+  ablate::server::ServiceOptions svc_opt;
+  svc_opt.token = *token;
+  svc_opt.max_trials = max_trials;
+  ablate::server::WorkerServiceImpl worker_service(&scheduler, svc_opt);
+  ablate::server::ControlServiceImpl control_service(&scheduler, store->get(), svc_opt);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(grpc_addr, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&worker_service);
+  builder.RegisterService(&control_service);
+  builder.SetMaxReceiveMessageSize(64 << 20);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || port == 0) return Fail("cannot listen on " + grpc_addr);
+  std::string host = grpc_addr.substr(0, grpc_addr.rfind(':'));
+  std::string actual = host + ":" + std::to_string(port);
+  std::ofstream(data_dir + "/ablated.addr") << actual << "\n";
+  std::fprintf(stderr, "ablated: listening on %s (data %s, token %s)\n", actual.c_str(),
+               data_dir.c_str(), token_file.c_str());
+
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  while (g_signal == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    static int ticks = 0;
+    if (++ticks % 4 == 0) scheduler.Tick();
+  }
+  std::fprintf(stderr, "ablated: signal %d, shutting down\n", int(g_signal));
+  control_service.Shutdown();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  if (auto st = (*store)->Flush(); !st.ok()) return Fail("final commit: " + st.message());
+  return 0;
+}

@@ -1,0 +1,464 @@
+#include "rpc/services.h"
+
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "ablate/token.h"
+#include "sweep/sweep.h"
+
+namespace ablate::server {
+namespace {
+
+v1::TrialState StateEnum(const std::string& s) {
+  if (s == "queued") return v1::QUEUED;
+  if (s == "running") return v1::RUNNING;
+  if (s == "succeeded") return v1::SUCCEEDED;
+  if (s == "failed") return v1::FAILED;
+  if (s == "diverged") return v1::DIVERGED;
+  if (s == "canceled") return v1::CANCELED;
+  return v1::TRIAL_STATE_UNSPECIFIED;
+}
+
+void FillSweep(const SweepSummary& s, v1::SweepInfo* out) {
+  out->set_sweep_id(s.sweep.id);
+  out->set_name(s.sweep.name);
+  out->set_priority(s.sweep.priority);
+  out->set_created_at(s.sweep.created_at);
+  out->set_max_attempts(s.sweep.max_attempts);
+  int active = 0;
+  for (const auto& [state, n] : s.counts) {
+    (*out->mutable_counts())[state] = n;
+    if (state == "queued" || state == "running") active += n;
+  }
+  out->set_total(s.total);
+  out->set_finished(active == 0);
+  for (const auto& a : s.sweep.axes) out->add_axes(a);
+}
+
+void FillTrial(const TrialStatus& t, v1::TrialSummary* out) {
+  out->set_trial_id(t.trial.id);
+  out->set_config_hash(t.trial.config_hash);
+  for (const auto& [k, v] : t.trial.axes) (*out->mutable_axes())[k] = v;
+  out->set_state(StateEnum(t.trial.state));
+  out->set_attempt(t.trial.attempts);
+  out->set_worker_id(t.worker_id);
+  out->set_step(t.step);
+  out->set_total_steps(t.trial.total_steps);
+  out->set_loss(t.loss);
+  out->set_val_loss(t.val_loss);
+  out->set_reason(t.trial.reason);
+  out->set_started_at(t.trial.started_at);
+  out->set_finished_at(t.trial.finished_at);
+}
+
+// A bounded outbound queue drained by one writer thread: Scheduler callbacks never block on a slow
+// worker's stream.
+class StreamLink : public WorkerLink {
+ public:
+  explicit StreamLink(grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>* stream)
+      : stream_(stream), writer_([this] { Run(); }) {}
+  ~StreamLink() override { Close(); }
+
+  void Send(const v1::CoordinatorMessage& msg) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return;
+    queue_.push_back(msg);
+    cv_.notify_one();
+  }
+  void Close() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (closed_ && !writer_.joinable()) return;
+      closed_ = true;
+      cv_.notify_one();
+    }
+    if (writer_.joinable()) writer_.join();
+  }
+
+ private:
+  void Run() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      cv_.wait(lock, [this] { return closed_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // closed and drained
+      v1::CoordinatorMessage msg = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      bool ok = stream_->Write(msg);
+      lock.lock();
+      if (!ok) {
+        closed_ = true;
+        queue_.clear();
+        return;
+      }
+    }
+  }
+
+  grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>* stream_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<v1::CoordinatorMessage> queue_;  // GUARDED_BY(mu_)
+  bool closed_ = false;                       // GUARDED_BY(mu_)
+  std::thread writer_;
+};
+
+StatusOr<int64_t> ResolveSweep(Store* store, const std::string& name_or_id) {
+  ABLATE_ASSIGN_OR_RETURN(SweepSummary s, store->GetSweep(name_or_id));
+  return s.sweep.id;
+}
+
+}  // namespace
+
+grpc::Status ToGrpc(const Status& st) {
+  using C = grpc::StatusCode;
+  C code = C::UNKNOWN;
+  switch (st.code()) {
+    case StatusCode::kOk: return grpc::Status::OK;
+    case StatusCode::kInvalidArgument: code = C::INVALID_ARGUMENT; break;
+    case StatusCode::kNotFound: code = C::NOT_FOUND; break;
+    case StatusCode::kAlreadyExists: code = C::ALREADY_EXISTS; break;
+    case StatusCode::kFailedPrecondition: code = C::FAILED_PRECONDITION; break;
+    case StatusCode::kOutOfRange: code = C::OUT_OF_RANGE; break;
+    case StatusCode::kDataLoss: code = C::DATA_LOSS; break;
+    case StatusCode::kInternal: code = C::INTERNAL; break;
+    case StatusCode::kUnavailable: code = C::UNAVAILABLE; break;
+    case StatusCode::kUnimplemented: code = C::UNIMPLEMENTED; break;
+    case StatusCode::kPermissionDenied: code = C::PERMISSION_DENIED; break;
+    case StatusCode::kUnauthenticated: code = C::UNAUTHENTICATED; break;
+    case StatusCode::kResourceExhausted: code = C::RESOURCE_EXHAUSTED; break;
+    case StatusCode::kAborted: code = C::ABORTED; break;
+    case StatusCode::kCancelled: code = C::CANCELLED; break;
+    case StatusCode::kDeadlineExceeded: code = C::DEADLINE_EXCEEDED; break;
+  }
+  return grpc::Status(code, st.message());
+}
+
+grpc::Status CheckAuth(const grpc::ServerContext* ctx, const std::string& token) {
+  const auto& md = ctx->client_metadata();
+  auto it = md.find(kAuthMetadataKey);
+  if (it == md.end()) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        "missing 'authorization: Bearer <token>' metadata");
+  }
+  std::string value(it->second.data(), it->second.size());
+  const std::string prefix = "Bearer ";
+  if (value.compare(0, prefix.size(), prefix) != 0 ||
+      !TokenEquals(value.substr(prefix.size()), token)) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "invalid bearer token");
+  }
+  return grpc::Status::OK;
+}
+
+#define ABLATE_AUTH(ctx)                                    \
+  do {                                                      \
+    grpc::Status _auth = CheckAuth((ctx), opt_.token);      \
+    if (!_auth.ok()) return _auth;                          \
+  } while (0)
+
+#define ABLATE_GRPC_ASSIGN(lhs, expr)          \
+  auto ABLATE_CONCAT(_r_, __LINE__) = (expr);  \
+  if (!ABLATE_CONCAT(_r_, __LINE__).ok())      \
+    return ToGrpc(ABLATE_CONCAT(_r_, __LINE__).status()); \
+  lhs = std::move(ABLATE_CONCAT(_r_, __LINE__)).value()
+
+// ---- WorkerService ---------------------------------------------------------------------------------
+
+grpc::Status WorkerServiceImpl::Connect(
+    grpc::ServerContext* ctx,
+    grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>* stream) {
+  ABLATE_AUTH(ctx);
+  v1::WorkerMessage first;
+  if (!stream->Read(&first)) return grpc::Status::OK;
+  if (!first.has_register_() || first.register_().worker_id().empty()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "the first message on a worker stream must be a register with a worker_id");
+  }
+  const std::string worker_id = first.register_().worker_id();
+  auto link = std::make_shared<StreamLink>(stream);
+  scheduler_->Register(first.register_(), link);
+  v1::WorkerMessage msg;
+  while (stream->Read(&msg)) {
+    switch (msg.msg_case()) {
+      case v1::WorkerMessage::kHeartbeat:
+        scheduler_->OnHeartbeat(worker_id, msg.heartbeat());
+        break;
+      case v1::WorkerMessage::kMetrics:
+        scheduler_->OnMetrics(worker_id, msg.metrics());
+        break;
+      case v1::WorkerMessage::kEvent:
+        scheduler_->OnEvent(worker_id, msg.event());
+        break;
+      case v1::WorkerMessage::kRegister:
+        // A re-register on the same stream (e.g. after draining changed): treat as fresh.
+        scheduler_->Register(msg.register_(), link);
+        break;
+      default:
+        break;
+    }
+  }
+  scheduler_->Disconnect(worker_id, link.get());
+  link->Close();
+  return grpc::Status::OK;
+}
+
+// ---- ControlService --------------------------------------------------------------------------------
+
+grpc::Status ControlServiceImpl::Submit(grpc::ServerContext* ctx, const v1::SubmitRequest* req,
+                                        v1::SubmitResponse* resp) {
+  ABLATE_AUTH(ctx);
+  ExpandOptions eo;
+  eo.max_trials = opt_.max_trials;
+  eo.force = req->force();
+  const std::string file = req->spec_file().empty() ? "<spec>" : req->spec_file();
+  ABLATE_GRPC_ASSIGN(ExpandedSweep sweep, ExpandSweep(req->spec_yaml(), file, eo));
+  if (req->has_priority()) sweep.priority = req->priority();
+  resp->set_sweep_name(sweep.name);
+  resp->set_total_trials(int(sweep.trials.size()));
+  for (const auto& a : sweep.axes) resp->add_axes(a);
+  for (const auto& w : sweep.warnings) resp->add_warnings(w);
+  if (req->dry_run()) {
+    resp->set_new_trials(int(sweep.trials.size()));
+    for (const auto& t : sweep.trials) {
+      auto* s = resp->add_trials();
+      s->set_config_hash(t.config_hash);
+      for (const auto& [k, v] : t.axes) (*s->mutable_axes())[k] = v;
+      s->set_state(v1::QUEUED);
+      s->set_total_steps(t.config.train.steps);
+      s->set_config_json(t.config_json);
+      s->set_loss(NAN);
+      s->set_val_loss(NAN);
+    }
+    // An existing sweep of that name: say how many would be new.
+    auto existing = store_->GetSweep(sweep.name);
+    if (existing.ok()) {
+      auto trials = store_->GetTrials(existing->sweep.id);
+      if (trials.ok()) {
+        std::set<std::string> have;
+        for (const auto& t : *trials) have.insert(t.trial.config_hash);
+        int fresh = 0;
+        for (const auto& t : sweep.trials) fresh += !have.count(t.config_hash);
+        resp->set_new_trials(fresh);
+        resp->set_sweep_id(existing->sweep.id);
+      }
+    }
+    return grpc::Status::OK;
+  }
+  SweepRecord rec;
+  rec.name = sweep.name;
+  rec.spec_yaml = req->spec_yaml();
+  rec.priority = sweep.priority;
+  rec.max_attempts = sweep.max_attempts;
+  rec.gpus = sweep.gpus;
+  rec.cpu_slots = sweep.cpu_slots;
+  rec.axes = sweep.axes;
+  rec.created_at = SystemClock()->Now();
+  std::vector<TrialRecord> trials;
+  trials.reserve(sweep.trials.size());
+  for (const auto& t : sweep.trials) {
+    TrialRecord r;
+    r.config_hash = t.config_hash;
+    r.config_json = t.config_json;
+    r.axes = t.axes;
+    r.priority = sweep.priority;
+    r.order_key = t.order_key;
+    r.gpus = sweep.gpus;
+    r.cpu_slots = sweep.cpu_slots;
+    r.max_attempts = sweep.max_attempts;
+    r.total_steps = t.config.train.steps;
+    r.created_at = rec.created_at;
+    trials.push_back(std::move(r));
+  }
+  ABLATE_GRPC_ASSIGN(SubmitOutcome out, scheduler_->Submit(rec, std::move(trials)));
+  resp->set_sweep_id(out.sweep_id);
+  resp->set_new_trials(out.added);
+  return grpc::Status::OK;
+}
+
+grpc::Status ControlServiceImpl::ListSweeps(grpc::ServerContext* ctx, const v1::ListSweepsRequest*,
+                                            v1::ListSweepsResponse* resp) {
+  ABLATE_AUTH(ctx);
+  ABLATE_GRPC_ASSIGN(auto sweeps, store_->ListSweeps());
+  for (const auto& s : sweeps) FillSweep(s, resp->add_sweeps());
+  return grpc::Status::OK;
+}
+
+grpc::Status ControlServiceImpl::GetSweep(grpc::ServerContext* ctx, const v1::GetSweepRequest* req,
+                                          v1::GetSweepResponse* resp) {
+  ABLATE_AUTH(ctx);
+  ABLATE_GRPC_ASSIGN(SweepSummary s, store_->GetSweep(req->sweep()));
+  ABLATE_GRPC_ASSIGN(auto trials, store_->GetTrials(s.sweep.id));
+  FillSweep(s, resp->mutable_sweep());
+  for (const auto& t : trials) FillTrial(t, resp->add_trials());
+  return grpc::Status::OK;
+}
+
+grpc::Status ControlServiceImpl::GetTrial(grpc::ServerContext* ctx, const v1::GetTrialRequest* req,
+                                          v1::GetTrialResponse* resp) {
+  ABLATE_AUTH(ctx);
+  ABLATE_GRPC_ASSIGN(TrialStatus t, store_->GetTrial(req->trial_id()));
+  FillTrial(t, resp->mutable_trial());
+  resp->mutable_trial()->set_config_json(t.trial.config_json);
+  auto sweep = store_->GetSweep(std::to_string(t.trial.sweep_id));
+  if (sweep.ok()) resp->set_sweep_name(sweep->sweep.name);
+  ABLATE_GRPC_ASSIGN(auto attempts, store_->GetAttempts(t.trial.id));
+  for (const auto& a : attempts) {
+    auto* ai = resp->add_attempts();
+    ai->set_attempt(a.attempt);
+    ai->set_worker_id(a.worker_id);
+    ai->set_state(a.state);
+    ai->set_started_at(a.started_at);
+    ai->set_ended_at(a.ended_at);
+    ai->set_exit_code(a.exit_code);
+    ai->set_reason(a.reason);
+    ai->set_checkpoint_path(a.checkpoint_path);
+    ai->set_checkpoint_step(a.checkpoint_step);
+    for (int g : a.gpu_indices) ai->add_gpu_indices(g);
+  }
+  ABLATE_GRPC_ASSIGN(auto latest, store_->GetLatestMetrics(t.trial.id));
+  for (const auto& p : latest) {
+    auto* mp = resp->add_latest();
+    mp->set_step(p.step);
+    mp->set_name(p.name);
+    mp->set_value(p.value);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status ControlServiceImpl::Cancel(grpc::ServerContext* ctx, const v1::CancelRequest* req,
+                                        v1::CancelResponse* resp) {
+  ABLATE_AUTH(ctx);
+  if (req->is_trial()) {
+    int64_t id = 0;
+    try {
+      id = std::stoll(req->target());
+    } catch (...) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "trial id must be a number, got '" + req->target() + "'");
+    }
+    ABLATE_GRPC_ASSIGN(TrialStatus t, store_->GetTrial(id));
+    (void)t;
+    ABLATE_GRPC_ASSIGN(int n, scheduler_->CancelTrial(id));
+    resp->set_canceled(n);
+    return grpc::Status::OK;
+  }
+  ABLATE_GRPC_ASSIGN(int64_t sweep_id, ResolveSweep(store_, req->target()));
+  ABLATE_GRPC_ASSIGN(int n, scheduler_->CancelSweep(sweep_id));
+  resp->set_canceled(n);
+  return grpc::Status::OK;
+}
+
+grpc::Status ControlServiceImpl::Retry(grpc::ServerContext* ctx, const v1::RetryRequest* req,
+                                       v1::RetryResponse* resp) {
+  ABLATE_AUTH(ctx);
+  ABLATE_GRPC_ASSIGN(int64_t sweep_id, ResolveSweep(store_, req->sweep()));
+  ABLATE_GRPC_ASSIGN(int n, scheduler_->Retry(sweep_id, req->failed_only()));
+  resp->set_requeued(n);
+  return grpc::Status::OK;
+}
+
+grpc::Status ControlServiceImpl::Results(grpc::ServerContext* ctx, const v1::ResultsRequest* req,
+                                         v1::ResultsResponse* resp) {
+  ABLATE_AUTH(ctx);
+  ABLATE_GRPC_ASSIGN(SweepSummary s, store_->GetSweep(req->sweep()));
+  std::string metric = req->metric().empty() ? "final_val_loss" : req->metric();
+  std::vector<std::string> by(req->by().begin(), req->by().end());
+  if (by.empty()) {
+    for (const auto& a : s.sweep.axes) {
+      if (a != "seed") by.push_back(a);
+    }
+  }
+  ABLATE_GRPC_ASSIGN(auto rows, store_->Results(s.sweep.id, metric, by));
+  resp->set_metric(metric);
+  for (const auto& b : by) resp->add_by(b);
+  for (const auto& r : rows) {
+    auto* row = resp->add_rows();
+    for (const auto& k : r.keys) row->add_keys(k);
+    row->set_n(r.n);
+    row->set_trials(r.trials);
+    row->set_mean(r.mean);
+    row->set_std(r.std);
+    row->set_min(r.min);
+    row->set_max(r.max);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status ControlServiceImpl::Query(grpc::ServerContext* ctx, const v1::QueryRequest* req,
+                                       v1::QueryResponse* resp) {
+  ABLATE_AUTH(ctx);
+  ABLATE_GRPC_ASSIGN(QueryResult r, store_->Query(req->sql(), req->max_rows()));
+  for (const auto& c : r.columns) resp->add_columns(c);
+  for (const auto& row : r.rows) {
+    auto* out = resp->add_rows();
+    for (const auto& cell : row) {
+      auto* v = out->add_values();
+      switch (cell.kind) {
+        case QueryResult::Cell::kNull: v->set_null(true); break;
+        case QueryResult::Cell::kInteger: v->set_integer(cell.i); break;
+        case QueryResult::Cell::kReal: v->set_real(cell.d); break;
+        case QueryResult::Cell::kText: v->set_text(cell.s); break;
+      }
+    }
+  }
+  resp->set_truncated(r.truncated);
+  return grpc::Status::OK;
+}
+
+grpc::Status ControlServiceImpl::ListWorkers(grpc::ServerContext* ctx,
+                                             const v1::ListWorkersRequest*,
+                                             v1::ListWorkersResponse* resp) {
+  ABLATE_AUTH(ctx);
+  for (auto& w : scheduler_->Workers()) *resp->add_workers() = std::move(w);
+  return grpc::Status::OK;
+}
+
+grpc::Status ControlServiceImpl::Logs(grpc::ServerContext* ctx, const v1::LogsRequest* req,
+                                      v1::LogsResponse* resp) {
+  ABLATE_AUTH(ctx);
+  ABLATE_GRPC_ASSIGN(TrialStatus t, store_->GetTrial(req->trial_id()));
+  (void)t;
+  ABLATE_GRPC_ASSIGN(auto attempts, store_->GetAttempts(req->trial_id()));
+  for (const auto& a : attempts) {
+    if (req->attempt() != 0 && a.attempt != req->attempt()) continue;
+    auto* e = resp->add_entries();
+    e->set_attempt(a.attempt);
+    e->set_worker_id(a.worker_id);
+    e->set_state(a.state);
+    e->set_log_tail(a.log_tail);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status ControlServiceImpl::Watch(grpc::ServerContext* ctx, const v1::WatchRequest* req,
+                                       grpc::ServerWriter<v1::SweepSnapshot>* writer) {
+  ABLATE_AUTH(ctx);
+  ABLATE_GRPC_ASSIGN(SweepSummary first, store_->GetSweep(req->sweep()));
+  const int64_t sweep_id = first.sweep.id;
+  const int interval_ms = req->interval_ms() > 0 ? std::max(100, req->interval_ms()) : 1000;
+  std::string last;
+  auto last_sent = std::chrono::steady_clock::now() - std::chrono::hours(1);
+  while (!ctx->IsCancelled() && !shutting_down_) {
+    ABLATE_GRPC_ASSIGN(SweepSummary s, store_->GetSweep(std::to_string(sweep_id)));
+    ABLATE_GRPC_ASSIGN(auto trials, store_->GetTrials(sweep_id));
+    v1::SweepSnapshot snap;
+    FillSweep(s, snap.mutable_sweep());
+    for (const auto& t : trials) FillTrial(t, snap.add_trials());
+    std::string bytes = snap.SerializeAsString();
+    auto now = std::chrono::steady_clock::now();
+    // Send on change, and at least every 5 intervals as a keep-alive.
+    if (bytes != last || now - last_sent > std::chrono::milliseconds(5 * interval_ms)) {
+      if (!writer->Write(snap)) break;
+      last = std::move(bytes);
+      last_sent = now;
+    }
+    if (snap.sweep().finished()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(interval_ms));
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace ablate::server

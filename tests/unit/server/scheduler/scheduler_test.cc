@@ -1,0 +1,349 @@
+// The scheduler against a real Store (a temporary SQLite file), a fake clock and fake worker links:
+// placement, acks after commit, fencing, leases, retries, cancel, recovery.
+#include "scheduler/scheduler.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+namespace ablate::server {
+namespace {
+
+class FakeClock : public Clock {
+ public:
+  double Now() const override { return t; }
+  double t = 1000;
+};
+
+class FakeLink : public WorkerLink {
+ public:
+  void Send(const v1::CoordinatorMessage& m) override {
+    std::lock_guard<std::mutex> l(mu);
+    msgs.push_back(m);
+  }
+  std::vector<v1::CoordinatorMessage> Of(v1::CoordinatorMessage::MsgCase c) {
+    std::lock_guard<std::mutex> l(mu);
+    std::vector<v1::CoordinatorMessage> out;
+    for (const auto& m : msgs)
+      if (m.msg_case() == c) out.push_back(m);
+    return out;
+  }
+  size_t Count(v1::CoordinatorMessage::MsgCase c) { return Of(c).size(); }
+  std::mutex mu;
+  std::vector<v1::CoordinatorMessage> msgs;
+};
+
+template <typename F>
+bool WaitFor(F pred) {
+  for (int i = 0; i < 400; ++i) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return pred();
+}
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/ablate_sched_XXXXXX";
+    dir_ = ::mkdtemp(tmpl);
+    Open();
+  }
+  void Open() {
+    Store::Options o;
+    o.path = dir_ + "/ablate.db";
+    auto s = Store::Open(o);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    store_ = std::move(*s);
+    SchedulerOptions so;
+    so.lease_s = 30;
+    so.quarantine_after = 3;
+    sched_ = std::make_unique<Scheduler>(store_.get(), &clock_, so);
+    ASSERT_TRUE(sched_->Recover().ok());
+  }
+  void Reopen() {
+    sched_.reset();
+    store_.reset();
+    Open();
+  }
+  int64_t Submit(const std::string& name, int n, int gpus = 0, int priority = 0,
+                 int max_attempts = 3) {
+    SweepRecord s;
+    s.name = name;
+    s.priority = priority;
+    s.max_attempts = max_attempts;
+    s.gpus = gpus;
+    s.cpu_slots = gpus == 0 ? 1 : 0;
+    s.axes = {"i"};
+    std::vector<TrialRecord> trials;
+    for (int i = 0; i < n; ++i) {
+      TrialRecord r;
+      r.config_hash = name + std::to_string(i);
+      r.config_json = "{\"i\":" + std::to_string(i) + "}";
+      r.axes = {{"i", std::to_string(i)}};
+      r.order_key = i;
+      r.gpus = gpus;
+      r.cpu_slots = s.cpu_slots;
+      r.max_attempts = max_attempts;
+      r.total_steps = 10;
+      trials.push_back(r);
+    }
+    auto out = sched_->Submit(s, trials);
+    EXPECT_TRUE(out.ok()) << out.status().ToString();
+    return out.ok() ? out->sweep_id : 0;
+  }
+  std::shared_ptr<FakeLink> Connect(const std::string& id, int cpu_slots, int gpus = 0,
+                                    std::vector<v1::AttemptRef> running = {}) {
+    auto link = std::make_shared<FakeLink>();
+    v1::Register reg;
+    reg.set_worker_id(id);
+    reg.set_hostname("host-" + id);
+    reg.set_cpu_slots(cpu_slots);
+    for (int g = 0; g < gpus; ++g) {
+      auto* info = reg.add_gpus();
+      info->set_index(g);
+      info->set_uuid("GPU-" + id + "-" + std::to_string(g));
+    }
+    for (const auto& r : running) *reg.add_running() = r;
+    sched_->Register(reg, link);
+    return link;
+  }
+  v1::TrialEvent Event(const v1::Assignment& a, v1::TrialEvent::Kind kind, int64_t seq,
+                       const std::string& status = "ok", int exit_code = 0) {
+    v1::TrialEvent e;
+    e.set_trial_id(a.trial_id());
+    e.set_attempt(a.attempt());
+    e.set_seq(seq);
+    e.set_kind(kind);
+    e.set_status(status);
+    e.set_exit_code(exit_code);
+    e.set_reason(exit_code ? "exit code " + std::to_string(exit_code) : "");
+    return e;
+  }
+  std::string State(int64_t trial_id) {
+    EXPECT_TRUE(store_->Flush().ok());
+    auto t = store_->GetTrial(trial_id);
+    return t.ok() ? t->trial.state : "?";
+  }
+
+  std::string dir_;
+  FakeClock clock_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<Scheduler> sched_;
+};
+
+using MC = v1::CoordinatorMessage;
+
+TEST_F(SchedulerTest, AssignsUpToFreeSlotsAfterCommit) {
+  Submit("s", 3);
+  auto link = Connect("w1", 2);
+  ASSERT_TRUE(WaitFor([&] { return link->Count(MC::kAssign) == 2; }));
+  auto msgs = link->msgs;
+  EXPECT_EQ(msgs[0].msg_case(), MC::kRegistered);  // registered before any assignment
+  auto a = link->Of(MC::kAssign)[0].assign();
+  EXPECT_EQ(a.attempt(), 1);
+  EXPECT_EQ(a.sweep_name(), "s");
+  EXPECT_EQ(a.cpu_slots(), 1);
+  EXPECT_EQ(State(a.trial_id()), "running");
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(link->Count(MC::kAssign), 2u);  // the third waits for a slot
+}
+
+TEST_F(SchedulerTest, FinishFreesTheSlotAndAcksAfterCommit) {
+  Submit("s", 2);
+  auto link = Connect("w1", 1);
+  ASSERT_TRUE(WaitFor([&] { return link->Count(MC::kAssign) == 1; }));
+  auto a = link->Of(MC::kAssign)[0].assign();
+  v1::MetricBatch b;
+  b.set_trial_id(a.trial_id());
+  b.set_attempt(1);
+  b.set_seq(1);
+  for (int i = 0; i < 5; ++i) {
+    auto* p = b.add_points();
+    p->set_step(i);
+    p->set_name("loss");
+    p->set_value(5.0 - i);
+  }
+  sched_->OnMetrics("w1", b);
+  sched_->OnMetrics("w1", b);  // a replay
+  sched_->OnEvent("w1", Event(a, v1::TrialEvent::FINISHED, 2));
+  ASSERT_TRUE(WaitFor([&] { return link->Count(MC::kAck) == 3; }));
+  ASSERT_TRUE(WaitFor([&] { return link->Count(MC::kAssign) == 2; }));
+  EXPECT_EQ(State(a.trial_id()), "succeeded");
+  auto series = store_->GetSeries(a.trial_id(), "loss");
+  ASSERT_TRUE(series.ok());
+  EXPECT_EQ(series->size(), 5u);  // stored once
+  EXPECT_EQ(sched_->counters().duplicate_reports, 1);
+}
+
+TEST_F(SchedulerTest, LeaseExpiryRequeuesAndFencesTheOldAttempt) {
+  Submit("s", 1);
+  auto l1 = Connect("w1", 1);
+  ASSERT_TRUE(WaitFor([&] { return l1->Count(MC::kAssign) == 1; }));
+  auto a1 = l1->Of(MC::kAssign)[0].assign();
+  sched_->Disconnect("w1", l1.get());
+  auto l2 = Connect("w2", 1);
+  clock_.t += 31;
+  sched_->Tick();
+  ASSERT_TRUE(WaitFor([&] { return l2->Count(MC::kAssign) == 1; }));
+  auto a2 = l2->Of(MC::kAssign)[0].assign();
+  EXPECT_EQ(a2.trial_id(), a1.trial_id());
+  EXPECT_EQ(a2.attempt(), 2);
+  // w1 comes back and replays attempt 1: fenced (acked, not stored) and told to stop.
+  auto l1b = Connect("w1", 1, 0, {[&] {
+                       v1::AttemptRef r;
+                       r.set_trial_id(a1.trial_id());
+                       r.set_attempt(1);
+                       return r;
+                     }()});
+  auto reg = l1b->Of(MC::kRegistered)[0].registered();
+  ASSERT_EQ(reg.stop_size(), 1);
+  EXPECT_EQ(reg.stop(0).attempt(), 1);
+  v1::MetricBatch stale;
+  stale.set_trial_id(a1.trial_id());
+  stale.set_attempt(1);
+  stale.set_seq(7);
+  auto* p = stale.add_points();
+  p->set_name("loss");
+  p->set_value(1);
+  sched_->OnMetrics("w1", stale);
+  ASSERT_TRUE(WaitFor([&] { return l1b->Count(MC::kAck) == 1; }));
+  ASSERT_TRUE(store_->Flush().ok());
+  EXPECT_TRUE(store_->GetSeries(a1.trial_id(), "loss")->empty());
+  auto attempts = store_->GetAttempts(a1.trial_id());
+  ASSERT_EQ(attempts->size(), 2u);
+  EXPECT_EQ((*attempts)[0].state, "lost");
+}
+
+TEST_F(SchedulerTest, FailuresRetryUpToMaxAttemptsAndConfigErrorsDoNot) {
+  Submit("s", 2, 0, 0, 2);
+  auto link = Connect("w1", 1);
+  ASSERT_TRUE(WaitFor([&] { return link->Count(MC::kAssign) == 1; }));
+  auto a1 = link->Of(MC::kAssign)[0].assign();
+  sched_->OnEvent("w1", Event(a1, v1::TrialEvent::FAILED, 1, "", 1));
+  ASSERT_TRUE(WaitFor([&] { return link->Count(MC::kAssign) == 2; }));
+  auto a2 = link->Of(MC::kAssign)[1].assign();
+  EXPECT_EQ(a2.trial_id(), a1.trial_id());  // requeued at its place in the order
+  EXPECT_EQ(a2.attempt(), 2);
+  sched_->OnEvent("w1", Event(a2, v1::TrialEvent::FAILED, 1, "", 1));
+  ASSERT_TRUE(WaitFor([&] { return link->Count(MC::kAssign) == 3; }));
+  EXPECT_EQ(State(a1.trial_id()), "failed");
+  EXPECT_EQ(store_->GetTrial(a1.trial_id())->trial.attempts, 2);
+  EXPECT_NE(store_->GetTrial(a1.trial_id())->trial.reason.find("gave up after 2 attempts"),
+            std::string::npos);
+  auto b = link->Of(MC::kAssign)[2].assign();
+  EXPECT_NE(b.trial_id(), a1.trial_id());
+  sched_->OnEvent("w1", Event(b, v1::TrialEvent::FAILED, 1, "", 2));  // exit 2: bad config, final
+  EXPECT_EQ(State(b.trial_id()), "failed");
+  EXPECT_EQ(store_->GetTrial(b.trial_id())->trial.attempts, 1);
+}
+
+TEST_F(SchedulerTest, QuarantineAfterRepeatedFailuresOfDifferentTrials) {
+  Submit("s", 4, 0, 0, 1);
+  auto link = Connect("w1", 1);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(WaitFor([&] { return link->Count(MC::kAssign) == size_t(i + 1); }));
+    auto a = link->Of(MC::kAssign)[i].assign();
+    sched_->OnEvent("w1", Event(a, v1::TrialEvent::FAILED, 1, "", 1));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(link->Count(MC::kAssign), 3u);  // quarantined: no fourth assignment
+  auto workers = sched_->Workers();
+  ASSERT_EQ(workers.size(), 1u);
+  EXPECT_EQ(workers[0].state(), "quarantined");
+  clock_.t += 601;
+  sched_->Tick();
+  ASSERT_TRUE(WaitFor([&] { return link->Count(MC::kAssign) == 4; }));
+}
+
+TEST_F(SchedulerTest, CancelRunningSendsCancelAndEnds) {
+  int64_t sweep = Submit("s", 3);
+  auto link = Connect("w1", 1);
+  ASSERT_TRUE(WaitFor([&] { return link->Count(MC::kAssign) == 1; }));
+  auto a = link->Of(MC::kAssign)[0].assign();
+  auto n = sched_->CancelSweep(sweep);
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 3);
+  ASSERT_EQ(link->Count(MC::kCancel), 1u);
+  EXPECT_EQ(State(a.trial_id()), "canceled");
+  sched_->OnEvent("w1", Event(a, v1::TrialEvent::CANCELED, 1));
+  ASSERT_TRUE(WaitFor([&] { return link->Count(MC::kAck) == 1; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_EQ(link->Count(MC::kAssign), 1u);  // nothing else runs
+  EXPECT_EQ((*store_->GetAttempts(a.trial_id()))[0].state, "canceled");
+  // Retry brings canceled trials back; --failed only would not.
+  auto none = sched_->Retry(sweep, true);
+  EXPECT_EQ(*none, 0);
+  auto all = sched_->Retry(sweep, false);
+  EXPECT_EQ(*all, 3);
+  ASSERT_TRUE(WaitFor([&] { return link->Count(MC::kAssign) == 2; }));
+}
+
+TEST_F(SchedulerTest, GpuPlacementKeepsMultiGpuTrialsOnOneWorker) {
+  Submit("two", 1, 2);
+  Submit("one", 2, 1);
+  auto w1 = Connect("w1", 0, 1);  // one GPU: only 1-GPU trials fit
+  auto w2 = Connect("w2", 0, 2);
+  ASSERT_TRUE(WaitFor([&] { return w1->Count(MC::kAssign) == 1 && w2->Count(MC::kAssign) >= 1; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  for (const auto& m : w1->Of(MC::kAssign)) EXPECT_EQ(m.assign().gpu_indices_size(), 1);
+  int gpus_on_w2 = 0;
+  for (const auto& m : w2->Of(MC::kAssign)) gpus_on_w2 += m.assign().gpu_indices_size();
+  EXPECT_LE(gpus_on_w2, 2);
+}
+
+TEST_F(SchedulerTest, PriorityFirstThenFairnessAcrossSweeps) {
+  Submit("low", 4, 0, 0);
+  Submit("high", 2, 0, 5);
+  Submit("low2", 4, 0, 0);
+  auto link = Connect("w1", 6);
+  ASSERT_TRUE(WaitFor([&] { return link->Count(MC::kAssign) == 6; }));
+  auto as = link->Of(MC::kAssign);
+  EXPECT_EQ(as[0].assign().sweep_name(), "high");
+  EXPECT_EQ(as[1].assign().sweep_name(), "high");
+  int low = 0, low2 = 0;
+  for (size_t i = 2; i < 6; ++i) {
+    low += as[i].assign().sweep_name() == "low";
+    low2 += as[i].assign().sweep_name() == "low2";
+  }
+  EXPECT_EQ(low, 2);
+  EXPECT_EQ(low2, 2);
+}
+
+TEST_F(SchedulerTest, RestartRecoversAndReadoptsRunningAttempts) {
+  Submit("s", 2);
+  auto link = Connect("w1", 1);
+  ASSERT_TRUE(WaitFor([&] { return link->Count(MC::kAssign) == 1; }));
+  auto a = link->Of(MC::kAssign)[0].assign();
+  ASSERT_TRUE(store_->Flush().ok());
+  Reopen();  // the coordinator restarts
+  v1::AttemptRef ref;
+  ref.set_trial_id(a.trial_id());
+  ref.set_attempt(a.attempt());
+  auto l2 = Connect("w1", 1, 0, {ref});
+  auto reg = l2->Of(MC::kRegistered)[0].registered();
+  ASSERT_EQ(reg.adopted_size(), 1);
+  EXPECT_EQ(reg.stop_size(), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_EQ(l2->Count(MC::kAssign), 0u);  // its one slot is still busy with the adopted attempt
+  sched_->OnEvent("w1", Event(a, v1::TrialEvent::FINISHED, 5));
+  ASSERT_TRUE(WaitFor([&] { return l2->Count(MC::kAssign) == 1; }));
+  EXPECT_EQ(State(a.trial_id()), "succeeded");
+}
+
+TEST_F(SchedulerTest, WorkerThatLostItsAttemptsGetsThemRequeued) {
+  Submit("s", 1);
+  auto link = Connect("w1", 1);
+  ASSERT_TRUE(WaitFor([&] { return link->Count(MC::kAssign) == 1; }));
+  auto a = link->Of(MC::kAssign)[0].assign();
+  auto l2 = Connect("w1", 1);  // restarted worker, no running attempts
+  ASSERT_TRUE(WaitFor([&] { return l2->Count(MC::kAssign) == 1; }));
+  EXPECT_EQ(l2->Of(MC::kAssign)[0].assign().attempt(), 2);
+  EXPECT_EQ(l2->Of(MC::kAssign)[0].assign().trial_id(), a.trial_id());
+}
+
+}  // namespace
+}  // namespace ablate::server
