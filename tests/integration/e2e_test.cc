@@ -1,0 +1,317 @@
+// The whole system with the real binaries on loopback: ablated, two ablate-worker processes running
+// the real CPU trainer, and the ablate CLI.
+//   - a 2x2x2 sweep runs to completion, every trial succeeds exactly once;
+//   - the metrics in SQLite equal what each trainer printed (count and values);
+//   - `results` prints the right table; `query` rejects writes;
+//   - resubmitting adds nothing; cancel stops the trainers; retry requeues only what it should.
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <sys/stat.h>
+
+#include <cmath>
+#include <map>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "process_util.h"
+
+#ifndef ABLATED_BIN
+#error "ABLATED_BIN, ABLATE_WORKER_BIN, ABLATE_CLI_BIN, ABLATE_TRAIN_BIN must be defined"
+#endif
+
+namespace ablate::testing {
+namespace {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+std::string TempDir() {
+  char tmpl[] = "/tmp/ablate_e2e_XXXXXX";
+  return ::mkdtemp(tmpl);
+}
+
+// A toy corpus (the tests need no download).
+std::string Corpus() {
+  std::string text;
+  const char* words[] = {"alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"};
+  unsigned x = 7;
+  while (text.size() < 40000) {
+    x = x * 1103515245u + 12345u;
+    text += words[(x >> 16) % 8];
+    text += (x >> 8) % 9 == 0 ? ".\n" : " ";
+  }
+  return text;
+}
+
+class Cluster : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(TempDir());
+    std::ofstream(*dir_ + "/corpus.txt") << Corpus();
+    ::mkdir((*dir_ + "/coord").c_str(), 0700);
+    coordinator_ = new Proc(Spawn({ABLATED_BIN, "--data-dir", *dir_ + "/coord", "--grpc",
+                                   "127.0.0.1:0", "--lease-seconds", "4",
+                                   "--heartbeat-seconds", "0.5"},
+                                  *dir_ + "/ablated.log"));
+    for (int i = 0; i < 200 && ReadFile(*dir_ + "/coord/ablated.addr").empty(); ++i) {
+      std::this_thread::sleep_for(milliseconds(50));
+    }
+    addr_ = new std::string(ReadFile(*dir_ + "/coord/ablated.addr"));
+    while (!addr_->empty() && addr_->back() == '\n') addr_->pop_back();
+    ASSERT_FALSE(addr_->empty()) << ReadFile(*dir_ + "/ablated.log");
+    for (int w = 0; w < 2; ++w) {
+      workers_[w] = new Proc(Spawn({ABLATE_WORKER_BIN, "--coordinator", *addr_, "--token-file",
+                                    *dir_ + "/coord/token", "--gpus", "none", "--cpu-slots", "2",
+                                    "--work-dir", *dir_ + "/w" + std::to_string(w), "--trainer",
+                                    ABLATE_TRAIN_BIN},
+                                   *dir_ + "/worker" + std::to_string(w) + ".log"));
+    }
+  }
+  static void TearDownTestSuite() {
+    for (auto* w : workers_) {
+      if (w) Kill(*w, SIGKILL), Wait(*w, seconds(5));
+    }
+    if (coordinator_) Kill(*coordinator_, SIGTERM), Wait(*coordinator_, seconds(10));
+  }
+
+  static Output Cli(std::vector<std::string> args, seconds timeout = seconds(60)) {
+    args.insert(args.begin(), ABLATE_CLI_BIN);
+    return Run(args, *dir_,
+               {"ABLATE_COORDINATOR=" + *addr_, "ABLATE_TOKEN_FILE=" + *dir_ + "/coord/token"},
+               timeout);
+  }
+
+  static std::string WriteSpec(const std::string& name, const std::string& body) {
+    std::string path = *dir_ + "/" + name + ".yaml";
+    std::ofstream(path) << "name: " << name << "\n" << body;
+    return path;
+  }
+
+  static std::string SmallBase(int steps) {
+    return "base:\n"
+           "  data: {corpus: " + *dir_ + "/corpus.txt, val_fraction: 0.1, eval_batches: 2}\n"
+           "  model: {seq_len: 32, layers: 1, d_model: 32, heads: 2}\n"
+           "  attention: {block_q: 16, block_kv: 16}\n"
+           "  optimizer: {lr: 0.01, lr_vector: 0.003}\n"
+           "  train: {steps: " + std::to_string(steps) +
+           ", tokens_per_step: 256, micro_batch: 8, warmup: 2, eval_every: 10,\n"
+           "          diagnostics_every: 10, checkpoint_every: 10, threads: 1}\n"
+           "resources: {gpus: 0}\n";
+  }
+
+  // Rows of a read-only query on the coordinator's database, straight through SQLite.
+  static std::vector<std::vector<std::string>> Sql(const std::string& sql) {
+    sqlite3* db = nullptr;
+    std::vector<std::vector<std::string>> rows;
+    if (sqlite3_open_v2((*dir_ + "/coord/ablate.db").c_str(), &db, SQLITE_OPEN_READONLY,
+                        nullptr) != SQLITE_OK) {
+      ADD_FAILURE() << sqlite3_errmsg(db);
+      return rows;
+    }
+    sqlite3_busy_timeout(db, 5000);
+    sqlite3_stmt* st = nullptr;
+    if (sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) != SQLITE_OK) {
+      ADD_FAILURE() << sqlite3_errmsg(db) << " in " << sql;
+    } else {
+      while (sqlite3_step(st) == SQLITE_ROW) {
+        std::vector<std::string> row;
+        for (int i = 0; i < sqlite3_column_count(st); ++i) {
+          const unsigned char* t = sqlite3_column_text(st, i);
+          row.push_back(t ? reinterpret_cast<const char*>(t) : "");
+        }
+        rows.push_back(row);
+      }
+    }
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return rows;
+  }
+
+  static std::string* dir_;
+  static std::string* addr_;
+  static Proc* coordinator_;
+  static Proc* workers_[2];
+};
+std::string* Cluster::dir_ = nullptr;
+std::string* Cluster::addr_ = nullptr;
+Proc* Cluster::coordinator_ = nullptr;
+Proc* Cluster::workers_[2] = {nullptr, nullptr};
+
+// The points a worker must have forwarded for one metrics.jsonl: every numeric field except step
+// and type, at the line's step (0 when it has none).
+std::multiset<std::tuple<int64_t, std::string, double>> ExpectedPoints(const std::string& jsonl) {
+  std::multiset<std::tuple<int64_t, std::string, double>> out;
+  std::stringstream ss(jsonl);
+  std::string line;
+  while (std::getline(ss, line)) {
+    if (line.empty()) continue;
+    json j = json::parse(line);
+    int64_t step = j.contains("step") ? j["step"].get<int64_t>() : 0;
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      if (it.key() == "step" || it.key() == "type" || !it->is_number()) continue;
+      out.insert({step, it.key(), it->get<double>()});
+    }
+  }
+  return out;
+}
+
+TEST_F(Cluster, SweepRunsToCompletionAndMetricsMatchTheTrainers) {
+  std::string spec = WriteSpec("grid222", SmallBase(20) +
+                                              "grid:\n"
+                                              "  attention.kind: [fpa, sagebwd]\n"
+                                              "  optimizer.p: [0, 0.5]\n"
+                                              "  model.mlp: [gelu, relu2]\n"
+                                              "order: grid\n");
+  Output dry = Cli({"submit", spec, "--dry-run"});
+  ASSERT_EQ(dry.code, 0) << dry.out;
+  EXPECT_NE(dry.out.find("8"), std::string::npos) << dry.out;
+  EXPECT_TRUE(Sql("SELECT id FROM sweeps").empty());  // a dry run stores nothing
+
+  Output sub = Cli({"submit", spec});
+  ASSERT_EQ(sub.code, 0) << sub.out;
+  Output watch = Cli({"watch", "grid222"}, seconds(240));
+  ASSERT_EQ(watch.code, 0) << watch.out << ReadFile(*dir_ + "/worker0.log");
+
+  auto trials = Sql("SELECT id, state, attempts FROM trials ORDER BY id");
+  ASSERT_EQ(trials.size(), 8u);
+  for (const auto& t : trials) {
+    EXPECT_EQ(t[1], "succeeded") << "trial " << t[0];
+    EXPECT_EQ(t[2], "1") << "trial " << t[0];  // exactly once
+  }
+  // Both workers took part.
+  auto workers = Sql("SELECT DISTINCT worker_id FROM attempts");
+  EXPECT_EQ(workers.size(), 2u);
+
+  // Metrics in SQLite == what each trainer printed (its metrics.jsonl), count and values.
+  for (const auto& t : trials) {
+    std::string jsonl;
+    for (int w = 0; w < 2 && jsonl.empty(); ++w) {
+      jsonl = ReadFile(*dir_ + "/w" + std::to_string(w) + "/trials/" + t[0] + "/attempt-1/metrics.jsonl");
+    }
+    ASSERT_FALSE(jsonl.empty()) << "no metrics.jsonl for trial " << t[0];
+    auto want = ExpectedPoints(jsonl);
+    std::multiset<std::tuple<int64_t, std::string, double>> got;
+    for (const auto& r : Sql("SELECT step, name, value FROM metrics WHERE trial_id = " + t[0])) {
+      got.insert({std::stoll(r[0]), r[1], std::stod(r[2])});
+    }
+    ASSERT_EQ(got.size(), want.size()) << "trial " << t[0];
+    auto g = got.begin();
+    for (auto w = want.begin(); w != want.end(); ++w, ++g) {
+      EXPECT_EQ(std::get<0>(*g), std::get<0>(*w));
+      EXPECT_EQ(std::get<1>(*g), std::get<1>(*w));
+      EXPECT_NEAR(std::get<2>(*g), std::get<2>(*w), 1e-12 * (1 + std::fabs(std::get<2>(*w))));
+    }
+  }
+
+  // results: grouped by attention.kind, the mean of final_val_loss over its 4 trials.
+  Output res = Cli({"results", "grid222", "--by", "attention.kind", "--format", "json"});
+  ASSERT_EQ(res.code, 0) << res.out;
+  json rows = json::parse(res.out);
+  ASSERT_EQ(rows.size(), 2u) << res.out;
+  for (const auto& row : rows) {
+    std::string kind = row["attention.kind"];
+    auto vals = Sql("SELECT l.value FROM latest_metrics l JOIN trials t ON t.id = l.trial_id "
+                    "WHERE l.name = 'final_val_loss' AND json_extract(t.axes_json, "
+                    "'$.\"attention.kind\"') = '" + kind + "'");
+    ASSERT_EQ(vals.size(), 4u);
+    double mean = 0;
+    for (const auto& v : vals) mean += std::stod(v[0]) / 4;
+    EXPECT_NEAR(row["mean"].get<double>(), mean, 1e-9);
+    EXPECT_EQ(row["n"], 4);
+  }
+  Output table = Cli({"results", "grid222"});
+  ASSERT_EQ(table.code, 0) << table.out;
+  EXPECT_NE(table.out.find("sagebwd"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("±"), std::string::npos) << table.out;
+
+  // query is read-only.
+  std::string count_before = Sql("SELECT count(*) FROM metrics")[0][0];
+  Output del = Cli({"query", "DELETE FROM metrics"});
+  EXPECT_NE(del.code, 0) << del.out;
+  Output drop = Cli({"query", "DROP TABLE trials"});
+  EXPECT_NE(drop.code, 0) << drop.out;
+  EXPECT_EQ(Sql("SELECT count(*) FROM metrics")[0][0], count_before);
+  Output q = Cli({"query", "SELECT count(*) AS n FROM trials", "--format", "csv"});
+  ASSERT_EQ(q.code, 0) << q.out;
+  EXPECT_NE(q.out.find("8"), std::string::npos) << q.out;
+
+  // Resubmitting adds nothing.
+  Output again = Cli({"submit", spec});
+  ASSERT_EQ(again.code, 0) << again.out;
+  EXPECT_NE(again.out.find("0 new"), std::string::npos) << again.out;
+  EXPECT_EQ(Sql("SELECT count(*) FROM trials")[0][0], "8");
+
+  // Logs and workers answer.
+  Output logs = Cli({"logs", trials[0][0]});
+  EXPECT_EQ(logs.code, 0) << logs.out;
+  Output ws = Cli({"workers", "--format", "json"});
+  ASSERT_EQ(ws.code, 0) << ws.out;
+  EXPECT_EQ(json::parse(ws.out).size(), 2u) << ws.out;
+}
+
+TEST_F(Cluster, BadSpecsQueueNothing) {
+  int64_t before = Sql("SELECT count(*) FROM trials").empty()
+                       ? 0
+                       : std::stoll(Sql("SELECT count(*) FROM trials")[0][0]);
+  std::string spec = WriteSpec("bad", SmallBase(10) + "grid:\n  atention.kind: [fpa]\n");
+  Output o = Cli({"submit", spec});
+  EXPECT_EQ(o.code, 2) << o.out;
+  EXPECT_NE(o.out.find("bad.yaml:"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("did you mean"), std::string::npos) << o.out;
+  EXPECT_EQ(std::stoll(Sql("SELECT count(*) FROM trials")[0][0]), before);
+}
+
+TEST_F(Cluster, CancelStopsTrainersAndRetryRequeuesOnlyWhatItShould) {
+  std::string spec = WriteSpec("long", SmallBase(100000) + "grid:\n  optimizer.p: [0, 0.5, 1]\n");
+  ASSERT_EQ(Cli({"submit", spec}).code, 0);
+  // Wait until trainers run.
+  bool running = false;
+  for (int i = 0; i < 200 && !running; ++i) {
+    auto r = Sql("SELECT count(*) FROM trials t JOIN sweeps s ON s.id = t.sweep_id "
+                 "WHERE s.name = 'long' AND t.state = 'running'");
+    running = !r.empty() && std::stoi(r[0][0]) >= 2;
+    if (!running) std::this_thread::sleep_for(milliseconds(100));
+  }
+  ASSERT_TRUE(running);
+  Output c = Cli({"cancel", "long"});
+  ASSERT_EQ(c.code, 0) << c.out;
+  // Every trial canceled, and no trainer of this sweep is left.
+  bool gone = false;
+  for (int i = 0; i < 150 && !gone; ++i) {
+    Output ps = Run({"/usr/bin/pgrep", "-f", "ablate-train --config " + *dir_}, *dir_);
+    gone = ps.code != 0;  // pgrep exits 1 when nothing matches
+    if (!gone) std::this_thread::sleep_for(milliseconds(100));
+  }
+  EXPECT_TRUE(gone) << "trainer processes survived the cancel";
+  auto states = Sql("SELECT DISTINCT t.state FROM trials t JOIN sweeps s ON s.id = t.sweep_id "
+                    "WHERE s.name = 'long'");
+  ASSERT_EQ(states.size(), 1u);
+  EXPECT_EQ(states[0][0], "canceled");
+  // retry --failed: nothing failed, nothing requeued; plain retry requeues the canceled ones.
+  Output r1 = Cli({"retry", "long", "--failed"});
+  ASSERT_EQ(r1.code, 0) << r1.out;
+  EXPECT_NE(r1.out.find("0"), std::string::npos) << r1.out;
+  EXPECT_EQ(Sql("SELECT count(*) FROM trials t JOIN sweeps s ON s.id = t.sweep_id "
+                "WHERE s.name = 'long' AND t.state IN ('queued', 'running')")[0][0],
+            "0");
+  Output r2 = Cli({"retry", "long"});
+  ASSERT_EQ(r2.code, 0) << r2.out;
+  EXPECT_EQ(Sql("SELECT count(*) FROM trials t JOIN sweeps s ON s.id = t.sweep_id "
+                "WHERE s.name = 'long' AND t.state IN ('queued', 'running')")[0][0],
+            "3");
+  ASSERT_EQ(Cli({"cancel", "long"}).code, 0);
+}
+
+TEST_F(Cluster, CallsWithoutTheTokenAreRefused) {
+  std::string bad = *dir_ + "/bad_token";
+  std::ofstream(bad) << "0123456789abcdef0123456789abcdef\n";
+  ::chmod(bad.c_str(), 0600);
+  Output o = Run({ABLATE_CLI_BIN, "status", "--token-file", bad}, *dir_,
+                 {"ABLATE_COORDINATOR=" + *addr_});
+  EXPECT_EQ(o.code, 5) << o.out;
+}
+
+}  // namespace
+}  // namespace ablate::testing
