@@ -91,6 +91,9 @@ int main(int argc, char** argv) {
   builder.RegisterService(&worker_service);
   builder.RegisterService(&control_service);
   builder.SetMaxReceiveMessageSize(64 << 20);
+  // Workers ping every 30 s to notice a dead coordinator host; allow it even on idle streams.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) return Fail("cannot listen on " + grpc_addr);
   std::string host = grpc_addr.substr(0, grpc_addr.rfind(':'));

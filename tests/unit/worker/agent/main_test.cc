@@ -1,0 +1,194 @@
+// ablate-worker as a process: its command line errors, and a run against the in-process fake
+// coordinator with the signals an operator sends (SIGTERM drains, a second one kills the trials).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+
+#include "agent/process.h"
+#include "agent/spool.h"
+#include "agent/util.h"
+#include "fake_coordinator.h"
+#include "test_util.h"
+
+#ifndef ABLATE_WORKER_BIN
+#error "ABLATE_WORKER_BIN must name the ablate-worker binary"
+#endif
+
+namespace ablate::agent {
+namespace {
+
+using testing::FakeCoordinator;
+using testing::ReadAll;
+using testing::TempDir;
+using testing::WaitFor;
+
+class WorkerMainTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    grpc::ServerBuilder b;
+    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    b.RegisterService(&coord_);
+    server_ = b.BuildAndStart();
+    ASSERT_TRUE(server_);
+    trainer_ = testing::WriteFakeTrainer(dir_.path());
+    token_ = dir_.path() + "/token";
+    testing::WriteAll(token_, std::string(testing::kToken) + "\n");
+    ::chmod(token_.c_str(), 0600);
+  }
+  void TearDown() override {
+    if (child_ && !child_->TryWait()) child_->SignalGroup(SIGKILL);
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  }
+
+  // Starts ablate-worker with `args`; its stderr goes to <dir>/worker.log.
+  void Launch(std::vector<std::string> args) {
+    SpawnSpec spec;
+    spec.program = ABLATE_WORKER_BIN;
+    spec.args = std::move(args);
+    spec.stderr_path = dir_.path() + "/worker.log";
+    spec.env = {{"ABLATE_COORDINATOR", "127.0.0.1:" + std::to_string(port_)}};
+    auto c = RealSpawner()->Spawn(spec);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    child_ = std::move(*c);
+  }
+
+  // Waits for the worker to exit (draining its stdout); nullopt after timeout_ms.
+  std::optional<ExitStatus> Wait(int timeout_ms) {
+    std::optional<ExitStatus> st;
+    WaitFor(
+        [&] {
+          std::string sink;
+          child_->ReadStdout(&sink, 0);
+          st = child_->TryWait();
+          return st.has_value();
+        },
+        timeout_ms);
+    return st;
+  }
+
+  // Runs ablate-worker to its end; returns its exit code and stderr.
+  std::pair<int, std::string> RunToEnd(std::vector<std::string> args) {
+    ::unlink((dir_.path() + "/worker.log").c_str());
+    Launch(std::move(args));
+    auto st = Wait(15000);
+    EXPECT_TRUE(st.has_value()) << "ablate-worker did not exit";
+    return {st ? st->code : -1, ReadAll(dir_.path() + "/worker.log")};
+  }
+
+  TempDir dir_;
+  FakeCoordinator coord_;
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+  std::string trainer_, token_;
+  std::unique_ptr<ChildProcess> child_;
+};
+
+TEST_F(WorkerMainTest, BadCommandLinesExitWithCode2AndSayWhy) {
+  const std::string work = dir_.path() + "/w";
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"--gpus", "none"}, "--token-file is required"},
+      {{"--token-file", dir_.path() + "/missing"},
+       "--token-file: token file " + dir_.path() + "/missing"},
+      {{"--token-file", token_, "--gpus", "0,x"}, "--gpus: 'x' is not a GPU index"},
+      {{"--token-file", token_, "--gpus", "none", "--cpu-slots", "0"}, "it could run nothing"},
+      {{"--token-file", token_, "--gpus", "none", "--work-dir", work, "--trainer",
+        dir_.path() + "/nope"},
+       "--trainer " + dir_.path() + "/nope: not an executable file"},
+      {{"--token-file", token_, "--bogus"}, "--bogus"},
+  };
+  for (const auto& c : cases) {
+    auto [code, err] = RunToEnd(c.args);
+    EXPECT_EQ(code, 2) << err;
+    EXPECT_NE(err.find(c.message), std::string::npos) << "expected '" << c.message << "' in:\n"
+                                                      << err;
+  }
+}
+
+TEST_F(WorkerMainTest, SigtermDrainsAndASecondOneKillsTheTrials) {
+  const std::string work = dir_.path() + "/work";
+  v1::Assignment a;
+  a.set_trial_id(12);
+  a.set_attempt(1);
+  a.set_config_json(R"({"mode": "sleep"})");
+  a.set_cpu_slots(1);
+  coord_.Assign(a);
+  Launch({"--token-file", token_, "--gpus", "none", "--cpu-slots", "2", "--work-dir", work,
+          "--trainer", trainer_});
+  ASSERT_TRUE(coord_.WaitUntil([&] { return coord_.HasEvent(12, v1::TrialEvent::STARTED); }))
+      << ReadAll(dir_.path() + "/worker.log");
+  {
+    std::lock_guard<std::mutex> l(coord_.mu());
+    ASSERT_EQ(coord_.registers().size(), 1u);
+    const auto& reg = coord_.registers()[0];
+    std::string id = ReadAll(work + "/worker_id");
+    ASSERT_FALSE(id.empty());
+    id.pop_back();  // newline
+    EXPECT_EQ(reg.worker_id(), id);
+    EXPECT_EQ(reg.cpu_slots(), 2);
+    EXPECT_EQ(reg.gpus_size(), 0);
+    EXPECT_FALSE(reg.hostname().empty());
+    EXPECT_FALSE(reg.version().empty());
+  }
+  // First SIGTERM: draining, the trial keeps running.
+  ::kill(child_->pid(), SIGTERM);
+  ASSERT_TRUE(coord_.WaitUntil([&] {
+    for (const auto& h : coord_.heartbeats()) {
+      if (h.draining()) return true;
+    }
+    return false;
+  }));
+  EXPECT_FALSE(Wait(300).has_value()) << "the worker exited while its trial was running";
+  {
+    std::lock_guard<std::mutex> l(coord_.mu());
+    EXPECT_EQ(coord_.FinalOf(12, 1), nullptr);
+  }
+  // Second SIGTERM: the trial is killed and reported, the worker exits 0.
+  ::kill(child_->pid(), SIGTERM);
+  auto st = Wait(10000);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_FALSE(st->signaled);
+  EXPECT_EQ(st->code, 0) << ReadAll(dir_.path() + "/worker.log");
+  std::lock_guard<std::mutex> l(coord_.mu());
+  const v1::TrialEvent* e = coord_.FinalOf(12, 1);
+  ASSERT_NE(e, nullptr) << ReadAll(dir_.path() + "/worker.log");
+  EXPECT_EQ(e->kind(), v1::TrialEvent::FAILED);
+  EXPECT_EQ(e->reason(), "worker stopped: killed by signal 9 (SIGKILL)");
+}
+
+TEST_F(WorkerMainTest, DrainFlagResendsAndExitsKeepingTheWorkerId) {
+  const std::string work = dir_.path() + "/work";
+  ASSERT_TRUE(MakeDirs(work).ok());
+  testing::WriteAll(work + "/worker_id", "node-a-123456\n");
+  // A finished attempt whose final event was never acknowledged.
+  const std::string adir = work + "/trials/30/attempt-1";
+  ASSERT_TRUE(MakeDirs(adir).ok());
+  {
+    auto spool = Spool::Open(adir + "/spool");
+    ASSERT_TRUE(spool.ok());
+    v1::WorkerMessage m;
+    m.mutable_event()->set_trial_id(30);
+    m.mutable_event()->set_attempt(1);
+    m.mutable_event()->set_seq(4);
+    m.mutable_event()->set_kind(v1::TrialEvent::FINISHED);
+    m.mutable_event()->set_status("diverged");
+    ASSERT_TRUE((*spool)->Append(m).ok());
+  }
+  auto [code, err] = RunToEnd({"--token-file", token_, "--gpus", "none", "--work-dir", work,
+                               "--trainer", trainer_, "--drain"});
+  EXPECT_EQ(code, 0) << err;
+  std::lock_guard<std::mutex> l(coord_.mu());
+  ASSERT_EQ(coord_.registers().size(), 1u) << err;
+  EXPECT_EQ(coord_.registers()[0].worker_id(), "node-a-123456");
+  EXPECT_TRUE(coord_.registers()[0].draining());
+  EXPECT_EQ(coord_.registers()[0].cpu_slots(), 1);  // the default without GPUs
+  ASSERT_NE(coord_.FinalOf(30, 1), nullptr);
+  EXPECT_EQ(coord_.FinalOf(30, 1)->status(), "diverged");
+  EXPECT_FALSE(FileExists(adir + "/spool"));
+}
+
+}  // namespace
+}  // namespace ablate::agent

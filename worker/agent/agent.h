@@ -1,0 +1,160 @@
+// Agent: ablate-worker's core. Holds one WorkerService.Connect stream to the coordinator, runs each
+// assigned attempt as a supervised ablate-train child, and delivers every report at least once
+// (the coordinator deduplicates; proto/ablate.proto states the contract).
+//
+// Lifecycle of a connection: Connect → Register (GPUs, CPU slots, the attempts still running,
+// draining) → Registered (heartbeat period; `stop` lists attempts to kill) → every unacknowledged
+// report is resent in seq order → heartbeats every heartbeat_ms with the running attempts, new
+// reports as they are produced. When the stream breaks or the coordinator is unreachable the agent
+// reconnects with exponential backoff (backoff_initial_ms doubling to backoff_max_ms, each wait
+// randomized to 50–100 %), while the trainers keep running and their reports pile up in the spools.
+//
+// Attempts: an Assignment runs `<trainer> --config <dir>/config.yaml --out <dir> [--resume <ckpt>]`
+// in <work_dir>/trials/<trial_id>/attempt-<n>/ (stderr → stderr.log, reports → spool) with
+// CUDA_VISIBLE_DEVICES set to the assigned GPUs ("" for CPU trials) and ABLATE_CPU_THREADS to the
+// attempt's share of the cores. Cancel (or Registered.stop) → SIGTERM, SIGKILL after the grace.
+// An attempt is listed as running (Register, Heartbeat) until its final event is acknowledged, so a
+// coordinator that reconnects between the trainer's exit and that ack keeps the attempt instead of
+// declaring it lost.
+//
+// Restart: Run() first reads every spool under <work_dir>/trials. Attempts whose final event is in
+// the spool are resent as they are; attempts that were still running when the previous worker
+// process died cannot be re-attached (their stdout pipe died with it): what is left of their
+// process group is killed and a FAILED event ("trainer lost ...") is added, so the coordinator can
+// retry them from their last checkpoint at once.
+//
+// Shutdown: Drain() (first SIGINT/SIGTERM, or --drain) stops taking assignments (an assignment that
+// still arrives is answered with FAILED "worker is draining"), tells the coordinator, waits for the
+// running trainers, gives the coordinator up to drain_ack_wait_ms to acknowledge the last reports
+// and returns. Stop() (a second signal) kills the trainers (FAILED "worker stopped: killed by
+// signal 9 (SIGKILL)"), waits up to shutdown_ack_wait_ms for acks and returns. Unacknowledged
+// reports stay in the spools for the next start.
+//
+// Thread safety: Run() is called once; Drain(), Stop() and stats() from any thread (signal
+// handling thread included, but not from a signal handler).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ablate/status.h"
+#include "agent/clock.h"
+#include "agent/outbox.h"
+#include "agent/process.h"
+#include "agent/spool.h"
+#include "agent/supervisor.h"
+#include "agent/transport.h"
+#include "proto/ablate.pb.h"
+
+namespace ablate::agent {
+
+struct AgentOptions {
+  std::string worker_id;
+  std::string hostname;
+  std::vector<v1::GpuInfo> gpus;  // empty: a CPU worker
+  int cpu_slots = 0;
+  std::string work_dir;      // absolute; attempts live in <work_dir>/trials
+  std::string trainer_path;  // the ablate-train executable
+  std::string version;
+  bool start_draining = false;  // --drain: resend what the spools hold, run nothing, exit
+  int nproc = 0;                // cores to share among attempts (0: hardware_concurrency)
+
+  int64_t default_heartbeat_ms = 5000;  // until Registered says otherwise
+  int64_t register_timeout_ms = 10000;  // no Registered within this: reconnect
+  int64_t backoff_initial_ms = 200;
+  int64_t backoff_max_ms = 5000;
+  int64_t drain_ack_wait_ms = 10000;
+  int64_t shutdown_ack_wait_ms = 2000;
+  SupervisorOptions supervisor;
+  OutboxOptions outbox;
+  SpoolOptions spool;
+  // Where log lines go (one line per call, without a newline). Default: stderr with a timestamp.
+  std::function<void(const std::string&)> log;
+};
+
+// The environment the agent runs in; not owned, must outlive the Agent.
+struct AgentEnv {
+  CoordinatorConnector* connector = nullptr;
+  ProcessSpawner* spawner = nullptr;
+  Clock* clock = nullptr;
+};
+
+class Agent {
+ public:
+  Agent(AgentOptions options, AgentEnv env);
+  ~Agent();  // kills and reaps trainers still running (only when Run() did not finish)
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
+
+  // Runs until drained or stopped. Errors: only setup failures (the work dir cannot be used).
+  Status Run();
+  void Drain();
+  void Stop();
+
+  struct Stats {
+    int64_t connects = 0;       // streams opened
+    int64_t registrations = 0;  // Registered received
+    int64_t reports_sent = 0;   // MetricBatch/TrialEvent writes (resends included)
+    int64_t acks = 0;
+    int64_t heartbeats = 0;
+    int64_t assignments = 0;
+    int64_t non_json_lines = 0;  // over finished attempts
+    int64_t spool_errors = 0;
+    int running = 0;  // attempts not yet finished and acknowledged
+  };
+  Stats stats() const;
+
+ private:
+  struct Key {
+    int64_t trial_id;
+    int32_t attempt;
+    bool operator<(const Key& o) const {
+      return trial_id != o.trial_id ? trial_id < o.trial_id : attempt < o.attempt;
+    }
+  };
+  struct Attempt;
+  class Sink;
+  struct Session;
+
+  void Log(const std::string& line);
+  std::string AttemptDir(const Key& k) const;
+  void Recover();
+  bool RunSession(CoordinatorStream* stream);
+  void ReaderLoop(std::shared_ptr<Session> session, CoordinatorStream* stream);
+  void HandleMessage(const v1::CoordinatorMessage& m, Session* session);
+  void StartAttempt(const v1::Assignment& a);
+  void CancelAttempt(const Key& k, const std::string& reason);
+  void OnPoints(const Key& k, std::vector<v1::MetricPoint> points);
+  void OnEvent(const Key& k, v1::TrialEvent event);
+  v1::WorkerMessage MakeRegister();
+  void FillRunning(google::protobuf::RepeatedPtrField<v1::AttemptRef>* out);
+  bool ExitDue(int64_t now);
+  void ReapDone(std::vector<std::unique_ptr<Attempt>>* done);
+  int CpuThreads(const v1::Assignment& a) const;
+
+  const AgentOptions options_;
+  const AgentEnv env_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<Key, std::unique_ptr<Attempt>> attempts_;  // GUARDED_BY(mu_)
+  bool draining_ = false;                             // GUARDED_BY(mu_)
+  bool stop_ = false;                                 // GUARDED_BY(mu_)
+  bool connected_ = false;                            // GUARDED_BY(mu_): registered stream up
+  bool tried_connect_ = false;                        // GUARDED_BY(mu_): Connect() was tried once
+  int64_t heartbeat_ms_;                              // GUARDED_BY(mu_)
+  int64_t quiet_since_ms_ = 0;                        // GUARDED_BY(mu_): draining, no trainer left
+  bool heartbeat_now_ = false;                        // GUARDED_BY(mu_)
+  Stats stats_;                                       // GUARDED_BY(mu_)
+  std::mt19937_64 rng_;                               // Run()'s thread only
+};
+
+}  // namespace ablate::agent

@@ -1,0 +1,259 @@
+#include "agent/setup.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <climits>
+#include <cstdlib>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "ablate/token.h"
+#include "agent/agent.h"
+#include "agent/gpus.h"
+#include "agent/util.h"
+
+#ifndef ABLATE_VERSION
+#define ABLATE_VERSION "dev"
+#endif
+
+namespace ablate::agent {
+namespace {
+
+bool IsExecutableFile(const std::string& p) {
+  return !p.empty() && ::access(p.c_str(), X_OK) == 0 && FileExists(p) &&
+         ::access((p + "/.").c_str(), F_OK) != 0;  // not a folder
+}
+
+std::string Trim(std::string s) {
+  const auto b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  const auto e = s.find_last_not_of(" \t\r\n");
+  return s.substr(b, e - b + 1);
+}
+
+std::string Hostname() {
+  char buf[256] = {0};
+  if (::gethostname(buf, sizeof buf - 1) != 0 || buf[0] == 0) return "worker";
+  return buf;
+}
+
+StatusOr<std::string> AbsolutePath(const std::string& p) {
+  char buf[PATH_MAX];
+  if (!::realpath(p.c_str(), buf)) return ErrnoToStatus(errno, "realpath " + p);
+  return std::string(buf);
+}
+
+}  // namespace
+
+StatusOr<std::string> LoadOrCreateWorkerId(const std::string& work_dir,
+                                           const std::string& hostname) {
+  const std::string path = work_dir + "/worker_id";
+  auto existing = ReadFile(path);
+  if (existing.ok()) {
+    const std::string id = Trim(*existing);
+    if (id.empty() || id.size() > 200 || id.find_first_of(" \t\r\n") != std::string::npos) {
+      return InvalidArgument(path +
+                             ": expected one worker id (no spaces, at most 200 characters); "
+                             "delete the file to get a new id");
+    }
+    return id;
+  }
+  if (existing.status().code() != StatusCode::kNotFound) return existing.status();
+  std::random_device rd;
+  char suffix[8];
+  std::snprintf(suffix, sizeof suffix, "%06x", unsigned(rd()) & 0xFFFFFFu);
+  std::string host = hostname.empty() ? "worker" : hostname;
+  for (char& c : host) {
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r') c = '_';
+  }
+  const std::string id = host.substr(0, 180) + "-" + suffix;
+  ABLATE_RETURN_IF_ERROR(WriteFileAtomic(path, id + "\n"));
+  return id;
+}
+
+StatusOr<std::string> FindTrainer(const std::string& flag, const std::string& self_exe,
+                                  const std::string& path_env) {
+  if (!flag.empty()) {
+    if (!IsExecutableFile(flag)) {
+      return NotFound("--trainer " + flag + ": not an executable file");
+    }
+    return flag;
+  }
+  std::vector<std::string> tried;
+  if (!self_exe.empty()) {
+    const std::string dir = DirName(self_exe);
+    for (const std::string& c : {dir + "/ablate-train", dir + "/../trainer/ablate-train"}) {
+      tried.push_back(c);
+      if (IsExecutableFile(c)) return c;
+    }
+  }
+  std::stringstream in(path_env);
+  std::string dir;
+  while (std::getline(in, dir, ':')) {
+    if (dir.empty()) continue;
+    const std::string c = dir + "/ablate-train";
+    if (IsExecutableFile(c)) return c;
+  }
+  tried.push_back("ablate-train on PATH");
+  std::string list;
+  for (const auto& t : tried) list += (list.empty() ? "" : ", ") + t;
+  return NotFound("cannot find the trainer (tried " + list + "); pass --trainer PATH");
+}
+
+int WorkerMain(int argc, char** argv) {
+  CLI::App app{
+      "ablate-worker: the per-node agent. Registers with the coordinator, runs assigned "
+      "trials as ablate-train processes and reports their metrics."};
+  const char* env_coord = std::getenv("ABLATE_COORDINATOR");
+  const char* env_work = std::getenv("ABLATE_WORK_DIR");
+  std::string coordinator = env_coord && *env_coord ? env_coord : "127.0.0.1:7070";
+  std::string token_file, gpus_flag = "all", trainer_flag, worker_id_flag;
+  std::string work_dir = env_work && *env_work ? env_work : "./ablate-worker";
+  std::string tls_ca, tls_cert, tls_key;
+  int cpu_slots = -1;
+  int keepalive_ms = 30000;
+  bool drain = false;
+  app.add_option("--coordinator", coordinator,
+                 "coordinator gRPC address HOST:PORT (default: $ABLATE_COORDINATOR or "
+                 "127.0.0.1:7070)");
+  app.add_option("--token-file", token_file, "file holding the coordinator's bearer token")
+      ->required();
+  app.add_option("--gpus", gpus_flag, "GPUs to use: all, none, or indices such as 0,1");
+  app.add_option("--cpu-slots", cpu_slots,
+                 "concurrent CPU trials (default 1 when the worker has no GPU, else 0)");
+  app.add_option("--work-dir", work_dir,
+                 "attempt folders, spools and the worker id (default: $ABLATE_WORK_DIR or "
+                 "./ablate-worker)");
+  app.add_option("--trainer", trainer_flag,
+                 "the ablate-train binary (default: next to ablate-worker, else on PATH)");
+  app.add_option("--worker-id", worker_id_flag,
+                 "worker id (default: generated once and kept in <work-dir>/worker_id)");
+  app.add_flag("--drain", drain, "take no new trials: resend what the spools hold, then exit");
+  app.add_option("--keepalive-ms", keepalive_ms,
+                 "HTTP/2 keepalive ping period towards the coordinator, 0 = off (default 30000)");
+  app.add_option("--tls-ca", tls_ca, "PEM CA certificate: connect with TLS");
+  app.add_option("--tls-cert", tls_cert, "PEM client certificate (mutual TLS)");
+  app.add_option("--tls-key", tls_key, "PEM client key (mutual TLS)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  auto fail = [](int code, const std::string& msg) {
+    std::fprintf(stderr, "ablate-worker: %s\n", msg.c_str());
+    return code;
+  };
+
+  auto token = ReadToken(token_file);
+  if (!token.ok()) return fail(2, "--token-file: " + token.status().message());
+  auto sel = ParseGpuFlag(gpus_flag);
+  if (!sel.ok()) return fail(2, sel.status().message());
+  if (cpu_slots < -1 || cpu_slots > 4096) {
+    return fail(2, "--cpu-slots " + std::to_string(cpu_slots) + ": expected 0..4096");
+  }
+  if ((!tls_cert.empty() || !tls_key.empty()) && tls_ca.empty()) {
+    return fail(2, "--tls-cert/--tls-key need --tls-ca");
+  }
+
+  std::vector<v1::GpuInfo> found;
+  if (sel->kind != GpuSelection::Kind::kNone) {
+    found = NvmlProber()->Probe();
+    if (found.empty() && sel->kind == GpuSelection::Kind::kList) {
+      return fail(2,
+                  "--gpus " + gpus_flag + ": no GPUs found (" + NvmlProber()->last_error() + ")");
+    }
+  }
+  auto gpus = SelectGpus(found, *sel);
+  if (!gpus.ok()) return fail(2, gpus.status().message());
+  if (cpu_slots < 0) cpu_slots = gpus->empty() ? 1 : 0;
+  if (gpus->empty() && cpu_slots == 0) {
+    return fail(2, "this worker has no GPU and --cpu-slots 0: it could run nothing");
+  }
+
+  if (Status st = MakeDirs(work_dir); !st.ok()) return fail(1, "--work-dir: " + st.message());
+  auto abs_work = AbsolutePath(work_dir);
+  if (!abs_work.ok()) return fail(1, abs_work.status().message());
+  const std::string hostname = Hostname();
+  std::string worker_id = worker_id_flag;
+  if (worker_id.empty()) {
+    auto id = LoadOrCreateWorkerId(*abs_work, hostname);
+    if (!id.ok()) return fail(1, id.status().message());
+    worker_id = *id;
+  }
+  auto self = AbsolutePath("/proc/self/exe");
+  const char* path_env = std::getenv("PATH");
+  auto trainer = FindTrainer(trainer_flag, self.ok() ? *self : "", path_env ? path_env : "");
+  if (!trainer.ok()) return fail(2, trainer.status().message());
+  auto abs_trainer = AbsolutePath(*trainer);
+  if (!abs_trainer.ok()) return fail(2, abs_trainer.status().message());
+
+  // SIGINT/SIGTERM are taken by a dedicated thread (sigtimedwait), never by a handler, so the agent
+  // is told in ordinary code. Block them before any thread (gRPC's included) exists so that every
+  // thread inherits the mask; children get a clean mask back (process.cc).
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  if (keepalive_ms < 0) return fail(2, "--keepalive-ms must be >= 0");
+  auto connector =
+      MakeGrpcConnector(coordinator, *token, TlsFiles{tls_ca, tls_cert, tls_key}, keepalive_ms);
+  if (!connector.ok()) return fail(2, connector.status().message());
+
+  AgentOptions options;
+  options.worker_id = worker_id;
+  options.hostname = hostname;
+  options.gpus = *gpus;
+  options.cpu_slots = cpu_slots;
+  options.work_dir = *abs_work;
+  options.trainer_path = *abs_trainer;
+  options.version = ABLATE_VERSION;
+  options.start_draining = drain;
+  AgentEnv env;
+  env.connector = connector->get();
+  env.spawner = RealSpawner();
+  env.clock = RealClock();
+  Agent agent(options, env);
+
+  std::string gpu_list;
+  for (const auto& g : *gpus) {
+    gpu_list += (gpu_list.empty() ? "" : ", ") + std::to_string(g.index()) + " " + g.name();
+  }
+  std::fprintf(stderr,
+               "ablate-worker %s: id %s, coordinator %s, %s, %d CPU slot(s), trainer %s, work dir "
+               "%s\n",
+               ABLATE_VERSION, worker_id.c_str(), coordinator.c_str(),
+               gpus->empty() ? "no GPU" : ("GPUs " + gpu_list).c_str(), cpu_slots,
+               abs_trainer->c_str(), abs_work->c_str());
+
+  std::atomic<bool> done{false};
+  std::thread signals([&] {
+    int count = 0;
+    const timespec tick{0, 200 * 1000 * 1000};
+    while (!done) {
+      const int sig = sigtimedwait(&sigs, nullptr, &tick);
+      if (sig <= 0) continue;
+      if (++count == 1) {
+        std::fprintf(stderr, "ablate-worker: %s: draining (send it again to kill the trials)\n",
+                     SignalName(sig).c_str());
+        agent.Drain();
+      } else {
+        agent.Stop();
+      }
+    }
+  });
+  const Status st = agent.Run();
+  done = true;
+  signals.join();
+  if (!st.ok()) return fail(1, st.message());
+  return 0;
+}
+
+}  // namespace ablate::agent

@@ -1,0 +1,103 @@
+// Supervisor: runs one attempt's trainer process from spawn to its final event.
+//
+// Run() spawns the trainer, reports STARTED, turns every stdout line into metric points
+// (trainer_output.h) and CHECKPOINTED events, waits for the exit and reports exactly one final
+// event, then returns:
+//   exit 0 with a final line  → FINISHED, status "ok"/"diverged" (and the final line's reason);
+//   exit 0 without one        → FAILED "exited 0 without a final line";
+//   exit N                    → FAILED "exit code N", exit_code N;
+//   killed by signal S        → FAILED "killed by signal S (SIGNAME)", exit_code -S;
+//   cancelled (Cancel())      → CANCELED with the cancel reason (unless the run had finished
+//   anyway); cannot be started         → FAILED with the spawn error ("exec /x: No such file or
+//   directory"),
+//                               exit_code 127.
+// Final events carry the last reported step and the tail of the trainer's stderr log. Once the
+// trainer has exited, whatever is left of its process group (grandchildren holding the stdout pipe
+// or a GPU) is killed, so a finished trial leaves nothing behind.
+//
+// Thread safety: Run() is called once, on the supervisor's own thread; the sink is called on that
+// thread only. Cancel(), Kill(), pid() and the counters may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "agent/clock.h"
+#include "agent/process.h"
+#include "proto/ablate.pb.h"
+
+namespace ablate::agent {
+
+class SupervisorSink {
+ public:
+  virtual ~SupervisorSink() = default;
+  virtual void OnPoints(std::vector<v1::MetricPoint> points) = 0;
+  // STARTED, CHECKPOINTED..., then one final event (FINISHED, FAILED or CANCELED), then no more
+  // calls.
+  virtual void OnEvent(v1::TrialEvent event) = 0;
+};
+
+struct SupervisorOptions {
+  int64_t cancel_grace_ms = 5000;   // SIGTERM → SIGKILL
+  int poll_ms = 100;                // how often exits and the cancel deadline are checked
+  size_t max_line_bytes = 4 << 20;  // a longer stdout line is dropped (counted as not JSON)
+  size_t log_tail_bytes = 64 * 1024;
+  size_t log_tail_lines = 200;
+};
+
+class Supervisor {
+ public:
+  // Not owned: spawner, clock and sink must outlive Run().
+  Supervisor(SpawnSpec spec, ProcessSpawner* spawner, Clock* clock, SupervisorSink* sink,
+             SupervisorOptions options = {});
+
+  void Run();
+
+  // SIGTERM to the trainer's process group now, SIGKILL after cancel_grace_ms; the final event is
+  // CANCELED with `reason`. Repeated calls do nothing more. Before Run(): the trainer never starts.
+  void Cancel(const std::string& reason);
+  // SIGKILL to the process group now (the worker is going away); the final event is FAILED
+  // "worker stopped: killed by signal 9 (SIGKILL)".
+  void Kill();
+
+  int pid() const { return pid_.load(); }  // 0 until spawned
+  bool exited() const { return exited_.load(); }
+  int64_t non_json_lines() const { return non_json_lines_.load(); }
+  int64_t json_lines() const { return json_lines_.load(); }
+
+ private:
+  void HandleLine(std::string_view line);
+  void CheckCancel();
+  v1::TrialEvent FinalEvent(const ExitStatus& status) const;
+
+  const SpawnSpec spec_;
+  ProcessSpawner* const spawner_;
+  Clock* const clock_;
+  SupervisorSink* const sink_;
+  const SupervisorOptions options_;
+
+  mutable std::mutex mu_;
+  std::unique_ptr<ChildProcess> child_;  // GUARDED_BY(mu_) for SignalGroup from other threads
+  bool cancel_requested_ = false;        // GUARDED_BY(mu_)
+  std::string cancel_reason_;            // GUARDED_BY(mu_)
+  int64_t cancel_at_ms_ = 0;             // GUARDED_BY(mu_)
+  bool term_sent_ = false;               // GUARDED_BY(mu_)
+  bool kill_sent_ = false;               // GUARDED_BY(mu_)
+  bool killed_by_worker_ = false;        // GUARDED_BY(mu_)
+
+  // Only Run()'s thread touches these.
+  int64_t last_step_ = 0;
+  bool have_final_ = false;
+  std::string final_status_;
+  std::string final_reason_;
+
+  std::atomic<int> pid_{0};
+  std::atomic<bool> exited_{false};
+  std::atomic<int64_t> non_json_lines_{0};
+  std::atomic<int64_t> json_lines_{0};
+};
+
+}  // namespace ablate::agent
