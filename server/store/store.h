@@ -4,10 +4,17 @@
 // operation below is enqueued and applied in a batched transaction (group commit: the writer drains
 // whatever is queued, up to Options::max_batch_ops, into one BEGIN IMMEDIATE..COMMIT, with prepared
 // statements); an operation's `done` callback runs on the writer thread after its transaction
-// committed (or failed, with the error). Reads use separate connections (a small pool; WAL lets them
-// run beside the writer), and never starve checkpoints: the writer runs a PASSIVE wal_checkpoint
-// after commits when the WAL grows past Options::wal_autocheckpoint_pages, and read transactions are
-// short (every read function is one statement or one short transaction).
+// committed (or failed, with the error). When an operation of a batch fails, the transaction is
+// rolled back and its operations are applied again one per transaction, so one bad operation does
+// not fail its neighbours (each gets its own status). Reads use separate connections (a small pool;
+// WAL lets them run beside the writer), and never starve checkpoints: the writer runs a PASSIVE
+// wal_checkpoint after commits when the WAL grows past Options::wal_autocheckpoint_pages (SQLite's
+// autocheckpoint), and read transactions are short (every read function is one statement or one
+// short transaction).
+//
+// Durability: journal_mode=WAL with synchronous=NORMAL (or FULL, Options::synchronous_full). A
+// committed transaction survives the process being killed at any moment; with NORMAL a power loss
+// or OS crash may lose the last transactions before the next checkpoint (never corrupts the file).
 //
 // Schema (a public interface: `ablate query` reads it; documented in the README):
 //   sweeps(id INTEGER PK, name TEXT UNIQUE, spec_yaml, priority, max_attempts, gpus, cpu_slots,
@@ -16,21 +23,25 @@
 //          as text), state TEXT (queued|running|succeeded|failed|diverged|canceled), priority,
 //          order_key (position in the sweep's seeded order), gpus, cpu_slots, attempts (count of
 //          attempts made), max_attempts, total_steps, checkpoint_path, checkpoint_step, reason,
-//          created_at, started_at, finished_at; UNIQUE(sweep_id, config_hash))
+//          created_at, started_at, finished_at (NULL until set); UNIQUE(sweep_id, config_hash))
 //   attempts(trial_id, attempt, worker_id, gpus_json, cpu_slots, state TEXT (running|succeeded|
 //          failed|diverged|lost|canceled), started_at, ended_at, exit_code, reason, log_tail,
 //          checkpoint_path, checkpoint_step; PK(trial_id, attempt))
-//   metrics(trial_id, attempt, step, name TEXT, value REAL)      -- every point, exactly once
-//   metric_batches(trial_id, attempt, seq; PK all three)       -- deduplication of reports
-//   latest_metrics(trial_id, name, step, value; PK(trial_id, name))  -- fast dashboards/status
+//   metrics(trial_id, attempt, step, name TEXT, value REAL;       -- every point, exactly once
+//          PK(trial_id, name, step, attempt), WITHOUT ROWID)     -- (a repeated point replaces)
+//   metric_batches(trial_id, attempt, seq, points; PK the first three)  -- dedup of reports
+//   latest_metrics(trial_id, name, attempt, step, value; PK(trial_id, name))  -- dashboards/status
 //   workers(id TEXT PK, hostname, gpus_json, cpu_slots, state, registered_at, last_seen_at,
 //          failures, quarantined INTEGER, draining INTEGER)
 //   events(id INTEGER PK, time REAL, kind TEXT, sweep_id, trial_id, attempt, worker_id, message)
 //   schema_version(version)
+// NaN values are stored as NULL (SQLite has no NaN) and read back as NaN; +-Inf are stored as is.
 //
 // Thread safety: every method may be called from any thread. Writes are applied in the order they
 // were enqueued (one queue, one thread), so a caller that enqueues A then B sees A committed no
-// later than B.
+// later than B, and done callbacks run in that order. Done callbacks run on the writer thread: they
+// must be quick, must not throw, and must not call the synchronous writes (SubmitSweep, Flush),
+// which fail with FailedPrecondition there instead of deadlocking.
 #pragma once
 
 #include <chrono>
@@ -100,7 +111,7 @@ struct WorkerRecord {
   std::string hostname;
   std::string gpus_json;  // JSON array of {index, uuid, name, memory_bytes}
   int cpu_slots = 0;
-  std::string state;      // idle | busy | draining | quarantined | lost
+  std::string state;  // idle | busy | draining | quarantined | lost
   double registered_at = 0, last_seen_at = 0;
   int failures = 0;
   bool quarantined = false;
@@ -139,7 +150,7 @@ struct AttemptUpdate {
   std::optional<int64_t> checkpoint_step;
 };
 
-// ---- Read results --------------------------------------------------------------------------------
+// ---- Read results -------------------------------------------------------------------------------
 
 struct SweepSummary {
   SweepRecord sweep;
@@ -157,15 +168,17 @@ struct TrialStatus {
 };
 
 struct ResultRow {
-  std::vector<std::string> keys;
-  int n = 0;       // trials of the group that have the metric
+  std::vector<std::string> keys;  // the values of the `by` axes, in `by` order
+  int n = 0;       // trials of the group that have the metric (a NaN value counts as missing)
   int trials = 0;  // trials in the group
+  // NaN when n == 0; std (sample, n - 1) is NaN when n < 2.
   double mean = 0, std = 0, min = 0, max = 0;
 };
 
 struct QueryResult {
   std::vector<std::string> columns;
-  // Each cell: std::nullopt for NULL; integers and reals as their SQLite type; text as text.
+  // Each cell: kNull for NULL; integers and reals as their SQLite type; text as text; a BLOB as
+  // text in SQL literal form (X'0A1B').
   struct Cell {
     enum Kind { kNull, kInteger, kReal, kText } kind = kNull;
     int64_t i = 0;
@@ -179,37 +192,52 @@ struct QueryResult {
 // Everything the scheduler needs to resume after a restart.
 struct LoadedState {
   std::vector<SweepRecord> sweeps;
-  std::vector<TrialRecord> trials;      // every trial that is queued or running
-  std::vector<AttemptRecord> running;   // attempts in state running
+  std::vector<TrialRecord> trials;     // every trial that is queued or running
+  std::vector<AttemptRecord> running;  // attempts in state running
   std::vector<WorkerRecord> workers;
-  // (trial_id, attempt) -> the highest stored seq; and the set of stored seqs is in metric_batches.
+  // For every running attempt: (trial_id, attempt) -> the highest stored seq (0 when none). The
+  // full set of stored seqs stays in metric_batches, where AppendMetrics/RecordSeq check it.
+  std::map<std::pair<int64_t, int>, int64_t> max_seq;
 };
 
-// ---- The store ------------------------------------------------------------------------------------
+// ---- The store ----------------------------------------------------------------------------------
 
 class Store {
  public:
   struct Options {
-    std::string path;                  // database file; ":memory:" is not supported (WAL + pool)
-    int max_batch_ops = 4096;          // operations per transaction at most
+    std::string path;          // database file; ":memory:" is not supported (WAL + pool)
+    int max_batch_ops = 4096;  // operations per transaction at most
     int wal_autocheckpoint_pages = 4000;
     int busy_timeout_ms = 5000;
-    int query_timeout_ms = 5000;       // Query(): cancelled past this
-    int query_max_rows = 10000;        // Query(): rows returned at most (truncated flag beyond)
+    int query_timeout_ms = 5000;  // Query(): cancelled past this
+    int query_max_rows = 10000;   // Query(): rows returned at most (truncated flag beyond)
     int read_connections = 4;
+    int max_batch_points = 200000;  // points per transaction at most (an op is never split)
+    int max_queue_ops = 100000;     // enqueuers block while the queue holds this many (the
+                                    // writer thread itself never blocks); 0 = unbounded
+    bool synchronous_full = false;  // PRAGMA synchronous=FULL (fsync per commit) vs NORMAL
+    // Wall clock in unix seconds for created_at / event times; tests inject a fake one.
+    std::function<double()> clock;
+    // Called on the writer thread after every commit: seconds from BEGIN to COMMIT and the number
+    // of operations it carried (the Prometheus commit-latency histogram hooks in here).
+    std::function<void(double seconds, int ops)> on_commit;
   };
   using Done = std::function<void(const Status&)>;
 
-  // Opens (creating if needed) the database, applies the schema, starts the writer thread.
+  // Opens (creating if needed) the database, applies the schema (idempotent; a database written by
+  // a newer schema version is refused with FailedPrecondition), starts the writer thread. Errors:
+  // InvalidArgument (bad options), FailedPrecondition (cannot open/create), DataLoss (not a
+  // database or corrupt).
   static StatusOr<std::unique_ptr<Store>> Open(const Options& options);
   // Applies everything queued, then stops the writer and closes the connections.
   ~Store();
 
-  // ---- Writes (asynchronous unless stated) ----
+  // ---- Writes (asynchronous unless stated) ------------------------------------------------------
 
   // Creates the sweep (matched by name: an existing sweep keeps its id, spec and settings are
-  // updated) and inserts the trials whose (sweep, config_hash) is not there yet. Synchronous: returns
-  // after the commit with the sweep id and the ids of the NEW trials (the records are filled in).
+  // updated) and inserts the trials whose (sweep, config_hash) is not there yet. Synchronous:
+  // returns after the commit with the sweep id and the ids of the NEW trials (the records are
+  // filled in).
   struct SubmitResult {
     int64_t sweep_id = 0;
     std::vector<TrialRecord> inserted;  // with ids
@@ -217,6 +245,8 @@ class Store {
   };
   StatusOr<SubmitResult> SubmitSweep(SweepRecord sweep, std::vector<TrialRecord> trials);
 
+  // Errors passed to `done`: NotFound (no such trial / attempt), AlreadyExists (InsertAttempt of an
+  // existing attempt), InvalidArgument (unknown state, empty worker id), or a storage error.
   void UpdateTrial(const TrialUpdate& update, Done done = nullptr);
   void InsertAttempt(const AttemptRecord& attempt, Done done = nullptr);
   void UpdateAttempt(const AttemptUpdate& update, Done done = nullptr);
@@ -225,9 +255,12 @@ class Store {
                 const std::string& worker_id, const std::string& message);
 
   // Stores one report of an attempt's metrics exactly once: when (trial_id, attempt, seq) is new,
-  // inserts the points into metrics, updates latest_metrics (a point replaces the latest value of
-  // its name when its step is >= the stored step) and records the seq; when it was stored before,
-  // writes nothing. `done(status, duplicate)` runs after the commit.
+  // inserts the points into metrics, updates latest_metrics and records the seq, in one
+  // transaction; when it was stored before, writes nothing. `done(status, duplicate)` runs after
+  // the commit. latest_metrics: a point replaces the stored latest value of its name when its
+  // attempt is newer, or the attempt is the same and its step is >= the stored step (so a retried
+  // attempt that resumed from an earlier checkpoint shows its own progress, as GetSeries does).
+  // Errors: NotFound (no such trial), InvalidArgument (a point with an empty name).
   using MetricsDone = std::function<void(const Status&, bool duplicate)>;
   void AppendMetrics(int64_t trial_id, int attempt, int64_t seq, std::vector<Point> points,
                      MetricsDone done);
@@ -236,14 +269,15 @@ class Store {
   void RecordSeq(int64_t trial_id, int attempt, int64_t seq, MetricsDone done);
 
   // Blocks until every operation enqueued before the call has committed. Returns the first error
-  // of those operations, if any.
+  // of the operations applied since the previous Flush (by any caller), if any.
   Status Flush();
 
-  // ---- Reads (synchronous, any thread) ----
+  // ---- Reads (synchronous, any thread) ----------------------------------------------------------
   StatusOr<LoadedState> LoadState();
   StatusOr<std::vector<SweepSummary>> ListSweeps();
   // By name, or by numeric id when `name_or_id` is all digits. NotFound with the name otherwise.
   StatusOr<SweepSummary> GetSweep(const std::string& name_or_id);
+  // Every trial of the sweep, by id. NotFound when the sweep does not exist.
   StatusOr<std::vector<TrialStatus>> GetTrials(int64_t sweep_id);
   StatusOr<TrialStatus> GetTrial(int64_t trial_id);
   StatusOr<std::vector<AttemptRecord>> GetAttempts(int64_t trial_id);
@@ -254,13 +288,18 @@ class Store {
   StatusOr<std::vector<Point>> GetSeries(int64_t trial_id, const std::string& name);
   // The ablation table: for every trial of the sweep, the latest value of `metric`, grouped by the
   // values of the axes in `by` (every trial in a group shares them), with mean, sample std, min,
-  // max over the trials that have the metric. Rows sorted by keys.
+  // max over the trials that have the metric. Rows sorted by keys (numbers numerically). Errors:
+  // NotFound (no such sweep), InvalidArgument (an axis in `by` that the sweep does not have; the
+  // message names it and lists the sweep's axes).
   StatusOr<std::vector<ResultRow>> Results(int64_t sweep_id, const std::string& metric,
                                            const std::vector<std::string>& by);
   // Read-only SQL: a separate connection opened read-only (SQLITE_OPEN_READONLY), an authorizer
-  // that allows only SELECT and reads (no ATTACH, no PRAGMA that writes, no functions that load
+  // that allows only SELECT and reads (no ATTACH, no PRAGMA, no functions that load
   // extensions), a time limit (progress handler) and a row limit (max_rows, 0 = the option's).
-  // A statement that is not allowed fails with PermissionDenied naming what was refused.
+  // A statement that is not allowed fails with PermissionDenied naming what was refused ("query:
+  // only SELECT statements are allowed (refused: INSERT)"); more than one statement or bad SQL with
+  // InvalidArgument; the time limit with DeadlineExceeded ("query: time limit of 5000 ms
+  // exceeded").
   StatusOr<QueryResult> Query(const std::string& sql, int max_rows = 0);
 
   // Counters for observability (issue 6) and benchmarks.
