@@ -53,6 +53,7 @@ struct Scheduler::TrialState {
   std::vector<int> gpu_indices;
   double lease_expiry = 0;
   bool cancel_requested = false;
+  bool requeue_after_cancel = false;  // retried while its canceled attempt was still stopping
   bool assignment_sent = false;
 };
 
@@ -348,7 +349,15 @@ void Scheduler::EndAttemptLocked(TrialState& t, const std::string& attempt_state
 
   TrialUpdate tu;
   tu.trial_id = t.id;
-  if (t.cancel_requested) {
+  if (t.cancel_requested && t.requeue_after_cancel) {
+    t.cancel_requested = false;
+    t.requeue_after_cancel = false;
+    t.state = "queued";
+    sweeps_[t.sweep_id]->queue.insert({t.order_key, t.id});
+    tu.state = "queued";
+    tu.reason = "retried";
+    store_->UpdateTrial(tu);
+  } else if (t.cancel_requested) {
     trials_.erase(t.id);  // already stored as canceled
   } else if (requeue_if_possible && t.attempts < t.max_attempts) {
     t.state = "queued";
@@ -697,7 +706,21 @@ StatusOr<int> Scheduler::Retry(int64_t sweep_id, bool failed_only) {
   for (const auto& ts : all) {
     const TrialRecord& r = ts.trial;
     bool eligible = r.state == "failed" || (!failed_only && r.state == "canceled");
-    if (!eligible || trials_.count(r.id)) continue;
+    if (!eligible) continue;
+    if (auto live = trials_.find(r.id); live != trials_.end()) {
+      // Canceled, but its attempt is still stopping: requeue it once the attempt has ended.
+      if (live->second->cancel_requested && !live->second->requeue_after_cancel) {
+        live->second->requeue_after_cancel = true;
+        live->second->max_attempts = live->second->attempts + sw->second->max_attempts;
+        TrialUpdate u;
+        u.trial_id = r.id;
+        u.state = "queued";
+        u.reason = "retried";
+        store_->UpdateTrial(u);
+        ++n;
+      }
+      continue;
+    }
     auto t = std::make_unique<TrialState>();
     t->id = r.id;
     t->sweep_id = r.sweep_id;

@@ -78,7 +78,7 @@ class Cluster : public ::testing::Test {
 
   static Output Cli(std::vector<std::string> args, seconds timeout = seconds(60)) {
     args.insert(args.begin(), ABLATE_CLI_BIN);
-    return Run(args, *dir_,
+    return ::ablate::testing::Run(args, *dir_,
                {"ABLATE_COORDINATOR=" + *addr_, "ABLATE_TOKEN_FILE=" + *dir_ + "/coord/token"},
                timeout);
   }
@@ -280,7 +280,7 @@ TEST_F(Cluster, CancelStopsTrainersAndRetryRequeuesOnlyWhatItShould) {
   // Every trial canceled, and no trainer of this sweep is left.
   bool gone = false;
   for (int i = 0; i < 150 && !gone; ++i) {
-    Output ps = Run({"/usr/bin/pgrep", "-f", "ablate-train --config " + *dir_}, *dir_);
+    Output ps = ::ablate::testing::Run({"/usr/bin/pgrep", "-f", "ablate-train --config " + *dir_}, *dir_);
     gone = ps.code != 0;  // pgrep exits 1 when nothing matches
     if (!gone) std::this_thread::sleep_for(milliseconds(100));
   }
@@ -308,7 +308,7 @@ TEST_F(Cluster, CallsWithoutTheTokenAreRefused) {
   std::string bad = *dir_ + "/bad_token";
   std::ofstream(bad) << "0123456789abcdef0123456789abcdef\n";
   ::chmod(bad.c_str(), 0600);
-  Output o = Run({ABLATE_CLI_BIN, "status", "--token-file", bad}, *dir_,
+  Output o = ::ablate::testing::Run({ABLATE_CLI_BIN, "status", "--token-file", bad}, *dir_,
                  {"ABLATE_COORDINATOR=" + *addr_});
   EXPECT_EQ(o.code, 5) << o.out;
 }
