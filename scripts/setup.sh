@@ -9,6 +9,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git ca-certificates
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
   libopenblas-dev liblapacke-dev
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libsqlite3-dev
   libgtest-dev libgmock-dev
   python3
   nodejs npm

@@ -409,6 +409,9 @@ TEST_F(WorkerAgentTest, StopKillsRunningTrainers) {
 // second attempt that resumes from the first one's step-3 checkpoint.
 TEST_F(WorkerAgentTest, RealTrainerRunAndResume) {
   const char* real = std::getenv("ABLATE_TEST_TRAINER");
+#ifdef ABLATE_TRAIN_BIN
+  if (!real || !*real) real = ABLATE_TRAIN_BIN;  // the one this build made
+#endif
   if (!real || !*real) GTEST_SKIP() << "ABLATE_TEST_TRAINER is not set";
   std::string text;
   for (int i = 0; i < 400; ++i)
