@@ -5,7 +5,8 @@
 # Brown corpus), live progress, and the ablation table. State lives in out/local/ (SQLite database,
 # token, worker folders, logs); the coordinator and worker stop when the sweep is done.
 #   scripts/run.sh [SPEC.yaml]      another sweep spec instead of the default
-# Environment: ABLATE_RUN_DIR (default out/local), ABLATE_CPU_SLOTS (default: cores / 2, at least 1).
+# Environment: ABLATE_RUN_DIR (default out/local), ABLATE_CPU_SLOTS (default: the number of cores;
+# the example sweeps run one thread per trial).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 spec="${1:-$root/examples/sweeps/quick.yaml}"
@@ -13,13 +14,13 @@ spec="${1:-$root/examples/sweeps/quick.yaml}"
 "$root/scripts/build.sh"
 build="${ABLATE_BUILD_DIR:-$root/build}"
 run="${ABLATE_RUN_DIR:-$root/out/local}"
-slots="${ABLATE_CPU_SLOTS:-$(( $(nproc) / 2 > 0 ? $(nproc) / 2 : 1 ))}"
+slots="${ABLATE_CPU_SLOTS:-$(nproc)}"
 mkdir -p "$run"
 
 ablated="$build/server/ablated"
 worker="$build/worker/agent/ablate-worker"
 ablate="$build/cli/ablate"
-rm -f "$run/ablated.addr"
+rm -f "$run/coordinator/ablated.addr"  # state persists: a rerun adds only what is missing
 "$ablated" --data-dir "$run/coordinator" --grpc 127.0.0.1:0 >>"$run/ablated.log" 2>&1 &
 coordinator_pid=$!
 cleanup() {
@@ -36,9 +37,11 @@ echo "coordinator: $ABLATE_COORDINATOR (log $run/ablated.log)"
 
 gpus=all
 command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 || gpus=none
-"$worker" --gpus "$gpus" --cpu-slots "$slots" --work-dir "$run/worker" \
+"$worker" --token-file "$ABLATE_TOKEN_FILE" --gpus "$gpus" --cpu-slots "$slots" --work-dir "$run/worker" \
   --trainer "$build/worker/trainer/ablate-train" >>"$run/worker.log" 2>&1 &
 worker_pid=$!
+sleep 1
+kill -0 "$worker_pid" 2>/dev/null || { echo "ablate-worker exited:" >&2; cat "$run/worker.log" >&2; exit 1; }
 echo "worker: gpus=$gpus cpu-slots=$slots (log $run/worker.log)"
 
 "$ablate" submit "$spec"
@@ -47,4 +50,4 @@ name="$(awk '/^name:/{print $2; exit}' "$spec")"
 echo
 "$ablate" results "$name"
 echo
-echo "Everything is stored in $run/coordinator/ablate.db; try: $ablate query \"SELECT name, count(*) FROM metrics GROUP BY name LIMIT 10\""
+echo "Everything is stored in $run/coordinator/ablate.db (schema: server/store/README.md)."
