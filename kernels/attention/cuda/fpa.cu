@@ -1,0 +1,599 @@
+// FPA: exact bf16 flash attention, forward and backward, FlashAttention-2 structure with
+// mma.sync m16n8k16 (bf16 in, fp32 accumulate). Kernel-lab variant: fpa v1 (mma.sync, cp.async
+// double buffering, no wgmma / TMA yet).
+//
+// Layout: q, k, v, o, do, dq, dk, dv (B, H, N, D) bf16 row-major; lse (B, H, N) fp32, natural log.
+// S = tau Q K^T, tau = 1/sqrt(D); the softmax runs in base 2 on S * tau * log2(e).
+// No quantization: P and dS are rounded to bf16 only as MMA operands.
+//
+// Forward   grid (ceil(N/64), B*H), 4 warps; warp w owns query rows 16w..16w+15 of the 64-row Q
+//           tile (Q fragments kept in registers), loops over 64-row K/V tiles (cp.async double
+//           buffer), online softmax, O in registers. Causal: tiles past the diagonal are skipped,
+//           causal Q tiles are scheduled heaviest first.
+// Backward  (1) preprocess: Dv = rowsum(dO o O) fp32, zero the fp32 dQ accumulator;
+//           (2) main: grid (ceil(N/64), B*H), one CTA per 64-row K/V tile, 4 warps x 16 key rows;
+//           loops over Q tiles (cp.async double buffer of Q and dO) computing S^T = K Q^T,
+//           P^T, dP^T = V dO^T, dS^T; dV += P^T dO and dK += dS^T Q in registers; dS^T goes to
+//           shared memory and dQ += dS K is added to the fp32 accumulator with atomicAdd;
+//           (3) postprocess: dq = bf16(tau * dQ_acc). dK is scaled by tau at the store.
+// Masking: a compile-time causal flag; a tile gets the (row, col) mask only when it touches the
+// diagonal or the sequence tail. Tails: loads past N are zero-filled; masked keys get -inf;
+// queries past N get lse = +inf in the backward (P = 0) and are never stored.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "attention/cuda/attention_common.cuh"
+#include "attention/cuda/fpa_cuda.h"
+
+namespace ablate::kernels::cuda {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+
+// Per head dimension: tile sizes and the shared memory they need.
+template <int D>
+struct FpaConfig {
+  static_assert(D == 64 || D == 128, "head dim 64 or 128");
+  // Forward.
+  static constexpr int kBq = 16 * kWarps;  // 64 query rows, 16 per warp
+  static constexpr int kBkv = 64;
+  using QTile = Bf16Tile<kBq, D>;
+  using KvTile = Bf16Tile<kBkv, D>;
+  static constexpr int kFwdSmem = QTile::kBytes + 2 * 2 * KvTile::kBytes;  // Q, 2 x (K, V)
+  // Backward.
+  static constexpr int kBkvB = 16 * kWarps;  // 64 key rows per CTA, 16 per warp
+  // Query rows per inner step: 32 at D=128 keeps S^T, dP^T (and dK, dV) in 255 registers.
+  static constexpr int kBqB = D == 128 ? 32 : 64;
+  using KTileB = Bf16Tile<kBkvB, D>;
+  using QTileB = Bf16Tile<kBqB, D>;
+  using DsTile = Bf16Tile<kBkvB, kBqB>;  // dS^T: key rows x query columns
+  static constexpr int kBwdSmem = 2 * KTileB::kBytes + 2 * 2 * QTileB::kBytes + DsTile::kBytes;
+
+  static_assert(kFwdSmem <= 227 * 1024, "forward shared memory exceeds sm_90's 227 KB");
+  static_assert(kBwdSmem <= 227 * 1024, "backward shared memory exceeds sm_90's 227 KB");
+  static_assert(kBqB % 16 == 0 && (kBqB / 16) * (D / 16) % kWarps == 0, "dQ jobs split evenly");
+};
+
+struct FwdParams {
+  const bf16* q;
+  const bf16* k;
+  const bf16* v;
+  bf16* o;
+  float* lse;
+  int N;
+  float scale_log2;  // tau * log2(e)
+};
+
+struct BwdParams {
+  const bf16* q;
+  const bf16* k;
+  const bf16* v;
+  const bf16* do_;
+  const float* lse;
+  const float* dvec;  // (B, H, N) rowsum(dO o O)
+  float* dq_acc;      // (B, H, N, D) fp32, pre-zeroed; unscaled sum of dS K
+  bf16* dk;
+  bf16* dv;
+  int N;
+  float scale_log2;
+  float tau;
+};
+
+// Stores a warp's 16 x (8*NT) fp32 accumulator rows (row0 + g, row0 + g + 8) as bf16 (times
+// `mul`) into a row-major (rows, D) global matrix; rows >= n_rows are skipped.
+template <int NT>
+__device__ __forceinline__ void StoreAccBf16(bf16* out, int D, int row0, int n_rows, int lane,
+                                             const float (&acc)[NT][4], float mul) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row = row0 + g + 8 * half;
+    if (row >= n_rows) continue;
+    bf16* dst = out + int64_t(row) * D + 2 * t;
+#pragma unroll
+    for (int nb = 0; nb < NT; ++nb) {
+      *reinterpret_cast<uint32_t*>(dst + nb * 8) =
+          PackBf16x2(acc[nb][2 * half] * mul, acc[nb][2 * half + 1] * mul);
+    }
+  }
+}
+
+// ----------------------------------------------------------------------------------------------
+// Forward.
+// ----------------------------------------------------------------------------------------------
+
+template <int D, bool kCausal>
+__global__ void __launch_bounds__(kThreads) FpaForwardKernel(FwdParams p) {
+  using Cfg = FpaConfig<D>;
+  constexpr int kBq = Cfg::kBq, kBkv = Cfg::kBkv;
+  constexpr int kNT = kBkv / 8;  // n-blocks of S per warp
+  constexpr int kDT = D / 8;     // n-blocks of O per warp
+  using QTile = typename Cfg::QTile;
+  using KvTile = typename Cfg::KvTile;
+
+  extern __shared__ __align__(128) char smem[];
+  char* qs = smem;
+  // Stage st of K at ks + st * kStage, of V at vs + st * kStage (no pointer arrays: a run-time
+  // index into one would put it on the stack).
+  char* ks = smem + QTile::kBytes;
+  char* vs = ks + 2 * KvTile::kBytes;
+  constexpr int kStage = KvTile::kBytes;
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int N = p.N;
+  // Causal: the last Q tiles have the most K tiles; start them first.
+  const int qt = kCausal ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
+  const int q0 = qt * kBq;
+  const int64_t head = int64_t(blockIdx.y) * N * D;
+  const bf16* q = p.q + head;
+  const bf16* k = p.k + head;
+  const bf16* v = p.v + head;
+
+  const int n_kv_total = CeilDiv(N, kBkv);
+  const int n_kv = kCausal ? min(n_kv_total, (min(q0 + kBq, N) - 1) / kBkv + 1) : n_kv_total;
+
+  LoadTileAsync<QTile, kThreads>(qs, q, q0, N, tid);
+  LoadTileAsync<KvTile, kThreads>(ks, k, 0, N, tid);
+  LoadTileAsync<KvTile, kThreads>(vs, v, 0, N, tid);
+  CpAsyncCommit();
+
+  uint32_t qa[D / 16][4];
+  float o[kDT][4];
+  ZeroAcc(o);
+  float m[2] = {-INFINITY, -INFINITY};  // running max (base-2 scaled) of rows g, g+8
+  float l[2] = {0.f, 0.f};              // this thread's partial row sums
+  const int row_w = q0 + 16 * warp;     // first query row of this warp
+
+  for (int j = 0; j < n_kv; ++j) {
+    CpAsyncWait<0>();
+    __syncthreads();  // tile j visible; every warp is done with the buffers of tile j-1
+    if (j + 1 < n_kv) {
+      const int nb = (j + 1) & 1;
+      LoadTileAsync<KvTile, kThreads>(ks + nb * kStage, k, (j + 1) * kBkv, N, tid);
+      LoadTileAsync<KvTile, kThreads>(vs + nb * kStage, v, (j + 1) * kBkv, N, tid);
+    }
+    CpAsyncCommit();
+    if (j == 0) {
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) LoadAFrag<QTile>(qa[kk], SmemAddr(qs), 16 * warp, 16 * kk, lane);
+    }
+    const uint32_t kb = SmemAddr(ks + (j & 1) * kStage), vb = SmemAddr(vs + (j & 1) * kStage);
+    const int k0 = j * kBkv;
+
+    // S = Q K^T (16 x 64 per warp).
+    float s[kNT][4];
+    ZeroAcc(s);
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+#pragma unroll
+      for (int np = 0; np < kNT / 2; ++np) {
+        uint32_t b[4];
+        LoadBFrag2<KvTile>(b, kb, 16 * np, 16 * kk, lane);
+        MmaBf16(s[2 * np], qa[kk], b[0], b[1]);
+        MmaBf16(s[2 * np + 1], qa[kk], b[2], b[3]);
+      }
+    }
+    const bool need_mask = (k0 + kBkv > N) || (kCausal && k0 + kBkv - 1 > row_w);
+    if (need_mask) {
+      ApplyMask(s, row_w, k0, lane,
+                [N](int r, int c) { return c >= N || (kCausal && c > r); });
+    }
+
+    // Online softmax (base 2).
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nb = 0; nb < kNT; ++nb) mx = fmaxf(mx, fmaxf(s[nb][2 * h], s[nb][2 * h + 1]));
+      mx = QuadMax(mx) * p.scale_log2;
+      const float m_new = fmaxf(m[h], mx);
+      const float m_use = m_new == -INFINITY ? 0.f : m_new;  // a row with no valid key yet
+      const float alpha = FastExp2(m[h] - m_use);
+      m[h] = m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int nb = 0; nb < kNT; ++nb) {
+#pragma unroll
+        for (int e = 2 * h; e < 2 * h + 2; ++e) {
+          s[nb][e] = FastExp2(fmaf(s[nb][e], p.scale_log2, -m_use));
+          sum += s[nb][e];
+        }
+      }
+      l[h] = l[h] * alpha + sum;
+#pragma unroll
+      for (int nb = 0; nb < kDT; ++nb) {
+        o[nb][2 * h] *= alpha;
+        o[nb][2 * h + 1] *= alpha;
+      }
+    }
+
+    // O += P V.
+    uint32_t pa[kNT / 2][4];
+    AccToBf16A<kNT>(pa, s);
+#pragma unroll
+    for (int kk = 0; kk < kNT / 2; ++kk) {
+#pragma unroll
+      for (int np = 0; np < kDT / 2; ++np) {
+        uint32_t b[4];
+        LoadBFrag2Trans<KvTile>(b, vb, 16 * kk, 16 * np, lane);
+        MmaBf16(o[2 * np], pa[kk], b[0], b[1]);
+        MmaBf16(o[2 * np + 1], pa[kk], b[2], b[3]);
+      }
+    }
+  }
+  CpAsyncWait<0>();
+
+  // Normalize, store O and the natural-log LSE.
+  const int g = lane >> 2, t = lane & 3;
+  float inv[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float lsum = QuadSum(l[h]);
+    inv[h] = lsum > 0.f ? 1.f / lsum : 0.f;
+    const int row = row_w + g + 8 * h;
+    if (t == 0 && row < N) {
+      p.lse[int64_t(blockIdx.y) * N + row] = (m[h] + __log2f(lsum)) * kLn2;
+    }
+  }
+#pragma unroll
+  for (int nb = 0; nb < kDT; ++nb) {
+    o[nb][0] *= inv[0];
+    o[nb][1] *= inv[0];
+    o[nb][2] *= inv[1];
+    o[nb][3] *= inv[1];
+  }
+  StoreAccBf16<kDT>(p.o + head, D, row_w, N, lane, o, 1.f);
+}
+
+// ----------------------------------------------------------------------------------------------
+// Backward.
+// ----------------------------------------------------------------------------------------------
+
+// Dv[row] = sum_d dO[row][d] * O[row][d] (fp32), one warp per row.
+template <int D>
+__global__ void __launch_bounds__(256) FpaBwdPreprocessKernel(const bf16* o, const bf16* do_,
+                                                              float* dvec, int64_t rows) {
+  const int64_t row = int64_t(blockIdx.x) * 8 + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (row >= rows) return;
+  constexpr int kPer = D / 32;  // 2 or 4 elements per lane
+  const bf16* orow = o + row * D + lane * kPer;
+  const bf16* drow = do_ + row * D + lane * kPer;
+  float acc = 0.f;
+#pragma unroll
+  for (int i = 0; i < kPer; i += 2) {
+    const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(orow + i));
+    const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(drow + i));
+    acc = fmaf(a.x, b.x, fmaf(a.y, b.y, acc));
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (lane == 0) dvec[row] = acc;
+}
+
+// dq[i] = bf16(tau * dq_acc[i]), 4 elements per thread.
+__global__ void __launch_bounds__(256) FpaBwdPostprocessKernel(const float* dq_acc, bf16* dq,
+                                                               int64_t n4, float tau) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n4) return;
+  const float4 a = reinterpret_cast<const float4*>(dq_acc)[i];
+  uint2 out;
+  out.x = PackBf16x2(a.x * tau, a.y * tau);
+  out.y = PackBf16x2(a.z * tau, a.w * tau);
+  reinterpret_cast<uint2*>(dq)[i] = out;
+}
+
+template <int D, bool kCausal>
+__global__ void __launch_bounds__(kThreads) FpaBackwardKernel(BwdParams p) {
+  using Cfg = FpaConfig<D>;
+  constexpr int kBkv = Cfg::kBkvB, kBq = Cfg::kBqB;
+  constexpr int kNT = kBq / 8;  // n-blocks of S^T per warp (query columns)
+  constexpr int kDT = D / 8;    // n-blocks of dK, dV per warp
+  using KTile = typename Cfg::KTileB;
+  using QTile = typename Cfg::QTileB;
+  using DsTile = typename Cfg::DsTile;
+
+  extern __shared__ __align__(128) char smem[];
+  char* ks = smem;
+  char* vs = ks + KTile::kBytes;
+  char* qs = vs + KTile::kBytes;        // 2 stages of QTile::kBytes
+  char* dos = qs + 2 * QTile::kBytes;   // 2 stages
+  char* dss = vs + KTile::kBytes + 4 * QTile::kBytes;
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int N = p.N;
+  const int kv0 = blockIdx.x * kBkv;
+  const int64_t head = int64_t(blockIdx.y) * N * D;
+  const bf16* q = p.q + head;
+  const bf16* dO = p.do_ + head;
+  const float* lse = p.lse + int64_t(blockIdx.y) * N;
+  const float* dvec = p.dvec + int64_t(blockIdx.y) * N;
+  float* dq_acc = p.dq_acc + head;
+
+  // Causal: query rows < kv0 see none of these keys.
+  const int qt_begin = kCausal ? kv0 / kBq : 0;
+  const int qt_end = CeilDiv(N, kBq);
+
+  LoadTileAsync<KTile, kThreads>(ks, p.k + head, kv0, N, tid);
+  LoadTileAsync<KTile, kThreads>(vs, p.v + head, kv0, N, tid);
+  LoadTileAsync<QTile, kThreads>(qs, q, qt_begin * kBq, N, tid);
+  LoadTileAsync<QTile, kThreads>(dos, dO, qt_begin * kBq, N, tid);
+  CpAsyncCommit();
+
+  float dk[kDT][4], dv[kDT][4];
+  ZeroAcc(dk);
+  ZeroAcc(dv);
+  const int kv_w = kv0 + 16 * warp;  // first key row of this warp
+  const uint32_t kb = SmemAddr(ks), vb = SmemAddr(vs), dsb = SmemAddr(dss);
+
+  for (int it = qt_begin; it < qt_end; ++it) {
+    const int buf = (it - qt_begin) & 1;
+    CpAsyncWait<0>();
+    __syncthreads();  // Q/dO tile visible; everyone done with the previous tile and with dS^T
+    if (it + 1 < qt_end) {
+      LoadTileAsync<QTile, kThreads>(qs + (buf ^ 1) * QTile::kBytes, q, (it + 1) * kBq, N, tid);
+      LoadTileAsync<QTile, kThreads>(dos + (buf ^ 1) * QTile::kBytes, dO, (it + 1) * kBq, N, tid);
+    }
+    CpAsyncCommit();
+    const uint32_t qb = SmemAddr(qs + buf * QTile::kBytes), dob = SmemAddr(dos + buf * QTile::kBytes);
+    const int q0 = it * kBq;
+
+    // Per query column of this thread: lse (base 2; +inf past N so P = 0) and D.
+    float lse2[kNT][2], dcol[kNT][2];
+#pragma unroll
+    for (int nb = 0; nb < kNT; ++nb) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int col = q0 + nb * 8 + 2 * t + e;
+        lse2[nb][e] = col < N ? __ldg(lse + col) * kLog2e : INFINITY;
+        dcol[nb][e] = col < N ? __ldg(dvec + col) : 0.f;
+      }
+    }
+
+    // S^T = K Q^T and dP^T = V dO^T (16 key rows x kBq query columns per warp).
+    float s[kNT][4], dp[kNT][4];
+    ZeroAcc(s);
+    ZeroAcc(dp);
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t ka[4], va[4];
+      LoadAFrag<KTile>(ka, kb, 16 * warp, 16 * kk, lane);
+      LoadAFrag<KTile>(va, vb, 16 * warp, 16 * kk, lane);
+#pragma unroll
+      for (int np = 0; np < kNT / 2; ++np) {
+        uint32_t b[4];
+        LoadBFrag2<QTile>(b, qb, 16 * np, 16 * kk, lane);
+        MmaBf16(s[2 * np], ka, b[0], b[1]);
+        MmaBf16(s[2 * np + 1], ka, b[2], b[3]);
+        LoadBFrag2<QTile>(b, dob, 16 * np, 16 * kk, lane);
+        MmaBf16(dp[2 * np], va, b[0], b[1]);
+        MmaBf16(dp[2 * np + 1], va, b[2], b[3]);
+      }
+    }
+    const bool need_mask = (kv0 + kBkv > N) || (kCausal && q0 < kv_w + 15);
+    if (need_mask) {
+      // Rows are keys, columns are queries here.
+      ApplyMask(s, kv_w, q0, lane, [N](int key, int qry) { return key >= N || (kCausal && key > qry); });
+    }
+
+    // P^T and dS^T = P^T o (dP^T - D) in place.
+#pragma unroll
+    for (int nb = 0; nb < kNT; ++nb) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float pv = FastExp2(fmaf(s[nb][e], p.scale_log2, -lse2[nb][e & 1]));
+        s[nb][e] = pv;
+        dp[nb][e] = pv * (dp[nb][e] - dcol[nb][e & 1]);
+      }
+    }
+
+    // dS^T -> shared memory (bf16) for dQ.
+#pragma unroll
+    for (int nb = 0; nb < kNT; ++nb) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = 16 * warp + g + 8 * h;
+        const int cb = (nb * 8 + 2 * t) * 2;
+        *reinterpret_cast<uint32_t*>(dss + DsTile::ByteOffset(r, cb)) =
+            PackBf16x2(dp[nb][2 * h], dp[nb][2 * h + 1]);
+      }
+    }
+
+    // dV += P^T dO, dK += dS^T Q (contracting over the kBq query columns).
+    {
+      uint32_t pa[kNT / 2][4], dsa[kNT / 2][4];
+      AccToBf16A<kNT>(pa, s);
+      AccToBf16A<kNT>(dsa, dp);
+#pragma unroll
+      for (int kk = 0; kk < kNT / 2; ++kk) {
+#pragma unroll
+        for (int np = 0; np < kDT / 2; ++np) {
+          uint32_t b[4];
+          LoadBFrag2Trans<QTile>(b, dob, 16 * kk, 16 * np, lane);
+          MmaBf16(dv[2 * np], pa[kk], b[0], b[1]);
+          MmaBf16(dv[2 * np + 1], pa[kk], b[2], b[3]);
+          LoadBFrag2Trans<QTile>(b, qb, 16 * kk, 16 * np, lane);
+          MmaBf16(dk[2 * np], dsa[kk], b[0], b[1]);
+          MmaBf16(dk[2 * np + 1], dsa[kk], b[2], b[3]);
+        }
+      }
+    }
+    __syncthreads();  // dS^T complete
+
+    // dQ (kBq x D) += dS K: jobs of 16 query rows x (D / kColSplit) columns over the warps.
+    {
+      constexpr int kRowBlocks = kBq / 16;
+      constexpr int kColSplit = kWarps / kRowBlocks > 0 ? kWarps / kRowBlocks : 1;
+      constexpr int kColsPerJob = D / kColSplit;
+      constexpr int kJobs = kRowBlocks * kColSplit;
+#pragma unroll
+      for (int job = warp; job < kJobs; job += kWarps) {
+        const int rb = job % kRowBlocks, cs = job / kRowBlocks;
+        uint32_t a[kBkv / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < kBkv / 16; ++kk) LoadAFragTrans<DsTile>(a[kk], dsb, 16 * kk, 16 * rb, lane);
+#pragma unroll
+        for (int np = 0; np < kColsPerJob / 16; ++np) {
+          const int n0 = cs * kColsPerJob + 16 * np;
+          float acc[2][4];
+          ZeroAcc(acc);
+#pragma unroll
+          for (int kk = 0; kk < kBkv / 16; ++kk) {
+            uint32_t b[4];
+            LoadBFrag2Trans<KTile>(b, kb, 16 * kk, n0, lane);
+            MmaBf16(acc[0], a[kk], b[0], b[1]);
+            MmaBf16(acc[1], a[kk], b[2], b[3]);
+          }
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int row = q0 + 16 * rb + g + 8 * h;
+            if (row >= N) continue;
+            float* dst = dq_acc + int64_t(row) * D + n0 + 2 * t;
+            atomicAdd(dst, acc[0][2 * h]);
+            atomicAdd(dst + 1, acc[0][2 * h + 1]);
+            atomicAdd(dst + 8, acc[1][2 * h]);
+            atomicAdd(dst + 9, acc[1][2 * h + 1]);
+          }
+        }
+      }
+    }
+  }
+  CpAsyncWait<0>();
+
+  StoreAccBf16<kDT>(p.dv + head, D, kv_w, N, lane, dv, 1.f);
+  StoreAccBf16<kDT>(p.dk + head, D, kv_w, N, lane, dk, p.tau);
+}
+
+// ----------------------------------------------------------------------------------------------
+// Host side.
+// ----------------------------------------------------------------------------------------------
+
+Status ValidateShape(const AttnShapeCuda& s, const char* who) {
+  const std::string w(who);
+  if (s.D != 64 && s.D != 128) {
+    return InvalidArgument(w + ": head dim D must be 64 or 128, got " + std::to_string(s.D));
+  }
+  if (s.B < 1 || s.H < 1 || s.N < 1) {
+    return InvalidArgument(w + ": B, H, N must be >= 1, got B=" + std::to_string(s.B) +
+                           " H=" + std::to_string(s.H) + " N=" + std::to_string(s.N));
+  }
+  if (int64_t(s.B) * s.H > 65535) {
+    return InvalidArgument(w + ": B*H must be <= 65535, got " + std::to_string(int64_t(s.B) * s.H));
+  }
+  return Status::Ok();
+}
+
+Status CheckPtr(const void* ptr, const char* name, const char* who) {
+  if (ptr == nullptr) return InvalidArgument(std::string(who) + ": " + name + " is null");
+  if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) {
+    return InvalidArgument(std::string(who) + ": " + name + " must be 16-byte aligned");
+  }
+  return Status::Ok();
+}
+
+#define ABLATE_RETURN_IF_ERROR_(expr)   \
+  do {                                  \
+    ::ablate::Status _s = (expr);       \
+    if (!_s.ok()) return _s;            \
+  } while (0)
+
+template <int D, bool kCausal>
+Status LaunchForward(const AttnShapeCuda& s, const FwdParams& p, cudaStream_t stream) {
+  using Cfg = FpaConfig<D>;
+  auto kernel = FpaForwardKernel<D, kCausal>;
+  ABLATE_CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kFwdSmem),
+      "FpaForwardCuda: cudaFuncSetAttribute");
+  const dim3 grid(CeilDiv(s.N, Cfg::kBq), s.B * s.H);
+  kernel<<<grid, kThreads, Cfg::kFwdSmem, stream>>>(p);
+  return CudaStatus(cudaGetLastError(), "FpaForwardCuda: launch");
+}
+
+template <int D, bool kCausal>
+Status LaunchBackward(const AttnShapeCuda& s, const BwdParams& p, const bf16* o, bf16* dq,
+                      cudaStream_t stream) {
+  using Cfg = FpaConfig<D>;
+  const int64_t rows = s.rows();
+  FpaBwdPreprocessKernel<D><<<unsigned((rows + 7) / 8), 256, 0, stream>>>(
+      o, p.do_, const_cast<float*>(p.dvec), rows);
+  ABLATE_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "FpaBackwardCuda: preprocess launch");
+  ABLATE_CUDA_RETURN_IF_ERROR(
+      cudaMemsetAsync(p.dq_acc, 0, size_t(s.numel()) * sizeof(float), stream),
+      "FpaBackwardCuda: zero dQ accumulator");
+  auto kernel = FpaBackwardKernel<D, kCausal>;
+  ABLATE_CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kBwdSmem),
+      "FpaBackwardCuda: cudaFuncSetAttribute");
+  const dim3 grid(CeilDiv(s.N, Cfg::kBkvB), s.B * s.H);
+  kernel<<<grid, kThreads, Cfg::kBwdSmem, stream>>>(p);
+  ABLATE_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "FpaBackwardCuda: main launch");
+  const int64_t n4 = s.numel() / 4;  // D is a multiple of 4
+  FpaBwdPostprocessKernel<<<unsigned((n4 + 255) / 256), 256, 0, stream>>>(p.dq_acc, dq, n4, p.tau);
+  return CudaStatus(cudaGetLastError(), "FpaBackwardCuda: postprocess launch");
+}
+
+constexpr size_t kAlign = 256;
+
+}  // namespace
+
+size_t FpaWorkspaceBytes(const AttnShapeCuda& s) {
+  if (s.B < 1 || s.H < 1 || s.N < 1 || s.D < 1) return 0;
+  return size_t(RoundUp(s.numel() * int64_t(sizeof(float)), kAlign)) +
+         size_t(RoundUp(s.rows() * int64_t(sizeof(float)), kAlign));
+}
+
+Status FpaForwardCuda(const AttnShapeCuda& s, const bf16* q, const bf16* k, const bf16* v, bf16* o,
+                      float* lse, void* /*workspace*/, size_t /*ws_bytes*/, cudaStream_t stream) {
+  constexpr const char* kWho = "FpaForwardCuda";
+  ABLATE_RETURN_IF_ERROR_(ValidateShape(s, kWho));
+  ABLATE_RETURN_IF_ERROR_(CheckPtr(q, "q", kWho));
+  ABLATE_RETURN_IF_ERROR_(CheckPtr(k, "k", kWho));
+  ABLATE_RETURN_IF_ERROR_(CheckPtr(v, "v", kWho));
+  ABLATE_RETURN_IF_ERROR_(CheckPtr(o, "o", kWho));
+  if (lse == nullptr) return InvalidArgument("FpaForwardCuda: lse is null");
+  const float tau = 1.f / std::sqrt(float(s.D));
+  const FwdParams p{q, k, v, o, lse, s.N, tau * kLog2e};
+  if (s.D == 64) return s.causal ? LaunchForward<64, true>(s, p, stream) : LaunchForward<64, false>(s, p, stream);
+  return s.causal ? LaunchForward<128, true>(s, p, stream) : LaunchForward<128, false>(s, p, stream);
+}
+
+Status FpaBackwardCuda(const AttnShapeCuda& s, const bf16* q, const bf16* k, const bf16* v,
+                       const bf16* o, const float* lse, const bf16* do_, bf16* dq, bf16* dk,
+                       bf16* dv, void* workspace, size_t ws_bytes, cudaStream_t stream) {
+  constexpr const char* kWho = "FpaBackwardCuda";
+  ABLATE_RETURN_IF_ERROR_(ValidateShape(s, kWho));
+  ABLATE_RETURN_IF_ERROR_(CheckPtr(q, "q", kWho));
+  ABLATE_RETURN_IF_ERROR_(CheckPtr(k, "k", kWho));
+  ABLATE_RETURN_IF_ERROR_(CheckPtr(v, "v", kWho));
+  ABLATE_RETURN_IF_ERROR_(CheckPtr(o, "o", kWho));
+  ABLATE_RETURN_IF_ERROR_(CheckPtr(do_, "do", kWho));
+  ABLATE_RETURN_IF_ERROR_(CheckPtr(dq, "dq", kWho));
+  ABLATE_RETURN_IF_ERROR_(CheckPtr(dk, "dk", kWho));
+  ABLATE_RETURN_IF_ERROR_(CheckPtr(dv, "dv", kWho));
+  ABLATE_RETURN_IF_ERROR_(CheckPtr(workspace, "workspace", kWho));
+  if (lse == nullptr) return InvalidArgument("FpaBackwardCuda: lse is null");
+  const size_t need = FpaWorkspaceBytes(s);
+  if (ws_bytes < need) {
+    return InvalidArgument("FpaBackwardCuda: workspace has " + std::to_string(ws_bytes) +
+                           " bytes, needs " + std::to_string(need) + " (FpaWorkspaceBytes)");
+  }
+  float* dq_acc = static_cast<float*>(workspace);
+  float* dvec = reinterpret_cast<float*>(static_cast<char*>(workspace) +
+                                         RoundUp(s.numel() * int64_t(sizeof(float)), kAlign));
+  const float tau = 1.f / std::sqrt(float(s.D));
+  const BwdParams p{q, k, v, do_, lse, dvec, dq_acc, dk, dv, s.N, tau * kLog2e, tau};
+  if (s.D == 64) {
+    return s.causal ? LaunchBackward<64, true>(s, p, o, dq, stream)
+                    : LaunchBackward<64, false>(s, p, o, dq, stream);
+  }
+  return s.causal ? LaunchBackward<128, true>(s, p, o, dq, stream)
+                  : LaunchBackward<128, false>(s, p, o, dq, stream);
+}
+
+}  // namespace ablate::kernels::cuda

@@ -1,0 +1,245 @@
+// ablate-attention-bench: times the CUDA attention kernels (FPA, and SageBwd when its header is
+// present) forward, backward and forward+backward on the shapes of kernels/bench/README.md.
+//
+// Timing: CUDA events around each iteration on one stream, `--warmup` untimed iterations, the
+// median of `--iters` (>= 20) timed ones. Backward alone is timed after one forward (its saved
+// lse / O stay valid); fwd+bwd times both launchers back to back. SageBwd's numbers include its
+// quantization and smoothing kernels (they run inside SageForwardCuda / SageBackwardCuda).
+// FLOPs (ALGORITHMS.md §1): forward 4 B H N^2 D, halved when causal; backward 2.5x; fwd+bwd 3.5x.
+// INT8 work is counted with the same formula (reported in the same column, TOPS for SageBwd).
+//
+// Output: a markdown table on stdout and a JSON file (--json, default attention_bench.json):
+//   {"device": ..., "results": [{"impl", "B", "H", "N", "D", "causal", "pass", "ms", "tflops"}]}
+// Usage: ablate-attention-bench [--json PATH] [--iters N] [--warmup N] [--impl fpa|sage|all]
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "attention/cuda/fpa_cuda.h"
+
+#if __has_include("attention/cuda/sagebwd_cuda.h") && !defined(ABLATE_BENCH_NO_SAGE)
+#include "attention/cuda/sagebwd_cuda.h"
+#define ABLATE_BENCH_HAVE_SAGE 1
+#else
+#define ABLATE_BENCH_HAVE_SAGE 0
+#endif
+
+namespace {
+
+using ablate::Status;
+using ablate::kernels::AttnShape;
+using bf16 = __nv_bfloat16;
+
+#define CHECK_CUDA(expr)                                                                   \
+  do {                                                                                     \
+    cudaError_t _e = (expr);                                                               \
+    if (_e != cudaSuccess) {                                                               \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr,                   \
+                   cudaGetErrorString(_e));                                                \
+      std::exit(1);                                                                        \
+    }                                                                                      \
+  } while (0)
+
+void CheckStatus(const Status& s, const char* what) {
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s: %s\n", what, s.ToString().c_str());
+    std::exit(1);
+  }
+}
+
+// Approximately N(0, 1) values (sum of 4 hashed uniforms, rescaled), deterministic per index.
+__global__ void FillNormalish(bf16* x, int64_t n, uint32_t seed) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float acc = 0.f;
+  uint32_t h = uint32_t(i) * 2654435761u ^ seed;
+  for (int r = 0; r < 4; ++r) {
+    h ^= h >> 16;
+    h *= 0x7feb352du;
+    h ^= h >> 15;
+    h *= 0x846ca68bu;
+    h ^= h >> 16;
+    acc += float(h) * (1.f / 4294967296.f);
+  }
+  x[i] = __float2bfloat16_rn((acc - 2.f) * 1.7320508f);  // var of sum of 4 U(0,1) = 1/3
+}
+
+struct Result {
+  std::string impl;
+  AttnShape s;
+  std::string pass;
+  double ms;
+  double tflops;
+};
+
+double FwdFlops(const AttnShape& s) {
+  const double f = 4.0 * s.B * s.H * double(s.N) * s.N * s.D;
+  return s.causal ? f / 2 : f;
+}
+
+// Median milliseconds of `iters` timed runs of fn after `warmup` untimed ones.
+double TimeMs(const std::function<void()>& fn, int warmup, int iters, cudaStream_t stream) {
+  for (int i = 0; i < warmup; ++i) fn();
+  CHECK_CUDA(cudaStreamSynchronize(stream));
+  cudaEvent_t a, b;
+  CHECK_CUDA(cudaEventCreate(&a));
+  CHECK_CUDA(cudaEventCreate(&b));
+  std::vector<float> t(iters);
+  for (int i = 0; i < iters; ++i) {
+    CHECK_CUDA(cudaEventRecord(a, stream));
+    fn();
+    CHECK_CUDA(cudaEventRecord(b, stream));
+    CHECK_CUDA(cudaEventSynchronize(b));
+    CHECK_CUDA(cudaEventElapsedTime(&t[i], a, b));
+  }
+  CHECK_CUDA(cudaGetLastError());
+  CHECK_CUDA(cudaEventDestroy(a));
+  CHECK_CUDA(cudaEventDestroy(b));
+  std::sort(t.begin(), t.end());
+  return iters % 2 ? t[iters / 2] : 0.5 * (t[iters / 2 - 1] + t[iters / 2]);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string json_path = "attention_bench.json", impl = "all";
+  int iters = 30, warmup = 5;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--json") json_path = next();
+    else if (a == "--iters") iters = std::max(20, std::atoi(next().c_str()));
+    else if (a == "--warmup") warmup = std::max(1, std::atoi(next().c_str()));
+    else if (a == "--impl") impl = next();
+    else {
+      std::fprintf(stderr,
+                   "usage: %s [--json PATH] [--iters N>=20] [--warmup N] [--impl fpa|sage|all]\n",
+                   argv[0]);
+      return 2;
+    }
+  }
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+    std::fprintf(stderr, "no CUDA device\n");
+    return 1;
+  }
+  cudaDeviceProp prop;
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreate(&stream));
+
+  struct Sh { int B, H, N, D; };
+  const std::vector<Sh> shapes = {{4, 16, 2048, 128}, {2, 16, 8192, 128}, {8, 16, 1024, 64}};
+  std::vector<Result> results;
+
+  for (const Sh& sh : shapes) {
+    for (bool causal : {false, true}) {
+      AttnShape s;
+      s.B = sh.B;
+      s.H = sh.H;
+      s.N = sh.N;
+      s.D = sh.D;
+      s.causal = causal;
+      const size_t numel = size_t(s.numel()), rows = size_t(s.rows());
+      bf16 *q, *k, *v, *o, *dO, *dq, *dk, *dv;
+      float* lse;
+      for (bf16** p : {&q, &k, &v, &o, &dO, &dq, &dk, &dv}) CHECK_CUDA(cudaMalloc(p, numel * 2));
+      CHECK_CUDA(cudaMalloc(&lse, rows * 4));
+      size_t ws_bytes = ablate::kernels::cuda::FpaWorkspaceBytes(s);
+#if ABLATE_BENCH_HAVE_SAGE
+      const ablate::kernels::SageCudaOptions sopt;
+      ws_bytes = std::max(ws_bytes, ablate::kernels::SageWorkspaceBytes(s, sopt));
+#endif
+      void* ws;
+      CHECK_CUDA(cudaMalloc(&ws, ws_bytes));
+      uint32_t seed = 1;
+      for (bf16* p : {q, k, v, dO}) {
+        FillNormalish<<<unsigned((numel + 255) / 256), 256, 0, stream>>>(p, int64_t(numel), seed++);
+      }
+      CHECK_CUDA(cudaGetLastError());
+
+      const double ff = FwdFlops(s);
+      auto add = [&](const char* name, const char* pass, double ms, double flops) {
+        results.push_back({name, s, pass, ms, flops / (ms * 1e-3) / 1e12});
+      };
+
+      if (impl == "all" || impl == "fpa") {
+        namespace c = ablate::kernels::cuda;
+        auto fwd = [&] { CheckStatus(c::FpaForwardCuda(s, q, k, v, o, lse, ws, ws_bytes, stream), "fpa fwd"); };
+        auto bwd = [&] {
+          CheckStatus(c::FpaBackwardCuda(s, q, k, v, o, lse, dO, dq, dk, dv, ws, ws_bytes, stream), "fpa bwd");
+        };
+        add("fpa", "fwd", TimeMs(fwd, warmup, iters, stream), ff);
+        fwd();
+        add("fpa", "bwd", TimeMs(bwd, warmup, iters, stream), 2.5 * ff);
+        add("fpa", "fwd+bwd", TimeMs([&] { fwd(); bwd(); }, warmup, iters, stream), 3.5 * ff);
+      }
+#if ABLATE_BENCH_HAVE_SAGE
+      if (impl == "all" || impl == "sage") {
+        namespace kk = ablate::kernels;
+        auto fwd = [&] {
+          CheckStatus(kk::SageForwardCuda(s, sopt, q, k, v, o, lse, ws, ws_bytes, stream), "sage fwd");
+        };
+        auto bwd = [&] {
+          CheckStatus(kk::SageBackwardCuda(s, sopt, q, k, v, o, dO, lse, dq, dk, dv, ws, ws_bytes, stream),
+                      "sage bwd");
+        };
+        add("sagebwd", "fwd", TimeMs(fwd, warmup, iters, stream), ff);
+        fwd();
+        add("sagebwd", "bwd", TimeMs(bwd, warmup, iters, stream), 2.5 * ff);
+        add("sagebwd", "fwd+bwd", TimeMs([&] { fwd(); bwd(); }, warmup, iters, stream), 3.5 * ff);
+      }
+#endif
+      CHECK_CUDA(cudaStreamSynchronize(stream));
+      for (void* p : {(void*)q, (void*)k, (void*)v, (void*)o, (void*)dO, (void*)dq, (void*)dk,
+                      (void*)dv, (void*)lse, ws}) {
+        CHECK_CUDA(cudaFree(p));
+      }
+    }
+  }
+
+  std::printf("device: %s (%d SMs); median of %d iterations after %d warm-up; SageBwd includes "
+              "quantization/smoothing; TFLOP/s (TOPS for sagebwd) with 4BHN^2d fwd, /2 causal, "
+              "x2.5 bwd, x3.5 fwd+bwd\n\n",
+              prop.name, prop.multiProcessorCount, iters, warmup);
+  std::printf("| impl | B | H | N | D | causal | pass | ms | TFLOP/s |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  for (const Result& r : results) {
+    std::printf("| %s | %d | %d | %d | %d | %s | %s | %.3f | %.1f |\n", r.impl.c_str(), r.s.B,
+                r.s.H, r.s.N, r.s.D, r.s.causal ? "yes" : "no", r.pass.c_str(), r.ms, r.tflops);
+  }
+  FILE* f = std::fopen(json_path.c_str(), "w");
+  if (!f) {
+    std::fprintf(stderr, "cannot write %s\n", json_path.c_str());
+    return 1;
+  }
+  std::fprintf(f, "{\"source\": \"ablate-attention-bench\", \"device\": \"%s\", \"iters\": %d, "
+                  "\"results\": [\n", prop.name, iters);
+  for (size_t i = 0; i < results.size(); ++i) {
+    const Result& r = results[i];
+    std::fprintf(f,
+                 "  {\"impl\": \"%s\", \"B\": %d, \"H\": %d, \"N\": %d, \"D\": %d, \"causal\": %s, "
+                 "\"pass\": \"%s\", \"ms\": %.5f, \"tflops\": %.3f}%s\n",
+                 r.impl.c_str(), r.s.B, r.s.H, r.s.N, r.s.D, r.s.causal ? "true" : "false",
+                 r.pass.c_str(), r.ms, r.tflops, i + 1 < results.size() ? "," : "");
+  }
+  std::fprintf(f, "]}\n");
+  std::fclose(f);
+  std::printf("\nwrote %s\n", json_path.c_str());
+  CHECK_CUDA(cudaStreamDestroy(stream));
+  return 0;
+}
