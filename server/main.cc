@@ -1,5 +1,6 @@
 // ablated: the coordinator daemon.
 //   ablated --data-dir DIR --grpc HOST:PORT [--http HOST:PORT] --token-file F
+//           [--tls-cert F --tls-key F [--tls-client-ca F]]
 // Keeps all state in DIR/ablate.db (SQLite, WAL); restarts from it alone. Prints the gRPC address it
 // listens on (useful with port 0) to stderr and to DIR/ablated.addr. SIGINT/SIGTERM shut it down
 // gracefully: stop accepting, let in-flight calls finish, commit everything queued.
@@ -42,12 +43,17 @@ int Fail(const std::string& msg) {
 int main(int argc, char** argv) {
   CLI::App app{"ablated: the ablate coordinator (gRPC control and worker services, SQLite store)"};
   std::string data_dir = DefaultDataDir(), grpc_addr = "127.0.0.1:7070", http_addr, token_file;
+  std::string tls_cert, tls_key, tls_client_ca;
   double lease_s = 30, heartbeat_s = 5;
   int max_trials = 10000;
   app.add_option("--data-dir", data_dir, "state folder: ablate.db, token (default $ABLATE_DATA_DIR or ~/.ablate)");
   app.add_option("--grpc", grpc_addr, "gRPC listen address HOST:PORT (port 0 picks a free port)");
   app.add_option("--http", http_addr, "HTTP listen address for the dashboard and /metrics (coming with the dashboard)");
   app.add_option("--token-file", token_file, "bearer token file; created (mode 0600) when missing (default DATA_DIR/token)");
+  app.add_option("--tls-cert", tls_cert, "PEM server certificate: serve gRPC over TLS");
+  app.add_option("--tls-key", tls_key, "PEM server private key (with --tls-cert)");
+  app.add_option("--tls-client-ca", tls_client_ca,
+                 "PEM CA: workers must present a client certificate it signed (mutual TLS)");
   app.add_option("--lease-seconds", lease_s, "attempt lease, renewed by worker heartbeats")->check(CLI::PositiveNumber);
   app.add_option("--heartbeat-seconds", heartbeat_s, "heartbeat interval asked of workers")->check(CLI::PositiveNumber);
   app.add_option("--max-trials", max_trials, "largest sweep accepted without --force")->check(CLI::PositiveNumber);
@@ -77,8 +83,34 @@ int main(int argc, char** argv) {
   ablate::server::Scheduler scheduler(store->get(), ablate::server::SystemClock(), sched_opt);
   if (auto st = scheduler.Recover(); !st.ok()) return Fail("recovering state: " + st.message());
 
+  std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
+  if (!tls_cert.empty() || !tls_key.empty() || !tls_client_ca.empty()) {
+    if (tls_cert.empty() || tls_key.empty()) return Fail("--tls-cert and --tls-key go together");
+    auto read = [](const std::string& path, std::string* out) {
+      std::ifstream in(path, std::ios::binary);
+      if (!in) return false;
+      out->assign(std::istreambuf_iterator<char>(in), {});
+      return !out->empty();
+    };
+    grpc::SslServerCredentialsOptions ssl;
+    grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+    if (!read(tls_cert, &pair.cert_chain)) return Fail("cannot read --tls-cert " + tls_cert);
+    if (!read(tls_key, &pair.private_key)) return Fail("cannot read --tls-key " + tls_key);
+    ssl.pem_key_cert_pairs.push_back(pair);
+    if (!tls_client_ca.empty()) {
+      if (!read(tls_client_ca, &ssl.pem_root_certs)) {
+        return Fail("cannot read --tls-client-ca " + tls_client_ca);
+      }
+      // Verify a client certificate when one is presented; WorkerService then requires one, so
+      // workers use mutual TLS while the CLI authenticates with TLS and its token alone.
+      ssl.client_certificate_request = GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY;
+    }
+    creds = grpc::SslServerCredentials(ssl);
+  }
+
   ablate::server::ServiceOptions svc_opt;
   svc_opt.token = *token;
+  svc_opt.require_worker_cert = !tls_client_ca.empty();
   svc_opt.max_trials = max_trials;
   ablate::server::WorkerServiceImpl worker_service(&scheduler, svc_opt);
   ablate::server::ControlServiceImpl control_service(&scheduler, store->get(), svc_opt);
@@ -87,7 +119,7 @@ int main(int argc, char** argv) {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(grpc_addr, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(grpc_addr, creds, &port);
   builder.RegisterService(&worker_service);
   builder.RegisterService(&control_service);
   builder.SetMaxReceiveMessageSize(64 << 20);
@@ -99,7 +131,8 @@ int main(int argc, char** argv) {
   std::string host = grpc_addr.substr(0, grpc_addr.rfind(':'));
   std::string actual = host + ":" + std::to_string(port);
   std::ofstream(data_dir + "/ablated.addr") << actual << "\n";
-  std::fprintf(stderr, "ablated: listening on %s (data %s, token %s)\n", actual.c_str(),
+  std::fprintf(stderr, "ablated: listening on %s%s (data %s, token %s)\n", actual.c_str(),
+               tls_cert.empty() ? "" : (tls_client_ca.empty() ? " with TLS" : " with TLS, mutual TLS for workers"),
                data_dir.c_str(), token_file.c_str());
 
   struct sigaction sa {};

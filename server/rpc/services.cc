@@ -171,6 +171,16 @@ grpc::Status WorkerServiceImpl::Connect(
     grpc::ServerContext* ctx,
     grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>* stream) {
   ABLATE_AUTH(ctx);
+  if (opt_.require_worker_cert) {
+    // The TLS layer verified any certificate presented; a worker must present one.
+    auto auth = ctx->auth_context();
+    if (!auth || !auth->IsPeerAuthenticated() ||
+        auth->FindPropertyValues("x509_pem_cert").empty()) {
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                          "workers must connect with a client certificate signed by the "
+                          "coordinator's --tls-client-ca (mutual TLS)");
+    }
+  }
   v1::WorkerMessage first;
   if (!stream->Read(&first)) return grpc::Status::OK;
   if (!first.has_register_() || first.register_().worker_id().empty()) {

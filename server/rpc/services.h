@@ -19,6 +19,7 @@ namespace ablate::server {
 struct ServiceOptions {
   std::string token;         // required bearer token
   int max_trials = 10000;    // grid-size limit for Submit without force
+  bool require_worker_cert = false;  // mutual TLS: a worker stream needs a verified client cert
 };
 
 // OK when the call carries `authorization: Bearer <token>`.
