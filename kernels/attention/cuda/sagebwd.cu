@@ -1,0 +1,916 @@
+// SageBwd INT8 attention, forward and backward, for sm_90 (mma.sync only): the CUDA twin of the
+// CPU emulator in attention/sagebwd_cpu.cc (ALGORITHMS.md §1.2). Host API: sagebwd_cuda.h.
+//
+// Layout: q, k, v, o, do, dq, dk, dv (B, H, N, D) bf16 row-major; lse (B, H, N) f32. Tiles:
+// Bq = Bkv = 64 (kSageBq, kSageBkv), 4 warps per CTA, each warp owns 16 rows of a 64-row tile.
+//
+// Quantization scheme (identical to the emulator; s = max|X| / 127 over the group, all-zero
+// group: s = 1; X^ = round_half_even(X / s) clamped to [-127, 127]):
+//   K^  per (b,h, K tile) after K-smoothing (K - kbar, kbar = mean of K over all N tokens)
+//   V^  per (b,h, K tile);  Q^ per (b,h, Q tile) after optional Q-smoothing (Q - tile mean mu)
+//   dO^ per (b,h, Q tile)
+//   P~  (forward) per query row of each block, s = exp(rowmax - m_new) / 127 (online max)
+//   P   (backward, dV = P^T dO) per key column of each block
+//   dS  per query row of the block for dQ = dS K, per key column for dK = dS^T Q
+// Every int8 product is an m16n8k32 s8 mma ("TN": both operands stored with the contraction
+// index contiguous), so each quantized tensor is stored in the orientation(s) its products need:
+//   S = Q^ K^T      A = Q^ [q][d]      B = K^ [key][d]
+//   O += P^ V^      A = P^ [q][key]    B = V^T [d][key]
+//   dV += P^T dO^   A = P^T [key][q]   B = dO^T [d][q]
+//   dK += dS^T Q^   A = dS^T [key][q]  B = Q^T [d][q]
+//   dQ += dS^ K^    A = dS^ [q][key]   B = K^T [d][key]
+//   dP = dO V^T     bf16 m16n8k16 (A = dO [q][d], B = V [key][d]), or s8 (dO^, V^) with int8_dp
+// The quantization kernels write Q^, K^, V^, dO^ and their transposes (padded to 64 rows, zero
+// padding) to the workspace; the forward's are reused by the backward.
+//
+// Backward: one CTA per (b,h, K tile) walks the Q tiles (causal: only tiles with a visible key);
+// P and dS of a block go through shared memory (fp32) so the per-column scales (a max over the
+// 64 rows owned by 4 warps) and per-row scales are taken in one place; dK, dV stay in registers;
+// dQ (and rowsum dS for the K-smoothing correction) are accumulated with fp32 atomics into the
+// workspace and converted by a last kernel. Accumulation order differs from the emulator.
+//
+// Kernel-lab variant: the straightforward mma.sync baseline (plain 32-bit shared loads into
+// fragments from padded tiles, no cp.async pipelining, no wgmma).
+#include "attention/cuda/sagebwd_cuda.h"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "attention/cuda/attention_common.cuh"
+
+namespace ablate::kernels {
+namespace {
+
+using cuda::CeilDiv;
+using cuda::CudaStatus;
+using cuda::MmaBf16;
+using cuda::MmaS8;
+using cuda::QuadMax;
+using cuda::QuadSum;
+
+constexpr int kTile = 64;  // Bq == Bkv
+static_assert(kSageBq == kTile && kSageBkv == kTile, "kernels assume Bq == Bkv == 64");
+constexpr int kThreads = 128;
+constexpr int kI8T = kTile + 16;  // int8 row stride (bytes) of a tile whose k index is a token
+
+// Per head dim configuration: shared-memory strides and layouts.
+template <int D>
+struct SageConfig {
+  static_assert(D == 64 || D == 128, "head dim 64 or 128");
+  static constexpr int kI8D = D + 16;  // int8 row stride, k index = head dim (bank-conflict-free)
+  static constexpr int kBfD = D + 8;   // bf16 row stride (elements)
+  static constexpr int kF32 = kTile + 4;  // fp32 P / dS row stride
+  // Forward: qh, kh [64][kI8D]; vht [D][kI8T]; ph [64][kI8T]; bias[64], mu[D], kbar[D] f32.
+  static constexpr int kFwdQh = 0;
+  static constexpr int kFwdKh = kFwdQh + kTile * kI8D;
+  static constexpr int kFwdVht = kFwdKh + kTile * kI8D;
+  static constexpr int kFwdPh = kFwdVht + D * kI8T;
+  static constexpr int kFwdF32 = kFwdPh + kTile * kI8T;
+  static constexpr int kFwdBytes = kFwdF32 + (kTile + 2 * D) * 4;
+  // Backward: kh [64][kI8D], kht [D][kI8T], vb (bf16 [64][kBfD] or int8 vh), qh, qht, dob/doh,
+  // doht, P, dS f32 [64][kF32], pT, dsh, dsT int8 [64][kI8T], 8 x 64 f32 vectors, mu, kbar [D].
+  static constexpr int kOpBytes = kTile * kBfD * 2 > kTile * kI8D ? kTile * kBfD * 2 : kTile * kI8D;
+  static constexpr int kBwdKh = 0;
+  static constexpr int kBwdKht = kBwdKh + kTile * kI8D;
+  static constexpr int kBwdV = kBwdKht + D * kI8T;
+  static constexpr int kBwdQh = kBwdV + kOpBytes;
+  static constexpr int kBwdQht = kBwdQh + kTile * kI8D;
+  static constexpr int kBwdDo = kBwdQht + D * kI8T;
+  static constexpr int kBwdDoht = kBwdDo + kOpBytes;
+  static constexpr int kBwdP = kBwdDoht + D * kI8T;
+  static constexpr int kBwdDs = kBwdP + kTile * kF32 * 4;
+  static constexpr int kBwdPT = kBwdDs + kTile * kF32 * 4;
+  static constexpr int kBwdDsh = kBwdPT + kTile * kI8T;
+  static constexpr int kBwdDsT = kBwdDsh + kTile * kI8T;
+  static constexpr int kBwdVec = kBwdDsT + kTile * kI8T;  // 8 vectors of 64 f32
+  static constexpr int kBwdMu = kBwdVec + 8 * kTile * 4;
+  static constexpr int kBwdBytes = kBwdMu + 2 * D * 4;
+  static_assert(kFwdBytes <= 227 * 1024, "forward shared memory over the sm_90 limit");
+  static_assert(kBwdBytes <= 227 * 1024, "backward shared memory over the sm_90 limit");
+  static_assert(kI8D % 16 == 0 && kI8T % 16 == 0 && (kBfD * 2) % 16 == 0, "16-byte rows");
+  static_assert(kFwdKh % 16 == 0 && kFwdVht % 16 == 0 && kFwdPh % 16 == 0 && kFwdF32 % 16 == 0,
+                "16-byte aligned forward regions");
+  static_assert(kBwdV % 16 == 0 && kBwdQh % 16 == 0 && kBwdQht % 16 == 0 && kBwdDo % 16 == 0 &&
+                    kBwdDoht % 16 == 0 && kBwdP % 16 == 0 && kBwdPT % 16 == 0 &&
+                    kBwdVec % 16 == 0 && kBwdMu % 16 == 0,
+                "16-byte aligned backward regions");
+};
+
+// ----------------------------------------------------------------------------------------------
+// Device pieces.
+// ----------------------------------------------------------------------------------------------
+
+__device__ __forceinline__ float GroupScale(float max_abs) {
+  const float s = max_abs / 127.0f;
+  return s == 0.0f ? 1.0f : s;
+}
+
+// round_half_even(x / s) clamped to [-127, 127] (IEEE division, as the emulator).
+__device__ __forceinline__ int8_t QuantizeS8(float x, float s) {
+  const int r = __float2int_rn(__fdiv_rn(x, s));
+  return static_cast<int8_t>(max(-127, min(127, r)));
+}
+
+__device__ __forceinline__ uint32_t Ld32(const void* p) {
+  return *reinterpret_cast<const uint32_t*>(p);
+}
+
+// acc[nt] = A (16 x KD, rows at A with byte stride sa) * B^T (B: 8*NT rows x KD, stride sb).
+template <int KD, int NT>
+__device__ __forceinline__ void WarpGemmS8(const int8_t* A, int sa, const int8_t* B, int sb,
+                                           int32_t (&acc)[NT][4]) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int n = 0; n < NT; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0;
+#pragma unroll
+  for (int k0 = 0; k0 < KD; k0 += 32) {
+    uint32_t a[4];
+    a[0] = Ld32(A + g * sa + k0 + 4 * t);
+    a[1] = Ld32(A + (g + 8) * sa + k0 + 4 * t);
+    a[2] = Ld32(A + g * sa + k0 + 16 + 4 * t);
+    a[3] = Ld32(A + (g + 8) * sa + k0 + 16 + 4 * t);
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+      const int8_t* b = B + (n * 8 + g) * sb + k0 + 4 * t;
+      MmaS8(acc[n], a, Ld32(b), Ld32(b + 16));
+    }
+  }
+}
+
+// acc[nt] = A (16 x KD bf16, element stride sa) * B^T (8*NT x KD bf16, stride sb), fp32.
+template <int KD, int NT>
+__device__ __forceinline__ void WarpGemmBf16(const __nv_bfloat16* A, int sa,
+                                             const __nv_bfloat16* B, int sb, float (&acc)[NT][4]) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int n = 0; n < NT; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+#pragma unroll
+  for (int k0 = 0; k0 < KD; k0 += 16) {
+    uint32_t a[4];
+    a[0] = Ld32(A + g * sa + k0 + 2 * t);
+    a[1] = Ld32(A + (g + 8) * sa + k0 + 2 * t);
+    a[2] = Ld32(A + g * sa + k0 + 8 + 2 * t);
+    a[3] = Ld32(A + (g + 8) * sa + k0 + 8 + 2 * t);
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+      const __nv_bfloat16* b = B + (n * 8 + g) * sb + k0 + 2 * t;
+      MmaBf16(acc[n], a, Ld32(b), Ld32(b + 8));
+    }
+  }
+}
+
+// Copies `rows` rows of `row_bytes` bytes (multiple of 16, 16-byte aligned) from global to a
+// shared tile with byte stride `dst_stride`.
+__device__ __forceinline__ void CopyRows(void* dst, int dst_stride, const void* src,
+                                         int64_t src_stride, int rows, int row_bytes) {
+  const int chunks = row_bytes / 16;
+  for (int idx = threadIdx.x; idx < rows * chunks; idx += blockDim.x) {
+    const int r = idx / chunks, c = idx % chunks;
+    const int4 val = *reinterpret_cast<const int4*>(static_cast<const char*>(src) + r * src_stride +
+                                                    c * 16);
+    *reinterpret_cast<int4*>(static_cast<char*>(dst) + r * dst_stride + c * 16) = val;
+  }
+}
+
+// Copies 64 bf16 rows of length D starting at token row0 into a [64][D + 8] tile; rows >= n are 0.
+template <int D>
+__device__ __forceinline__ void CopyBf16Rows(__nv_bfloat16* dst, const __nv_bfloat16* src, int row0,
+                                             int n) {
+  constexpr int kChunks = D / 8;
+  for (int idx = threadIdx.x; idx < kTile * kChunks; idx += blockDim.x) {
+    const int r = idx / kChunks, c = idx % kChunks;
+    int4 val = make_int4(0, 0, 0, 0);
+    if (row0 + r < n) val = *reinterpret_cast<const int4*>(src + int64_t(row0 + r) * D + c * 8);
+    *reinterpret_cast<int4*>(dst + r * SageConfig<D>::kBfD + c * 8) = val;
+  }
+}
+
+// bias[c] = tau * mu . (K_c - kbar) for the keys of tile j (threads 0..63), 0 past N.
+template <int D>
+__device__ __forceinline__ void BlockBias(const __nv_bfloat16* k, const float* mu,
+                                          const float* kbar, int j, int n, float tau,
+                                          float* bias) {
+  const int c = threadIdx.x;
+  if (c < kTile) {
+    const int gc = j * kTile + c;
+    float acc = 0.0f;
+    if (gc < n) {
+      const __nv_bfloat16* kc = k + int64_t(gc) * D;
+      for (int d = 0; d < D; ++d) acc += mu[d] * (__bfloat162float(kc[d]) - kbar[d]);
+    }
+    bias[c] = tau * acc;
+  }
+}
+
+// Block-wide max over kThreads threads (red: >= 32 floats of shared scratch).
+__device__ __forceinline__ float BlockMax(float x, float* red) {
+  for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  __syncthreads();
+  if (lane == 0) red[warp] = x;
+  __syncthreads();
+  float r = 0.0f;
+  for (int w = 0; w < int(blockDim.x >> 5); ++w) r = fmaxf(r, red[w]);
+  return r;
+}
+
+// ----------------------------------------------------------------------------------------------
+// Quantization kernels.
+// ----------------------------------------------------------------------------------------------
+
+// kbar[bh][d] = mean over the N tokens of k[bh][:, d] (double sum). grid: BH, block: D.
+template <int D>
+__global__ void KMeanKernel(const __nv_bfloat16* __restrict__ k, int n, float* __restrict__ kbar) {
+  const int bh = blockIdx.x, d = threadIdx.x;
+  const __nv_bfloat16* kb = k + int64_t(bh) * n * D;
+  double s = 0.0;
+  for (int r = 0; r < n; ++r) s += __bfloat162float(kb[int64_t(r) * D + d]);
+  kbar[int64_t(bh) * D + d] = static_cast<float>(s / n);
+}
+
+// Quantizes one 64-row tile (grid: tiles, BH; block: 256) of x (BH, N, D) bf16:
+//   shift_mode 0: X;  1: X - shift[bh] (D);  2: X - mu, mu = the tile's mean over its valid rows
+//   (written to mu_out (BH, tiles, D)).
+// Writes xh (BH, Np, D) and xht (BH, D, Np) int8 (padded rows 0) and scale (BH, tiles).
+template <int D>
+__global__ void __launch_bounds__(256) QuantizeTileKernel(
+    const __nv_bfloat16* __restrict__ x, int n, int np, int shift_mode,
+    const float* __restrict__ shift, float* __restrict__ mu_out, int8_t* __restrict__ xh,
+    int8_t* __restrict__ xht, float* __restrict__ scale) {
+  __shared__ float tile[kTile][D + 1];
+  __shared__ float sh[D];
+  __shared__ float red[32];
+  const int ti = blockIdx.x, bh = blockIdx.y, tiles = gridDim.x;
+  const int r0 = ti * kTile, nr = min(kTile, n - r0);
+  const __nv_bfloat16* xb = x + int64_t(bh) * n * D;
+  for (int idx = threadIdx.x; idx < kTile * D; idx += blockDim.x) {
+    const int r = idx / D, c = idx % D;
+    tile[r][c] = r < nr ? __bfloat162float(xb[int64_t(r0 + r) * D + c]) : 0.0f;
+  }
+  __syncthreads();
+  for (int c = threadIdx.x; c < D; c += blockDim.x) {
+    float s = 0.0f;
+    if (shift_mode == 1) {
+      s = shift[int64_t(bh) * D + c];
+    } else if (shift_mode == 2) {
+      double acc = 0.0;
+      for (int r = 0; r < nr; ++r) acc += tile[r][c];
+      s = static_cast<float>(acc / nr);
+      mu_out[(int64_t(bh) * tiles + ti) * D + c] = s;
+    }
+    sh[c] = s;
+  }
+  __syncthreads();
+  float m = 0.0f;
+  for (int idx = threadIdx.x; idx < kTile * D; idx += blockDim.x) {
+    const int r = idx / D, c = idx % D;
+    const float v = r < nr ? tile[r][c] - sh[c] : 0.0f;
+    tile[r][c] = v;
+    m = fmaxf(m, fabsf(v));
+  }
+  const float s = GroupScale(BlockMax(m, red));
+  if (threadIdx.x == 0) scale[int64_t(bh) * tiles + ti] = s;
+  int8_t* xhb = xh + (int64_t(bh) * np + r0) * D;
+  for (int idx = threadIdx.x; idx < kTile * D; idx += blockDim.x) {
+    const int r = idx / D, c = idx % D;
+    xhb[idx] = r < nr ? QuantizeS8(tile[r][c], s) : int8_t(0);
+  }
+  int8_t* xhtb = xht + int64_t(bh) * D * np + r0;
+  for (int idx = threadIdx.x; idx < kTile * D; idx += blockDim.x) {
+    const int c = idx / kTile, r = idx % kTile;
+    xhtb[int64_t(c) * np + r] = r < nr ? QuantizeS8(tile[r][c], s) : int8_t(0);
+  }
+}
+
+// drow[row] = sum_d dO * O (one warp per row).
+template <int D>
+__global__ void RowDotKernel(const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* __restrict__ b,
+                             int64_t rows, float* __restrict__ out) {
+  const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (row >= rows) return;
+  float s = 0.0f;
+  for (int d = lane; d < D; d += 32) {
+    s += __bfloat162float(a[row * D + d]) * __bfloat162float(b[row * D + d]);
+  }
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  if (lane == 0) out[row] = s;
+}
+
+// ----------------------------------------------------------------------------------------------
+// Forward.
+// ----------------------------------------------------------------------------------------------
+
+struct FwdParams {
+  const __nv_bfloat16* k;  // (BH, N, D), for the Q-smoothing bias
+  const int8_t *qh, *kh, *vht;
+  const float *sq, *sk, *sv, *kbar, *mu;
+  __nv_bfloat16* o;
+  float* lse;
+  int n, np, ntq, ntk;
+  bool smooth_q;
+  float tau;
+};
+
+// grid: (Q tiles, BH); block: 128 (warp w: rows 16w..16w+15 of the Q tile).
+template <int D, bool kCausal>
+__global__ void __launch_bounds__(kThreads) SageForwardKernel(FwdParams p) {
+  using C = SageConfig<D>;
+  extern __shared__ __align__(16) char smem[];
+  int8_t* s_qh = reinterpret_cast<int8_t*>(smem + C::kFwdQh);
+  int8_t* s_kh = reinterpret_cast<int8_t*>(smem + C::kFwdKh);
+  int8_t* s_vht = reinterpret_cast<int8_t*>(smem + C::kFwdVht);
+  int8_t* s_ph = reinterpret_cast<int8_t*>(smem + C::kFwdPh);
+  float* s_bias = reinterpret_cast<float*>(smem + C::kFwdF32);
+  float* s_mu = s_bias + kTile;
+  float* s_kbar = s_mu + D;
+
+  const int i = blockIdx.x, bh = blockIdx.y;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int r0 = i * kTile, nr = min(kTile, p.n - r0);
+  const int64_t nd = int64_t(p.n) * D, npd = int64_t(p.np) * D;
+
+  CopyRows(s_qh, C::kI8D, p.qh + bh * npd + int64_t(r0) * D, D, kTile, D);
+  if (p.smooth_q) {
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+      s_mu[d] = p.mu[(int64_t(bh) * p.ntq + i) * D + d];
+      s_kbar[d] = p.kbar[int64_t(bh) * D + d];
+    }
+  }
+  const float sq = p.sq[int64_t(bh) * p.ntq + i];
+
+  // Rows owned by this thread: lr[0] = 16w + g, lr[1] = lr[0] + 8.
+  const int gr[2] = {r0 + warp * 16 + g, r0 + warp * 16 + g + 8};
+  constexpr int kNtO = D / 8;
+  float acc[kNtO][4];
+#pragma unroll
+  for (int n = 0; n < kNtO; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+
+  const int last = kCausal ? min(p.ntk - 1, (r0 + nr - 1) / kTile) : p.ntk - 1;
+  for (int j = 0; j <= last; ++j) {
+    const int c0 = j * kTile;
+    __syncthreads();  // previous tile's smem reads are done
+    CopyRows(s_kh, C::kI8D, p.kh + bh * npd + int64_t(c0) * D, D, kTile, D);
+    CopyRows(s_vht, kI8T, p.vht + bh * npd + c0, p.np, D, kTile);
+    if (p.smooth_q) BlockBias<D>(p.k + bh * nd, s_mu, s_kbar, j, p.n, p.tau, s_bias);
+    __syncthreads();
+
+    int32_t si[8][4];
+    WarpGemmS8<D, 8>(s_qh + warp * 16 * C::kI8D, C::kI8D, s_kh, C::kI8D, si);
+    const float a = p.tau * sq * p.sk[int64_t(bh) * p.ntk + j];
+    const float svj = p.sv[int64_t(bh) * p.ntk + j];
+    float sf[8][4];
+    float rowmax[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e >> 1, c = n * 8 + 2 * t + (e & 1), gc = c0 + c;
+        const bool valid = gr[h] < p.n && gc < p.n && (!kCausal || gc <= gr[h]);
+        float x = a * static_cast<float>(si[n][e]);
+        if (p.smooth_q) x += s_bias[c];
+        sf[n][e] = valid ? x : -INFINITY;
+        rowmax[h] = fmaxf(rowmax[h], sf[n][e]);
+      }
+    }
+    float m_new[2], alpha[2], coef[2], sp[2], rowsum[2] = {0.0f, 0.0f}, pmax[2] = {0.0f, 0.0f};
+    bool live[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      rowmax[h] = QuadMax(rowmax[h]);
+      live[h] = rowmax[h] != -INFINITY;  // the row has a visible key in this tile
+      m_new[h] = live[h] ? fmaxf(m[h], rowmax[h]) : m[h];
+    }
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e >> 1;
+        const float pe = sf[n][e] == -INFINITY ? 0.0f : expf(sf[n][e] - m_new[h]);
+        sf[n][e] = pe;
+        pmax[h] = fmaxf(pmax[h], pe);
+        rowsum[h] += pe;
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      pmax[h] = QuadMax(pmax[h]);
+      rowsum[h] = QuadSum(rowsum[h]);
+      sp[h] = GroupScale(pmax[h]);
+      alpha[h] = live[h] ? expf(m[h] - m_new[h]) : 1.0f;  // m = -inf on the first visible tile
+      coef[h] = sp[h] * svj;
+    }
+    // P~^ of this warp's 16 rows to shared memory, [row][key].
+    int8_t* ph = s_ph + warp * 16 * kI8T;
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e >> 1;
+        ph[(g + 8 * h) * kI8T + n * 8 + 2 * t + (e & 1)] = QuantizeS8(sf[n][e], sp[h]);
+      }
+    }
+    __syncwarp();
+    int32_t pv[kNtO][4];
+    WarpGemmS8<kTile, kNtO>(ph, kI8T, s_vht, kI8T, pv);
+#pragma unroll
+    for (int n = 0; n < kNtO; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e >> 1;
+        acc[n][e] = acc[n][e] * alpha[h] + coef[h] * static_cast<float>(pv[n][e]);
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (live[h]) {
+        l[h] = l[h] * alpha[h] + rowsum[h];
+        m[h] = m_new[h];
+      }
+    }
+    __syncwarp();
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (gr[h] >= p.n) continue;
+    __nv_bfloat16* orow = p.o + bh * nd + int64_t(gr[h]) * D;
+#pragma unroll
+    for (int n = 0; n < kNtO; ++n) {
+      // CPU: o = acc / l; division kept as a division for parity.
+      const __nv_bfloat162 v2 =
+          __floats2bfloat162_rn(acc[n][2 * h] / l[h], acc[n][2 * h + 1] / l[h]);
+      *reinterpret_cast<__nv_bfloat162*>(orow + n * 8 + 2 * t) = v2;
+    }
+    if (t == 0) p.lse[int64_t(bh) * p.n + gr[h]] = m[h] + logf(l[h]);
+  }
+}
+
+// ----------------------------------------------------------------------------------------------
+// Backward.
+// ----------------------------------------------------------------------------------------------
+
+struct BwdParams {
+  const __nv_bfloat16 *k, *v, *do_;  // (BH, N, D)
+  const int8_t *qh, *qht, *kh, *kht, *vh, *doh, *doht;
+  const float *sq, *sk, *sv, *sdo, *kbar, *mu, *lse, *drow;
+  float *dsrow, *dqacc;
+  __nv_bfloat16 *dk, *dv;
+  int n, np, ntq, ntk;
+  bool smooth_q, int8_dp;
+  float tau;
+};
+
+// grid: (K tiles, BH); block: 128. Warp w owns keys 16w..16w+15 of the K tile for dK and dV, and
+// query rows 16w..16w+15 of each Q tile for S, dP, P, dS and dQ.
+template <int D, bool kCausal>
+__global__ void __launch_bounds__(kThreads) SageBackwardKernel(BwdParams p) {
+  using C = SageConfig<D>;
+  extern __shared__ __align__(16) char smem[];
+  int8_t* s_kh = reinterpret_cast<int8_t*>(smem + C::kBwdKh);
+  int8_t* s_kht = reinterpret_cast<int8_t*>(smem + C::kBwdKht);
+  char* s_v = smem + C::kBwdV;  // bf16 V [64][kBfD], or int8 V^ [64][kI8D] with int8_dp
+  int8_t* s_qh = reinterpret_cast<int8_t*>(smem + C::kBwdQh);
+  int8_t* s_qht = reinterpret_cast<int8_t*>(smem + C::kBwdQht);
+  char* s_do = smem + C::kBwdDo;  // bf16 dO [64][kBfD], or int8 dO^ [64][kI8D] with int8_dp
+  int8_t* s_doht = reinterpret_cast<int8_t*>(smem + C::kBwdDoht);
+  float* s_p = reinterpret_cast<float*>(smem + C::kBwdP);
+  float* s_ds = reinterpret_cast<float*>(smem + C::kBwdDs);
+  int8_t* s_pt = reinterpret_cast<int8_t*>(smem + C::kBwdPT);
+  int8_t* s_dsh = reinterpret_cast<int8_t*>(smem + C::kBwdDsh);
+  int8_t* s_dst = reinterpret_cast<int8_t*>(smem + C::kBwdDsT);
+  float* s_vec = reinterpret_cast<float*>(smem + C::kBwdVec);
+  float* s_csp = s_vec;               // per key column: scale of P
+  float* s_csds = s_vec + kTile;      // per key column: scale of dS
+  float* s_colsum = s_vec + 2 * kTile;  // per key column: sum of dS
+  float* s_rsds = s_vec + 3 * kTile;  // per query row: scale of dS
+  float* s_bias = s_vec + 4 * kTile;
+  float* s_lse = s_vec + 5 * kTile;
+  float* s_drow = s_vec + 6 * kTile;
+  float* s_mu = reinterpret_cast<float*>(smem + C::kBwdMu);
+  float* s_kbar = s_mu + D;
+
+  const int j = blockIdx.x, bh = blockIdx.y;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int c0 = j * kTile;
+  const int64_t nd = int64_t(p.n) * D, npd = int64_t(p.np) * D;
+  const float tau = p.tau;
+
+  CopyRows(s_kh, C::kI8D, p.kh + bh * npd + int64_t(c0) * D, D, kTile, D);
+  CopyRows(s_kht, kI8T, p.kht + bh * npd + c0, p.np, D, kTile);
+  if (p.int8_dp) {
+    CopyRows(s_v, C::kI8D, p.vh + bh * npd + int64_t(c0) * D, D, kTile, D);
+  } else {
+    CopyBf16Rows<D>(reinterpret_cast<__nv_bfloat16*>(s_v), p.v + bh * nd, c0, p.n);
+  }
+  if (p.smooth_q) {
+    for (int d = threadIdx.x; d < D; d += blockDim.x) s_kbar[d] = p.kbar[int64_t(bh) * D + d];
+  }
+  const float skj = p.sk[int64_t(bh) * p.ntk + j], svj = p.sv[int64_t(bh) * p.ntk + j];
+
+  constexpr int kNtD = D / 8;
+  float dk[kNtD][4], dv[kNtD][4];
+#pragma unroll
+  for (int n = 0; n < kNtD; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk[n][e] = dv[n][e] = 0.0f;
+  }
+  const int kr[2] = {warp * 16 + g, warp * 16 + g + 8};  // this thread's key rows (dK, dV)
+
+  const int i0 = kCausal ? c0 / kTile : 0;
+  for (int i = i0; i < p.ntq; ++i) {
+    const int r0 = i * kTile;
+    __syncthreads();  // the previous block's shared reads are done
+    CopyRows(s_qh, C::kI8D, p.qh + bh * npd + int64_t(r0) * D, D, kTile, D);
+    CopyRows(s_qht, kI8T, p.qht + bh * npd + r0, p.np, D, kTile);
+    CopyRows(s_doht, kI8T, p.doht + bh * npd + r0, p.np, D, kTile);
+    if (p.int8_dp) {
+      CopyRows(s_do, C::kI8D, p.doh + bh * npd + int64_t(r0) * D, D, kTile, D);
+    } else {
+      CopyBf16Rows<D>(reinterpret_cast<__nv_bfloat16*>(s_do), p.do_ + bh * nd, r0, p.n);
+    }
+    for (int r = threadIdx.x; r < kTile; r += blockDim.x) {
+      const bool ok = r0 + r < p.n;
+      s_lse[r] = ok ? p.lse[int64_t(bh) * p.n + r0 + r] : 0.0f;
+      s_drow[r] = ok ? p.drow[int64_t(bh) * p.n + r0 + r] : 0.0f;
+    }
+    if (p.smooth_q) {
+      for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        s_mu[d] = p.mu[(int64_t(bh) * p.ntq + i) * D + d];
+      }
+    }
+    __syncthreads();
+    if (p.smooth_q) BlockBias<D>(p.k + bh * nd, s_mu, s_kbar, j, p.n, tau, s_bias);
+    __syncthreads();
+    const float sqi = p.sq[int64_t(bh) * p.ntq + i], sdoi = p.sdo[int64_t(bh) * p.ntq + i];
+
+    // S and dP for this warp's 16 query rows x 64 keys; P and dS to shared memory.
+    {
+      int32_t si[8][4];
+      WarpGemmS8<D, 8>(s_qh + warp * 16 * C::kI8D, C::kI8D, s_kh, C::kI8D, si);
+      float dp[8][4];
+      if (p.int8_dp) {
+        int32_t di[8][4];
+        WarpGemmS8<D, 8>(reinterpret_cast<const int8_t*>(s_do) + warp * 16 * C::kI8D, C::kI8D,
+                         reinterpret_cast<const int8_t*>(s_v), C::kI8D, di);
+        const float sdv = sdoi * svj;
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) dp[n][e] = sdv * static_cast<float>(di[n][e]);
+        }
+      } else {
+        WarpGemmBf16<D, 8>(reinterpret_cast<const __nv_bfloat16*>(s_do) + warp * 16 * C::kBfD,
+                           C::kBfD, reinterpret_cast<const __nv_bfloat16*>(s_v), C::kBfD, dp);
+      }
+      const float a = tau * sqi * skj;
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int lr = warp * 16 + g + 8 * (e >> 1), c = n * 8 + 2 * t + (e & 1);
+          const int grow = r0 + lr, gc = c0 + c;
+          const bool valid = grow < p.n && gc < p.n && (!kCausal || gc <= grow);
+          float x = a * static_cast<float>(si[n][e]);
+          if (p.smooth_q) x += s_bias[c];
+          const float pe = valid ? expf(x - s_lse[lr]) : 0.0f;
+          const float dse = valid ? pe * (dp[n][e] - s_drow[lr]) : 0.0f;
+          s_p[lr * C::kF32 + c] = pe;
+          s_ds[lr * C::kF32 + c] = dse;
+        }
+      }
+    }
+    __syncthreads();
+    // Scales: threads 0..63 take key columns, 64..127 query rows.
+    if (threadIdx.x < kTile) {
+      const int c = threadIdx.x;
+      float mp = 0.0f, mds = 0.0f, cs = 0.0f;
+      for (int r = 0; r < kTile; ++r) {
+        mp = fmaxf(mp, s_p[r * C::kF32 + c]);
+        const float x = s_ds[r * C::kF32 + c];
+        mds = fmaxf(mds, fabsf(x));
+        cs += x;
+      }
+      s_csp[c] = GroupScale(mp);
+      s_csds[c] = GroupScale(mds);
+      s_colsum[c] = cs;
+    } else {
+      const int r = threadIdx.x - kTile;
+      float mds = 0.0f, rs = 0.0f;
+      for (int c = 0; c < kTile; ++c) {
+        const float x = s_ds[r * C::kF32 + c];
+        mds = fmaxf(mds, fabsf(x));
+        rs += x;
+      }
+      s_rsds[r] = GroupScale(mds);
+      if (r0 + r < p.n) atomicAdd(p.dsrow + int64_t(bh) * p.n + r0 + r, rs);
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < kTile * kTile; idx += blockDim.x) {
+      const int r = idx / kTile, c = idx % kTile;
+      const float pe = s_p[r * C::kF32 + c], dse = s_ds[r * C::kF32 + c];
+      s_pt[c * kI8T + r] = QuantizeS8(pe, s_csp[c]);
+      s_dsh[r * kI8T + c] = QuantizeS8(dse, s_rsds[r]);
+      s_dst[c * kI8T + r] = QuantizeS8(dse, s_csds[c]);
+    }
+    __syncthreads();
+
+    // dV, dK (this warp's 16 keys) and dQ (this warp's 16 query rows), 64 head-dim columns at a
+    // time to bound the live int32 accumulators.
+#pragma unroll
+    for (int ch = 0; ch < D / 64; ++ch) {
+      int32_t tmp[8][4];
+      WarpGemmS8<kTile, 8>(s_pt + warp * 16 * kI8T, kI8T, s_doht + ch * 64 * kI8T, kI8T, tmp);
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float coef = s_csp[kr[e >> 1]] * sdoi;
+          dv[ch * 8 + n][e] += coef * static_cast<float>(tmp[n][e]);
+        }
+      }
+      WarpGemmS8<kTile, 8>(s_dst + warp * 16 * kI8T, kI8T, s_qht + ch * 64 * kI8T, kI8T, tmp);
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = kr[e >> 1];
+          const float coef = tau * s_csds[key] * sqi;
+          float x = dk[ch * 8 + n][e] + coef * static_cast<float>(tmp[n][e]);
+          if (p.smooth_q) x += (tau * s_colsum[key]) * s_mu[ch * 64 + n * 8 + 2 * t + (e & 1)];
+          dk[ch * 8 + n][e] = x;
+        }
+      }
+      WarpGemmS8<kTile, 8>(s_dsh + warp * 16 * kI8T, kI8T, s_kht + ch * 64 * kI8T, kI8T, tmp);
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int lr = warp * 16 + g + 8 * (e >> 1), grow = r0 + lr;
+          if (grow < p.n) {
+            const float coef = tau * s_rsds[lr] * skj;
+            atomicAdd(p.dqacc + bh * nd + int64_t(grow) * D + ch * 64 + n * 8 + 2 * t + (e & 1),
+                      coef * static_cast<float>(tmp[n][e]));
+          }
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int gk = c0 + kr[h];
+    if (gk >= p.n) continue;
+    __nv_bfloat16* dkr = p.dk + bh * nd + int64_t(gk) * D;
+    __nv_bfloat16* dvr = p.dv + bh * nd + int64_t(gk) * D;
+#pragma unroll
+    for (int n = 0; n < kNtD; ++n) {
+      *reinterpret_cast<__nv_bfloat162*>(dkr + n * 8 + 2 * t) =
+          __floats2bfloat162_rn(dk[n][2 * h], dk[n][2 * h + 1]);
+      *reinterpret_cast<__nv_bfloat162*>(dvr + n * 8 + 2 * t) =
+          __floats2bfloat162_rn(dv[n][2 * h], dv[n][2 * h + 1]);
+    }
+  }
+}
+
+// dq = dqacc (+ tau * rowsum(dS) * kbar with the K-mean correction), to bf16.
+template <int D>
+__global__ void DqFinalizeKernel(const float* __restrict__ dqacc, const float* __restrict__ dsrow,
+                                 const float* __restrict__ kbar, int n, int64_t total,
+                                 bool correct, float tau, __nv_bfloat16* __restrict__ dq) {
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= total) return;
+  const int64_t row = idx / D;  // (bh, token)
+  const int d = static_cast<int>(idx % D);
+  float x = dqacc[idx];
+  if (correct) x += (tau * dsrow[row]) * kbar[(row / n) * D + d];
+  dq[idx] = __float2bfloat16_rn(x);
+}
+
+// ----------------------------------------------------------------------------------------------
+// Host side.
+// ----------------------------------------------------------------------------------------------
+
+// Workspace carve-up (see sagebwd_cuda.h).
+struct Workspace {
+  int8_t *qh, *qht, *kh, *kht, *vh, *vht, *doh, *doht;
+  float *sq, *sk, *sv, *sdo, *kbar, *mu, *drow, *dsrow, *dqacc;
+  size_t bytes;
+};
+
+Workspace CarveWorkspace(const AttnShape& s, char* base) {
+  const int64_t bh = int64_t(s.B) * s.H;
+  const int ntq = CeilDiv(s.N, kTile), ntk = ntq;
+  const int64_t np = int64_t(ntq) * kTile;
+  size_t off = 0;
+  auto take = [&](size_t bytes) {
+    char* p = base ? base + off : nullptr;
+    off += (bytes + 255) / 256 * 256;
+    return p;
+  };
+  Workspace w;
+  const size_t q8 = size_t(bh * np * s.D);
+  w.qh = reinterpret_cast<int8_t*>(take(q8));
+  w.qht = reinterpret_cast<int8_t*>(take(q8));
+  w.kh = reinterpret_cast<int8_t*>(take(q8));
+  w.kht = reinterpret_cast<int8_t*>(take(q8));
+  w.vh = reinterpret_cast<int8_t*>(take(q8));
+  w.vht = reinterpret_cast<int8_t*>(take(q8));
+  w.doh = reinterpret_cast<int8_t*>(take(q8));
+  w.doht = reinterpret_cast<int8_t*>(take(q8));
+  w.sq = reinterpret_cast<float*>(take(4 * size_t(bh * ntq)));
+  w.sk = reinterpret_cast<float*>(take(4 * size_t(bh * ntk)));
+  w.sv = reinterpret_cast<float*>(take(4 * size_t(bh * ntk)));
+  w.sdo = reinterpret_cast<float*>(take(4 * size_t(bh * ntq)));
+  w.kbar = reinterpret_cast<float*>(take(4 * size_t(bh * s.D)));
+  w.mu = reinterpret_cast<float*>(take(4 * size_t(bh * ntq * s.D)));
+  w.drow = reinterpret_cast<float*>(take(4 * size_t(bh * s.N)));
+  w.dsrow = reinterpret_cast<float*>(take(4 * size_t(bh * s.N)));
+  w.dqacc = reinterpret_cast<float*>(take(4 * size_t(bh * s.N * s.D)));
+  w.bytes = off;
+  return w;
+}
+
+Status CheckArgs(const AttnShape& s, void* workspace, size_t workspace_bytes,
+                 std::initializer_list<const void*> ptrs) {
+  if (s.B < 1 || s.H < 1 || s.N < 1 || (s.D != 64 && s.D != 128)) {
+    return InvalidArgument("SageBwd CUDA: unsupported shape B=" + std::to_string(s.B) +
+                           " H=" + std::to_string(s.H) + " N=" + std::to_string(s.N) +
+                           " D=" + std::to_string(s.D) + " (D must be 64 or 128)");
+  }
+  const size_t need = CarveWorkspace(s, nullptr).bytes;
+  if (workspace == nullptr || workspace_bytes < need) {
+    return InvalidArgument("SageBwd CUDA: workspace of " + std::to_string(workspace_bytes) +
+                           " bytes, need " + std::to_string(need));
+  }
+  if (reinterpret_cast<uintptr_t>(workspace) % 256 != 0) {
+    return InvalidArgument("SageBwd CUDA: workspace must be 256-byte aligned");
+  }
+  for (const void* ptr : ptrs) {
+    if (ptr == nullptr || reinterpret_cast<uintptr_t>(ptr) % 16 != 0) {
+      return InvalidArgument("SageBwd CUDA: null or not 16-byte aligned tensor pointer");
+    }
+  }
+  return Status::Ok();
+}
+
+// Quantizes x (BH, N, D) per 64-row tile into xh / xht / scale.
+template <int D>
+Status LaunchQuantize(const AttnShape& s, const __nv_bfloat16* x, int shift_mode,
+                      const float* shift, float* mu_out, int8_t* xh, int8_t* xht, float* scale,
+                      cudaStream_t stream) {
+  const int nt = CeilDiv(s.N, kTile);
+  QuantizeTileKernel<D><<<dim3(nt, s.B * s.H), 256, 0, stream>>>(
+      x, s.N, nt * kTile, shift_mode, shift, mu_out, xh, xht, scale);
+  return CudaStatus(cudaGetLastError(), "SageBwd QuantizeTileKernel launch");
+}
+
+template <int D>
+Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bfloat16* q,
+                   const __nv_bfloat16* k, const __nv_bfloat16* v, __nv_bfloat16* o, float* lse,
+                   const Workspace& w, cudaStream_t stream) {
+  const int bh = s.B * s.H, nt = CeilDiv(s.N, kTile);
+  if (opt.smooth_k) {
+    KMeanKernel<D><<<bh, D, 0, stream>>>(k, s.N, w.kbar);
+    ABLATE_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "SageBwd KMeanKernel launch");
+  } else {
+    ABLATE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(w.kbar, 0, sizeof(float) * bh * D, stream),
+                                "SageBwd kbar memset");
+  }
+  if (Status st = LaunchQuantize<D>(s, k, opt.smooth_k ? 1 : 0, w.kbar, nullptr, w.kh, w.kht,
+                                    w.sk, stream);
+      !st.ok()) {
+    return st;
+  }
+  if (Status st = LaunchQuantize<D>(s, v, 0, nullptr, nullptr, w.vh, w.vht, w.sv, stream);
+      !st.ok()) {
+    return st;
+  }
+  if (Status st = LaunchQuantize<D>(s, q, opt.smooth_q ? 2 : 0, nullptr, w.mu, w.qh, w.qht, w.sq,
+                                    stream);
+      !st.ok()) {
+    return st;
+  }
+
+  FwdParams p;
+  p.k = k;
+  p.qh = w.qh;
+  p.kh = w.kh;
+  p.vht = w.vht;
+  p.sq = w.sq;
+  p.sk = w.sk;
+  p.sv = w.sv;
+  p.kbar = w.kbar;
+  p.mu = w.mu;
+  p.o = o;
+  p.lse = lse;
+  p.n = s.N;
+  p.np = nt * kTile;
+  p.ntq = nt;
+  p.ntk = nt;
+  p.smooth_q = opt.smooth_q;
+  p.tau = 1.0f / std::sqrt(static_cast<float>(D));
+  constexpr int kSmem = SageConfig<D>::kFwdBytes;
+  auto kernel = s.causal ? SageForwardKernel<D, true> : SageForwardKernel<D, false>;
+  ABLATE_CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
+      "SageBwd forward smem attribute");
+  kernel<<<dim3(nt, bh), kThreads, kSmem, stream>>>(p);
+  return CudaStatus(cudaGetLastError(), "SageBwd forward kernel launch");
+}
+
+template <int D>
+Status BackwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bfloat16* k,
+                    const __nv_bfloat16* v, const __nv_bfloat16* o, const __nv_bfloat16* do_,
+                    const float* lse, __nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv,
+                    const Workspace& w, cudaStream_t stream) {
+  const int bh = s.B * s.H, nt = CeilDiv(s.N, kTile);
+  const int64_t rows = int64_t(bh) * s.N;
+  Status st = LaunchQuantize<D>(s, do_, 0, nullptr, nullptr, w.doh, w.doht, w.sdo, stream);
+  if (!st.ok()) return st;
+  RowDotKernel<D><<<static_cast<unsigned>((rows * 32 + 255) / 256), 256, 0, stream>>>(do_, o, rows,
+                                                                                     w.drow);
+  ABLATE_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "SageBwd RowDotKernel launch");
+  ABLATE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(w.dsrow, 0, sizeof(float) * rows, stream),
+                              "SageBwd dsrow memset");
+  ABLATE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(w.dqacc, 0, sizeof(float) * rows * D, stream),
+                              "SageBwd dq accumulator memset");
+
+  BwdParams p;
+  p.k = k;
+  p.v = v;
+  p.do_ = do_;
+  p.qh = w.qh;
+  p.qht = w.qht;
+  p.kh = w.kh;
+  p.kht = w.kht;
+  p.vh = w.vh;
+  p.doh = w.doh;
+  p.doht = w.doht;
+  p.sq = w.sq;
+  p.sk = w.sk;
+  p.sv = w.sv;
+  p.sdo = w.sdo;
+  p.kbar = w.kbar;
+  p.mu = w.mu;
+  p.lse = lse;
+  p.drow = w.drow;
+  p.dsrow = w.dsrow;
+  p.dqacc = w.dqacc;
+  p.dk = dk;
+  p.dv = dv;
+  p.n = s.N;
+  p.np = nt * kTile;
+  p.ntq = nt;
+  p.ntk = nt;
+  p.smooth_q = opt.smooth_q;
+  p.int8_dp = opt.int8_dp;
+  p.tau = 1.0f / std::sqrt(static_cast<float>(D));
+  constexpr int kSmem = SageConfig<D>::kBwdBytes;
+  auto kernel = s.causal ? SageBackwardKernel<D, true> : SageBackwardKernel<D, false>;
+  ABLATE_CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
+      "SageBwd backward smem attribute");
+  kernel<<<dim3(nt, bh), kThreads, kSmem, stream>>>(p);
+  ABLATE_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "SageBwd backward kernel launch");
+
+  const int64_t total = rows * D;
+  DqFinalizeKernel<D><<<static_cast<unsigned>((total + 255) / 256), 256, 0, stream>>>(
+      w.dqacc, w.dsrow, w.kbar, s.N, total, opt.smooth_k && opt.dq_kmean_correction, p.tau, dq);
+  return CudaStatus(cudaGetLastError(), "SageBwd DqFinalizeKernel launch");
+}
+
+}  // namespace
+
+size_t SageWorkspaceBytes(const AttnShape& shape, const SageCudaOptions& /*opt*/) {
+  if (shape.B < 1 || shape.H < 1 || shape.N < 1 || shape.D < 1) return 0;
+  return CarveWorkspace(shape, nullptr).bytes;
+}
+
+Status SageForwardCuda(const AttnShape& shape, const SageCudaOptions& opt, const __nv_bfloat16* q,
+                       const __nv_bfloat16* k, const __nv_bfloat16* v, __nv_bfloat16* o,
+                       float* lse, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  Status st = CheckArgs(shape, workspace, workspace_bytes, {q, k, v, o, lse});
+  if (!st.ok()) return st;
+  const Workspace w = CarveWorkspace(shape, static_cast<char*>(workspace));
+  return shape.D == 64 ? ForwardImpl<64>(shape, opt, q, k, v, o, lse, w, stream)
+                       : ForwardImpl<128>(shape, opt, q, k, v, o, lse, w, stream);
+}
+
+Status SageBackwardCuda(const AttnShape& shape, const SageCudaOptions& opt,
+                        const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                        const __nv_bfloat16* o, const __nv_bfloat16* do_, const float* lse,
+                        __nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, void* workspace,
+                        size_t workspace_bytes, cudaStream_t stream) {
+  Status st =
+      CheckArgs(shape, workspace, workspace_bytes, {q, k, v, o, do_, lse, dq, dk, dv});
+  if (!st.ok()) return st;
+  const Workspace w = CarveWorkspace(shape, static_cast<char*>(workspace));
+  return shape.D == 64 ? BackwardImpl<64>(shape, opt, k, v, o, do_, lse, dq, dk, dv, w, stream)
+                       : BackwardImpl<128>(shape, opt, k, v, o, do_, lse, dq, dk, dv, w, stream);
+}
+
+}  // namespace ablate::kernels

@@ -1,0 +1,75 @@
+// SageBwd INT8 attention on the GPU (sm_90): forward and backward, the CUDA twin of
+// kernels::SageForward / kernels::SageBackward (attention/attention_cpu.h, ALGORITHMS.md §1.2).
+//
+// Tensors on device, all (B, H, N, D) row-major: q, k, v, o, do_, dq, dk, dv are __nv_bfloat16;
+// lse is (B, H, N) float, natural-log sum-exp of the logits in the smoothed domain (the logits of
+// Q^ K^ including the Q-smoothing bias), exactly as the CPU emulator's SageSaved::lse.
+// D in {64, 128}; any N >= 1; causal or not (shape.causal).
+//
+// Tiles: kSageBq query rows x kSageBkv key rows for every head dim and both passes; configure
+// the CPU emulator with SageOptions{.bq = kSageBq, .bkv = kSageBkv} to compare bit-for-bit up to
+// accumulation order.
+//
+// Workspace: caller-provided, SageWorkspaceBytes(shape, opt) bytes, 256-byte aligned. The
+// forward writes the quantized Q^, K^, V^ (and their transposes), their scales, the K mean and
+// the per-Q-tile means into it; the backward reads them back, so the backward MUST get the same
+// workspace (unchanged) that the forward of the same q, k, v, shape and options used. The rest of
+// the workspace (dO^, D_i, the fp32 dQ accumulator) is scratch for the backward.
+// Layout (BH = B*H, Np = N rounded up to 64, tq = Np/kSageBq, tk = Np/kSageBkv, each region
+// 256-byte aligned, in this order):
+//   qh, qht, kh, kht, vh, vht, doh, doht : int8 (BH, Np, D) / transposes (BH, D, Np)
+//   sq (BH, tq) f32, sk (BH, tk), sv (BH, tk), sdo (BH, tq), kbar (BH, D), mu (BH, tq, D),
+//   drow (BH, N) f32 = rowsum(dO o O), dsrow (BH, N) f32 = rowsum(dS), dqacc (BH, N, D) f32.
+// dQ is accumulated with fp32 atomicAdd into dqacc (one CTA per K tile), then converted to bf16
+// (plus the K-smoothing correction) by a final kernel; dK and dV are owned by one CTA each.
+//
+// Launchers are asynchronous on `stream` (no host synchronization); errors from the launch are
+// converted to Status; errors from the kernels themselves surface at the caller's next sync.
+// Thread safety: launchers are reentrant; concurrent calls must use distinct workspaces/outputs.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include "ablate/status.h"
+#include "attention/attention_cpu.h"
+
+namespace ablate::kernels {
+
+inline constexpr int kSageBq = 64;   // query rows per tile (fwd and bwd, D = 64 and 128)
+inline constexpr int kSageBkv = 64;  // key rows per tile
+
+struct SageCudaOptions {
+  bool smooth_k = true;
+  bool smooth_q = false;
+  bool int8_dp = false;
+  bool dq_kmean_correction = true;
+};
+
+// The CPU emulator options that the kernels implement for `opt`.
+inline SageOptions SageCpuOptions(const SageCudaOptions& opt) {
+  SageOptions o;
+  o.bq = kSageBq;
+  o.bkv = kSageBkv;
+  o.smooth_k = opt.smooth_k;
+  o.smooth_q = opt.smooth_q;
+  o.int8_dp = opt.int8_dp;
+  o.dq_kmean_correction = opt.dq_kmean_correction;
+  return o;
+}
+
+size_t SageWorkspaceBytes(const AttnShape& shape, const SageCudaOptions& opt);
+
+Status SageForwardCuda(const AttnShape& shape, const SageCudaOptions& opt, const __nv_bfloat16* q,
+                       const __nv_bfloat16* k, const __nv_bfloat16* v, __nv_bfloat16* o,
+                       float* lse, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+
+Status SageBackwardCuda(const AttnShape& shape, const SageCudaOptions& opt,
+                        const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                        const __nv_bfloat16* o, const __nv_bfloat16* do_, const float* lse,
+                        __nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, void* workspace,
+                        size_t workspace_bytes, cudaStream_t stream);
+
+}  // namespace ablate::kernels
