@@ -75,6 +75,23 @@ struct Scheduler::WorkerState {
   std::set<int64_t> running;  // trial ids
 };
 
+std::unique_ptr<Scheduler::TrialState> Scheduler::TrialFromRecord(const TrialRecord& r) {
+  auto t = std::make_unique<TrialState>();
+  t->id = r.id;
+  t->sweep_id = r.sweep_id;
+  t->state = r.state;
+  t->attempts = r.attempts;
+  t->max_attempts = r.max_attempts;
+  t->order_key = r.order_key;
+  t->gpus = r.gpus;
+  t->cpu_slots = r.cpu_slots;
+  t->config_json = r.config_json;
+  t->checkpoint_path = r.checkpoint_path;
+  t->checkpoint_step = r.checkpoint_step;
+  t->started_at = r.started_at;
+  return t;
+}
+
 Scheduler::Scheduler(Store* store, const Clock* clock, SchedulerOptions options)
     : store_(store), clock_(clock), opt_(options) {}
 
@@ -115,19 +132,7 @@ Status Scheduler::Recover() {
     workers_[w.id] = std::move(ws);
   }
   for (const auto& r : st.trials) {
-    auto t = std::make_unique<TrialState>();
-    t->id = r.id;
-    t->sweep_id = r.sweep_id;
-    t->state = r.state;
-    t->attempts = r.attempts;
-    t->max_attempts = r.max_attempts;
-    t->order_key = r.order_key;
-    t->gpus = r.gpus;
-    t->cpu_slots = r.cpu_slots;
-    t->config_json = r.config_json;
-    t->checkpoint_path = r.checkpoint_path;
-    t->checkpoint_step = r.checkpoint_step;
-    t->started_at = r.started_at;
+    auto t = TrialFromRecord(r);
     auto sw = sweeps_.find(r.sweep_id);
     if (sw == sweeps_.end()) continue;
     if (t->state == "queued") sw->second->queue.insert({t->order_key, t->id});
@@ -173,15 +178,9 @@ StatusOr<SubmitOutcome> Scheduler::Submit(SweepRecord sweep, std::vector<TrialRe
   sw->priority = sweep.priority;
   sw->max_attempts = sweep.max_attempts;
   for (const auto& r : res.inserted) {
-    auto t = std::make_unique<TrialState>();
-    t->id = r.id;
+    auto t = TrialFromRecord(r);
     t->sweep_id = res.sweep_id;
     t->state = "queued";
-    t->max_attempts = r.max_attempts;
-    t->order_key = r.order_key;
-    t->gpus = r.gpus;
-    t->cpu_slots = r.cpu_slots;
-    t->config_json = r.config_json;
     sw->queue.insert({t->order_key, t->id});
     trials_[r.id] = std::move(t);
   }
@@ -721,19 +720,9 @@ StatusOr<int> Scheduler::Retry(int64_t sweep_id, bool failed_only) {
       }
       continue;
     }
-    auto t = std::make_unique<TrialState>();
-    t->id = r.id;
-    t->sweep_id = r.sweep_id;
+    auto t = TrialFromRecord(r);
     t->state = "queued";
-    t->attempts = r.attempts;
     t->max_attempts = r.attempts + sw->second->max_attempts;  // a fresh budget of attempts
-    t->order_key = r.order_key;
-    t->gpus = r.gpus;
-    t->cpu_slots = r.cpu_slots;
-    t->config_json = r.config_json;
-    t->checkpoint_path = r.checkpoint_path;
-    t->checkpoint_step = r.checkpoint_step;
-    t->started_at = r.started_at;
     sw->second->queue.insert({t->order_key, t->id});
     TrialUpdate u;
     u.trial_id = r.id;

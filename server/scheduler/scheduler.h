@@ -116,6 +116,7 @@ class Scheduler {
   struct WorkerState;
   struct SweepState;
 
+  static std::unique_ptr<TrialState> TrialFromRecord(const TrialRecord& r);
   void ScheduleLocked();
   bool TryPlaceLocked(WorkerState& w);
   void StartAttemptLocked(TrialState& t, WorkerState& w, const std::vector<int>& gpus);
