@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
   CLI::App app{"ablated: the ablate coordinator (gRPC control and worker services, SQLite store)"};
   std::string data_dir = DefaultDataDir(), grpc_addr = "127.0.0.1:7070", http_addr, token_file;
   std::string tls_cert, tls_key, tls_client_ca;
-  double lease_s = 30, heartbeat_s = 5;
+  double lease_s = 30, heartbeat_s = 5, retry_backoff_s = 1;
   int max_trials = 10000;
   app.add_option("--data-dir", data_dir, "state folder: ablate.db, token (default $ABLATE_DATA_DIR or ~/.ablate)");
   app.add_option("--grpc", grpc_addr, "gRPC listen address HOST:PORT (port 0 picks a free port)");
@@ -56,6 +56,9 @@ int main(int argc, char** argv) {
                  "PEM CA: workers must present a client certificate it signed (mutual TLS)");
   app.add_option("--lease-seconds", lease_s, "attempt lease, renewed by worker heartbeats")->check(CLI::PositiveNumber);
   app.add_option("--heartbeat-seconds", heartbeat_s, "heartbeat interval asked of workers")->check(CLI::PositiveNumber);
+  app.add_option("--retry-backoff-seconds", retry_backoff_s,
+                 "wait before retrying a failed attempt, doubled per attempt (max 30 s)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--max-trials", max_trials, "largest sweep accepted without --force")->check(CLI::PositiveNumber);
   try {
     app.parse(argc, argv);
@@ -80,6 +83,7 @@ int main(int argc, char** argv) {
   ablate::server::SchedulerOptions sched_opt;
   sched_opt.lease_s = lease_s;
   sched_opt.heartbeat_s = heartbeat_s;
+  sched_opt.retry_backoff_s = retry_backoff_s;
   ablate::server::Scheduler scheduler(store->get(), ablate::server::SystemClock(), sched_opt);
   if (auto st = scheduler.Recover(); !st.ok()) return Fail("recovering state: " + st.message());
 

@@ -48,6 +48,7 @@ struct Scheduler::TrialState {
   std::string checkpoint_path;
   int64_t checkpoint_step = 0;
   double started_at = 0;
+  double not_before = 0;  // retry backoff: not placed before this time
   // While running:
   std::string worker_id;
   std::vector<int> gpu_indices;
@@ -224,6 +225,7 @@ bool Scheduler::TryPlaceLocked(WorkerState& w) {
   for (SweepState* s : order) {
     for (auto it = s->queue.begin(); it != s->queue.end(); ++it) {
       TrialState& t = *trials_.at(it->second);
+      if (t.not_before > clock_->Now()) continue;  // backing off after a failed attempt
       bool fits = t.gpus > 0 ? int(w.free_gpus.size()) >= t.gpus
                              : (w.gpus.empty() || w.cpu_slots > 0) && w.free_slots >= std::max(1, t.cpu_slots);
       if (!fits) break;  // a sweep's trials share their resources: the rest will not fit either
@@ -360,6 +362,13 @@ void Scheduler::EndAttemptLocked(TrialState& t, const std::string& attempt_state
     trials_.erase(t.id);  // already stored as canceled
   } else if (requeue_if_possible && t.attempts < t.max_attempts) {
     t.state = "queued";
+    // A failed trainer backs off exponentially, so a trial that keeps failing does not spin
+    // through its attempts; a lost attempt (infrastructure) is retried at once.
+    if (count_failure) {
+      double backoff = opt_.retry_backoff_s;
+      for (int k = 1; k < t.attempts && backoff < opt_.retry_backoff_max_s; ++k) backoff *= 2;
+      t.not_before = now + std::min(backoff, opt_.retry_backoff_max_s);
+    }
     sweeps_[t.sweep_id]->queue.insert({t.order_key, t.id});
     counters_.retries++;
     tu.state = "queued";

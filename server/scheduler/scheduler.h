@@ -58,6 +58,8 @@ class WorkerLink {
 struct SchedulerOptions {
   double lease_s = 30;         // an attempt's lease, renewed by heartbeats
   double heartbeat_s = 5;      // asked of the workers
+  double retry_backoff_s = 1;  // a requeued trial waits this long, doubled per failed attempt
+  double retry_backoff_max_s = 30;
   int quarantine_after = 3;    // consecutive failed attempts on one worker
   double quarantine_s = 600;
 };

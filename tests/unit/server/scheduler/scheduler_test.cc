@@ -224,19 +224,32 @@ TEST_F(SchedulerTest, FailuresRetryUpToMaxAttemptsAndConfigErrorsDoNot) {
   ASSERT_TRUE(WaitFor([&] { return link->Count(MC::kAssign) == 1; }));
   auto a1 = link->Of(MC::kAssign)[0].assign();
   sched_->OnEvent("w1", Event(a1, v1::TrialEvent::FAILED, 1, "", 1));
+  // The retry waits out its backoff (1 s, doubling) and the other trial goes first.
   ASSERT_TRUE(WaitFor([&] { return link->Count(MC::kAssign) == 2; }));
-  auto a2 = link->Of(MC::kAssign)[1].assign();
-  EXPECT_EQ(a2.trial_id(), a1.trial_id());  // requeued at its place in the order
+  EXPECT_NE(link->Of(MC::kAssign)[1].assign().trial_id(), a1.trial_id());
+  auto other = link->Of(MC::kAssign)[1].assign();
+  sched_->OnEvent("w1", Event(other, v1::TrialEvent::FINISHED, 1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(link->Count(MC::kAssign), 2u);  // still backing off
+  clock_.t += 1.5;
+  sched_->Tick();
+  ASSERT_TRUE(WaitFor([&] { return link->Count(MC::kAssign) == 3; }));
+  auto a2 = link->Of(MC::kAssign)[2].assign();
+  EXPECT_EQ(a2.trial_id(), a1.trial_id());
   EXPECT_EQ(a2.attempt(), 2);
   sched_->OnEvent("w1", Event(a2, v1::TrialEvent::FAILED, 1, "", 1));
-  ASSERT_TRUE(WaitFor([&] { return link->Count(MC::kAssign) == 3; }));
   EXPECT_EQ(State(a1.trial_id()), "failed");
   EXPECT_EQ(store_->GetTrial(a1.trial_id())->trial.attempts, 2);
   EXPECT_NE(store_->GetTrial(a1.trial_id())->trial.reason.find("gave up after 2 attempts"),
             std::string::npos);
-  auto b = link->Of(MC::kAssign)[2].assign();
-  EXPECT_NE(b.trial_id(), a1.trial_id());
-  sched_->OnEvent("w1", Event(b, v1::TrialEvent::FAILED, 1, "", 2));  // exit 2: bad config, final
+}
+
+TEST_F(SchedulerTest, ConfigErrorsAreFinal) {
+  Submit("s", 1, 0, 0, 3);
+  auto link = Connect("w1", 1);
+  ASSERT_TRUE(WaitFor([&] { return link->Count(MC::kAssign) == 1; }));
+  auto b = link->Of(MC::kAssign)[0].assign();
+  sched_->OnEvent("w1", Event(b, v1::TrialEvent::FAILED, 1, "", 2));  // exit 2: bad config
   EXPECT_EQ(State(b.trial_id()), "failed");
   EXPECT_EQ(store_->GetTrial(b.trial_id())->trial.attempts, 1);
 }
