@@ -126,7 +126,7 @@ int main(int argc, char** argv) {
   builder.AddListeningPort(grpc_addr, creds, &port);
   builder.RegisterService(&worker_service);
   builder.RegisterService(&control_service);
-  builder.SetMaxReceiveMessageSize(64 << 20);
+  builder.SetMaxReceiveMessageSize(16 << 20);  // larger requests fail RESOURCE_EXHAUSTED
   // Workers ping every 30 s to notice a dead coordinator host; allow it even on idle streams.
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);

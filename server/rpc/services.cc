@@ -13,6 +13,10 @@
 namespace ablate::server {
 namespace {
 
+// Request size limits (beyond gRPC's own message limit set in main.cc).
+constexpr size_t kMaxSpecBytes = 1 << 20;
+constexpr size_t kMaxQueryBytes = 64 << 10;
+
 v1::TrialState StateEnum(const std::string& s) {
   if (s == "queued") return v1::QUEUED;
   if (s == "running") return v1::RUNNING;
@@ -220,6 +224,11 @@ grpc::Status WorkerServiceImpl::Connect(
 grpc::Status ControlServiceImpl::Submit(grpc::ServerContext* ctx, const v1::SubmitRequest* req,
                                         v1::SubmitResponse* resp) {
   ABLATE_AUTH(ctx);
+  if (req->spec_yaml().size() > kMaxSpecBytes) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "sweep spec is " + std::to_string(req->spec_yaml().size()) +
+                            " bytes; the limit is " + std::to_string(kMaxSpecBytes));
+  }
   ExpandOptions eo;
   eo.max_trials = opt_.max_trials;
   eo.force = req->force();
@@ -400,6 +409,11 @@ grpc::Status ControlServiceImpl::Results(grpc::ServerContext* ctx, const v1::Res
 grpc::Status ControlServiceImpl::Query(grpc::ServerContext* ctx, const v1::QueryRequest* req,
                                        v1::QueryResponse* resp) {
   ABLATE_AUTH(ctx);
+  if (req->sql().size() > kMaxQueryBytes) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "query is " + std::to_string(req->sql().size()) + " bytes; the limit is " +
+                            std::to_string(kMaxQueryBytes));
+  }
   ABLATE_GRPC_ASSIGN(QueryResult r, store_->Query(req->sql(), req->max_rows()));
   for (const auto& c : r.columns) resp->add_columns(c);
   for (const auto& row : r.rows) {

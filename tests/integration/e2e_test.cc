@@ -261,6 +261,12 @@ TEST_F(Cluster, BadSpecsQueueNothing) {
   EXPECT_NE(o.out.find("bad.yaml:"), std::string::npos) << o.out;
   EXPECT_NE(o.out.find("did you mean"), std::string::npos) << o.out;
   EXPECT_EQ(std::stoll(Sql("SELECT count(*) FROM trials")[0][0]), before);
+  // An oversized spec is refused before parsing.
+  std::string huge = WriteSpec("huge", SmallBase(10) + "# " + std::string(2 << 20, 'x') + "\n");
+  Output h = Cli({"submit", huge});
+  EXPECT_EQ(h.code, 2) << h.out.substr(0, 300);
+  EXPECT_NE(h.out.find("limit"), std::string::npos) << h.out.substr(0, 300);
+  EXPECT_EQ(std::stoll(Sql("SELECT count(*) FROM trials")[0][0]), before);
 }
 
 TEST_F(Cluster, CancelStopsTrainersAndRetryRequeuesOnlyWhatItShould) {
