@@ -1,20 +1,26 @@
 // FPA: exact bf16 flash attention, forward and backward, FlashAttention-2 structure with
-// mma.sync m16n8k16 (bf16 in, fp32 accumulate). Kernel-lab variant: fpa v1 (mma.sync, cp.async
-// double buffering, no wgmma / TMA yet).
+// mma.sync m16n8k16 (bf16 in, fp32 accumulate). Kernel-lab variant in production: fpa v3
+// (kernels/bench/README.md "Variants"): backward v2b, forward v2 (d64, non-causal d128) / v1
+// (causal d128). The v1 backward kernel is kept for comparison (kBwdUseV2 = false selects it).
 //
 // Layout: q, k, v, o, do, dq, dk, dv (B, H, N, D) bf16 row-major; lse (B, H, N) fp32, natural log.
 // S = tau Q K^T, tau = 1/sqrt(D); the softmax runs in base 2 on S * tau * log2(e).
 // No quantization: P and dS are rounded to bf16 only as MMA operands.
 //
-// Forward   grid (ceil(N/64), B*H), 4 warps; warp w owns query rows 16w..16w+15 of the 64-row Q
+// Forward v1 grid (ceil(N/64), B*H), 4 warps; warp w owns query rows 16w..16w+15 of the 64-row Q
 //           tile (Q fragments kept in registers), loops over 64-row K/V tiles (cp.async double
 //           buffer), online softmax, O in registers. Causal: tiles past the diagonal are skipped,
 //           causal Q tiles are scheduled heaviest first.
+// Forward v2 the same with 32 query rows per warp (Bq = 128, 2 CTAs/SM): Q fragments are re-read
+//           from shared memory per K tile, K/V fragments serve two m-blocks.
 // Backward  (1) preprocess: Dv = rowsum(dO o O) fp32, zero the fp32 dQ accumulator;
-//           (2) main: grid (ceil(N/64), B*H), one CTA per 64-row K/V tile, 4 warps x 16 key rows;
-//           loops over Q tiles (cp.async double buffer of Q and dO) computing S^T = K Q^T,
-//           P^T, dP^T = V dO^T, dS^T; dV += P^T dO and dK += dS^T Q in registers; dS^T goes to
-//           shared memory and dQ += dS K is added to the fp32 accumulator with atomicAdd;
+//           (2) main v2(b): grid (ceil(N/128), B*H), 8 warps, one CTA per 128-row K/V tile
+//           (resident in smem), Q/dO tiles of 64 rows (+ their lse, D) double-buffered with
+//           cp.async; per Q tile: S^T, dP^T (warp tiles 32 keys x 32 queries) -> P^T, dS^T in
+//           smem; dV += P^T dO, dK += dS^T Q (warp tiles 32 keys x D/2, registers); dQ_tile =
+//           dS K (warp tiles 32 queries x D/4) added to the fp32 accumulator with float2 atomics.
+//           (v1, kept: one CTA per 64 keys, 4 warps x 16 key rows, Q tiles of 64 (d64) / 32
+//           (d128), dS^T via smem for dQ.)
 //           (3) postprocess: dq = bf16(tau * dQ_acc). dK is scaled by tau at the store.
 // Masking: a compile-time causal flag; a tile gets the (row, col) mask only when it touches the
 // diagonal or the sequence tail. Tails: loads past N are zero-filled; masked keys get -inf;
@@ -250,6 +256,192 @@ __global__ void __launch_bounds__(kThreads) FpaForwardKernel(FwdParams p) {
   StoreAccBf16<kDT>(p.o + head, D, row_w, N, lane, o, 1.f);
 }
 
+
+// ----------------------------------------------------------------------------------------------
+// Forward v2: 4 warps x 32 query rows (Bq = 128), Bkv = 64; Q fragments re-read from shared
+// memory per K tile instead of held in registers, so each warp's 32 x 64 S tile and 32 x D O tile
+// amortize every K / V fragment over two m-blocks (~1.6x fewer ldmatrix per MMA than v1).
+// ----------------------------------------------------------------------------------------------
+template <int D>
+struct FpaFwdV2Config {
+  static_assert(D == 64 || D == 128, "head dim 64 or 128");
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kBq = 32 * kWarps;  // 128
+  static constexpr int kBkv = 64;
+  using QTile = Bf16Tile<kBq, D>;
+  using KvTile = Bf16Tile<kBkv, D>;
+  static constexpr int kSmem = QTile::kBytes + 2 * 2 * KvTile::kBytes;  // Q, 2 x (K, V)
+  static_assert(2 * kSmem <= 227 * 1024, "forward v2: two CTAs per SM must fit in 227 KB");
+};
+
+template <int D, bool kCausal>
+__global__ void __launch_bounds__(128, 2) FpaForwardKernelV2(FwdParams p) {
+  using Cfg = FpaFwdV2Config<D>;
+  constexpr int kThr = Cfg::kThreads;
+  constexpr int kBq = Cfg::kBq, kBkv = Cfg::kBkv;
+  constexpr int kNT = kBkv / 8;  // n-blocks of S per m-block
+  constexpr int kDT = D / 8;     // n-blocks of O per m-block
+  using QTile = typename Cfg::QTile;
+  using KvTile = typename Cfg::KvTile;
+
+  extern __shared__ __align__(128) char smem[];
+  char* qs = smem;
+  char* ks = smem + QTile::kBytes;
+  char* vs = ks + 2 * KvTile::kBytes;
+  constexpr int kStage = KvTile::kBytes;
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int N = p.N;
+  const int qt = kCausal ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
+  const int q0 = qt * kBq;
+  const int64_t head = int64_t(blockIdx.y) * N * D;
+  const bf16* q = p.q + head;
+  const bf16* k = p.k + head;
+  const bf16* v = p.v + head;
+
+  const int n_kv_total = CeilDiv(N, kBkv);
+  const int n_kv = kCausal ? min(n_kv_total, (min(q0 + kBq, N) - 1) / kBkv + 1) : n_kv_total;
+
+  LoadTileAsync<QTile, kThr>(qs, q, q0, N, tid);
+  LoadTileAsync<KvTile, kThr>(ks, k, 0, N, tid);
+  LoadTileAsync<KvTile, kThr>(vs, v, 0, N, tid);
+  CpAsyncCommit();
+
+  float o[2][kDT][4];
+  ZeroAcc(o[0]);
+  ZeroAcc(o[1]);
+  float m[2][2] = {{-INFINITY, -INFINITY}, {-INFINITY, -INFINITY}};  // [mi][h], base-2 scaled
+  float l[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
+  const int row_w = q0 + 32 * warp;  // first query row of this warp
+  const uint32_t qb = SmemAddr(qs);
+
+  for (int j = 0; j < n_kv; ++j) {
+    CpAsyncWait<0>();
+    __syncthreads();  // tile j visible; every warp is done with the buffers of tile j-1
+    if (j + 1 < n_kv) {
+      const int nb = (j + 1) & 1;
+      LoadTileAsync<KvTile, kThr>(ks + nb * kStage, k, (j + 1) * kBkv, N, tid);
+      LoadTileAsync<KvTile, kThr>(vs + nb * kStage, v, (j + 1) * kBkv, N, tid);
+    }
+    CpAsyncCommit();
+    const int k0 = j * kBkv;
+    // Causal: this warp's rows see none of these keys (no barrier below: safe to skip).
+    if (kCausal && k0 > row_w + 31) continue;
+    const uint32_t kb = SmemAddr(ks + (j & 1) * kStage), vb = SmemAddr(vs + (j & 1) * kStage);
+
+    // S = Q K^T (32 x 64 per warp).
+    float s[2][kNT][4];
+    ZeroAcc(s[0]);
+    ZeroAcc(s[1]);
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t qa[2][4];
+      LoadAFrag<QTile>(qa[0], qb, 32 * warp, 16 * kk, lane);
+      LoadAFrag<QTile>(qa[1], qb, 32 * warp + 16, 16 * kk, lane);
+#pragma unroll
+      for (int np = 0; np < kNT / 2; ++np) {
+        uint32_t b[4];
+        LoadBFrag2<KvTile>(b, kb, 16 * np, 16 * kk, lane);
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi) {
+          MmaBf16(s[mi][2 * np], qa[mi], b[0], b[1]);
+          MmaBf16(s[mi][2 * np + 1], qa[mi], b[2], b[3]);
+        }
+      }
+    }
+    const bool need_mask = (k0 + kBkv > N) || (kCausal && k0 + kBkv - 1 > row_w);
+    if (need_mask) {
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) {
+        ApplyMask(s[mi], row_w + 16 * mi, k0, lane,
+                  [N](int r, int c) { return c >= N || (kCausal && c > r); });
+      }
+    }
+
+    // Online softmax (base 2), per m-block and row half.
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int nb = 0; nb < kNT; ++nb) {
+          mx = fmaxf(mx, fmaxf(s[mi][nb][2 * h], s[mi][nb][2 * h + 1]));
+        }
+        mx = QuadMax(mx) * p.scale_log2;
+        const float m_new = fmaxf(m[mi][h], mx);
+        const float m_use = m_new == -INFINITY ? 0.f : m_new;  // a row with no valid key yet
+        const float alpha = FastExp2(m[mi][h] - m_use);
+        m[mi][h] = m_new;
+        float sum = 0.f;
+#pragma unroll
+        for (int nb = 0; nb < kNT; ++nb) {
+#pragma unroll
+          for (int e = 2 * h; e < 2 * h + 2; ++e) {
+            s[mi][nb][e] = FastExp2(fmaf(s[mi][nb][e], p.scale_log2, -m_use));
+            sum += s[mi][nb][e];
+          }
+        }
+        l[mi][h] = l[mi][h] * alpha + sum;
+#pragma unroll
+        for (int nb = 0; nb < kDT; ++nb) {
+          o[mi][nb][2 * h] *= alpha;
+          o[mi][nb][2 * h + 1] *= alpha;
+        }
+      }
+    }
+
+    // O += P V (P converted to bf16 A fragments 16 keys at a time, to keep registers low).
+#pragma unroll
+    for (int kk = 0; kk < kNT / 2; ++kk) {
+      uint32_t pa[2][1][4];
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) {
+        pa[mi][0][0] = PackBf16x2(s[mi][2 * kk][0], s[mi][2 * kk][1]);
+        pa[mi][0][1] = PackBf16x2(s[mi][2 * kk][2], s[mi][2 * kk][3]);
+        pa[mi][0][2] = PackBf16x2(s[mi][2 * kk + 1][0], s[mi][2 * kk + 1][1]);
+        pa[mi][0][3] = PackBf16x2(s[mi][2 * kk + 1][2], s[mi][2 * kk + 1][3]);
+      }
+#pragma unroll
+      for (int np = 0; np < kDT / 2; ++np) {
+        uint32_t b[4];
+        LoadBFrag2Trans<KvTile>(b, vb, 16 * kk, 16 * np, lane);
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi) {
+          MmaBf16(o[mi][2 * np], pa[mi][0], b[0], b[1]);
+          MmaBf16(o[mi][2 * np + 1], pa[mi][0], b[2], b[3]);
+        }
+      }
+    }
+  }
+  CpAsyncWait<0>();
+
+  // Normalize, store O and the natural-log LSE.
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi) {
+    float inv[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float lsum = QuadSum(l[mi][h]);
+      inv[h] = lsum > 0.f ? 1.f / lsum : 0.f;
+      const int row = row_w + 16 * mi + g + 8 * h;
+      if (t == 0 && row < N) {
+        p.lse[int64_t(blockIdx.y) * N + row] = (m[mi][h] + __log2f(lsum)) * kLn2;
+      }
+    }
+#pragma unroll
+    for (int nb = 0; nb < kDT; ++nb) {
+      o[mi][nb][0] *= inv[0];
+      o[mi][nb][1] *= inv[0];
+      o[mi][nb][2] *= inv[1];
+      o[mi][nb][3] *= inv[1];
+    }
+    StoreAccBf16<kDT>(p.o + head, D, row_w + 16 * mi, N, lane, o[mi], 1.f);
+  }
+}
+
 // ----------------------------------------------------------------------------------------------
 // Backward.
 // ----------------------------------------------------------------------------------------------
@@ -470,6 +662,292 @@ __global__ void __launch_bounds__(kThreads) FpaBackwardKernel(BwdParams p) {
   StoreAccBf16<kDT>(p.dk + head, D, kv_w, N, lane, dk, p.tau);
 }
 
+
+// ----------------------------------------------------------------------------------------------
+// Backward v2: 8 warps, 128 keys per CTA, Q tiles of 64, P^T and dS^T through shared memory.
+// ----------------------------------------------------------------------------------------------
+//
+// Each Q tile (64 queries) runs three phases with a different warp layout each (w = warp 0..7):
+//   (1) S^T = K Q^T, dP^T = V dO^T (128 x 64): warp w owns key rows 32*(w%4)..+31 x query
+//       columns 32*(w/4)..+31; P^T and dS^T = P^T o (dP^T - D) are written to shared memory (bf16).
+//   -- __syncthreads --
+//   (2) dV += P^T dO, dK += dS^T Q (128 x D): warp w owns key rows 32*(w%4)..+31 x head columns
+//       (D/2)*(w/4)..; accumulators stay in registers across Q tiles.
+//   (3) dQ_tile = dS K (64 x D), contracting over the 128 keys: warp w owns query rows
+//       32*(w%2)..+31 x head columns (D/4)*(w/2)..; added to the fp32 accumulator with
+//       float2 atomics (sm_90 red.global.add.v2.f32), one pass per (Q tile, K tile).
+// The warp tiles (32 x 32 / 32 x D/2 / 32 x D/4) cut shared-memory operand traffic per MMA to
+// ~60% of v1 (whose warps held 16 key rows x a 32-query tile at D = 128).
+// Backward v2 option (variant "fpa v2b"): stage the Q tile's lse and D vectors in shared memory
+// with cp.async alongside Q / dO, instead of __ldg from global inside phase 1.
+constexpr bool kBwdRowVecsInSmem = true;
+
+// 4-byte cp.async (.ca) with zero fill when !valid (src must still be a mapped address).
+__device__ __forceinline__ void CpAsync4(uint32_t dst, const void* src, bool valid) {
+  const int src_size = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_size));
+}
+
+template <int D>
+struct FpaBwdV2Config {
+  static_assert(D == 64 || D == 128, "head dim 64 or 128");
+  static constexpr int kWarps = 8;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kBkv = 128;
+  static constexpr int kBq = 64;
+  using KTile = Bf16Tile<kBkv, D>;
+  using QTile = Bf16Tile<kBq, D>;
+  using PTile = Bf16Tile<kBkv, kBq>;  // P^T / dS^T: key rows x query columns
+  // K, V, 2 stages x (Q, dO), P^T, dS^T, 2 stages x (lse, D) of the Q tile (fp32).
+  static constexpr int kRowVecBytes = kBq * 4;
+  static constexpr int kSmem =
+      2 * KTile::kBytes + 4 * QTile::kBytes + 2 * PTile::kBytes + 4 * kRowVecBytes;
+  static_assert(kSmem <= 227 * 1024, "backward v2 shared memory exceeds sm_90's 227 KB");
+  static_assert(kBkv == 4 * 32 && kBq == 2 * 32, "warp layouts assume 4 x 2 warps of 32 x 32");
+};
+
+template <int D, bool kCausal>
+__global__ void __launch_bounds__(256, 1) FpaBackwardKernelV2(BwdParams p) {
+  using Cfg = FpaBwdV2Config<D>;
+  constexpr int kThr = Cfg::kThreads;
+  constexpr int kBkv = Cfg::kBkv, kBq = Cfg::kBq;
+  using KTile = typename Cfg::KTile;
+  using QTile = typename Cfg::QTile;
+  using PTile = typename Cfg::PTile;
+  constexpr int kDH = D / 2;         // phase 2 head columns per warp
+  constexpr int kDN2 = kDH / 8;      // ... as n-blocks
+  constexpr int kDQ = D / 4;         // phase 3 head columns per warp
+  constexpr int kDN3 = kDQ / 8;
+
+  extern __shared__ __align__(128) char smem[];
+  char* ks = smem;
+  char* vs = ks + KTile::kBytes;
+  char* qs = vs + KTile::kBytes;        // 2 stages of QTile::kBytes
+  char* dos = qs + 2 * QTile::kBytes;   // 2 stages
+  char* ps = dos + 2 * QTile::kBytes;   // P^T
+  char* dss = ps + PTile::kBytes;       // dS^T
+  float* lse_s = reinterpret_cast<float*>(dss + PTile::kBytes);  // 2 stages of kBq
+  float* dv_s = lse_s + 2 * kBq;                                 // 2 stages of kBq
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int N = p.N;
+  const int kv0 = blockIdx.x * kBkv;
+  const int64_t head = int64_t(blockIdx.y) * N * D;
+  const bf16* q = p.q + head;
+  const bf16* dO = p.do_ + head;
+  const float* lse = p.lse + int64_t(blockIdx.y) * N;
+  const float* dvec = p.dvec + int64_t(blockIdx.y) * N;
+  float* dq_acc = p.dq_acc + head;
+  // lse and D of Q tile `qt` into stage `st` (4-byte cp.async, zero past N; the readers select
+  // +inf / 0 there). Threads 0..kBq-1 copy lse, kBq..2kBq-1 copy D.
+  auto load_rowvecs = [&](int st, int qt, int tid_) {
+    if (tid_ < 2 * kBq) {
+      const int i = tid_ % kBq, row = qt * kBq + i;
+      const bool valid = row < p.N;
+      const float* src = tid_ < kBq ? lse : dvec;
+      float* dst = (tid_ < kBq ? lse_s : dv_s) + st * kBq + i;
+      CpAsync4(SmemAddr(dst), valid ? src + row : src, valid);
+    }
+  };
+
+  // Causal: query rows < kv0 see none of these keys (kv0 is a multiple of kBq).
+  const int qt_begin = kCausal ? kv0 / kBq : 0;
+  const int qt_end = CeilDiv(N, kBq);
+
+  LoadTileAsync<KTile, kThr>(ks, p.k + head, kv0, N, tid);
+  LoadTileAsync<KTile, kThr>(vs, p.v + head, kv0, N, tid);
+  LoadTileAsync<QTile, kThr>(qs, q, qt_begin * kBq, N, tid);
+  LoadTileAsync<QTile, kThr>(dos, dO, qt_begin * kBq, N, tid);
+  if constexpr (kBwdRowVecsInSmem) load_rowvecs(0, qt_begin, tid);
+  CpAsyncCommit();
+
+  // Warp layouts.
+  const int kr = 32 * (warp & 3);        // phases 1, 2: key rows (CTA-local)
+  const int qc = 32 * (warp >> 2);       // phase 1: query columns (tile-local)
+  const int dc2 = kDH * (warp >> 2);     // phase 2: head columns
+  const int qr3 = 32 * (warp & 1);       // phase 3: query rows (tile-local)
+  const int dc3 = kDQ * (warp >> 1);     // phase 3: head columns
+
+  float dk[2][kDN2][4], dv[2][kDN2][4];
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi) {
+    ZeroAcc(dk[mi]);
+    ZeroAcc(dv[mi]);
+  }
+  const uint32_t kb = SmemAddr(ks), vb = SmemAddr(vs), pb = SmemAddr(ps), dsb = SmemAddr(dss);
+  const int kw = kv0 + kr;  // first key row of this warp (phases 1, 2)
+
+  for (int it = qt_begin; it < qt_end; ++it) {
+    const int buf = (it - qt_begin) & 1;
+    CpAsyncWait<0>();
+    __syncthreads();  // Q/dO tile visible; every warp is done with the previous tile's phases 2-3
+    if (it + 1 < qt_end) {
+      LoadTileAsync<QTile, kThr>(qs + (buf ^ 1) * QTile::kBytes, q, (it + 1) * kBq, N, tid);
+      LoadTileAsync<QTile, kThr>(dos + (buf ^ 1) * QTile::kBytes, dO, (it + 1) * kBq, N, tid);
+      if constexpr (kBwdRowVecsInSmem) load_rowvecs(buf ^ 1, it + 1, tid);
+    }
+    CpAsyncCommit();
+    const uint32_t qb = SmemAddr(qs + buf * QTile::kBytes), dob = SmemAddr(dos + buf * QTile::kBytes);
+    const int q0 = it * kBq;
+    const int qw = q0 + qc;  // first query column of this warp (phase 1)
+
+    // ---- Phase 1: S^T, dP^T (32 keys x 32 queries per warp).
+    {
+      float s[2][4][4], dp[2][4][4];
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) {
+        ZeroAcc(s[mi]);
+        ZeroAcc(dp[mi]);
+      }
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t bq[2][4], bd[2][4];
+#pragma unroll
+        for (int np = 0; np < 2; ++np) {
+          LoadBFrag2<QTile>(bq[np], qb, qc + 16 * np, 16 * kk, lane);
+          LoadBFrag2<QTile>(bd[np], dob, qc + 16 * np, 16 * kk, lane);
+        }
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi) {
+          uint32_t a[4];
+          LoadAFrag<KTile>(a, kb, kr + 16 * mi, 16 * kk, lane);
+#pragma unroll
+          for (int np = 0; np < 2; ++np) {
+            MmaBf16(s[mi][2 * np], a, bq[np][0], bq[np][1]);
+            MmaBf16(s[mi][2 * np + 1], a, bq[np][2], bq[np][3]);
+          }
+          LoadAFrag<KTile>(a, vb, kr + 16 * mi, 16 * kk, lane);
+#pragma unroll
+          for (int np = 0; np < 2; ++np) {
+            MmaBf16(dp[mi][2 * np], a, bd[np][0], bd[np][1]);
+            MmaBf16(dp[mi][2 * np + 1], a, bd[np][2], bd[np][3]);
+          }
+        }
+      }
+      const bool need_mask = (kw + 32 > N) || (kCausal && kw + 31 > qw);
+      if (need_mask) {
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi) {
+          // Rows are keys, columns are queries here.
+          ApplyMask(s[mi], kw + 16 * mi, qw, lane,
+                    [N](int key, int qry) { return key >= N || (kCausal && key > qry); });
+        }
+      }
+      // P^T, dS^T = P^T o (dP^T - D) -> shared memory (bf16).
+#pragma unroll
+      for (int nb = 0; nb < 4; ++nb) {
+        float l2[2], dc[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int col = qw + nb * 8 + 2 * t + e;
+          if constexpr (kBwdRowVecsInSmem) {
+            const int i = buf * kBq + qc + nb * 8 + 2 * t + e;
+            l2[e] = col < N ? lse_s[i] * kLog2e : INFINITY;  // +inf: P = 0 past N
+            dc[e] = col < N ? dv_s[i] : 0.f;
+          } else {
+            l2[e] = col < N ? __ldg(lse + col) * kLog2e : INFINITY;  // +inf: P = 0 past N
+            dc[e] = col < N ? __ldg(dvec + col) : 0.f;
+          }
+        }
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi) {
+          float pv[4], dsv[4];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            pv[e] = FastExp2(fmaf(s[mi][nb][e], p.scale_log2, -l2[e & 1]));
+            dsv[e] = pv[e] * (dp[mi][nb][e] - dc[e & 1]);
+          }
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int off = PTile::ByteOffset(kr + 16 * mi + g + 8 * h, (qc + nb * 8 + 2 * t) * 2);
+            *reinterpret_cast<uint32_t*>(ps + off) = PackBf16x2(pv[2 * h], pv[2 * h + 1]);
+            *reinterpret_cast<uint32_t*>(dss + off) = PackBf16x2(dsv[2 * h], dsv[2 * h + 1]);
+          }
+        }
+      }
+    }
+    __syncthreads();  // P^T, dS^T complete
+
+    // ---- Phase 2: dV += P^T dO, dK += dS^T Q (32 keys x D/2 per warp, contracting 64 queries).
+#pragma unroll
+    for (int kk = 0; kk < kBq / 16; ++kk) {
+      uint32_t pa[2][4], da[2][4];
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) {
+        LoadAFrag<PTile>(pa[mi], pb, kr + 16 * mi, 16 * kk, lane);
+        LoadAFrag<PTile>(da[mi], dsb, kr + 16 * mi, 16 * kk, lane);
+      }
+#pragma unroll
+      for (int np = 0; np < kDN2 / 2; ++np) {
+        uint32_t b[4];
+        LoadBFrag2Trans<QTile>(b, dob, 16 * kk, dc2 + 16 * np, lane);
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi) {
+          MmaBf16(dv[mi][2 * np], pa[mi], b[0], b[1]);
+          MmaBf16(dv[mi][2 * np + 1], pa[mi], b[2], b[3]);
+        }
+        LoadBFrag2Trans<QTile>(b, qb, 16 * kk, dc2 + 16 * np, lane);
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi) {
+          MmaBf16(dk[mi][2 * np], da[mi], b[0], b[1]);
+          MmaBf16(dk[mi][2 * np + 1], da[mi], b[2], b[3]);
+        }
+      }
+    }
+
+    // ---- Phase 3: dQ_tile = dS K (32 queries x D/4 per warp, contracting the 128 keys).
+    {
+      float acc[2][kDN3][4];
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) ZeroAcc(acc[mi]);
+      // Causal: keys past the tile's last query give dS = 0; skip those 16-key steps.
+      const int kk_end = kCausal ? min(kBkv / 16, CeilDiv(q0 + kBq - kv0, 16)) : kBkv / 16;
+#pragma unroll
+      for (int kk = 0; kk < kBkv / 16; ++kk) {
+        if (kk >= kk_end) break;
+        uint32_t a[2][4];
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi) {
+          LoadAFragTrans<PTile>(a[mi], dsb, 16 * kk, qr3 + 16 * mi, lane);
+        }
+#pragma unroll
+        for (int np = 0; np < kDN3 / 2; ++np) {
+          uint32_t b[4];
+          LoadBFrag2Trans<KTile>(b, kb, 16 * kk, dc3 + 16 * np, lane);
+#pragma unroll
+          for (int mi = 0; mi < 2; ++mi) {
+            MmaBf16(acc[mi][2 * np], a[mi], b[0], b[1]);
+            MmaBf16(acc[mi][2 * np + 1], a[mi], b[2], b[3]);
+          }
+        }
+      }
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = q0 + qr3 + 16 * mi + g + 8 * h;
+          if (row >= N) continue;
+          float* dst = dq_acc + int64_t(row) * D + dc3 + 2 * t;
+#pragma unroll
+          for (int nb = 0; nb < kDN3; ++nb) {
+            atomicAdd(reinterpret_cast<float2*>(dst + nb * 8),
+                      make_float2(acc[mi][nb][2 * h], acc[mi][nb][2 * h + 1]));
+          }
+        }
+      }
+    }
+  }
+  CpAsyncWait<0>();
+
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi) {
+    StoreAccBf16<kDN2>(p.dv + head + dc2, D, kw + 16 * mi, N, lane, dv[mi], 1.f);
+    StoreAccBf16<kDN2>(p.dk + head + dc2, D, kw + 16 * mi, N, lane, dk[mi], p.tau);
+  }
+}
+
 // ----------------------------------------------------------------------------------------------
 // Host side.
 // ----------------------------------------------------------------------------------------------
@@ -503,17 +981,37 @@ Status CheckPtr(const void* ptr, const char* name, const char* who) {
     if (!_s.ok()) return _s;            \
   } while (0)
 
+// Which forward kernel runs (kernel-lab variant "fpa v3"): the v2 forward (Bq = 128, 32 rows per
+// warp) for d64 and for non-causal d128; v1 (Bq = 64) for causal d128, where v2 measured 9-12%
+// slower (half as many CTAs to balance the triangle, and 80-96 B of register spills at d128).
+template <int D, bool kCausal>
+constexpr bool kFwdUseV2 = D == 64 || !kCausal;
+
 template <int D, bool kCausal>
 Status LaunchForward(const AttnShapeCuda& s, const FwdParams& p, cudaStream_t stream) {
-  using Cfg = FpaConfig<D>;
-  auto kernel = FpaForwardKernel<D, kCausal>;
-  ABLATE_CUDA_RETURN_IF_ERROR(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kFwdSmem),
-      "FpaForwardCuda: cudaFuncSetAttribute");
-  const dim3 grid(CeilDiv(s.N, Cfg::kBq), s.B * s.H);
-  kernel<<<grid, kThreads, Cfg::kFwdSmem, stream>>>(p);
+  if constexpr (kFwdUseV2<D, kCausal>) {
+    using Cfg2 = FpaFwdV2Config<D>;
+    auto kernel = FpaForwardKernelV2<D, kCausal>;
+    ABLATE_CUDA_RETURN_IF_ERROR(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg2::kSmem),
+        "FpaForwardCuda: cudaFuncSetAttribute");
+    const dim3 grid(CeilDiv(s.N, Cfg2::kBq), s.B * s.H);
+    kernel<<<grid, Cfg2::kThreads, Cfg2::kSmem, stream>>>(p);
+  } else {
+    using Cfg = FpaConfig<D>;
+    auto kernel = FpaForwardKernel<D, kCausal>;
+    ABLATE_CUDA_RETURN_IF_ERROR(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kFwdSmem),
+        "FpaForwardCuda: cudaFuncSetAttribute");
+    const dim3 grid(CeilDiv(s.N, Cfg::kBq), s.B * s.H);
+    kernel<<<grid, kThreads, Cfg::kFwdSmem, stream>>>(p);
+  }
   return CudaStatus(cudaGetLastError(), "FpaForwardCuda: launch");
 }
+
+// Which backward main kernel runs per head dim: v2 (fpa v2 / v2b / v3) or v1.
+template <int D>
+constexpr bool kBwdUseV2 = true;
 
 template <int D, bool kCausal>
 Status LaunchBackward(const AttnShapeCuda& s, const BwdParams& p, const bf16* o, bf16* dq,
@@ -526,12 +1024,22 @@ Status LaunchBackward(const AttnShapeCuda& s, const BwdParams& p, const bf16* o,
   ABLATE_CUDA_RETURN_IF_ERROR(
       cudaMemsetAsync(p.dq_acc, 0, size_t(s.numel()) * sizeof(float), stream),
       "FpaBackwardCuda: zero dQ accumulator");
-  auto kernel = FpaBackwardKernel<D, kCausal>;
-  ABLATE_CUDA_RETURN_IF_ERROR(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kBwdSmem),
-      "FpaBackwardCuda: cudaFuncSetAttribute");
-  const dim3 grid(CeilDiv(s.N, Cfg::kBkvB), s.B * s.H);
-  kernel<<<grid, kThreads, Cfg::kBwdSmem, stream>>>(p);
+  if constexpr (kBwdUseV2<D>) {
+    using Cfg2 = FpaBwdV2Config<D>;
+    auto kernel = FpaBackwardKernelV2<D, kCausal>;
+    ABLATE_CUDA_RETURN_IF_ERROR(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg2::kSmem),
+        "FpaBackwardCuda: cudaFuncSetAttribute");
+    const dim3 grid(CeilDiv(s.N, Cfg2::kBkv), s.B * s.H);
+    kernel<<<grid, Cfg2::kThreads, Cfg2::kSmem, stream>>>(p);
+  } else {
+    auto kernel = FpaBackwardKernel<D, kCausal>;
+    ABLATE_CUDA_RETURN_IF_ERROR(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kBwdSmem),
+        "FpaBackwardCuda: cudaFuncSetAttribute");
+    const dim3 grid(CeilDiv(s.N, Cfg::kBkvB), s.B * s.H);
+    kernel<<<grid, kThreads, Cfg::kBwdSmem, stream>>>(p);
+  }
   ABLATE_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "FpaBackwardCuda: main launch");
   const int64_t n4 = s.numel() / 4;  // D is a multiple of 4
   FpaBwdPostprocessKernel<<<unsigned((n4 + 255) / 256), 256, 0, stream>>>(p.dq_acc, dq, n4, p.tau);

@@ -7,9 +7,9 @@
 //
 // Numerics: all seven matmuls are bf16 mma.sync m16n8k16 with fp32 accumulation; softmax, LSE,
 // D = rowsum(dO o O), dS and all accumulators are fp32; P and dS are rounded to bf16 only as MMA
-// operands. dQ is accumulated in an fp32 workspace with atomicAdd (so its summation order, and
-// its last bits, vary from run to run), then scaled and rounded to bf16; dK and dV are computed
-// without atomics and are deterministic. O, lse and the forward are deterministic.
+// operands. dQ is accumulated in an fp32 workspace with (float2) atomicAdd (so its summation
+// order, and its last bits, vary from run to run), then scaled and rounded to bf16; dK and dV are
+// computed without atomics and are deterministic. O, lse and the forward are deterministic.
 //
 // Contract: every launcher validates its arguments (InvalidArgument), enqueues its kernels on
 // `stream` and returns without host synchronization; launch errors come back as Internal. The
