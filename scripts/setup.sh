@@ -11,6 +11,7 @@ packages=(
   libopenblas-dev liblapacke-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libsqlite3-dev
   libgtest-dev libgmock-dev
+  clang libclang-rt-14-dev libomp-dev
   python3
   nodejs npm
 )

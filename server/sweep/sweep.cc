@@ -261,8 +261,8 @@ Status ReadAxisValues(const YAML::Node& list, const std::string& file, Axis* axi
 Status ReadAxes(const YAML::Node& map, const std::string& prefix, const std::string& section,
                 const std::string& file, std::vector<Axis>* axes) {
   for (auto it = map.begin(); it != map.end(); ++it) {
-    const YAML::Node& k = it->first;
-    const YAML::Node& v = it->second;
+    const YAML::Node k = it->first;  // copies: the iterator yields a temporary proxy
+    const YAML::Node v = it->second;
     std::string where = Loc(file, k.Mark());
     if (!k.IsScalar()) return Error(where, section, "a key must be a plain name");
     std::string path = prefix.empty() ? k.Scalar() : prefix + "." + k.Scalar();
@@ -324,8 +324,8 @@ Status ReadExcludeTerms(const YAML::Node& map, const std::string& prefix,
                         const std::vector<Axis>& axes, const nlohmann::json& base_json,
                         ExcludeEntry* entry) {
   for (auto it = map.begin(); it != map.end(); ++it) {
-    const YAML::Node& k = it->first;
-    const YAML::Node& v = it->second;
+    const YAML::Node k = it->first;  // copies: the iterator yields a temporary proxy
+    const YAML::Node v = it->second;
     std::string where = Loc(file, k.Mark());
     if (!k.IsScalar()) return Error(where, entry_path, "a key must be a plain name");
     std::string key = prefix.empty() ? k.Scalar() : prefix + "." + k.Scalar();
@@ -485,7 +485,7 @@ Status ReadSpec(const YAML::Node& root, Spec* spec) {
   std::map<std::string, YAML::Node> top;
   std::map<std::string, YAML::Mark> key_marks;
   for (auto it = root.begin(); it != root.end(); ++it) {
-    const YAML::Node& k = it->first;
+    const YAML::Node k = it->first;  // copies: the iterator yields a temporary proxy
     std::string where = Loc(file, k.Mark());
     if (!k.IsScalar()) return Error(where, "spec", "a key must be a plain name");
     const std::string& key = k.Scalar();

@@ -78,6 +78,13 @@ TEST(TrialConfig, BadValuesNameKeyAndExpectation) {
   }
 }
 
+TEST(TrialConfig, InvalidUtf8IsAnErrorNotACrash) {
+  // Found by fuzz_trial_config: invalid bytes in a string field made ToJson().dump() throw.
+  auto c = ParseTrialConfig("name: \"a\\x9e\"\ndata: {corpus: \"\xd4\xd4\"}\n", "u.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("UTF-8"), std::string::npos) << c.status().message();
+}
+
 TEST(TrialConfig, CrossFieldErrorPointsAtTheKeyLine) {
   auto c = ParseTrialConfig("model:\n  d_model: 100\n  heads: 3\n", "y.yaml");
   ASSERT_FALSE(c.ok());

@@ -90,12 +90,24 @@ Field BoolField(std::string path, Get ref) {
   return f;
 }
 
+// True when `s` is UTF-8 that JSON accepts (configs become JSON; nlohmann's own check is the one
+// that matters, so ask it).
+bool IsUtf8(const std::string& s) {
+  try {
+    (void)nlohmann::json(s).dump();
+    return true;
+  } catch (const nlohmann::json::exception&) {
+    return false;
+  }
+}
+
 template <typename Get>
 Field StringField(std::string path, Get ref) {
   Field f;
   f.path = path;
   f.set = [ref](TrialConfig& c, const YAML::Node& n) -> Status {
     if (!n.IsScalar()) return InvalidArgument("expected a string, got " + Describe(n));
+    if (!IsUtf8(n.Scalar())) return InvalidArgument("expected UTF-8 text, got invalid bytes");
     ref(c) = n.Scalar();
     return Status::Ok();
   };
@@ -283,8 +295,8 @@ bool IsSection(const std::string& path) { return !ChildKeys(path + ".").empty();
 Status ApplyMap(const YAML::Node& map, const std::string& prefix, const std::string& file,
                 TrialConfig* config, SourceMap* sources) {
   for (auto it = map.begin(); it != map.end(); ++it) {
-    const YAML::Node& key_node = it->first;
-    const YAML::Node& value = it->second;
+    const YAML::Node key_node = it->first;  // a copy: it->first is a temporary proxy
+    const YAML::Node value = it->second;
     std::string where = MarkString(file, key_node.Mark());
     if (!key_node.IsScalar()) return InvalidArgument(where + ": a key must be a plain name");
     std::string key = key_node.Scalar();
@@ -463,7 +475,7 @@ std::string ConfigHash(const TrialConfig& config) {
   // Where and how fast it runs, not what it computes.
   j["train"].erase("threads");
   j["train"].erase("peak_tflops");
-  std::string text = j.dump();
+  std::string text = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   uint64_t h = 1469598103934665603ull;
   for (unsigned char ch : text) {
     h ^= ch;
