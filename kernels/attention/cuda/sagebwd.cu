@@ -4,8 +4,9 @@
 // Layout: q, k, v, o, do, dq, dk, dv (B, H, N, D) bf16 row-major; lse (B, H, N) f32. Tiles:
 // Bq = Bkv = 64 (kSageBq, kSageBkv), 4 warps per CTA, each warp owns 16 rows of a 64-row tile.
 //
-// Quantization scheme (identical to the emulator; s = max|X| / 127 over the group, all-zero
-// group: s = 1; X^ = round_half_even(X / s) clamped to [-127, 127]):
+// Quantization scheme (the emulator's; s = max|X| / 127 over the group, all-zero group: s = 1;
+// X^ = round_half_even(X / s) clamped to [-127, 127]; the kernels multiply by 1/s, taken once per
+// group, which can differ from the emulator's division by one step at exact ties):
 //   K^  per (b,h, K tile) after K-smoothing (K - kbar, kbar = mean of K over all N tokens)
 //   V^  per (b,h, K tile);  Q^ per (b,h, Q tile) after optional Q-smoothing (Q - tile mean mu)
 //   dO^ per (b,h, Q tile)
@@ -23,14 +24,21 @@
 // The quantization kernels write Q^, K^, V^, dO^ and their transposes (padded to 64 rows, zero
 // padding) to the workspace; the forward's are reused by the backward.
 //
-// Backward: one CTA per (b,h, K tile) walks the Q tiles (causal: only tiles with a visible key);
-// P and dS of a block go through shared memory (fp32) so the per-column scales (a max over the
-// 64 rows owned by 4 warps) and per-row scales are taken in one place; dK, dV stay in registers;
-// dQ (and rowsum dS for the K-smoothing correction) are accumulated with fp32 atomics into the
-// workspace and converted by a last kernel. Accumulation order differs from the emulator.
+// Backward: one CTA per (b,h, K tile) walks the Q tiles (causal: only tiles with a visible key).
+// P and dS of a block stay in registers: per-row scales (dS for dQ) by quad shuffles, per-column
+// scales (P for dV, dS for dK; a max over the 64 rows of 4 warps) by shuffles over the 8 lane
+// groups plus a 3 x 4 x 64 fp32 partial table in shared memory; the int8 copies (P^T, dS^T,
+// dS^) are written straight from registers. dK, dV stay in registers; dQ is accumulated with
+// 16-byte fp32 vector atomics (red.global.add.v4.f32) into the workspace, rowsum dS (K-smoothing
+// correction) with scalar atomics, and a last kernel converts dQ. Accumulation order differs
+// from the emulator. ~105 KB shared memory per CTA at D = 128: 2 CTAs (8 warps) per SM.
 //
-// Kernel-lab variant: the straightforward mma.sync baseline (plain 32-bit shared loads into
-// fragments from padded tiles, no cp.async pipelining, no wgmma).
+// Kernel-lab variant: sagebwd v3 (kernels/bench/README.md, Variants). mma.sync m16n8k32 s8 /
+// m16n8k16 bf16 with ldmatrix fragment loads from padded tiles (row strides of an odd number of
+// 16-byte chunks: conflict-free), cp.async copies; forward: K^ / V^T double-buffered (next tile
+// prefetched during the current one); backward: Q^ / dO of the next Q tile prefetched after the
+// S / dP phase; int32 -> fp32 by the 1.5 * 2^23 mantissa trick (S32ToF32); quantization kernels
+// with 16-byte loads and stores in both orientations. No wgmma / TMA yet.
 #include "attention/cuda/sagebwd_cuda.h"
 
 #include <cuda_bf16.h>
@@ -63,16 +71,19 @@ struct SageConfig {
   static_assert(D == 64 || D == 128, "head dim 64 or 128");
   static constexpr int kI8D = D + 16;  // int8 row stride, k index = head dim (bank-conflict-free)
   static constexpr int kBfD = D + 8;   // bf16 row stride (elements)
-  static constexpr int kF32 = kTile + 4;  // fp32 P / dS row stride
   // Forward: qh, kh [64][kI8D]; vht [D][kI8T]; ph [64][kI8T]; bias[64], mu[D], kbar[D] f32.
   static constexpr int kFwdQh = 0;
+  // Two stages (double buffer, cp.async prefetch of the next K tile) of kh [64][kI8D] followed
+  // by vht [D][kI8T]; stage s at kFwdKh + s * kFwdStage.
   static constexpr int kFwdKh = kFwdQh + kTile * kI8D;
   static constexpr int kFwdVht = kFwdKh + kTile * kI8D;
-  static constexpr int kFwdPh = kFwdVht + D * kI8T;
+  static constexpr int kFwdStage = kTile * kI8D + D * kI8T;
+  static constexpr int kFwdPh = kFwdKh + 2 * kFwdStage;
   static constexpr int kFwdF32 = kFwdPh + kTile * kI8T;
   static constexpr int kFwdBytes = kFwdF32 + (kTile + 2 * D) * 4;
   // Backward: kh [64][kI8D], kht [D][kI8T], vb (bf16 [64][kBfD] or int8 vh), qh, qht, dob/doh,
-  // doht, P, dS f32 [64][kF32], pT, dsh, dsT int8 [64][kI8T], 8 x 64 f32 vectors, mu, kbar [D].
+  // doht, column partials 3 x 4 x 64 f32, pT, dsh, dsT int8 [64][kI8T], 8 x 64 f32 vectors,
+  // mu, kbar [D].
   static constexpr int kOpBytes = kTile * kBfD * 2 > kTile * kI8D ? kTile * kBfD * 2 : kTile * kI8D;
   static constexpr int kBwdKh = 0;
   static constexpr int kBwdKht = kBwdKh + kTile * kI8D;
@@ -81,9 +92,9 @@ struct SageConfig {
   static constexpr int kBwdQht = kBwdQh + kTile * kI8D;
   static constexpr int kBwdDo = kBwdQht + D * kI8T;
   static constexpr int kBwdDoht = kBwdDo + kOpBytes;
-  static constexpr int kBwdP = kBwdDoht + D * kI8T;
-  static constexpr int kBwdDs = kBwdP + kTile * kF32 * 4;
-  static constexpr int kBwdPT = kBwdDs + kTile * kF32 * 4;
+  // Column partials of P / dS (max P, max |dS|, sum dS) per warp: 3 x 4 x 64 f32.
+  static constexpr int kBwdPart = kBwdDoht + D * kI8T;
+  static constexpr int kBwdPT = kBwdPart + 3 * 4 * kTile * 4;
   static constexpr int kBwdDsh = kBwdPT + kTile * kI8T;
   static constexpr int kBwdDsT = kBwdDsh + kTile * kI8T;
   static constexpr int kBwdVec = kBwdDsT + kTile * kI8T;  // 8 vectors of 64 f32
@@ -92,10 +103,10 @@ struct SageConfig {
   static_assert(kFwdBytes <= 227 * 1024, "forward shared memory over the sm_90 limit");
   static_assert(kBwdBytes <= 227 * 1024, "backward shared memory over the sm_90 limit");
   static_assert(kI8D % 16 == 0 && kI8T % 16 == 0 && (kBfD * 2) % 16 == 0, "16-byte rows");
-  static_assert(kFwdKh % 16 == 0 && kFwdVht % 16 == 0 && kFwdPh % 16 == 0 && kFwdF32 % 16 == 0,
+  static_assert(kFwdKh % 16 == 0 && kFwdVht % 16 == 0 && kFwdStage % 16 == 0 && kFwdPh % 16 == 0 && kFwdF32 % 16 == 0,
                 "16-byte aligned forward regions");
   static_assert(kBwdV % 16 == 0 && kBwdQh % 16 == 0 && kBwdQht % 16 == 0 && kBwdDo % 16 == 0 &&
-                    kBwdDoht % 16 == 0 && kBwdP % 16 == 0 && kBwdPT % 16 == 0 &&
+                    kBwdDoht % 16 == 0 && kBwdPart % 16 == 0 && kBwdPT % 16 == 0 &&
                     kBwdVec % 16 == 0 && kBwdMu % 16 == 0,
                 "16-byte aligned backward regions");
 };
@@ -109,34 +120,62 @@ __device__ __forceinline__ float GroupScale(float max_abs) {
   return s == 0.0f ? 1.0f : s;
 }
 
-// round_half_even(x / s) clamped to [-127, 127] (IEEE division, as the emulator).
-__device__ __forceinline__ int8_t QuantizeS8(float x, float s) {
-  const int r = __float2int_rn(__fdiv_rn(x, s));
+// round_half_even(x * inv_s) clamped to [-127, 127]: the quantizer of the kernels' inner loops,
+// with the reciprocal of the group scale taken once per group (may differ from x / s by one
+// step at exact ties, within the tests' tolerance).
+__device__ __forceinline__ int8_t QuantizeS8Inv(float x, float inv_s) {
+  const int r = __float2int_rn(x * inv_s);
   return static_cast<int8_t>(max(-127, min(127, r)));
 }
 
-__device__ __forceinline__ uint32_t Ld32(const void* p) {
-  return *reinterpret_cast<const uint32_t*>(p);
+
+// int32 -> fp32, exact for |x| < 2^22 (every s8 MMA sum here: K <= 128 products of at most
+// 127^2 = 2.06e6 in magnitude): the integer is added into the mantissa of 1.5 * 2^23 (integer
+// add + float subtract, both full-rate, instead of the quarter-rate I2F conversion).
+constexpr int kMaxS8K = 128;
+static_assert(kMaxS8K * 127 * 127 < (1 << 22), "S32ToF32 range");
+__device__ __forceinline__ float S32ToF32(int32_t x) {
+  return __int_as_float(0x4B400000 + x) - 12582912.0f;
+}
+
+// Fragment loads by ldmatrix from the padded tiles: every row stride used here (kI8D, kI8T,
+// kBfD * 2 bytes) is an odd number of 16-byte chunks, so the 8 row addresses of one 8x8 matrix
+// fall in 8 different 16-byte bank groups (conflict-free). int8 tiles are read as b16 (the s8
+// m16n8k32 fragments have the bf16 m16n8k16 layout with bytes for elements, see
+// attention_common.cuh).
+// A (16 rows x 32 bytes at byte column kb of rows at A, byte stride sa).
+__device__ __forceinline__ void LdA(uint32_t (&a)[4], const void* A, int sa, int kb, int lane) {
+  const char* p = static_cast<const char*>(A) + (lane & 15) * sa + kb + ((lane >> 4) << 4);
+  cuda::LdMatrixX4(a, cuda::SmemAddr(p));
+}
+// B fragments of two n-blocks (rows n0..n0+15 of B, 32 bytes at byte column kb): b[0..1] for
+// rows n0..n0+7, b[2..3] for n0+8..n0+15.
+__device__ __forceinline__ void LdB2(uint32_t (&b)[4], const void* B, int sb, int n0, int kb,
+                                     int lane) {
+  const char* p = static_cast<const char*>(B) + (n0 + (lane & 7) + ((lane >> 4) << 3)) * sb + kb +
+                  (((lane >> 3) & 1) << 4);
+  cuda::LdMatrixX4(b, cuda::SmemAddr(p));
 }
 
 // acc[nt] = A (16 x KD, rows at A with byte stride sa) * B^T (B: 8*NT rows x KD, stride sb).
 template <int KD, int NT>
 __device__ __forceinline__ void WarpGemmS8(const int8_t* A, int sa, const int8_t* B, int sb,
                                            int32_t (&acc)[NT][4]) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  static_assert(NT % 2 == 0, "n-blocks in pairs");
+  static_assert(KD <= kMaxS8K, "int32 sums must stay in the exact range of S32ToF32");
+  const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int n = 0; n < NT; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0;
 #pragma unroll
   for (int k0 = 0; k0 < KD; k0 += 32) {
     uint32_t a[4];
-    a[0] = Ld32(A + g * sa + k0 + 4 * t);
-    a[1] = Ld32(A + (g + 8) * sa + k0 + 4 * t);
-    a[2] = Ld32(A + g * sa + k0 + 16 + 4 * t);
-    a[3] = Ld32(A + (g + 8) * sa + k0 + 16 + 4 * t);
+    LdA(a, A, sa, k0, lane);
 #pragma unroll
-    for (int n = 0; n < NT; ++n) {
-      const int8_t* b = B + (n * 8 + g) * sb + k0 + 4 * t;
-      MmaS8(acc[n], a, Ld32(b), Ld32(b + 16));
+    for (int n = 0; n < NT; n += 2) {
+      uint32_t b[4];
+      LdB2(b, B, sb, n * 8, k0, lane);
+      MmaS8(acc[n], a, b[0], b[1]);
+      MmaS8(acc[n + 1], a, b[2], b[3]);
     }
   }
 }
@@ -145,20 +184,20 @@ __device__ __forceinline__ void WarpGemmS8(const int8_t* A, int sa, const int8_t
 template <int KD, int NT>
 __device__ __forceinline__ void WarpGemmBf16(const __nv_bfloat16* A, int sa,
                                              const __nv_bfloat16* B, int sb, float (&acc)[NT][4]) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  static_assert(NT % 2 == 0, "n-blocks in pairs");
+  const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int n = 0; n < NT; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
 #pragma unroll
   for (int k0 = 0; k0 < KD; k0 += 16) {
     uint32_t a[4];
-    a[0] = Ld32(A + g * sa + k0 + 2 * t);
-    a[1] = Ld32(A + (g + 8) * sa + k0 + 2 * t);
-    a[2] = Ld32(A + g * sa + k0 + 8 + 2 * t);
-    a[3] = Ld32(A + (g + 8) * sa + k0 + 8 + 2 * t);
+    LdA(a, A, 2 * sa, 2 * k0, lane);
 #pragma unroll
-    for (int n = 0; n < NT; ++n) {
-      const __nv_bfloat16* b = B + (n * 8 + g) * sb + k0 + 2 * t;
-      MmaBf16(acc[n], a, Ld32(b), Ld32(b + 8));
+    for (int n = 0; n < NT; n += 2) {
+      uint32_t b[4];
+      LdB2(b, B, 2 * sb, n * 8, 2 * k0, lane);
+      MmaBf16(acc[n], a, b[0], b[1]);
+      MmaBf16(acc[n + 1], a, b[2], b[3]);
     }
   }
 }
@@ -167,12 +206,13 @@ __device__ __forceinline__ void WarpGemmBf16(const __nv_bfloat16* A, int sa,
 // shared tile with byte stride `dst_stride`.
 __device__ __forceinline__ void CopyRows(void* dst, int dst_stride, const void* src,
                                          int64_t src_stride, int rows, int row_bytes) {
+  // cp.async (16 bytes, L2 only): no register staging; CopyWait() before the barrier.
   const int chunks = row_bytes / 16;
+  const uint32_t d = cuda::SmemAddr(dst);
   for (int idx = threadIdx.x; idx < rows * chunks; idx += blockDim.x) {
     const int r = idx / chunks, c = idx % chunks;
-    const int4 val = *reinterpret_cast<const int4*>(static_cast<const char*>(src) + r * src_stride +
-                                                    c * 16);
-    *reinterpret_cast<int4*>(static_cast<char*>(dst) + r * dst_stride + c * 16) = val;
+    cuda::CpAsync16(d + r * dst_stride + c * 16,
+                    static_cast<const char*>(src) + r * src_stride + c * 16, true);
   }
 }
 
@@ -183,10 +223,16 @@ __device__ __forceinline__ void CopyBf16Rows(__nv_bfloat16* dst, const __nv_bflo
   constexpr int kChunks = D / 8;
   for (int idx = threadIdx.x; idx < kTile * kChunks; idx += blockDim.x) {
     const int r = idx / kChunks, c = idx % kChunks;
-    int4 val = make_int4(0, 0, 0, 0);
-    if (row0 + r < n) val = *reinterpret_cast<const int4*>(src + int64_t(row0 + r) * D + c * 8);
-    *reinterpret_cast<int4*>(dst + r * SageConfig<D>::kBfD + c * 8) = val;
+    const bool ok = row0 + r < n;
+    cuda::CpAsync16(cuda::SmemAddr(dst + r * SageConfig<D>::kBfD + c * 8),
+                    ok ? static_cast<const void*>(src + int64_t(row0 + r) * D + c * 8) : src, ok);
   }
+}
+
+// Waits for this thread's CopyRows / CopyBf16Rows (the caller then syncs the block).
+__device__ __forceinline__ void CopyWait() {
+  cuda::CpAsyncCommit();
+  cuda::CpAsyncWait<0>();
 }
 
 // bias[c] = tau * mu . (K_c - kbar) for the keys of tile j (threads 0..63), 0 past N.
@@ -222,20 +268,40 @@ __device__ __forceinline__ float BlockMax(float x, float* red) {
 // Quantization kernels.
 // ----------------------------------------------------------------------------------------------
 
-// kbar[bh][d] = mean over the N tokens of k[bh][:, d] (double sum). grid: BH, block: D.
+// kbar[bh][d] = mean over the N tokens of k[bh][:, d] (double sums). grid: BH, block: D/2 x 16:
+// thread (cp, part) sums columns 2cp, 2cp+1 over rows part, part + 16, ...; parts are combined
+// in shared memory (double).
+constexpr int kKMeanParts = 16;
 template <int D>
-__global__ void KMeanKernel(const __nv_bfloat16* __restrict__ k, int n, float* __restrict__ kbar) {
-  const int bh = blockIdx.x, d = threadIdx.x;
-  const __nv_bfloat16* kb = k + int64_t(bh) * n * D;
-  double s = 0.0;
-  for (int r = 0; r < n; ++r) s += __bfloat162float(kb[int64_t(r) * D + d]);
-  kbar[int64_t(bh) * D + d] = static_cast<float>(s / n);
+__global__ void __launch_bounds__(D / 2 * kKMeanParts) KMeanKernel(
+    const __nv_bfloat16* __restrict__ k, int n, float* __restrict__ kbar) {
+  __shared__ double part[kKMeanParts][D];
+  const int bh = blockIdx.x, cp = threadIdx.x % (D / 2), pr = threadIdx.x / (D / 2);
+  const __nv_bfloat16* kb = k + int64_t(bh) * n * D + 2 * cp;
+  double s0 = 0.0, s1 = 0.0;
+#pragma unroll 4
+  for (int r = pr; r < n; r += kKMeanParts) {
+    const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(kb + int64_t(r) * D));
+    s0 += v.x;
+    s1 += v.y;
+  }
+  part[pr][2 * cp] = s0;
+  part[pr][2 * cp + 1] = s1;
+  __syncthreads();
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    double s = 0.0;
+#pragma unroll
+    for (int q = 0; q < kKMeanParts; ++q) s += part[q][d];
+    kbar[int64_t(bh) * D + d] = static_cast<float>(s / n);
+  }
 }
 
 // Quantizes one 64-row tile (grid: tiles, BH; block: 256) of x (BH, N, D) bf16:
 //   shift_mode 0: X;  1: X - shift[bh] (D);  2: X - mu, mu = the tile's mean over its valid rows
 //   (written to mu_out (BH, tiles, D)).
 // Writes xh (BH, Np, D) and xht (BH, D, Np) int8 (padded rows 0) and scale (BH, tiles).
+// 16-byte loads (8 bf16) and 16-byte stores in both orientations (the transpose is read from the
+// fp32 shared tile, stride D + 1: conflict-free column reads).
 template <int D>
 __global__ void __launch_bounds__(256) QuantizeTileKernel(
     const __nv_bfloat16* __restrict__ x, int n, int np, int shift_mode,
@@ -247,42 +313,78 @@ __global__ void __launch_bounds__(256) QuantizeTileKernel(
   const int ti = blockIdx.x, bh = blockIdx.y, tiles = gridDim.x;
   const int r0 = ti * kTile, nr = min(kTile, n - r0);
   const __nv_bfloat16* xb = x + int64_t(bh) * n * D;
-  for (int idx = threadIdx.x; idx < kTile * D; idx += blockDim.x) {
-    const int r = idx / D, c = idx % D;
-    tile[r][c] = r < nr ? __bfloat162float(xb[int64_t(r0 + r) * D + c]) : 0.0f;
-  }
-  __syncthreads();
-  for (int c = threadIdx.x; c < D; c += blockDim.x) {
-    float s = 0.0f;
-    if (shift_mode == 1) {
-      s = shift[int64_t(bh) * D + c];
-    } else if (shift_mode == 2) {
-      double acc = 0.0;
-      for (int r = 0; r < nr; ++r) acc += tile[r][c];
-      s = static_cast<float>(acc / nr);
-      mu_out[(int64_t(bh) * tiles + ti) * D + c] = s;
+  constexpr int kC8 = D / 8;  // 16-byte chunks of a bf16 row
+  for (int idx = threadIdx.x; idx < kTile * kC8; idx += blockDim.x) {
+    const int r = idx / kC8, c = (idx % kC8) * 8;
+    int4 raw = make_int4(0, 0, 0, 0);
+    if (r < nr) raw = *reinterpret_cast<const int4*>(xb + int64_t(r0 + r) * D + c);
+    const __nv_bfloat162* h2 = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float2 f = __bfloat1622float2(h2[e]);
+      tile[r][c + 2 * e] = f.x;
+      tile[r][c + 2 * e + 1] = f.y;
     }
-    sh[c] = s;
   }
   __syncthreads();
+  if (shift_mode != 0) {
+    for (int c = threadIdx.x; c < D; c += blockDim.x) {
+      float s = 0.0f;
+      if (shift_mode == 1) {
+        s = shift[int64_t(bh) * D + c];
+      } else {
+        double acc = 0.0;
+        for (int r = 0; r < nr; ++r) acc += tile[r][c];
+        s = static_cast<float>(acc / nr);
+        mu_out[(int64_t(bh) * tiles + ti) * D + c] = s;
+      }
+      sh[c] = s;
+    }
+    __syncthreads();
+  }
   float m = 0.0f;
   for (int idx = threadIdx.x; idx < kTile * D; idx += blockDim.x) {
     const int r = idx / D, c = idx % D;
-    const float v = r < nr ? tile[r][c] - sh[c] : 0.0f;
+    const float v = r < nr ? tile[r][c] - (shift_mode != 0 ? sh[c] : 0.0f) : 0.0f;
     tile[r][c] = v;
     m = fmaxf(m, fabsf(v));
   }
-  const float s = GroupScale(BlockMax(m, red));
+  const float s = GroupScale(BlockMax(m, red));  // BlockMax syncs: the tile is complete
+  const float inv = 1.0f / s;
   if (threadIdx.x == 0) scale[int64_t(bh) * tiles + ti] = s;
+  // Row-major: 16 bytes = 16 columns of one row per store.
+  constexpr int kC16 = D / 16;
   int8_t* xhb = xh + (int64_t(bh) * np + r0) * D;
-  for (int idx = threadIdx.x; idx < kTile * D; idx += blockDim.x) {
-    const int r = idx / D, c = idx % D;
-    xhb[idx] = r < nr ? QuantizeS8(tile[r][c], s) : int8_t(0);
+  for (int idx = threadIdx.x; idx < kTile * kC16; idx += blockDim.x) {
+    const int r = idx / kC16, c = (idx % kC16) * 16;
+    uint32_t w[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      uint32_t x4 = 0;
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        x4 |= uint32_t(static_cast<uint8_t>(QuantizeS8Inv(tile[r][c + 4 * q + b], inv))) << (8 * b);
+      }
+      w[q] = x4;
+    }
+    *reinterpret_cast<int4*>(xhb + int64_t(r) * D + c) = make_int4(w[0], w[1], w[2], w[3]);
   }
+  // Transposed: 16 bytes = 16 rows of one column per store (4 threads per 64-byte column run).
   int8_t* xhtb = xht + int64_t(bh) * D * np + r0;
-  for (int idx = threadIdx.x; idx < kTile * D; idx += blockDim.x) {
-    const int c = idx / kTile, r = idx % kTile;
-    xhtb[int64_t(c) * np + r] = r < nr ? QuantizeS8(tile[r][c], s) : int8_t(0);
+  for (int idx = threadIdx.x; idx < D * (kTile / 16); idx += blockDim.x) {
+    const int rq = idx % (kTile / 16), c = idx / (kTile / 16);
+    uint32_t w[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      uint32_t x4 = 0;
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        x4 |= uint32_t(static_cast<uint8_t>(QuantizeS8Inv(tile[rq * 16 + 4 * q + b][c], inv)))
+              << (8 * b);
+      }
+      w[q] = x4;
+    }
+    *reinterpret_cast<int4*>(xhtb + int64_t(c) * np + rq * 16) = make_int4(w[0], w[1], w[2], w[3]);
   }
 }
 
@@ -352,16 +454,29 @@ __global__ void __launch_bounds__(kThreads) SageForwardKernel(FwdParams p) {
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
   const int last = kCausal ? min(p.ntk - 1, (r0 + nr - 1) / kTile) : p.ntk - 1;
+  // Stage 0 <- K tile 0 (one cp.async group with Q^); tile j + 1 is issued at the top of
+  // iteration j into the other stage, so its copy overlaps tile j's math.
+  CopyRows(s_kh, C::kI8D, p.kh + bh * npd, D, kTile, D);
+  CopyRows(s_vht, kI8T, p.vht + bh * npd, p.np, D, kTile);
+  cuda::CpAsyncCommit();
   for (int j = 0; j <= last; ++j) {
     const int c0 = j * kTile;
-    __syncthreads();  // previous tile's smem reads are done
-    CopyRows(s_kh, C::kI8D, p.kh + bh * npd + int64_t(c0) * D, D, kTile, D);
-    CopyRows(s_vht, kI8T, p.vht + bh * npd + c0, p.np, D, kTile);
+    __syncthreads();  // previous tile's smem reads (of the stage refilled below, s_bias) are done
+    if (j < last) {
+      const int nx = (j + 1) & 1;
+      CopyRows(s_kh + nx * C::kFwdStage, C::kI8D, p.kh + bh * npd + int64_t(c0 + kTile) * D, D,
+               kTile, D);
+      CopyRows(s_vht + nx * C::kFwdStage, kI8T, p.vht + bh * npd + c0 + kTile, p.np, D, kTile);
+    }
+    cuda::CpAsyncCommit();  // possibly empty group: keeps the wait count uniform
     if (p.smooth_q) BlockBias<D>(p.k + bh * nd, s_mu, s_kbar, j, p.n, p.tau, s_bias);
+    cuda::CpAsyncWait<1>();  // tile j (and Q^) landed for this thread
     __syncthreads();
+    const int8_t* s_khj = s_kh + (j & 1) * C::kFwdStage;
+    const int8_t* s_vhtj = s_vht + (j & 1) * C::kFwdStage;
 
     int32_t si[8][4];
-    WarpGemmS8<D, 8>(s_qh + warp * 16 * C::kI8D, C::kI8D, s_kh, C::kI8D, si);
+    WarpGemmS8<D, 8>(s_qh + warp * 16 * C::kI8D, C::kI8D, s_khj, C::kI8D, si);
     const float a = p.tau * sq * p.sk[int64_t(bh) * p.ntk + j];
     const float svj = p.sv[int64_t(bh) * p.ntk + j];
     float sf[8][4];
@@ -372,13 +487,13 @@ __global__ void __launch_bounds__(kThreads) SageForwardKernel(FwdParams p) {
       for (int e = 0; e < 4; ++e) {
         const int h = e >> 1, c = n * 8 + 2 * t + (e & 1), gc = c0 + c;
         const bool valid = gr[h] < p.n && gc < p.n && (!kCausal || gc <= gr[h]);
-        float x = a * static_cast<float>(si[n][e]);
+        float x = a * S32ToF32(si[n][e]);
         if (p.smooth_q) x += s_bias[c];
         sf[n][e] = valid ? x : -INFINITY;
         rowmax[h] = fmaxf(rowmax[h], sf[n][e]);
       }
     }
-    float m_new[2], alpha[2], coef[2], sp[2], rowsum[2] = {0.0f, 0.0f}, pmax[2] = {0.0f, 0.0f};
+    float m_new[2], alpha[2], coef[2], sp[2], spinv[2], rowsum[2] = {0.0f, 0.0f}, pmax[2] = {0.0f, 0.0f};
     bool live[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -404,6 +519,7 @@ __global__ void __launch_bounds__(kThreads) SageForwardKernel(FwdParams p) {
       sp[h] = GroupScale(pmax[h]);
       alpha[h] = live[h] ? expf(m[h] - m_new[h]) : 1.0f;  // m = -inf on the first visible tile
       coef[h] = sp[h] * svj;
+      spinv[h] = 1.0f / sp[h];
     }
     // P~^ of this warp's 16 rows to shared memory, [row][key].
     int8_t* ph = s_ph + warp * 16 * kI8T;
@@ -412,18 +528,18 @@ __global__ void __launch_bounds__(kThreads) SageForwardKernel(FwdParams p) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int h = e >> 1;
-        ph[(g + 8 * h) * kI8T + n * 8 + 2 * t + (e & 1)] = QuantizeS8(sf[n][e], sp[h]);
+        ph[(g + 8 * h) * kI8T + n * 8 + 2 * t + (e & 1)] = QuantizeS8Inv(sf[n][e], spinv[h]);
       }
     }
     __syncwarp();
     int32_t pv[kNtO][4];
-    WarpGemmS8<kTile, kNtO>(ph, kI8T, s_vht, kI8T, pv);
+    WarpGemmS8<kTile, kNtO>(ph, kI8T, s_vhtj, kI8T, pv);
 #pragma unroll
     for (int n = 0; n < kNtO; ++n) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int h = e >> 1;
-        acc[n][e] = acc[n][e] * alpha[h] + coef[h] * static_cast<float>(pv[n][e]);
+        acc[n][e] = acc[n][e] * alpha[h] + coef[h] * S32ToF32(pv[n][e]);
       }
     }
 #pragma unroll
@@ -478,8 +594,7 @@ __global__ void __launch_bounds__(kThreads) SageBackwardKernel(BwdParams p) {
   int8_t* s_qht = reinterpret_cast<int8_t*>(smem + C::kBwdQht);
   char* s_do = smem + C::kBwdDo;  // bf16 dO [64][kBfD], or int8 dO^ [64][kI8D] with int8_dp
   int8_t* s_doht = reinterpret_cast<int8_t*>(smem + C::kBwdDoht);
-  float* s_p = reinterpret_cast<float*>(smem + C::kBwdP);
-  float* s_ds = reinterpret_cast<float*>(smem + C::kBwdDs);
+  float* s_part = reinterpret_cast<float*>(smem + C::kBwdPart);
   int8_t* s_pt = reinterpret_cast<int8_t*>(smem + C::kBwdPT);
   int8_t* s_dsh = reinterpret_cast<int8_t*>(smem + C::kBwdDsh);
   int8_t* s_dst = reinterpret_cast<int8_t*>(smem + C::kBwdDsT);
@@ -487,10 +602,11 @@ __global__ void __launch_bounds__(kThreads) SageBackwardKernel(BwdParams p) {
   float* s_csp = s_vec;               // per key column: scale of P
   float* s_csds = s_vec + kTile;      // per key column: scale of dS
   float* s_colsum = s_vec + 2 * kTile;  // per key column: sum of dS
-  float* s_rsds = s_vec + 3 * kTile;  // per query row: scale of dS
+  float* s_cinvp = s_vec + 3 * kTile;   // per key column: 1 / scale of P
   float* s_bias = s_vec + 4 * kTile;
   float* s_lse = s_vec + 5 * kTile;
   float* s_drow = s_vec + 6 * kTile;
+  float* s_cinvds = s_vec + 7 * kTile;  // per key column: 1 / scale of dS
   float* s_mu = reinterpret_cast<float*>(smem + C::kBwdMu);
   float* s_kbar = s_mu + D;
 
@@ -522,33 +638,51 @@ __global__ void __launch_bounds__(kThreads) SageBackwardKernel(BwdParams p) {
   const int kr[2] = {warp * 16 + g, warp * 16 + g + 8};  // this thread's key rows (dK, dV)
 
   const int i0 = kCausal ? c0 / kTile : 0;
+  // Q^ and dO (the S / dP operands) of Q tile ii, plus its lse / D_i rows into registers
+  // (threads 0..63): issued one iteration ahead, right after the S / dP phase, so the copy
+  // overlaps the quantization and the dV / dK / dQ products. Q^T and dO^T are read until the end
+  // of an iteration and are loaded at its top (single-buffered: 2 CTAs per SM).
+  float lse_nx = 0.0f, drow_nx = 0.0f;
+  auto prefetch = [&](int ii) {
+    const int rr = ii * kTile;
+    CopyRows(s_qh, C::kI8D, p.qh + bh * npd + int64_t(rr) * D, D, kTile, D);
+    if (p.int8_dp) {
+      CopyRows(s_do, C::kI8D, p.doh + bh * npd + int64_t(rr) * D, D, kTile, D);
+    } else {
+      CopyBf16Rows<D>(reinterpret_cast<__nv_bfloat16*>(s_do), p.do_ + bh * nd, rr, p.n);
+    }
+    cuda::CpAsyncCommit();
+    if (threadIdx.x < kTile) {
+      const bool ok = rr + int(threadIdx.x) < p.n;
+      lse_nx = ok ? p.lse[int64_t(bh) * p.n + rr + threadIdx.x] : 0.0f;
+      drow_nx = ok ? p.drow[int64_t(bh) * p.n + rr + threadIdx.x] : 0.0f;
+    }
+  };
+  prefetch(i0);
   for (int i = i0; i < p.ntq; ++i) {
     const int r0 = i * kTile;
     __syncthreads();  // the previous block's shared reads are done
-    CopyRows(s_qh, C::kI8D, p.qh + bh * npd + int64_t(r0) * D, D, kTile, D);
     CopyRows(s_qht, kI8T, p.qht + bh * npd + r0, p.np, D, kTile);
     CopyRows(s_doht, kI8T, p.doht + bh * npd + r0, p.np, D, kTile);
-    if (p.int8_dp) {
-      CopyRows(s_do, C::kI8D, p.doh + bh * npd + int64_t(r0) * D, D, kTile, D);
-    } else {
-      CopyBf16Rows<D>(reinterpret_cast<__nv_bfloat16*>(s_do), p.do_ + bh * nd, r0, p.n);
-    }
-    for (int r = threadIdx.x; r < kTile; r += blockDim.x) {
-      const bool ok = r0 + r < p.n;
-      s_lse[r] = ok ? p.lse[int64_t(bh) * p.n + r0 + r] : 0.0f;
-      s_drow[r] = ok ? p.drow[int64_t(bh) * p.n + r0 + r] : 0.0f;
+    if (threadIdx.x < kTile) {
+      s_lse[threadIdx.x] = lse_nx;
+      s_drow[threadIdx.x] = drow_nx;
     }
     if (p.smooth_q) {
       for (int d = threadIdx.x; d < D; d += blockDim.x) {
         s_mu[d] = p.mu[(int64_t(bh) * p.ntq + i) * D + d];
       }
     }
+    CopyWait();  // this iteration's Q^T, dO^T and the prefetched Q^, dO
     __syncthreads();
-    if (p.smooth_q) BlockBias<D>(p.k + bh * nd, s_mu, s_kbar, j, p.n, tau, s_bias);
-    __syncthreads();
+    if (p.smooth_q) {
+      BlockBias<D>(p.k + bh * nd, s_mu, s_kbar, j, p.n, tau, s_bias);
+      __syncthreads();
+    }
     const float sqi = p.sq[int64_t(bh) * p.ntq + i], sdoi = p.sdo[int64_t(bh) * p.ntq + i];
 
-    // S and dP for this warp's 16 query rows x 64 keys; P and dS to shared memory.
+    // S and dP for this warp's 16 query rows x 64 keys; P and dS stay in registers (pf, dsf).
+    float pf[8][4], dsf[8][4];
     {
       int32_t si[8][4];
       WarpGemmS8<D, 8>(s_qh + warp * 16 * C::kI8D, C::kI8D, s_kh, C::kI8D, si);
@@ -561,7 +695,7 @@ __global__ void __launch_bounds__(kThreads) SageBackwardKernel(BwdParams p) {
 #pragma unroll
         for (int n = 0; n < 8; ++n) {
 #pragma unroll
-          for (int e = 0; e < 4; ++e) dp[n][e] = sdv * static_cast<float>(di[n][e]);
+          for (int e = 0; e < 4; ++e) dp[n][e] = sdv * S32ToF32(di[n][e]);
         }
       } else {
         WarpGemmBf16<D, 8>(reinterpret_cast<const __nv_bfloat16*>(s_do) + warp * 16 * C::kBfD,
@@ -575,47 +709,97 @@ __global__ void __launch_bounds__(kThreads) SageBackwardKernel(BwdParams p) {
           const int lr = warp * 16 + g + 8 * (e >> 1), c = n * 8 + 2 * t + (e & 1);
           const int grow = r0 + lr, gc = c0 + c;
           const bool valid = grow < p.n && gc < p.n && (!kCausal || gc <= grow);
-          float x = a * static_cast<float>(si[n][e]);
+          float x = a * S32ToF32(si[n][e]);
           if (p.smooth_q) x += s_bias[c];
           const float pe = valid ? expf(x - s_lse[lr]) : 0.0f;
-          const float dse = valid ? pe * (dp[n][e] - s_drow[lr]) : 0.0f;
-          s_p[lr * C::kF32 + c] = pe;
-          s_ds[lr * C::kF32 + c] = dse;
+          pf[n][e] = pe;
+          dsf[n][e] = valid ? pe * (dp[n][e] - s_drow[lr]) : 0.0f;
+        }
+      }
+    }
+    // Row scales of dS (this thread's rows 16w+g, +8: the same rows as its dQ rows) and rowsum.
+    float rscale[2], rinv[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mds = 0.0f, rs = 0.0f;
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+#pragma unroll
+        for (int b = 0; b < 2; ++b) {
+          mds = fmaxf(mds, fabsf(dsf[n][2 * h + b]));
+          rs += dsf[n][2 * h + b];
+        }
+      }
+      mds = QuadMax(mds);
+      rs = QuadSum(rs);
+      rscale[h] = GroupScale(mds);
+      rinv[h] = 1.0f / rscale[h];
+      const int grow = r0 + warp * 16 + g + 8 * h;
+      if (t == 0 && grow < p.n) atomicAdd(p.dsrow + int64_t(bh) * p.n + grow, rs);
+    }
+    // Column partials over this warp's 16 rows (its two rows, then the 8 groups: lane bits 2..4).
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+        float mp = fmaxf(pf[n][b], pf[n][2 + b]);
+        float mds = fmaxf(fabsf(dsf[n][b]), fabsf(dsf[n][2 + b]));
+        float cs = dsf[n][b] + dsf[n][2 + b];
+#pragma unroll
+        for (int o = 4; o < 32; o <<= 1) {
+          mp = fmaxf(mp, __shfl_xor_sync(0xffffffffu, mp, o));
+          mds = fmaxf(mds, __shfl_xor_sync(0xffffffffu, mds, o));
+          cs += __shfl_xor_sync(0xffffffffu, cs, o);
+        }
+        if (g == 0) {
+          const int c = n * 8 + 2 * t + b;
+          s_part[(0 * 4 + warp) * kTile + c] = mp;
+          s_part[(1 * 4 + warp) * kTile + c] = mds;
+          s_part[(2 * 4 + warp) * kTile + c] = cs;
         }
       }
     }
     __syncthreads();
-    // Scales: threads 0..63 take key columns, 64..127 query rows.
+    if (i + 1 < p.ntq) prefetch(i + 1);  // Q^, dO, lse, D_i are no longer read
     if (threadIdx.x < kTile) {
       const int c = threadIdx.x;
       float mp = 0.0f, mds = 0.0f, cs = 0.0f;
-      for (int r = 0; r < kTile; ++r) {
-        mp = fmaxf(mp, s_p[r * C::kF32 + c]);
-        const float x = s_ds[r * C::kF32 + c];
-        mds = fmaxf(mds, fabsf(x));
-        cs += x;
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        mp = fmaxf(mp, s_part[(0 * 4 + w) * kTile + c]);
+        mds = fmaxf(mds, s_part[(1 * 4 + w) * kTile + c]);
+        cs += s_part[(2 * 4 + w) * kTile + c];
       }
-      s_csp[c] = GroupScale(mp);
-      s_csds[c] = GroupScale(mds);
+      const float sp = GroupScale(mp), sds = GroupScale(mds);
+      s_csp[c] = sp;
+      s_csds[c] = sds;
       s_colsum[c] = cs;
-    } else {
-      const int r = threadIdx.x - kTile;
-      float mds = 0.0f, rs = 0.0f;
-      for (int c = 0; c < kTile; ++c) {
-        const float x = s_ds[r * C::kF32 + c];
-        mds = fmaxf(mds, fabsf(x));
-        rs += x;
-      }
-      s_rsds[r] = GroupScale(mds);
-      if (r0 + r < p.n) atomicAdd(p.dsrow + int64_t(bh) * p.n + r0 + r, rs);
+      s_cinvp[c] = 1.0f / sp;
+      s_cinvds[c] = 1.0f / sds;
     }
     __syncthreads();
-    for (int idx = threadIdx.x; idx < kTile * kTile; idx += blockDim.x) {
-      const int r = idx / kTile, c = idx % kTile;
-      const float pe = s_p[r * C::kF32 + c], dse = s_ds[r * C::kF32 + c];
-      s_pt[c * kI8T + r] = QuantizeS8(pe, s_csp[c]);
-      s_dsh[r * kI8T + c] = QuantizeS8(dse, s_rsds[r]);
-      s_dst[c * kI8T + r] = QuantizeS8(dse, s_csds[c]);
+    // int8 P^T [key][q], dS^T [key][q] (column scales) and dS^ [q][key] (row scales).
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+        const int c = n * 8 + 2 * t + b;
+        const float ip = s_cinvp[c], ids = s_cinvds[c];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int lr = warp * 16 + g + 8 * h;
+          s_pt[c * kI8T + lr] = QuantizeS8Inv(pf[n][2 * h + b], ip);
+          s_dst[c * kI8T + lr] = QuantizeS8Inv(dsf[n][2 * h + b], ids);
+        }
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int lr = warp * 16 + g + 8 * h;
+        const uint32_t lo = static_cast<uint8_t>(QuantizeS8Inv(dsf[n][2 * h], rinv[h]));
+        const uint32_t hi = static_cast<uint8_t>(QuantizeS8Inv(dsf[n][2 * h + 1], rinv[h]));
+        *reinterpret_cast<uint16_t*>(s_dsh + lr * kI8T + n * 8 + 2 * t) =
+            static_cast<uint16_t>(lo | (hi << 8));
+      }
     }
     __syncthreads();
 
@@ -630,7 +814,7 @@ __global__ void __launch_bounds__(kThreads) SageBackwardKernel(BwdParams p) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const float coef = s_csp[kr[e >> 1]] * sdoi;
-          dv[ch * 8 + n][e] += coef * static_cast<float>(tmp[n][e]);
+          dv[ch * 8 + n][e] += coef * S32ToF32(tmp[n][e]);
         }
       }
       WarpGemmS8<kTile, 8>(s_dst + warp * 16 * kI8T, kI8T, s_qht + ch * 64 * kI8T, kI8T, tmp);
@@ -640,22 +824,29 @@ __global__ void __launch_bounds__(kThreads) SageBackwardKernel(BwdParams p) {
         for (int e = 0; e < 4; ++e) {
           const int key = kr[e >> 1];
           const float coef = tau * s_csds[key] * sqi;
-          float x = dk[ch * 8 + n][e] + coef * static_cast<float>(tmp[n][e]);
+          float x = dk[ch * 8 + n][e] + coef * S32ToF32(tmp[n][e]);
           if (p.smooth_q) x += (tau * s_colsum[key]) * s_mu[ch * 64 + n * 8 + 2 * t + (e & 1)];
           dk[ch * 8 + n][e] = x;
         }
       }
       WarpGemmS8<kTile, 8>(s_dsh + warp * 16 * kI8T, kI8T, s_kht + ch * 64 * kI8T, kI8T, tmp);
+      // dQ: 16-byte vector atomics (red.global.add.v4.f32, sm_90). Lanes t, t^1 swap halves so
+      // that even t holds row g, columns 2t..2t+3 and odd t row g+8, columns 2t-2..2t+1.
+      {
+        const int odd = t & 1, h = odd;
+        const int grow = r0 + warp * 16 + g + 8 * h;
+        const float c0f = tau * rscale[0] * skj, c1f = tau * rscale[1] * skj;
+        float* dst = p.dqacc + bh * nd + int64_t(grow) * D + ch * 64 + 2 * (t - odd);
 #pragma unroll
-      for (int n = 0; n < 8; ++n) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int lr = warp * 16 + g + 8 * (e >> 1), grow = r0 + lr;
-          if (grow < p.n) {
-            const float coef = tau * s_rsds[lr] * skj;
-            atomicAdd(p.dqacc + bh * nd + int64_t(grow) * D + ch * 64 + n * 8 + 2 * t + (e & 1),
-                      coef * static_cast<float>(tmp[n][e]));
-          }
+        for (int n = 0; n < 8; ++n) {
+          const float a0 = c0f * S32ToF32(tmp[n][0]);
+          const float a1 = c0f * S32ToF32(tmp[n][1]);
+          const float b0 = c1f * S32ToF32(tmp[n][2]);
+          const float b1 = c1f * S32ToF32(tmp[n][3]);
+          const float r0x = __shfl_xor_sync(0xffffffffu, odd ? a0 : b0, 1);
+          const float r0y = __shfl_xor_sync(0xffffffffu, odd ? a1 : b1, 1);
+          const float4 v = odd ? make_float4(r0x, r0y, b0, b1) : make_float4(a0, a1, r0x, r0y);
+          if (grow < p.n) atomicAdd(reinterpret_cast<float4*>(dst + n * 8), v);
         }
       }
     }
@@ -774,7 +965,7 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
                    const Workspace& w, cudaStream_t stream) {
   const int bh = s.B * s.H, nt = CeilDiv(s.N, kTile);
   if (opt.smooth_k) {
-    KMeanKernel<D><<<bh, D, 0, stream>>>(k, s.N, w.kbar);
+    KMeanKernel<D><<<bh, D / 2 * kKMeanParts, 0, stream>>>(k, s.N, w.kbar);
     ABLATE_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "SageBwd KMeanKernel launch");
   } else {
     ABLATE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(w.kbar, 0, sizeof(float) * bh * D, stream),
