@@ -13,6 +13,9 @@
 //       must grow (loosely).
 //   (e) Variants: smooth_q, int8_dp, dq_kmean_correction = false, smooth_k = false against the
 //       emulator with the same options.
+//   (f) BwdVariantLab (only with SAGE_BWD_LAB=1): every compiled-in backward variant
+//       (SageCudaOptions::bwd_variant) against the emulator, then their backward times side by
+//       side on the benchmark shapes (kernel lab, kernels/bench/README.md).
 // Every comparison prints cosine, rel L2 and max abs diff, so a failure shows which tensor broke.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -22,6 +25,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -425,6 +429,94 @@ TEST(SageBwdGpu, TimingReport) {
       CUDA_OK(cudaEventDestroy(e0));
       CUDA_OK(cudaEventDestroy(e1));
       CUDA_OK(cudaEventDestroy(e2));
+    }
+  }
+}
+
+// Kernel lab (kernels/bench/README.md, Variants): runs only with SAGE_BWD_LAB=1 in the
+// environment. For each compiled-in backward variant (SageCudaOptions::bwd_variant, the kBwd*
+// bits of sagebwd.cu): the emulator check at tails / causal for both head dims, then the median
+// time of the backward launcher (same inputs for every variant) (after one forward) on the benchmark shapes, the variants
+// interleaved call by call; ratios against variant 7 (= v3).
+TEST(SageBwdGpu, BwdVariantLab) {
+  SKIP_WITHOUT_GPU();
+  const char* env = std::getenv("SAGE_BWD_LAB");
+  if (env == nullptr || std::string(env) != "1") GTEST_SKIP() << "set SAGE_BWD_LAB=1";
+  const std::vector<int> vars = {7, 0, 3, 5, 6, 8, 15, 23, 24, 31, 56};
+  for (int var : vars) {
+    SageCudaOptions opt;
+    opt.bwd_variant = var;
+    std::printf("[lab] variant %d correctness\n", var);
+    for (bool causal : {false, true}) {
+      CheckAgainstEmulator({1, 2, 200, 64, causal}, opt, 700);
+      CheckAgainstEmulator({1, 2, 257, 128, causal}, opt, 800);
+    }
+    SageCudaOptions sq = opt;
+    sq.smooth_q = true;
+    CheckAgainstEmulator({1, 2, 150, 128, true}, sq, 900);
+  }
+  // Timing runs even after a tolerance failure above (the table is the point of the lab).
+  struct Shape {
+    int b, h, n, d;
+  };
+  const Shape shapes[] = {{4, 16, 2048, 128}, {2, 16, 8192, 128}, {8, 16, 1024, 64}};
+  std::printf("| shape | causal | variant | bwd ms | bwd TOPS | vs v7 |\n|---|---|---|---|---|---|\n");
+  for (const Shape& sh : shapes) {
+    for (bool causal : {false, true}) {
+      const AttnShape s{sh.b, sh.h, sh.n, sh.d, causal};
+      SageCudaOptions opt;
+      const size_t tb = sizeof(uint16_t) * s.numel(), wsb = SageWorkspaceBytes(s, opt);
+      DeviceBuffer q, k, v, o, dO, lse, dq, dk, dv, ws;
+      for (DeviceBuffer* b : {&q, &k, &v, &o, &dO, &dq, &dk, &dv}) CUDA_OK(b->Alloc(tb));
+      CUDA_OK(lse.Alloc(sizeof(float) * s.rows()));
+      CUDA_OK(ws.Alloc(wsb));
+      uint32_t seed = 11;
+      for (DeviceBuffer* b : {&q, &k, &v, &dO}) {
+        const std::vector<uint16_t> bits = ToBits(RandomBf16(s.numel(), 1.0, seed++));
+        CUDA_OK(cudaMemcpy(b->as<void>(), bits.data(), tb, cudaMemcpyHostToDevice));
+      }
+      auto bf = [](const DeviceBuffer& b) { return b.as<__nv_bfloat16>(); };
+      ASSERT_TRUE(SageForwardCuda(s, opt, bf(q), bf(k), bf(v), bf(o), lse.as<float>(),
+                                  ws.as<void>(), wsb, nullptr)
+                      .ok());
+      auto bwd = [&](int var) {
+        SageCudaOptions o2;
+        o2.bwd_variant = var;
+        return SageBackwardCuda(s, o2, bf(q), bf(k), bf(v), bf(o), bf(dO), lse.as<float>(),
+                                bf(dq), bf(dk), bf(dv), ws.as<void>(), wsb, nullptr);
+      };
+      for (int var : vars) {
+        for (int w = 0; w < 3; ++w) ASSERT_TRUE(bwd(var).ok());
+      }
+      CUDA_OK(cudaDeviceSynchronize());
+      cudaEvent_t e0, e1;
+      CUDA_OK(cudaEventCreate(&e0));
+      CUDA_OK(cudaEventCreate(&e1));
+      const int reps = 15;
+      std::vector<std::vector<float>> t(vars.size());
+      for (int r = 0; r < reps; ++r) {
+        for (size_t vi = 0; vi < vars.size(); ++vi) {
+          CUDA_OK(cudaEventRecord(e0));
+          ASSERT_TRUE(bwd(vars[vi]).ok());
+          CUDA_OK(cudaEventRecord(e1));
+          CUDA_OK(cudaEventSynchronize(e1));
+          float ms = 0;
+          CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
+          t[vi].push_back(ms);
+        }
+      }
+      CUDA_OK(cudaEventDestroy(e0));
+      CUDA_OK(cudaEventDestroy(e1));
+      const double flops =
+          2.5 * 4.0 * s.B * s.H * double(s.N) * s.N * s.D * (causal ? 0.5 : 1.0);
+      double base = 0;
+      for (size_t vi = 0; vi < vars.size(); ++vi) {
+        std::sort(t[vi].begin(), t[vi].end());
+        const double med = t[vi][t[vi].size() / 2];
+        if (vi == 0) base = med;
+        std::printf("| B%d H%d N%d d%d | %s | %d | %.3f | %.1f | %.3f |\n", s.B, s.H, s.N, s.D,
+                    causal ? "yes" : "no", vars[vi], med, flops / med * 1e-9, base / med);
+      }
     }
   }
 }

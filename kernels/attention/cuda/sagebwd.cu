@@ -29,16 +29,22 @@
 // scales (P for dV, dS for dK; a max over the 64 rows of 4 warps) by shuffles over the 8 lane
 // groups plus a 3 x 4 x 64 fp32 partial table in shared memory; the int8 copies (P^T, dS^T,
 // dS^) are written straight from registers. dK, dV stay in registers; dQ is accumulated with
-// 16-byte fp32 vector atomics (red.global.add.v4.f32) into the workspace, rowsum dS (K-smoothing
+// 8-byte fp32 vector atomics (red.global.add.v2.f32) into the workspace, rowsum dS (K-smoothing
 // correction) with scalar atomics, and a last kernel converts dQ. Accumulation order differs
-// from the emulator. ~105 KB shared memory per CTA at D = 128: 2 CTAs (8 warps) per SM.
+// from the emulator. Interior blocks (no N tail; causal: wholly below the diagonal) skip the
+// mask arithmetic and read lse / D_i once per row. ~105 KB shared memory per CTA at D = 128:
+// 2 CTAs (8 warps) per SM; ~66 KB at D = 64 with __launch_bounds__(128, 3) (<= 168 registers):
+// 3 CTAs per SM.
 //
-// Kernel-lab variant: sagebwd v3 (kernels/bench/README.md, Variants). mma.sync m16n8k32 s8 /
+// Kernel-lab variant: sagebwd v4 (kernels/bench/README.md, Variants): forward as v3; backward =
+// bits kBwdInterior | kBwdOcc3 of the compiled-in backward variants (kBwd*, BwdKernelFor; the
+// GPU test's lab mode times them through SageCudaOptions::bwd_variant). mma.sync m16n8k32 s8 /
 // m16n8k16 bf16 with ldmatrix fragment loads from padded tiles (row strides of an odd number of
 // 16-byte chunks: conflict-free), cp.async copies; forward: K^ / V^T double-buffered (next tile
-// prefetched during the current one); backward: Q^ / dO of the next Q tile prefetched after the
-// S / dP phase; int32 -> fp32 by the 1.5 * 2^23 mantissa trick (S32ToF32); quantization kernels
-// with 16-byte loads and stores in both orientations. No wgmma / TMA yet.
+// prefetched during the current one); backward: Q^ / dO / lse / D_i of a Q tile loaded at the top
+// of its iteration (v3's one-ahead prefetch, 16-byte dQ atomics and S32ToF32 conversion: 2-6%
+// slower together, lab variants only); quantization kernels with 16-byte loads and stores in
+// both orientations. No wgmma / TMA yet.
 #include "attention/cuda/sagebwd_cuda.h"
 
 #include <cuda_bf16.h>
@@ -136,6 +142,23 @@ constexpr int kMaxS8K = 128;
 static_assert(kMaxS8K * 127 * 127 < (1 << 22), "S32ToF32 range");
 __device__ __forceinline__ float S32ToF32(int32_t x) {
   return __int_as_float(0x4B400000 + x) - 12582912.0f;
+}
+
+// Backward kernel-lab variants (kernels/bench/README.md, Variants): bits of a template parameter,
+// selected per call by SageCudaOptions::bwd_variant (the GPU test's lab mode; production calls
+// leave it at -1 = kBwdProduction).
+constexpr int kBwdPrefetch = 1;  // prefetch the next Q tile's Q^ / dO / lse / D_i (v3)
+constexpr int kBwdVec4 = 2;      // dQ by 16-byte red.add.v4.f32 with a lane-pair swap (v3); else v2
+constexpr int kBwdMagic = 4;     // int32 -> fp32 by S32ToF32 (v3); else I2F
+constexpr int kBwdInterior = 8;  // interior blocks (no tail, no causal diagonal) skip the masks
+constexpr int kBwdOcc3 = 16;     // D = 64: __launch_bounds__(128, 3): <= 168 registers, 3 CTAs/SM
+constexpr int kBwdExp2 = 32;     // interior blocks: exp2f(x log2e - lse log2e) instead of expf
+template <int D, int kVar>
+constexpr int BwdMinBlocks() {
+  return (D == 64 && (kVar & kBwdOcc3) != 0) ? 3 : 1;
+}
+__device__ __forceinline__ float S32ToF32Or(int32_t x, bool magic) {
+  return magic ? S32ToF32(x) : __int2float_rn(x);
 }
 
 // Fragment loads by ldmatrix from the padded tiles: every row stride used here (kI8D, kI8T,
@@ -583,8 +606,10 @@ struct BwdParams {
 
 // grid: (K tiles, BH); block: 128. Warp w owns keys 16w..16w+15 of the K tile for dK and dV, and
 // query rows 16w..16w+15 of each Q tile for S, dP, P, dS and dQ.
-template <int D, bool kCausal>
-__global__ void __launch_bounds__(kThreads) SageBackwardKernel(BwdParams p) {
+template <int D, bool kCausal, int kVar>
+__global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackwardKernel(BwdParams p) {
+  constexpr bool kPre = (kVar & kBwdPrefetch) != 0, kV4 = (kVar & kBwdVec4) != 0,
+                 kMg = (kVar & kBwdMagic) != 0, kInt = (kVar & kBwdInterior) != 0;
   using C = SageConfig<D>;
   extern __shared__ __align__(16) char smem[];
   int8_t* s_kh = reinterpret_cast<int8_t*>(smem + C::kBwdKh);
@@ -658,10 +683,11 @@ __global__ void __launch_bounds__(kThreads) SageBackwardKernel(BwdParams p) {
       drow_nx = ok ? p.drow[int64_t(bh) * p.n + rr + threadIdx.x] : 0.0f;
     }
   };
-  prefetch(i0);
+  if (kPre) prefetch(i0);
   for (int i = i0; i < p.ntq; ++i) {
     const int r0 = i * kTile;
     __syncthreads();  // the previous block's shared reads are done
+    if (!kPre) prefetch(i);  // v2: Q^ / dO / lse / D_i of this tile at its top
     CopyRows(s_qht, kI8T, p.qht + bh * npd + r0, p.np, D, kTile);
     CopyRows(s_doht, kI8T, p.doht + bh * npd + r0, p.np, D, kTile);
     if (threadIdx.x < kTile) {
@@ -695,25 +721,60 @@ __global__ void __launch_bounds__(kThreads) SageBackwardKernel(BwdParams p) {
 #pragma unroll
         for (int n = 0; n < 8; ++n) {
 #pragma unroll
-          for (int e = 0; e < 4; ++e) dp[n][e] = sdv * S32ToF32(di[n][e]);
+          for (int e = 0; e < 4; ++e) dp[n][e] = sdv * S32ToF32Or(di[n][e], kMg);
         }
       } else {
         WarpGemmBf16<D, 8>(reinterpret_cast<const __nv_bfloat16*>(s_do) + warp * 16 * C::kBfD,
                            C::kBfD, reinterpret_cast<const __nv_bfloat16*>(s_v), C::kBfD, dp);
       }
       const float a = tau * sqi * skj;
+      // Interior block: every (row, key) visible (no N tail, causal: wholly below the diagonal).
+      const bool interior = kInt && r0 + kTile <= p.n && c0 + kTile <= p.n &&
+                            (!kCausal || c0 + kTile - 1 <= r0);
+      if (interior && (kVar & kBwdExp2) != 0) {
+        constexpr float kLog2e = 1.4426950408889634f;
+        const float l0 = s_lse[warp * 16 + g] * kLog2e, l1 = s_lse[warp * 16 + g + 8] * kLog2e;
+        const float dr0 = s_drow[warp * 16 + g], dr1 = s_drow[warp * 16 + g + 8];
+        const float a2 = a * kLog2e;
 #pragma unroll
-      for (int n = 0; n < 8; ++n) {
+        for (int n = 0; n < 8; ++n) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int lr = warp * 16 + g + 8 * (e >> 1), c = n * 8 + 2 * t + (e & 1);
-          const int grow = r0 + lr, gc = c0 + c;
-          const bool valid = grow < p.n && gc < p.n && (!kCausal || gc <= grow);
-          float x = a * S32ToF32(si[n][e]);
-          if (p.smooth_q) x += s_bias[c];
-          const float pe = valid ? expf(x - s_lse[lr]) : 0.0f;
-          pf[n][e] = pe;
-          dsf[n][e] = valid ? pe * (dp[n][e] - s_drow[lr]) : 0.0f;
+          for (int e = 0; e < 4; ++e) {
+            float x = S32ToF32Or(si[n][e], kMg);
+            const float bl = p.smooth_q ? s_bias[n * 8 + 2 * t + (e & 1)] * kLog2e : 0.0f;
+            const float pe = exp2f(fmaf(a2, x, bl - ((e >> 1) ? l1 : l0)));
+            pf[n][e] = pe;
+            dsf[n][e] = pe * (dp[n][e] - ((e >> 1) ? dr1 : dr0));
+          }
+        }
+      } else if (interior) {
+        const float lse0 = s_lse[warp * 16 + g], lse1 = s_lse[warp * 16 + g + 8];
+        const float dr0 = s_drow[warp * 16 + g], dr1 = s_drow[warp * 16 + g + 8];
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            float x = a * S32ToF32Or(si[n][e], kMg);
+            if (p.smooth_q) x += s_bias[n * 8 + 2 * t + (e & 1)];
+            const float pe = expf(x - ((e >> 1) ? lse1 : lse0));
+            pf[n][e] = pe;
+            dsf[n][e] = pe * (dp[n][e] - ((e >> 1) ? dr1 : dr0));
+          }
+        }
+      } else {
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int lr = warp * 16 + g + 8 * (e >> 1), c = n * 8 + 2 * t + (e & 1);
+            const int grow = r0 + lr, gc = c0 + c;
+            const bool valid = grow < p.n && gc < p.n && (!kCausal || gc <= grow);
+            float x = a * S32ToF32Or(si[n][e], kMg);
+            if (p.smooth_q) x += s_bias[c];
+            const float pe = valid ? expf(x - s_lse[lr]) : 0.0f;
+            pf[n][e] = pe;
+            dsf[n][e] = valid ? pe * (dp[n][e] - s_drow[lr]) : 0.0f;
+          }
         }
       }
     }
@@ -760,7 +821,7 @@ __global__ void __launch_bounds__(kThreads) SageBackwardKernel(BwdParams p) {
       }
     }
     __syncthreads();
-    if (i + 1 < p.ntq) prefetch(i + 1);  // Q^, dO, lse, D_i are no longer read
+    if (kPre && i + 1 < p.ntq) prefetch(i + 1);  // Q^, dO, lse, D_i are no longer read
     if (threadIdx.x < kTile) {
       const int c = threadIdx.x;
       float mp = 0.0f, mds = 0.0f, cs = 0.0f;
@@ -814,7 +875,7 @@ __global__ void __launch_bounds__(kThreads) SageBackwardKernel(BwdParams p) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const float coef = s_csp[kr[e >> 1]] * sdoi;
-          dv[ch * 8 + n][e] += coef * S32ToF32(tmp[n][e]);
+          dv[ch * 8 + n][e] += coef * S32ToF32Or(tmp[n][e], kMg);
         }
       }
       WarpGemmS8<kTile, 8>(s_dst + warp * 16 * kI8T, kI8T, s_qht + ch * 64 * kI8T, kI8T, tmp);
@@ -824,7 +885,7 @@ __global__ void __launch_bounds__(kThreads) SageBackwardKernel(BwdParams p) {
         for (int e = 0; e < 4; ++e) {
           const int key = kr[e >> 1];
           const float coef = tau * s_csds[key] * sqi;
-          float x = dk[ch * 8 + n][e] + coef * S32ToF32(tmp[n][e]);
+          float x = dk[ch * 8 + n][e] + coef * S32ToF32Or(tmp[n][e], kMg);
           if (p.smooth_q) x += (tau * s_colsum[key]) * s_mu[ch * 64 + n * 8 + 2 * t + (e & 1)];
           dk[ch * 8 + n][e] = x;
         }
@@ -832,17 +893,34 @@ __global__ void __launch_bounds__(kThreads) SageBackwardKernel(BwdParams p) {
       WarpGemmS8<kTile, 8>(s_dsh + warp * 16 * kI8T, kI8T, s_kht + ch * 64 * kI8T, kI8T, tmp);
       // dQ: 16-byte vector atomics (red.global.add.v4.f32, sm_90). Lanes t, t^1 swap halves so
       // that even t holds row g, columns 2t..2t+3 and odd t row g+8, columns 2t-2..2t+1.
-      {
+      if (!kV4) {
+        // v2: 8-byte vector atomics (red.global.add.v2.f32), rows g and g + 8.
+        const float c0f = tau * rscale[0] * skj, c1f = tau * rscale[1] * skj;
+        const int grow0 = r0 + warp * 16 + g, grow1 = grow0 + 8;
+        float* dst0 = p.dqacc + bh * nd + int64_t(grow0) * D + ch * 64 + 2 * t;
+        float* dst1 = dst0 + 8 * D;
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+          if (grow0 < p.n) {
+            atomicAdd(reinterpret_cast<float2*>(dst0 + n * 8),
+                      make_float2(c0f * S32ToF32Or(tmp[n][0], kMg), c0f * S32ToF32Or(tmp[n][1], kMg)));
+          }
+          if (grow1 < p.n) {
+            atomicAdd(reinterpret_cast<float2*>(dst1 + n * 8),
+                      make_float2(c1f * S32ToF32Or(tmp[n][2], kMg), c1f * S32ToF32Or(tmp[n][3], kMg)));
+          }
+        }
+      } else {
         const int odd = t & 1, h = odd;
         const int grow = r0 + warp * 16 + g + 8 * h;
         const float c0f = tau * rscale[0] * skj, c1f = tau * rscale[1] * skj;
         float* dst = p.dqacc + bh * nd + int64_t(grow) * D + ch * 64 + 2 * (t - odd);
 #pragma unroll
         for (int n = 0; n < 8; ++n) {
-          const float a0 = c0f * S32ToF32(tmp[n][0]);
-          const float a1 = c0f * S32ToF32(tmp[n][1]);
-          const float b0 = c1f * S32ToF32(tmp[n][2]);
-          const float b1 = c1f * S32ToF32(tmp[n][3]);
+          const float a0 = c0f * S32ToF32Or(tmp[n][0], kMg);
+          const float a1 = c0f * S32ToF32Or(tmp[n][1], kMg);
+          const float b0 = c1f * S32ToF32Or(tmp[n][2], kMg);
+          const float b1 = c1f * S32ToF32Or(tmp[n][3], kMg);
           const float r0x = __shfl_xor_sync(0xffffffffu, odd ? a0 : b0, 1);
           const float r0y = __shfl_xor_sync(0xffffffffu, odd ? a1 : b1, 1);
           const float4 v = odd ? make_float4(r0x, r0y, b0, b1) : make_float4(a0, a1, r0x, r0y);
@@ -1013,6 +1091,29 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
   return CudaStatus(cudaGetLastError(), "SageBwd forward kernel launch");
 }
 
+// Backward variants compiled in (kBwd* bits); kBwdProduction is what production calls run.
+// sagebwd v4 = 24: v2's Q-tile load / v2 atomics / I2F, unmasked interior blocks, 3 CTAs/SM at
+// D = 64 (measured: kernels/bench/README.md).
+constexpr int kBwdProduction = kBwdInterior | kBwdOcc3;
+using BwdKernel = void (*)(BwdParams);
+template <int D, bool kCausal>
+BwdKernel BwdKernelFor(int var) {
+  switch (var) {
+    case 0: return SageBackwardKernel<D, kCausal, 0>;
+    case 3: return SageBackwardKernel<D, kCausal, 3>;
+    case 5: return SageBackwardKernel<D, kCausal, 5>;
+    case 6: return SageBackwardKernel<D, kCausal, 6>;
+    case 7: return SageBackwardKernel<D, kCausal, 7>;
+    case 8: return SageBackwardKernel<D, kCausal, 8>;
+    case 15: return SageBackwardKernel<D, kCausal, 15>;
+    case 23: return SageBackwardKernel<D, kCausal, 23>;
+    case 24: return SageBackwardKernel<D, kCausal, 24>;
+    case 31: return SageBackwardKernel<D, kCausal, 31>;
+    case 56: return SageBackwardKernel<D, kCausal, 56>;
+    default: return nullptr;
+  }
+}
+
 template <int D>
 Status BackwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bfloat16* k,
                     const __nv_bfloat16* v, const __nv_bfloat16* o, const __nv_bfloat16* do_,
@@ -1061,7 +1162,12 @@ Status BackwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_b
   p.int8_dp = opt.int8_dp;
   p.tau = 1.0f / std::sqrt(static_cast<float>(D));
   constexpr int kSmem = SageConfig<D>::kBwdBytes;
-  auto kernel = s.causal ? SageBackwardKernel<D, true> : SageBackwardKernel<D, false>;
+  const int var = opt.bwd_variant < 0 ? kBwdProduction : opt.bwd_variant;
+  BwdKernel kernel = s.causal ? BwdKernelFor<D, true>(var) : BwdKernelFor<D, false>(var);
+  if (kernel == nullptr) {
+    return InvalidArgument("SageBwd CUDA: backward variant " + std::to_string(var) +
+                           " is not compiled in");
+  }
   ABLATE_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
       "SageBwd backward smem attribute");

@@ -46,6 +46,10 @@ struct SageCudaOptions {
   bool smooth_q = false;
   bool int8_dp = false;
   bool dq_kmean_correction = true;
+  // Kernel lab only (kernels/bench/README.md, Variants): -1 runs the production backward; a
+  // value >= 0 picks one of the compiled-in backward variants (sagebwd.cu, kBwd* bits; the
+  // launcher returns InvalidArgument for one that is not compiled in).
+  int bwd_variant = -1;
 };
 
 // The CPU emulator options that the kernels implement for `opt`.
