@@ -14,6 +14,7 @@ packages=(
   clang libclang-rt-14-dev libomp-dev
   python3
   nodejs npm
+  prometheus-cpp-dev libcpp-httplib-dev prometheus
 )
 
 missing=()

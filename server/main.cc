@@ -1,6 +1,8 @@
 // ablated: the coordinator daemon.
 //   ablated --data-dir DIR --grpc HOST:PORT [--http HOST:PORT] --token-file F
-//           [--tls-cert F --tls-key F [--tls-client-ca F]]
+//           [--tls-cert F --tls-key F [--tls-client-ca F]] [--web-dir DIR] [--metrics-public]
+// --http serves the JSON API, server-sent events, the dashboard (static files of --web-dir) and
+// Prometheus /metrics on one port (server/http/api.h).
 // Keeps all state in DIR/ablate.db (SQLite, WAL); restarts from it alone. Prints the gRPC address it
 // listens on (useful with port 0) to stderr and to DIR/ablated.addr. SIGINT/SIGTERM shut it down
 // gracefully: stop accepting, let in-flight calls finish, commit everything queued.
@@ -18,6 +20,12 @@
 #include <thread>
 
 #include "ablate/token.h"
+#ifdef ABLATE_WITH_HTTP
+#include "http/api.h"
+#include "http/http_server.h"
+#include "http/static_files.h"
+#include "metrics/coordinator_metrics.h"
+#endif
 #include "rpc/services.h"
 #include "scheduler/scheduler.h"
 #include "store/store.h"
@@ -43,12 +51,17 @@ int Fail(const std::string& msg) {
 int main(int argc, char** argv) {
   CLI::App app{"ablated: the ablate coordinator (gRPC control and worker services, SQLite store)"};
   std::string data_dir = DefaultDataDir(), grpc_addr = "127.0.0.1:7070", http_addr, token_file;
-  std::string tls_cert, tls_key, tls_client_ca;
+  std::string tls_cert, tls_key, tls_client_ca, web_dir;
+  bool metrics_public = false;
   double lease_s = 30, heartbeat_s = 5, retry_backoff_s = 1;
   int max_trials = 10000;
   app.add_option("--data-dir", data_dir, "state folder: ablate.db, token (default $ABLATE_DATA_DIR or ~/.ablate)");
   app.add_option("--grpc", grpc_addr, "gRPC listen address HOST:PORT (port 0 picks a free port)");
-  app.add_option("--http", http_addr, "HTTP listen address for the dashboard and /metrics (coming with the dashboard)");
+  app.add_option("--http", http_addr,
+                 "HTTP listen address HOST:PORT for the JSON API, dashboard and /metrics");
+  app.add_option("--web-dir", web_dir,
+                 "dashboard files served over --http (default: web/ next to the binary or in the source tree)");
+  app.add_flag("--metrics-public", metrics_public, "serve /metrics without the bearer token");
   app.add_option("--token-file", token_file, "bearer token file; created (mode 0600) when missing (default DATA_DIR/token)");
   app.add_option("--tls-cert", tls_cert, "PEM server certificate: serve gRPC over TLS");
   app.add_option("--tls-key", tls_key, "PEM server private key (with --tls-cert)");
@@ -65,10 +78,11 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
+#ifndef ABLATE_WITH_HTTP
   if (!http_addr.empty()) {
-    std::fprintf(stderr, "ablated: --http is not served yet (the dashboard issue); ignoring %s\n",
-                 http_addr.c_str());
+    return Fail("--http: this build has no HTTP support (prometheus-cpp / cpp-httplib missing)");
   }
+#endif
   if (::mkdir(data_dir.c_str(), 0700) != 0 && errno != EEXIST) {
     return Fail("cannot create data dir " + data_dir + ": " + std::strerror(errno));
   }
@@ -78,6 +92,10 @@ int main(int argc, char** argv) {
 
   ablate::server::Store::Options so;
   so.path = data_dir + "/ablate.db";
+#ifdef ABLATE_WITH_HTTP
+  ablate::server::metrics::CoordinatorMetrics prom_metrics;
+  so.on_commit = [&prom_metrics](double seconds, int ops) { prom_metrics.ObserveCommit(seconds, ops); };
+#endif
   auto store = ablate::server::Store::Open(so);
   if (!store.ok()) return Fail(store.status().message());
   ablate::server::SchedulerOptions sched_opt;
@@ -139,6 +157,25 @@ int main(int argc, char** argv) {
                tls_cert.empty() ? "" : (tls_client_ca.empty() ? " with TLS" : " with TLS, mutual TLS for workers"),
                data_dir.c_str(), token_file.c_str());
 
+#ifdef ABLATE_WITH_HTTP
+  std::unique_ptr<ablate::server::http::Api> api;
+  std::unique_ptr<ablate::server::http::HttpServer> http_server;
+  if (!http_addr.empty()) {
+    ablate::server::http::ApiOptions api_opt;
+    api_opt.token = *token;
+    api_opt.metrics_public = metrics_public;
+    api_opt.web_dir = web_dir.empty() ? ablate::server::http::DefaultWebDir(ABLATE_SOURCE_WEB_DIR) : web_dir;
+    api = std::make_unique<ablate::server::http::Api>(store->get(), &scheduler, &prom_metrics, api_opt);
+    http_server = std::make_unique<ablate::server::http::HttpServer>(api.get(), ablate::server::http::HttpServerOptions{});
+    auto http_port = http_server->Start(http_addr);
+    if (!http_port.ok()) return Fail(http_port.status().message());
+    std::string http_actual = http_addr.substr(0, http_addr.rfind(':')) + ":" + std::to_string(*http_port);
+    std::ofstream(data_dir + "/ablated.http") << http_actual << "\n";
+    std::fprintf(stderr, "ablated: HTTP on %s (web dir %s)\n", http_actual.c_str(),
+                 api_opt.web_dir.empty() ? "none" : api_opt.web_dir.c_str());
+  }
+#endif
+
   struct sigaction sa {};
   sa.sa_handler = OnSignal;
   sigaction(SIGINT, &sa, nullptr);
@@ -152,6 +189,9 @@ int main(int argc, char** argv) {
   }
   std::fprintf(stderr, "ablated: signal %d, shutting down\n", int(g_signal));
   control_service.Shutdown();
+#ifdef ABLATE_WITH_HTTP
+  if (http_server) http_server->Stop();
+#endif
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   if (auto st = (*store)->Flush(); !st.ok()) return Fail("final commit: " + st.message());
   return 0;

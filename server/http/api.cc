@@ -1,0 +1,456 @@
+#include "http/api.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "ablate/token.h"
+#include "http/downsample.h"
+#include "http/static_files.h"
+#include "metrics/catalog.h"
+
+namespace ablate::server::http {
+namespace {
+
+using nlohmann::json;
+
+const char* const kStates[] = {"queued", "running", "succeeded", "failed", "diverged", "canceled"};
+const char* const kSortColumns[] = {"id", "state", "step", "loss", "val_loss", "attempt",
+                                    "started_at", "finished_at"};
+
+json Num(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+json Time(double t) { return t > 0 ? json(t) : json(nullptr); }
+
+json SweepJson(const SweepSummary& s) {
+  json counts = json::object();
+  int active = 0, done = 0;
+  for (const char* st : kStates) {
+    auto it = s.counts.find(st);
+    int n = it == s.counts.end() ? 0 : it->second;
+    counts[st] = n;
+    if (std::string(st) == "queued" || std::string(st) == "running") active += n; else done += n;
+  }
+  return {{"id", s.sweep.id},
+          {"name", s.sweep.name},
+          {"priority", s.sweep.priority},
+          {"max_attempts", s.sweep.max_attempts},
+          {"gpus", s.sweep.gpus},
+          {"cpu_slots", s.sweep.cpu_slots},
+          {"axes", s.sweep.axes},
+          {"created_at", Time(s.sweep.created_at)},
+          {"counts", counts},
+          {"total", s.total},
+          {"done", done},
+          {"finished", active == 0}};
+}
+
+json TrialJson(const TrialStatus& t) {
+  json axes = json::object();
+  for (const auto& [k, v] : t.trial.axes) axes[k] = v;
+  return {{"id", t.trial.id},
+          {"sweep_id", t.trial.sweep_id},
+          {"config_hash", t.trial.config_hash},
+          {"state", t.trial.state},
+          {"axes", axes},
+          {"attempt", t.trial.attempts},
+          {"max_attempts", t.trial.max_attempts},
+          {"worker_id", t.worker_id},
+          {"step", t.step},
+          {"total_steps", t.trial.total_steps},
+          {"loss", Num(t.loss)},
+          {"val_loss", Num(t.val_loss)},
+          {"reason", t.trial.reason},
+          {"priority", t.trial.priority},
+          {"created_at", Time(t.trial.created_at)},
+          {"started_at", Time(t.trial.started_at)},
+          {"finished_at", Time(t.trial.finished_at)}};
+}
+
+HttpResponse Json(const json& j, int status = 200) {
+  HttpResponse r;
+  r.status = status;
+  r.body = j.dump(-1, ' ', false, json::error_handler_t::replace);
+  return r;
+}
+
+HttpResponse FromStatus(const Status& st) { return JsonError(HttpStatusFor(st), st.message()); }
+
+std::string Param(const HttpRequest& r, const std::string& key, const std::string& def = "") {
+  auto it = r.params.find(key);
+  return it == r.params.end() ? def : it->second;
+}
+
+// Splits "a/b/c" into segments (no empty ones).
+std::vector<std::string> Segments(const std::string& path) {
+  std::vector<std::string> out;
+  std::stringstream ss(path);
+  for (std::string s; std::getline(ss, s, '/');) {
+    if (!s.empty()) out.push_back(s);
+  }
+  return out;
+}
+
+StatusOr<int64_t> ParseInt(const std::string& name, const std::string& text, int64_t lo,
+                           int64_t hi) {
+  errno = 0;
+  char* end = nullptr;
+  long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno != 0 || v < lo || v > hi) {
+    return InvalidArgument("parameter " + name + "=" + text + ": expected an integer in [" +
+                           std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  }
+  return int64_t(v);
+}
+
+StatusOr<int64_t> ParseId(const std::string& what, const std::string& text) {
+  auto v = ParseInt(what, text, 1, INT64_MAX);
+  if (!v.ok()) return NotFound(what + " " + text + " not found (ids are positive integers)");
+  return v;
+}
+
+std::vector<std::string> SplitCommas(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string x; std::getline(ss, x, ',');) {
+    if (!x.empty()) out.push_back(x);
+  }
+  return out;
+}
+
+// Axis values are text; numbers compare numerically, the rest lexically, numbers first.
+bool AxisLess(const std::string& a, const std::string& b) {
+  char *ea = nullptr, *eb = nullptr;
+  double x = std::strtod(a.c_str(), &ea), y = std::strtod(b.c_str(), &eb);
+  bool na = !a.empty() && *ea == '\0', nb = !b.empty() && *eb == '\0';
+  if (na && nb) return x < y;
+  if (na != nb) return na;
+  return a < b;
+}
+
+const std::string* AxisOf(const TrialStatus& t, const std::string& name) {
+  for (const auto& [k, v] : t.trial.axes) {
+    if (k == name) return &v;
+  }
+  return nullptr;
+}
+
+// -1, 0, 1 comparing a and b on `sort`, with "missing" (NaN, unset, absent axis) reported through
+// `missing_a` / `missing_b` so the caller keeps them last in either order.
+int Compare(const TrialStatus& a, const TrialStatus& b, const std::string& sort, bool* missing_a,
+            bool* missing_b) {
+  auto num = [&](double x, double y, bool miss_x, bool miss_y) {
+    *missing_a = miss_x;
+    *missing_b = miss_y;
+    return x < y ? -1 : (y < x ? 1 : 0);
+  };
+  *missing_a = *missing_b = false;
+  if (sort == "id") return num(double(a.trial.id), double(b.trial.id), false, false);
+  if (sort == "state") return a.trial.state.compare(b.trial.state) < 0 ? -1 : (a.trial.state == b.trial.state ? 0 : 1);
+  if (sort == "step") return num(double(a.step), double(b.step), false, false);
+  if (sort == "loss") return num(a.loss, b.loss, std::isnan(a.loss), std::isnan(b.loss));
+  if (sort == "val_loss") {
+    return num(a.val_loss, b.val_loss, std::isnan(a.val_loss), std::isnan(b.val_loss));
+  }
+  if (sort == "attempt") return num(a.trial.attempts, b.trial.attempts, false, false);
+  if (sort == "started_at") {
+    return num(a.trial.started_at, b.trial.started_at, a.trial.started_at <= 0,
+               b.trial.started_at <= 0);
+  }
+  if (sort == "finished_at") {
+    return num(a.trial.finished_at, b.trial.finished_at, a.trial.finished_at <= 0,
+               b.trial.finished_at <= 0);
+  }
+  // axis.<name>
+  const std::string name = sort.substr(5);
+  const std::string *x = AxisOf(a, name), *y = AxisOf(b, name);
+  *missing_a = !x;
+  *missing_b = !y;
+  if (!x || !y) return 0;
+  return AxisLess(*x, *y) ? -1 : (AxisLess(*y, *x) ? 1 : 0);
+}
+
+}  // namespace
+
+HttpResponse JsonError(int status, const std::string& message) {
+  HttpResponse r;
+  r.status = status;
+  r.body = json({{"error", message}}).dump(-1, ' ', false, json::error_handler_t::replace);
+  return r;
+}
+
+int HttpStatusFor(const Status& st) {
+  switch (st.code()) {
+    case StatusCode::kOk: return 200;
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kOutOfRange: return 400;
+    case StatusCode::kNotFound: return 404;
+    case StatusCode::kAlreadyExists:
+    case StatusCode::kAborted:
+    case StatusCode::kFailedPrecondition: return 409;
+    case StatusCode::kPermissionDenied: return 403;
+    case StatusCode::kUnauthenticated: return 401;
+    case StatusCode::kResourceExhausted: return 429;
+    case StatusCode::kUnimplemented: return 501;
+    case StatusCode::kUnavailable: return 503;
+    case StatusCode::kDeadlineExceeded: return 504;
+    default: return 500;
+  }
+}
+
+StatusOr<TrialQuery> ParseTrialQuery(const std::multimap<std::string, std::string>& params) {
+  TrialQuery q;
+  for (const auto& [key, value] : params) {
+    if (key == "offset") {
+      ABLATE_ASSIGN_OR_RETURN(q.offset, ParseInt("offset", value, 0, INT64_MAX / 2));
+    } else if (key == "limit") {
+      ABLATE_ASSIGN_OR_RETURN(q.limit, ParseInt("limit", value, 1, kMaxPageSize));
+    } else if (key == "sort") {
+      bool ok = value.rfind("axis.", 0) == 0 && value.size() > 5;
+      for (const char* c : kSortColumns) ok = ok || value == c;
+      if (!ok) {
+        return InvalidArgument("parameter sort=" + value +
+                               ": expected id, state, step, loss, val_loss, attempt, started_at, "
+                               "finished_at or axis.<name>");
+      }
+      q.sort = value;
+    } else if (key == "order") {
+      if (value != "asc" && value != "desc") {
+        return InvalidArgument("parameter order=" + value + ": expected asc or desc");
+      }
+      q.descending = value == "desc";
+    } else if (key == "state") {
+      for (const auto& s : SplitCommas(value)) {
+        if (std::find_if(std::begin(kStates), std::end(kStates),
+                         [&](const char* k) { return s == k; }) == std::end(kStates)) {
+          return InvalidArgument("parameter state=" + s +
+                                 ": expected queued, running, succeeded, failed, diverged or "
+                                 "canceled (comma-separated)");
+        }
+        q.states.push_back(s);
+      }
+    } else if (key.rfind("axis.", 0) == 0 && key.size() > 5) {
+      q.axes.emplace_back(key.substr(5), value);
+    } else if (key != "token") {
+      return InvalidArgument("unknown parameter " + key +
+                             " (expected offset, limit, sort, order, state, axis.<name>)");
+    }
+  }
+  return q;
+}
+
+TrialPage ApplyTrialQuery(std::vector<TrialStatus> trials, const TrialQuery& q) {
+  auto keep = [&](const TrialStatus& t) {
+    if (!q.states.empty() &&
+        std::find(q.states.begin(), q.states.end(), t.trial.state) == q.states.end()) {
+      return false;
+    }
+    for (const auto& [axis, value] : q.axes) {
+      const std::string* v = AxisOf(t, axis);
+      if (!v || *v != value) return false;
+    }
+    return true;
+  };
+  trials.erase(std::remove_if(trials.begin(), trials.end(), [&](const auto& t) { return !keep(t); }),
+               trials.end());
+  TrialPage page;
+  page.total = int64_t(trials.size());
+  auto less = [&](const TrialStatus& a, const TrialStatus& b) {
+    bool ma = false, mb = false;
+    int c = Compare(a, b, q.sort, &ma, &mb);
+    if (ma != mb) return mb;  // missing values last, in either order
+    if (!ma && c != 0) return q.descending ? c > 0 : c < 0;
+    return q.descending && q.sort == "id" ? a.trial.id > b.trial.id : a.trial.id < b.trial.id;
+  };
+  int64_t begin = std::min<int64_t>(q.offset, page.total);
+  int64_t end = std::min<int64_t>(begin + q.limit, page.total);
+  // Only the requested page needs ordering: partial_sort to its end, then drop the prefix.
+  std::partial_sort(trials.begin(), trials.begin() + end, trials.end(), less);
+  page.trials.assign(std::make_move_iterator(trials.begin() + begin),
+                     std::make_move_iterator(trials.begin() + end));
+  return page;
+}
+
+Api::Api(Store* store, const Scheduler* scheduler, metrics::CoordinatorMetrics* metrics,
+         ApiOptions options)
+    : store_(store), scheduler_(scheduler), metrics_(metrics), opt_(std::move(options)) {}
+
+bool Api::Authorized(const HttpRequest& r) const {
+  if (opt_.token.empty()) return false;
+  auto h = r.headers.find("authorization");
+  if (h != r.headers.end()) {
+    const std::string prefix = "Bearer ";
+    if (h->second.size() > prefix.size() && h->second.compare(0, prefix.size(), prefix) == 0 &&
+        TokenEquals(h->second.substr(prefix.size()), opt_.token)) {
+      return true;
+    }
+  }
+  auto p = r.params.find("token");
+  return p != r.params.end() && TokenEquals(p->second, opt_.token);
+}
+
+HttpResponse Api::Handle(const HttpRequest& r) const {
+  if (r.method != "GET" && r.method != "HEAD") {
+    return JsonError(405, "method " + r.method + " not allowed: the HTTP API is read-only (GET)");
+  }
+  const bool is_api = r.path == "/api" || r.path.rfind("/api/", 0) == 0;
+  const bool is_metrics = r.path == "/metrics";
+  if ((is_api || (is_metrics && !opt_.metrics_public)) && !Authorized(r)) {
+    return JsonError(401,
+                     "missing or wrong bearer token: send 'Authorization: Bearer <token>' or "
+                     "?token=<token> (the token is in the coordinator's --token-file)");
+  }
+  if (is_metrics) {
+    if (!metrics_) return JsonError(404, "metrics are not enabled");
+    if (auto st = metrics_->Refresh(store_, scheduler_); !st.ok()) {
+      return JsonError(500, "refreshing metrics: " + st.message());
+    }
+    HttpResponse resp;
+    resp.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    resp.body = metrics_->Exposition();
+    return resp;
+  }
+  if (!is_api) {
+    if (opt_.web_dir.empty()) return JsonError(404, "no web dir configured (--web-dir)");
+    auto file = ResolveStaticPath(opt_.web_dir, r.path);
+    if (!file.ok()) return FromStatus(file.status());
+    std::ifstream in(*file, std::ios::binary);
+    if (!in) return JsonError(404, "not found: " + r.path);
+    HttpResponse resp;
+    resp.content_type = ContentTypeFor(*file);
+    resp.body.assign(std::istreambuf_iterator<char>(in), {});
+    return resp;
+  }
+  return Route(r);
+}
+
+HttpResponse Api::Route(const HttpRequest& r) const {
+  const std::vector<std::string> seg = Segments(r.path);  // seg[0] == "api"
+  const size_t n = seg.size();
+  if (n == 2 && seg[1] == "sweeps") {
+    auto sweeps = store_->ListSweeps();
+    if (!sweeps.ok()) return FromStatus(sweeps.status());
+    json out = json::array();
+    for (const auto& s : *sweeps) out.push_back(SweepJson(s));
+    return Json({{"sweeps", out}});
+  }
+  if (n >= 3 && seg[1] == "sweeps") {
+    auto sweep = store_->GetSweep(seg[2]);
+    if (!sweep.ok()) return FromStatus(sweep.status());
+    const int64_t id = sweep->sweep.id;
+    if (n == 3) {
+      json j = SweepJson(*sweep);
+      j["spec_yaml"] = sweep->sweep.spec_yaml;
+      return Json(j);
+    }
+    if (n == 4 && seg[3] == "trials") {
+      auto q = ParseTrialQuery(r.params);
+      if (!q.ok()) return FromStatus(q.status());
+      auto trials = store_->GetTrials(id);
+      if (!trials.ok()) return FromStatus(trials.status());
+      TrialPage page = ApplyTrialQuery(std::move(*trials), *q);
+      json list = json::array();
+      for (const auto& t : page.trials) list.push_back(TrialJson(t));
+      return Json({{"sweep_id", id},
+                   {"total", page.total},
+                   {"offset", q->offset},
+                   {"limit", q->limit},
+                   {"sort", q->sort},
+                   {"order", q->descending ? "desc" : "asc"},
+                   {"trials", list}});
+    }
+    if (n == 4 && seg[3] == "results") {
+      std::string metric = Param(r, "metric", "final_val_loss");
+      std::vector<std::string> by;
+      for (auto [it, end] = r.params.equal_range("by"); it != end; ++it) {
+        for (auto& a : SplitCommas(it->second)) by.push_back(a);
+      }
+      auto rows = store_->Results(id, metric, by);
+      if (!rows.ok()) return FromStatus(rows.status());
+      json out = json::array();
+      for (const auto& row : *rows) {
+        out.push_back({{"keys", row.keys}, {"n", row.n}, {"trials", row.trials},
+                       {"mean", Num(row.mean)}, {"std", Num(row.std)}, {"min", Num(row.min)},
+                       {"max", Num(row.max)}});
+      }
+      return Json({{"sweep_id", id}, {"metric", metric}, {"by", by}, {"rows", out}});
+    }
+  }
+  if (n >= 3 && seg[1] == "trials") {
+    auto id = ParseId("trial", seg[2]);
+    if (!id.ok()) return FromStatus(id.status());
+    if (n == 3) {
+      auto t = store_->GetTrial(*id);
+      if (!t.ok()) return FromStatus(t.status());
+      auto attempts = store_->GetAttempts(*id);
+      if (!attempts.ok()) return FromStatus(attempts.status());
+      auto latest = store_->GetLatestMetrics(*id);
+      if (!latest.ok()) return FromStatus(latest.status());
+      json j = TrialJson(*t);
+      j["config"] = json::parse(t->trial.config_json, nullptr, false);
+      j["checkpoint"] = {{"path", t->trial.checkpoint_path}, {"step", t->trial.checkpoint_step}};
+      json atts = json::array();
+      for (const auto& a : *attempts) {
+        atts.push_back({{"attempt", a.attempt}, {"worker_id", a.worker_id},
+                        {"gpus", a.gpu_indices}, {"cpu_slots", a.cpu_slots}, {"state", a.state},
+                        {"started_at", Time(a.started_at)}, {"ended_at", Time(a.ended_at)},
+                        {"exit_code", a.exit_code}, {"reason", a.reason},
+                        {"log_tail", a.log_tail}, {"checkpoint_step", a.checkpoint_step}});
+      }
+      j["attempts"] = atts;
+      json lm = json::object();
+      for (const auto& p : *latest) lm[p.name] = {{"step", p.step}, {"value", Num(p.value)}};
+      j["latest_metrics"] = lm;
+      return Json(j);
+    }
+    if (n == 4 && seg[3] == "series") {
+      std::string name = Param(r, "name");
+      if (name.empty()) return JsonError(400, "parameter name is required (e.g. name=loss)");
+      auto points = ParseInt("points", Param(r, "points", "500"), 2, 10000);
+      if (!points.ok()) return FromStatus(points.status());
+      auto t = store_->GetTrial(*id);  // NotFound for a missing trial, not an empty series
+      if (!t.ok()) return FromStatus(t.status());
+      auto series = store_->GetSeries(*id, name);
+      if (!series.ok()) return FromStatus(series.status());
+      std::vector<Point> ds = DownsampleMinMax(*series, size_t(*points));
+      json steps = json::array(), values = json::array();
+      for (const auto& p : ds) steps.push_back(p.step), values.push_back(Num(p.value));
+      return Json({{"trial_id", *id}, {"name", name}, {"total_points", series->size()},
+                   {"steps", steps}, {"values", values}});
+    }
+  }
+  if (n == 2 && seg[1] == "workers") {
+    json out = json::array();
+    if (scheduler_) {
+      for (const auto& w : scheduler_->Workers()) {
+        json gpus = json::array(), running = json::array();
+        for (const auto& g : w.gpus()) {
+          gpus.push_back({{"index", g.index()}, {"uuid", g.uuid()}, {"name", g.name()},
+                          {"memory_bytes", g.memory_bytes()}});
+        }
+        for (const auto& a : w.running()) {
+          running.push_back({{"trial_id", a.trial_id()}, {"attempt", a.attempt()}});
+        }
+        out.push_back({{"id", w.worker_id()}, {"hostname", w.hostname()}, {"state", w.state()},
+                       {"gpus", gpus}, {"cpu_slots", w.cpu_slots()}, {"running", running},
+                       {"last_seen_at", Time(w.last_seen_at())}, {"failures", w.failures()},
+                       {"busy_gpus", std::vector<int>(w.busy_gpus().begin(), w.busy_gpus().end())},
+                       {"busy_cpu_slots", w.busy_cpu_slots()}});
+      }
+    }
+    return Json({{"workers", out}});
+  }
+  if (n == 3 && seg[1] == "metrics" && seg[2] == "catalog") {
+    json out = json::array();
+    for (const auto& m : metrics::Catalog()) {
+      std::vector<std::string> labels(m.labels.begin(), m.labels.end());
+      out.push_back({{"name", m.name}, {"type", metrics::MetricTypeName(m.type)},
+                     {"unit", m.unit}, {"labels", labels}, {"help", m.help}});
+    }
+    return Json({{"metrics", out}});
+  }
+  return JsonError(404, "no such API route: " + r.path);
+}
+
+}  // namespace ablate::server::http

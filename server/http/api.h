@@ -1,0 +1,112 @@
+// The HTTP JSON API of ablated (DESIGN.md, "Observability" and "Security"): a thin, transport-free
+// layer that converts between HTTP requests and the scheduler / store, so it is unit-tested without
+// opening a port; http_server.h binds it to cpp-httplib.
+//
+// Authentication: every /api/ route and /metrics need the coordinator's bearer token, as the header
+// `Authorization: Bearer <token>` or the query parameter `?token=<token>` (EventSource cannot set
+// headers); otherwise 401 {"error": ...} and nothing is read or changed. /metrics is open with
+// ApiOptions::metrics_public. Static files (the dashboard's code, no data) need no token.
+//
+// Routes (GET only; other methods get 405; every error is JSON {"error": "..."}):
+//   /api/sweeps                          sweeps with counts by state
+//   /api/sweeps/{id|name}                one sweep (+ axes, spec YAML, progress)
+//   /api/sweeps/{id|name}/trials         ?offset=0&limit=100(<=1000)&sort=id&order=asc|desc
+//                                        &state=running,failed&axis.<name>=<value>
+//                                        sort: id|state|step|loss|val_loss|attempt|started_at|
+//                                        finished_at|axis.<name> (NaN/missing last, either order)
+//   /api/sweeps/{id|name}/results        ?metric=final_val_loss&by=a,b (or by=a&by=b)
+//   /api/trials/{id}                     config, attempts (with log tails), latest metrics
+//   /api/trials/{id}/series              ?name=loss&points=500 (2..10000): min/max downsampled
+//   /api/workers                         workers with GPUs, running attempts, busy GPUs
+//   /api/metrics/catalog                 the metric catalog (names, types, units, help)
+//   /api/events                          server-sent events (served by http_server; see sse.h)
+//   /metrics                             Prometheus text exposition
+//   anything else                        a static file of the web dir (index.html for "/")
+//
+// Thread safety: Handle may be called concurrently (the store and the scheduler are thread-safe;
+// Api holds only immutable configuration).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ablate/status.h"
+#include "metrics/coordinator_metrics.h"
+#include "scheduler/scheduler.h"
+#include "store/store.h"
+
+namespace ablate::server::http {
+
+struct HttpRequest {
+  std::string method = "GET";
+  std::string path;  // percent-decoded, without the query string
+  std::multimap<std::string, std::string> params;  // decoded query parameters
+  std::map<std::string, std::string> headers;      // names lower-case
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+};
+
+struct ApiOptions {
+  std::string token;            // required bearer token (empty: refuse every protected route)
+  bool metrics_public = false;  // serve /metrics without a token
+  std::string web_dir;          // static files; "" = none (404)
+};
+
+// ---- Trial listing: pagination, sort, filter (exposed for tests) -----------------------------
+
+struct TrialQuery {
+  int64_t offset = 0;
+  int64_t limit = 100;
+  std::string sort = "id";  // a column or "axis.<name>"
+  bool descending = false;
+  std::vector<std::string> states;                          // empty: every state
+  std::vector<std::pair<std::string, std::string>> axes;    // axis -> value, all must match
+};
+inline constexpr int64_t kMaxPageSize = 1000;
+
+// Parses the query parameters of /trials. InvalidArgument names the parameter and what is allowed
+// (unknown sort column, order not asc|desc, negative offset, limit outside 1..1000, unknown state).
+StatusOr<TrialQuery> ParseTrialQuery(const std::multimap<std::string, std::string>& params);
+
+struct TrialPage {
+  int64_t total = 0;  // trials matching the filters (before pagination)
+  std::vector<TrialStatus> trials;
+};
+// Filters, sorts (stable; ties by id) and pages `trials`. An axis filter or sort on an axis the
+// sweep lacks matches nothing / sorts as missing.
+TrialPage ApplyTrialQuery(std::vector<TrialStatus> trials, const TrialQuery& query);
+
+// ---- The API --------------------------------------------------------------------------------
+
+class Api {
+ public:
+  // `scheduler` and `metrics` may be null (no /api/workers data, no /metrics).
+  Api(Store* store, const Scheduler* scheduler, metrics::CoordinatorMetrics* metrics,
+      ApiOptions options);
+
+  HttpResponse Handle(const HttpRequest& request) const;
+  // True when the request carries the token (header or ?token=). Constant-time comparison.
+  bool Authorized(const HttpRequest& request) const;
+
+  Store* store() const { return store_; }
+
+ private:
+  HttpResponse Route(const HttpRequest& request) const;
+
+  Store* store_;
+  const Scheduler* scheduler_;
+  metrics::CoordinatorMetrics* metrics_;
+  ApiOptions opt_;
+};
+
+// {"error": message} with `status`.
+HttpResponse JsonError(int status, const std::string& message);
+// Status code -> HTTP status (NotFound 404, InvalidArgument 400, PermissionDenied 403, ...).
+int HttpStatusFor(const Status& status);
+
+}  // namespace ablate::server::http
