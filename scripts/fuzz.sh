@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang, ASan and UBSan (build-fuzz/), and runs each for a bounded
 # time on its seed corpus (tests/fuzz/corpus/<target>): the trial-config parser, the sweep-spec
-# parser/expander and the llm.c shard reader. Fails on any crash, hang or sanitizer report.
+# parser/expander, the llm.c shard reader and the HTTP API request handling. Fails on any
+# crash, hang or sanitizer report.
 #   scripts/fuzz.sh [SECONDS_PER_TARGET]     (default $ABLATE_FUZZ_SECONDS or 30)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -9,7 +10,7 @@ seconds="${1:-${ABLATE_FUZZ_SECONDS:-30}}"
 build="${ABLATE_FUZZ_BUILD_DIR:-$root/build-fuzz}"
 CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DABLATE_FUZZ=ON -DABLATE_CUDA=OFF -DABLATE_BUILD_TESTS=OFF >/dev/null
-targets=(trial_config sweep_spec shard_reader)
+targets=(trial_config sweep_spec shard_reader http_api)
 cmake --build "$build" -j "$(nproc)" --target "${targets[@]/#/fuzz_}"
 for t in "${targets[@]}"; do
   work="$build/corpus-$t"
