@@ -1,7 +1,10 @@
 // FPA: exact bf16 flash attention, forward and backward, FlashAttention-2 structure with
-// mma.sync m16n8k16 (bf16 in, fp32 accumulate). Kernel-lab variant in production: fpa v3
-// (kernels/bench/README.md "Variants"): backward v2b, forward v2 (d64, non-causal d128) / v1
-// (causal d128). The v1 backward kernel is kept for comparison (kBwdUseV2 = false selects it).
+// mma.sync m16n8k16 (bf16 in, fp32 accumulate). Kernel-lab variant in production: fpa v4
+// (kernels/bench/README.md "Variants"): backward v2b; forward v2 (d64), v2 + rescale skip
+// (non-causal d128: O *= alpha skipped when no row of the warp's 16-row half got a new max), v1
+// (causal d128). Round 3's lab forwards (v3: 8 warps x 16 rows, K/V triple-buffered, unmasked
+// interior tiles; v2 with Bkv = 32; rescale skip) are selectable at d128 by FPA_FWD_VARIANT (see
+// LaunchForward). The v1 backward kernel is kept for comparison (kBwdUseV2 = false selects it).
 //
 // Layout: q, k, v, o, do, dq, dk, dv (B, H, N, D) bf16 row-major; lse (B, H, N) fp32, natural log.
 // S = tau Q K^T, tau = 1/sqrt(D); the softmax runs in base 2 on S * tau * log2(e).
@@ -12,7 +15,10 @@
 //           buffer), online softmax, O in registers. Causal: tiles past the diagonal are skipped,
 //           causal Q tiles are scheduled heaviest first.
 // Forward v2 the same with 32 query rows per warp (Bq = 128, 2 CTAs/SM): Q fragments are re-read
-//           from shared memory per K tile, K/V fragments serve two m-blocks.
+//           from shared memory per K tile, K/V fragments serve two m-blocks. Non-causal d128:
+//           with kSkipRescale (O *= alpha skipped, warp-uniformly, when alpha == 1 on all rows).
+// Forward v3 v1's warp tile (16 rows, Q in registers) with 8 warps (Bq = 128, 1 CTA/SM), a 3-stage
+//           K/V cp.async ring, and compile-time unmasked interior tiles.
 // Backward  (1) preprocess: Dv = rowsum(dO o O) fp32, zero the fp32 dQ accumulator;
 //           (2) main v2(b): grid (ceil(N/128), B*H), 8 warps, one CTA per 128-row K/V tile
 //           (resident in smem), Q/dO tiles of 64 rows (+ their lse, D) double-buffered with
@@ -30,7 +36,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #include "attention/cuda/attention_common.cuh"
 #include "attention/cuda/fpa_cuda.h"
@@ -113,7 +121,9 @@ __device__ __forceinline__ void StoreAccBf16(bf16* out, int D, int row0, int n_r
 // Forward.
 // ----------------------------------------------------------------------------------------------
 
-template <int D, bool kCausal>
+// kSkipRescale (lab variant 7): skip O *= alpha when no row of the warp's 16-row half got a new max
+// (alpha == 1 exactly for all of them: exact).
+template <int D, bool kCausal, bool kSkipRescale = false>
 __global__ void __launch_bounds__(kThreads) FpaForwardKernel(FwdParams p) {
   using Cfg = FpaConfig<D>;
   constexpr int kBq = Cfg::kBq, kBkv = Cfg::kBkv;
@@ -211,6 +221,7 @@ __global__ void __launch_bounds__(kThreads) FpaForwardKernel(FwdParams p) {
         }
       }
       l[h] = l[h] * alpha + sum;
+      if (kSkipRescale && __all_sync(0xffffffffu, alpha == 1.f)) continue;
 #pragma unroll
       for (int nb = 0; nb < kDT; ++nb) {
         o[nb][2 * h] *= alpha;
@@ -262,22 +273,28 @@ __global__ void __launch_bounds__(kThreads) FpaForwardKernel(FwdParams p) {
 // memory per K tile instead of held in registers, so each warp's 32 x 64 S tile and 32 x D O tile
 // amortize every K / V fragment over two m-blocks (~1.6x fewer ldmatrix per MMA than v1).
 // ----------------------------------------------------------------------------------------------
-template <int D>
+// kBkv / kStages: 64 / 2 in production (d64); 32 / 3 is lab variant 5 at d128 (S at 32 floats
+// per thread so that S + O fit without the 64 x 128 version's spills; K/V triple-buffered).
+template <int D, int kBkvT = 64, int kStagesT = 2>
 struct FpaFwdV2Config {
   static_assert(D == 64 || D == 128, "head dim 64 or 128");
+  static_assert(kStagesT >= 2 && (kBkvT == 32 || kBkvT == 64), "2+ stages, Bkv 32 or 64");
   static constexpr int kWarps = 4;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kBq = 32 * kWarps;  // 128
-  static constexpr int kBkv = 64;
+  static constexpr int kBkv = kBkvT;
+  static constexpr int kStages = kStagesT;
   using QTile = Bf16Tile<kBq, D>;
   using KvTile = Bf16Tile<kBkv, D>;
-  static constexpr int kSmem = QTile::kBytes + 2 * 2 * KvTile::kBytes;  // Q, 2 x (K, V)
+  static constexpr int kSmem = QTile::kBytes + kStages * 2 * KvTile::kBytes;  // Q, stages x (K, V)
   static_assert(2 * kSmem <= 227 * 1024, "forward v2: two CTAs per SM must fit in 227 KB");
 };
 
-template <int D, bool kCausal>
+// kSkipRescale (lab variant 6, production for non-causal d128): as in FpaForwardKernel.
+template <int D, bool kCausal, int kBkvT = 64, int kStagesT = 2, bool kSkipRescale = false>
 __global__ void __launch_bounds__(128, 2) FpaForwardKernelV2(FwdParams p) {
-  using Cfg = FpaFwdV2Config<D>;
+  using Cfg = FpaFwdV2Config<D, kBkvT, kStagesT>;
+  constexpr int kStages = Cfg::kStages;
   constexpr int kThr = Cfg::kThreads;
   constexpr int kBq = Cfg::kBq, kBkv = Cfg::kBkv;
   constexpr int kNT = kBkv / 8;  // n-blocks of S per m-block
@@ -288,7 +305,7 @@ __global__ void __launch_bounds__(128, 2) FpaForwardKernelV2(FwdParams p) {
   extern __shared__ __align__(128) char smem[];
   char* qs = smem;
   char* ks = smem + QTile::kBytes;
-  char* vs = ks + 2 * KvTile::kBytes;
+  char* vs = ks + kStages * KvTile::kBytes;
   constexpr int kStage = KvTile::kBytes;
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -307,6 +324,15 @@ __global__ void __launch_bounds__(128, 2) FpaForwardKernelV2(FwdParams p) {
   LoadTileAsync<KvTile, kThr>(ks, k, 0, N, tid);
   LoadTileAsync<KvTile, kThr>(vs, v, 0, N, tid);
   CpAsyncCommit();
+#pragma unroll
+  for (int st = 1; st < kStages - 1; ++st) {
+    if (st < n_kv) {
+      LoadTileAsync<KvTile, kThr>(ks + st * kStage, k, st * kBkv, N, tid);
+      LoadTileAsync<KvTile, kThr>(vs + st * kStage, v, st * kBkv, N, tid);
+    }
+    CpAsyncCommit();
+  }
+  int buf = 0;  // stage of tile j
 
   float o[2][kDT][4];
   ZeroAcc(o[0]);
@@ -317,18 +343,20 @@ __global__ void __launch_bounds__(128, 2) FpaForwardKernelV2(FwdParams p) {
   const uint32_t qb = SmemAddr(qs);
 
   for (int j = 0; j < n_kv; ++j) {
-    CpAsyncWait<0>();
-    __syncthreads();  // tile j visible; every warp is done with the buffers of tile j-1
-    if (j + 1 < n_kv) {
-      const int nb = (j + 1) & 1;
-      LoadTileAsync<KvTile, kThr>(ks + nb * kStage, k, (j + 1) * kBkv, N, tid);
-      LoadTileAsync<KvTile, kThr>(vs + nb * kStage, v, (j + 1) * kBkv, N, tid);
+    CpAsyncWait<kStages - 2>();
+    __syncthreads();  // tile j visible; every warp is done with the stage of tile j-1
+    const int cur = buf;
+    buf = buf + 1 == kStages ? 0 : buf + 1;
+    if (j + kStages - 1 < n_kv) {
+      const int nb = cur == 0 ? kStages - 1 : cur - 1;  // (j + kStages - 1) % kStages
+      LoadTileAsync<KvTile, kThr>(ks + nb * kStage, k, (j + kStages - 1) * kBkv, N, tid);
+      LoadTileAsync<KvTile, kThr>(vs + nb * kStage, v, (j + kStages - 1) * kBkv, N, tid);
     }
     CpAsyncCommit();
     const int k0 = j * kBkv;
     // Causal: this warp's rows see none of these keys (no barrier below: safe to skip).
     if (kCausal && k0 > row_w + 31) continue;
-    const uint32_t kb = SmemAddr(ks + (j & 1) * kStage), vb = SmemAddr(vs + (j & 1) * kStage);
+    const uint32_t kb = SmemAddr(ks + cur * kStage), vb = SmemAddr(vs + cur * kStage);
 
     // S = Q K^T (32 x 64 per warp).
     float s[2][kNT][4];
@@ -384,6 +412,7 @@ __global__ void __launch_bounds__(128, 2) FpaForwardKernelV2(FwdParams p) {
           }
         }
         l[mi][h] = l[mi][h] * alpha + sum;
+        if (kSkipRescale && __all_sync(0xffffffffu, alpha == 1.f)) continue;
 #pragma unroll
         for (int nb = 0; nb < kDT; ++nb) {
           o[mi][nb][2 * h] *= alpha;
@@ -441,6 +470,194 @@ __global__ void __launch_bounds__(128, 2) FpaForwardKernelV2(FwdParams p) {
     StoreAccBf16<kDT>(p.o + head, D, row_w + 16 * mi, N, lane, o[mi], 1.f);
   }
 }
+
+// ----------------------------------------------------------------------------------------------
+// Forward v3 (lab, FPA_FWD_VARIANT 3 / 4): kW warps x 16 query rows (Bq = 16 kW), Bkv = 64, Q
+// fragments in registers and O at 16 x D / 32 = 64 floats per thread (v1's register budget, no
+// spills: 208-225 registers), K/V in a kStages-deep cp.async ring (3 = triple buffering: tiles
+// j+1, j+2 in flight while tile j is computed, wait_group<kStages-2>). Tiles wholly inside the
+// sequence and (causal) wholly below the CTA's first query row run a compile-time unmasked body;
+// only the diagonal / tail tiles run the masked one. kW = 8 (Bq = 128, 1 CTA/SM, 128 KB smem)
+// halves the K/V tile fills per query vs v1; kW = 4 (Bq = 64, 2 CTAs/SM, 112 KB each) is v1 plus
+// the ring and the split.
+// ----------------------------------------------------------------------------------------------
+template <int D, int kW, int kStages>
+struct FpaFwdV3Config {
+  static_assert(D == 64 || D == 128, "head dim 64 or 128");
+  static_assert(kStages >= 2 && kStages <= 4, "2-4 K/V stages");
+  static constexpr int kThreads = kW * 32;
+  static constexpr int kBq = 16 * kW;
+  static constexpr int kBkv = 64;
+  static_assert(kBq % kBkv == 0, "Bq is a multiple of Bkv (the interior-tile count uses it)");
+  using QTile = Bf16Tile<kBq, D>;
+  using KvTile = Bf16Tile<kBkv, D>;
+  static constexpr int kSmem = QTile::kBytes + kStages * 2 * KvTile::kBytes;  // Q, stages x (K, V)
+  static constexpr int kMinBlocks = kW == 4 ? 2 : 1;
+  // 1 KB per CTA is reserved by the runtime; an SM has 228 KB.
+  static_assert(kMinBlocks * (kSmem + 1024) <= 228 * 1024, "forward v3: smem per SM exceeded");
+};
+
+template <int D, bool kCausal, int kW, int kStages>
+__global__ void __launch_bounds__(kW * 32, (kW == 4 ? 2 : 1)) FpaForwardKernelV3(FwdParams p) {
+  using Cfg = FpaFwdV3Config<D, kW, kStages>;
+  constexpr int kThr = Cfg::kThreads;
+  constexpr int kBq = Cfg::kBq, kBkv = Cfg::kBkv;
+  constexpr int kNT = kBkv / 8;  // n-blocks of S per warp
+  constexpr int kDT = D / 8;     // n-blocks of O per warp
+  using QTile = typename Cfg::QTile;
+  using KvTile = typename Cfg::KvTile;
+
+  extern __shared__ __align__(128) char smem[];
+  char* qs = smem;
+  char* ks = smem + QTile::kBytes;             // stage st of K at ks + st * kStage
+  char* vs = ks + kStages * KvTile::kBytes;    // stage st of V at vs + st * kStage
+  constexpr int kStage = KvTile::kBytes;
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int N = p.N;
+  const int qt = kCausal ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
+  const int q0 = qt * kBq;
+  const int64_t head = int64_t(blockIdx.y) * N * D;
+  const bf16* q = p.q + head;
+  const bf16* k = p.k + head;
+  const bf16* v = p.v + head;
+
+  const int n_kv_total = CeilDiv(N, kBkv);
+  const int n_kv = kCausal ? min(n_kv_total, (min(q0 + kBq, N) - 1) / kBkv + 1) : n_kv_total;
+  // Tiles [0, n_full) need no mask for any row of the CTA: inside N and (causal) k0 + 63 <= q0.
+  const int n_full = min(kCausal ? q0 / kBkv : n_kv_total, N / kBkv);
+
+  LoadTileAsync<QTile, kThr>(qs, q, q0, N, tid);
+  LoadTileAsync<KvTile, kThr>(ks, k, 0, N, tid);
+  LoadTileAsync<KvTile, kThr>(vs, v, 0, N, tid);
+  CpAsyncCommit();
+#pragma unroll
+  for (int st = 1; st < kStages - 1; ++st) {
+    if (st < n_kv) {
+      LoadTileAsync<KvTile, kThr>(ks + st * kStage, k, st * kBkv, N, tid);
+      LoadTileAsync<KvTile, kThr>(vs + st * kStage, v, st * kBkv, N, tid);
+    }
+    CpAsyncCommit();
+  }
+
+  uint32_t qa[D / 16][4];
+  float o[kDT][4];
+  ZeroAcc(o);
+  float m[2] = {-INFINITY, -INFINITY};  // running max (base-2 scaled) of rows g, g+8
+  float l[2] = {0.f, 0.f};              // this thread's partial row sums
+  const int row_w = q0 + 16 * warp;     // first query row of this warp
+  const float sl2 = p.scale_log2;
+
+  // One K/V tile: S = Q K^T, (masked) online softmax, O += P V. kMask: compile-time.
+  auto tile = [&](const int j, const int buf, auto mask_tag) {
+    constexpr bool kMask = decltype(mask_tag)::value;
+    const int k0 = j * kBkv;
+    if constexpr (kMask) {
+      if (kCausal && k0 > row_w + 15) return;  // this warp sees none of these keys
+    }
+    const uint32_t kb = SmemAddr(ks + buf * kStage), vb = SmemAddr(vs + buf * kStage);
+    float s[kNT][4];
+    ZeroAcc(s);
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+#pragma unroll
+      for (int np = 0; np < kNT / 2; ++np) {
+        uint32_t b[4];
+        LoadBFrag2<KvTile>(b, kb, 16 * np, 16 * kk, lane);
+        MmaBf16(s[2 * np], qa[kk], b[0], b[1]);
+        MmaBf16(s[2 * np + 1], qa[kk], b[2], b[3]);
+      }
+    }
+    if constexpr (kMask) {
+      if ((k0 + kBkv > N) || (kCausal && k0 + kBkv - 1 > row_w)) {
+        ApplyMask(s, row_w, k0, lane, [N](int r, int c) { return c >= N || (kCausal && c > r); });
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nb = 0; nb < kNT; ++nb) mx = fmaxf(mx, fmaxf(s[nb][2 * h], s[nb][2 * h + 1]));
+      mx = QuadMax(mx) * sl2;
+      const float m_new = fmaxf(m[h], mx);
+      // A row with no valid key yet (only possible on masked tiles).
+      const float m_use = (kMask && m_new == -INFINITY) ? 0.f : m_new;
+      const float alpha = FastExp2(m[h] - m_use);
+      m[h] = m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int nb = 0; nb < kNT; ++nb) {
+#pragma unroll
+        for (int e = 2 * h; e < 2 * h + 2; ++e) {
+          s[nb][e] = FastExp2(fmaf(s[nb][e], sl2, -m_use));
+          sum += s[nb][e];
+        }
+      }
+      l[h] = l[h] * alpha + sum;
+#pragma unroll
+      for (int nb = 0; nb < kDT; ++nb) {
+        o[nb][2 * h] *= alpha;
+        o[nb][2 * h + 1] *= alpha;
+      }
+    }
+    uint32_t pa[kNT / 2][4];
+    AccToBf16A<kNT>(pa, s);
+#pragma unroll
+    for (int kk = 0; kk < kNT / 2; ++kk) {
+#pragma unroll
+      for (int np = 0; np < kDT / 2; ++np) {
+        uint32_t b[4];
+        LoadBFrag2Trans<KvTile>(b, vb, 16 * kk, 16 * np, lane);
+        MmaBf16(o[2 * np], pa[kk], b[0], b[1]);
+        MmaBf16(o[2 * np + 1], pa[kk], b[2], b[3]);
+      }
+    }
+  };
+
+  int buf = 0;  // stage of tile j
+  for (int j = 0; j < n_kv; ++j) {
+    CpAsyncWait<kStages - 2>();
+    __syncthreads();  // tile j visible; every warp is done with the stage of tile j-1
+    if (j + kStages - 1 < n_kv) {
+      const int nb = buf == 0 ? kStages - 1 : buf - 1;  // (j + kStages - 1) % kStages
+      LoadTileAsync<KvTile, kThr>(ks + nb * kStage, k, (j + kStages - 1) * kBkv, N, tid);
+      LoadTileAsync<KvTile, kThr>(vs + nb * kStage, v, (j + kStages - 1) * kBkv, N, tid);
+    }
+    CpAsyncCommit();
+    if (j == 0) {
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) LoadAFrag<QTile>(qa[kk], SmemAddr(qs), 16 * warp, 16 * kk, lane);
+    }
+    if (j < n_full) {
+      tile(j, buf, std::false_type{});
+    } else {
+      tile(j, buf, std::true_type{});
+    }
+    buf = buf + 1 == kStages ? 0 : buf + 1;
+  }
+  CpAsyncWait<0>();
+
+  const int g = lane >> 2, t = lane & 3;
+  float inv[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float lsum = QuadSum(l[h]);
+    inv[h] = lsum > 0.f ? 1.f / lsum : 0.f;
+    const int row = row_w + g + 8 * h;
+    if (t == 0 && row < N) {
+      p.lse[int64_t(blockIdx.y) * N + row] = (m[h] + __log2f(lsum)) * kLn2;
+    }
+  }
+#pragma unroll
+  for (int nb = 0; nb < kDT; ++nb) {
+    o[nb][0] *= inv[0];
+    o[nb][1] *= inv[0];
+    o[nb][2] *= inv[1];
+    o[nb][3] *= inv[1];
+  }
+  StoreAccBf16<kDT>(p.o + head, D, row_w, N, lane, o, 1.f);
+}
+
 
 // ----------------------------------------------------------------------------------------------
 // Backward.
@@ -981,32 +1198,78 @@ Status CheckPtr(const void* ptr, const char* name, const char* who) {
     if (!_s.ok()) return _s;            \
   } while (0)
 
-// Which forward kernel runs (kernel-lab variant "fpa v3"): the v2 forward (Bq = 128, 32 rows per
-// warp) for d64 and for non-causal d128; v1 (Bq = 64) for causal d128, where v2 measured 9-12%
-// slower (half as many CTAs to balance the triangle, and 80-96 B of register spills at d128).
-template <int D, bool kCausal>
-constexpr bool kFwdUseV2 = D == 64 || !kCausal;
+// Which forward kernel runs. Production (kernel-lab variant "fpa v4"): the v2 forward (Bq = 128,
+// 32 rows per warp) for d64; at d128 lab variant kFwd128Production<kCausal>: 6 = v2 with the
+// rescale skip non-causal (+4-5% over v2), 1 = v1 causal (v2 measured 5-12% slower there: half as
+// many CTAs for the triangle, 84-96 B spills; v1 + skip -1-3%; round 3's v3 / Bkv = 32 / triple-
+// buffered forwards measured slower, see kernels/bench/README.md). Lab switch (d128 only, read once per process): FPA_FWD_VARIANT = 1 (v1: Bq = 64, 2
+// stages), 2 (v2), 3 (v3, 8 warps, 3 stages), 4 (v3, 4 warps, 3 stages), 5 (v2 with Bkv = 32
+// and 3 stages), 6 (v2 + rescale skip), 7 (v1 + rescale skip); unset or 0 = production.
+template <bool kCausal>
+constexpr int kFwd128Production = kCausal ? 1 : 6;
+
+int FwdLabVariant() {
+  static const int v = [] {
+    const char* e = std::getenv("FPA_FWD_VARIANT");
+    return e == nullptr ? 0 : std::atoi(e);
+  }();
+  return v;
+}
+
+template <typename Kernel>
+Status LaunchFwdKernel(Kernel kernel, int bq, int threads, int smem, const AttnShapeCuda& s,
+                       const FwdParams& p, cudaStream_t stream) {
+  ABLATE_CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+      "FpaForwardCuda: cudaFuncSetAttribute");
+  const dim3 grid(CeilDiv(s.N, bq), s.B * s.H);
+  kernel<<<grid, threads, smem, stream>>>(p);
+  return CudaStatus(cudaGetLastError(), "FpaForwardCuda: launch");
+}
+
+template <int D, bool kCausal, int kW, int kStages>
+Status LaunchFwdV3(const AttnShapeCuda& s, const FwdParams& p, cudaStream_t stream) {
+  using Cfg = FpaFwdV3Config<D, kW, kStages>;
+  return LaunchFwdKernel(FpaForwardKernelV3<D, kCausal, kW, kStages>, Cfg::kBq, Cfg::kThreads,
+                         Cfg::kSmem, s, p, stream);
+}
 
 template <int D, bool kCausal>
 Status LaunchForward(const AttnShapeCuda& s, const FwdParams& p, cudaStream_t stream) {
-  if constexpr (kFwdUseV2<D, kCausal>) {
+  if constexpr (D == 64) {
     using Cfg2 = FpaFwdV2Config<D>;
-    auto kernel = FpaForwardKernelV2<D, kCausal>;
-    ABLATE_CUDA_RETURN_IF_ERROR(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg2::kSmem),
-        "FpaForwardCuda: cudaFuncSetAttribute");
-    const dim3 grid(CeilDiv(s.N, Cfg2::kBq), s.B * s.H);
-    kernel<<<grid, Cfg2::kThreads, Cfg2::kSmem, stream>>>(p);
+    return LaunchFwdKernel(FpaForwardKernelV2<D, kCausal>, Cfg2::kBq, Cfg2::kThreads, Cfg2::kSmem,
+                           s, p, stream);
   } else {
-    using Cfg = FpaConfig<D>;
-    auto kernel = FpaForwardKernel<D, kCausal>;
-    ABLATE_CUDA_RETURN_IF_ERROR(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kFwdSmem),
-        "FpaForwardCuda: cudaFuncSetAttribute");
-    const dim3 grid(CeilDiv(s.N, Cfg::kBq), s.B * s.H);
-    kernel<<<grid, kThreads, Cfg::kFwdSmem, stream>>>(p);
+    const int lab = FwdLabVariant();
+    switch (lab == 0 ? kFwd128Production<kCausal> : lab) {
+      case 1:
+        return LaunchFwdKernel(FpaForwardKernel<D, kCausal>, FpaConfig<D>::kBq, kThreads,
+                               FpaConfig<D>::kFwdSmem, s, p, stream);
+      case 2:
+        return LaunchFwdKernel(FpaForwardKernelV2<D, kCausal>, FpaFwdV2Config<D>::kBq,
+                               FpaFwdV2Config<D>::kThreads, FpaFwdV2Config<D>::kSmem, s, p, stream);
+      case 3:
+        return LaunchFwdV3<D, kCausal, 8, 3>(s, p, stream);
+      case 4:
+        return LaunchFwdV3<D, kCausal, 4, 3>(s, p, stream);
+      case 5: {
+        using C5 = FpaFwdV2Config<D, 32, 3>;
+        return LaunchFwdKernel(FpaForwardKernelV2<D, kCausal, 32, 3>, C5::kBq, C5::kThreads,
+                               C5::kSmem, s, p, stream);
+      }
+      case 6: {
+        using C6 = FpaFwdV2Config<D>;
+        return LaunchFwdKernel(FpaForwardKernelV2<D, kCausal, 64, 2, true>, C6::kBq, C6::kThreads,
+                               C6::kSmem, s, p, stream);
+      }
+      case 7:
+        return LaunchFwdKernel(FpaForwardKernel<D, kCausal, true>, FpaConfig<D>::kBq, kThreads,
+                               FpaConfig<D>::kFwdSmem, s, p, stream);
+      default:
+        return InvalidArgument("FpaForwardCuda: unknown FPA_FWD_VARIANT " + std::to_string(lab));
+    }
   }
-  return CudaStatus(cudaGetLastError(), "FpaForwardCuda: launch");
 }
 
 // Which backward main kernel runs per head dim: v2 (fpa v2 / v2b / v3) or v1.
