@@ -6,7 +6,8 @@
 # token, worker folders, logs); the coordinator and worker stop when the sweep is done.
 #   scripts/run.sh [SPEC.yaml]      another sweep spec instead of the default
 # Environment: ABLATE_RUN_DIR (default out/local), ABLATE_CPU_SLOTS (default: the number of cores;
-# the example sweeps run one thread per trial).
+# the example sweeps run one thread per trial), ABLATE_DATA_ROOT (the folder trial configs may read
+# corpora from besides the built-in ones; default: this repository).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 spec="${1:-$root/examples/sweeps/quick.yaml}"
@@ -38,6 +39,7 @@ echo "coordinator: $ABLATE_COORDINATOR (log $run/ablated.log)"
 gpus=all
 command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 || gpus=none
 "$worker" --token-file "$ABLATE_TOKEN_FILE" --gpus "$gpus" --cpu-slots "$slots" --work-dir "$run/worker" \
+  --data-root "${ABLATE_DATA_ROOT:-$root}" \
   --trainer "$build/worker/trainer/ablate-train" >>"$run/worker.log" 2>&1 &
 worker_pid=$!
 sleep 1

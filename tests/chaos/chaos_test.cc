@@ -317,7 +317,7 @@ class ChaosCluster {
     workers_[i] = Spawn(
         {ABLATE_WORKER_BIN, "--coordinator", "127.0.0.1:" + std::to_string(proxies_[i]->port()),
          "--token-file", dir_ + "/coord/token", "--gpus", "none", "--cpu-slots", "2", "--work-dir",
-         dir_ + "/w" + n, "--trainer", ABLATE_TRAIN_BIN},
+         dir_ + "/w" + n, "--trainer", ABLATE_TRAIN_BIN, "--data-root", dir_},
         dir_ + "/worker" + n + ".log");
   }
 

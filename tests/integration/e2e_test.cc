@@ -65,7 +65,7 @@ class Cluster : public ::testing::Test {
       workers_[w] = new Proc(Spawn({ABLATE_WORKER_BIN, "--coordinator", *addr_, "--token-file",
                                     *dir_ + "/coord/token", "--gpus", "none", "--cpu-slots", "2",
                                     "--work-dir", *dir_ + "/w" + std::to_string(w), "--trainer",
-                                    ABLATE_TRAIN_BIN},
+                                    ABLATE_TRAIN_BIN, "--data-root", *dir_},
                                    *dir_ + "/worker" + std::to_string(w) + ".log"));
     }
   }
@@ -308,6 +308,26 @@ TEST_F(Cluster, CancelStopsTrainersAndRetryRequeuesOnlyWhatItShould) {
                 "WHERE s.name = 'long' AND t.state IN ('queued', 'running')")[0][0],
             "3");
   ASSERT_EQ(Cli({"cancel", "long"}).code, 0);
+}
+
+TEST_F(Cluster, ACorpusOutsideTheDataRootIsRefused) {
+  // The workers run with --data-root <test dir>: a config cannot make them read other files.
+  std::string spec = WriteSpec("escape", "base:\n  data: {corpus: /etc/passwd}\n"
+                                         "  model: {seq_len: 32, layers: 1, d_model: 32, heads: 2}\n"
+                                         "  train: {steps: 5, tokens_per_step: 256, micro_batch: 8,"
+                                         " warmup: 1, threads: 1}\n"
+                                         "resources: {gpus: 0}\n");
+  ASSERT_EQ(Cli({"submit", spec}).code, 0);
+  Output w = Cli({"watch", "escape"}, seconds(60));
+  EXPECT_EQ(w.code, 7) << w.out;  // finished with a failed trial
+  auto rows = Sql("SELECT t.state, t.attempts, t.reason FROM trials t JOIN sweeps s "
+                  "ON s.id = t.sweep_id WHERE s.name = 'escape'");
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0][0], "failed");
+  EXPECT_EQ(rows[0][1], "1");  // a config error: not retried
+  EXPECT_NE(rows[0][2].find("outside"), std::string::npos) << rows[0][2];
+  EXPECT_TRUE(Sql("SELECT 1 FROM metrics m JOIN trials t ON t.id = m.trial_id JOIN sweeps s ON "
+                  "s.id = t.sweep_id WHERE s.name = 'escape'").empty());
 }
 
 TEST_F(Cluster, CallsWithoutTheTokenAreRefused) {

@@ -73,7 +73,7 @@ TEST(Prometheus, ScrapesAblated) {
   int http_port = std::stoi(http_addr.substr(http_addr.rfind(':') + 1));
   Proc worker = Spawn({ABLATE_WORKER_BIN, "--coordinator", grpc_addr, "--token-file",
                        dir + "/coord/token", "--gpus", "none", "--cpu-slots", "2", "--work-dir",
-                       dir + "/w0", "--trainer", ABLATE_TRAIN_BIN},
+                       dir + "/w0", "--trainer", ABLATE_TRAIN_BIN, "--data-root", dir},
                       dir + "/worker.log");
 
   // Prometheus scraping ablated every second with the bearer token.

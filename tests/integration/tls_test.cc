@@ -46,7 +46,7 @@ TEST(Tls, MutualTlsForWorkersTlsForTheCli) {
 
   Proc good = Spawn({ABLATE_WORKER_BIN, "--coordinator", addr, "--token-file", token, "--gpus",
                      "none", "--cpu-slots", "2", "--work-dir", dir + "/w1", "--trainer",
-                     ABLATE_TRAIN_BIN, "--tls-ca", dir + "/ca.pem", "--tls-cert",
+                     ABLATE_TRAIN_BIN, "--data-root", dir, "--tls-ca", dir + "/ca.pem", "--tls-cert",
                      dir + "/worker.pem", "--tls-key", dir + "/worker.key"},
                     dir + "/worker1.log");
   Proc nocert = Spawn({ABLATE_WORKER_BIN, "--coordinator", addr, "--token-file", token, "--gpus",

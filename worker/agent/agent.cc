@@ -1,5 +1,11 @@
 #include "agent/agent.h"
 
+#include <glob.h>
+#include <limits.h>
+#include <stdlib.h>
+
+#include <nlohmann/json.hpp>
+
 #include <dirent.h>
 #include <signal.h>
 #include <unistd.h>
@@ -268,6 +274,54 @@ int Agent::CpuThreads(const v1::Assignment& a) const {
   return std::max(1, nproc / total) * taken;
 }
 
+namespace {
+
+// OK when the trial config's data.corpus is a built-in corpus or every file it names resolves
+// (symlinks followed) inside one of `roots`. The pattern may be a glob; ".." is refused outright
+// because glob(3) would expand it after a wildcard.
+Status CheckCorpus(const std::string& config_json, const std::vector<std::string>& roots) {
+  nlohmann::json cfg;
+  try {
+    cfg = nlohmann::json::parse(config_json);
+  } catch (const std::exception& e) {
+    return InvalidArgument(std::string("the trial config is not valid JSON: ") + e.what());
+  }
+  std::string corpus = "brown";
+  if (cfg.contains("data") && cfg["data"].is_object() && cfg["data"].contains("corpus") &&
+      cfg["data"]["corpus"].is_string()) {
+    corpus = cfg["data"]["corpus"].get<std::string>();
+  }
+  if (corpus == "brown" || corpus == "nlp") return Status::Ok();
+  const std::string allowed =
+      roots.empty() ? "this worker allows only the built-in corpora (start it with --data-root DIR)"
+                    : "this worker's --data-root folders";
+  if (corpus.empty() || corpus[0] != '/' || ("/" + corpus + "/").find("/../") != std::string::npos) {
+    return InvalidArgument("data.corpus '" + corpus +
+                           "' must be an absolute path without '..' (or brown / nlp)");
+  }
+  glob_t g{};
+  int rc = ::glob(corpus.c_str(), 0, nullptr, &g);
+  std::vector<std::string> matches;
+  if (rc == 0) {
+    for (size_t i = 0; i < g.gl_pathc; ++i) matches.push_back(g.gl_pathv[i]);
+  }
+  ::globfree(&g);
+  if (matches.empty()) return Status::Ok();  // the trainer reports the missing file
+  for (const auto& m : matches) {
+    char buf[PATH_MAX];
+    if (!::realpath(m.c_str(), buf)) continue;
+    std::string real = buf;
+    bool inside = false;
+    for (const auto& r : roots) inside = inside || real.rfind(r + "/", 0) == 0;
+    if (!inside) {
+      return InvalidArgument("data.corpus: " + m + " (" + real + ") is outside " + allowed);
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 void Agent::StartAttempt(const v1::Assignment& a) {
   const Key k{a.trial_id(), a.attempt()};
   const std::string what = Describe(k.trial_id, k.attempt);
@@ -304,8 +358,13 @@ void Agent::StartAttempt(const v1::Assignment& a) {
   att->sink = std::make_unique<Sink>(this, k);
 
   std::string refusal;
+  int refusal_exit_code = 0;
+  Status corpus_ok = CheckCorpus(a.config_json(), options_.data_roots);
   if (refuse) {
     refusal = "worker is draining";
+  } else if (!corpus_ok.ok()) {
+    refusal = "config refused: " + corpus_ok.message();
+    refusal_exit_code = 2;  // a config error: final, not held against this worker
   } else if (!st.ok()) {
     refusal = "cannot create the attempt folder: " + st.message();
   } else if (Status w = WriteFileAtomic(att->dir + "/config.yaml", a.config_json()); !w.ok()) {
@@ -316,6 +375,7 @@ void Agent::StartAttempt(const v1::Assignment& a) {
     v1::TrialEvent e;
     e.set_kind(v1::TrialEvent::FAILED);
     e.set_reason(refusal);
+    e.set_exit_code(refusal_exit_code);
     std::lock_guard<std::mutex> l(mu_);
     att->outbox->AddEvent(std::move(e));
     att->child_done = true;

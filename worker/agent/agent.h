@@ -65,6 +65,10 @@ struct AgentOptions {
   std::string trainer_path;  // the ablate-train executable
   std::string version;
   bool start_draining = false;  // --drain: resend what the spools hold, run nothing, exit
+  // Where a trial's data.corpus may read from (canonical absolute folders). A config naming any
+  // other file (after symlinks and "..") is refused as a config error before a trainer starts, so a
+  // sweep cannot read files outside them. The built-in corpora (brown, nlp) are always allowed.
+  std::vector<std::string> data_roots;
   int nproc = 0;                // cores to share among attempts (0: hardware_concurrency)
 
   int64_t default_heartbeat_ms = 5000;  // until Registered says otherwise

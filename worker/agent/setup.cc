@@ -1,5 +1,8 @@
 #include "agent/setup.h"
 
+#include <limits.h>
+#include <stdlib.h>
+
 #include <signal.h>
 #include <unistd.h>
 
@@ -133,6 +136,10 @@ int WorkerMain(int argc, char** argv) {
   app.add_option("--worker-id", worker_id_flag,
                  "worker id (default: generated once and kept in <work-dir>/worker_id)");
   app.add_flag("--drain", drain, "take no new trials: resend what the spools hold, then exit");
+  std::vector<std::string> data_roots;
+  app.add_option("--data-root", data_roots,
+                 "folder a trial's data.corpus may read from (repeatable; the built-in corpora "
+                 "brown and nlp are always allowed, nothing else by default)");
   app.add_option("--keepalive-ms", keepalive_ms,
                  "HTTP/2 keepalive ping period towards the coordinator, 0 = off (default 30000)");
   app.add_option("--tls-ca", tls_ca, "PEM CA certificate: connect with TLS");
@@ -216,6 +223,11 @@ int WorkerMain(int argc, char** argv) {
   options.trainer_path = *abs_trainer;
   options.version = ABLATE_VERSION;
   options.start_draining = drain;
+  for (const auto& r : data_roots) {
+    char buf[PATH_MAX];
+    if (!::realpath(r.c_str(), buf)) return fail(2, "--data-root " + r + ": no such folder");
+    options.data_roots.push_back(buf);
+  }
   AgentEnv env;
   env.connector = connector->get();
   env.spawner = RealSpawner();

@@ -425,6 +425,9 @@ TEST_F(WorkerAgentTest, RealTrainerRunAndResume) {
       R"( "eval_every": 3, "diagnostics_every": 3, "checkpoint_every": 3}, "device": "cpu"})";
   AgentOptions o = Options();
   o.trainer_path = real;
+  char root[PATH_MAX];
+  ASSERT_NE(::realpath(dir_.path().c_str(), root), nullptr);
+  o.data_roots = {root};
   coord_.Assign(Assignment(20, 1, config));
   Start(o);
   ASSERT_TRUE(coord_.WaitUntil([&] { return coord_.FinalOf(20, 1) != nullptr; }, 60000));
