@@ -16,6 +16,8 @@
 //   (f) BwdVariantLab (only with SAGE_BWD_LAB=1): every compiled-in backward variant
 //       (SageCudaOptions::bwd_variant) against the emulator, then their backward times side by
 //       side on the benchmark shapes (kernel lab, kernels/bench/README.md).
+//   (g) FwdVariantLab (only with SAGE_FWD_LAB=1): the same for the forward variants
+//       (SageCudaOptions::fwd_variant), forward-launcher times.
 // Every comparison prints cosine, rel L2 and max abs diff, so a failure shows which tensor broke.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -509,6 +511,90 @@ TEST(SageBwdGpu, BwdVariantLab) {
       CUDA_OK(cudaEventDestroy(e1));
       const double flops =
           2.5 * 4.0 * s.B * s.H * double(s.N) * s.N * s.D * (causal ? 0.5 : 1.0);
+      double base = 0;
+      for (size_t vi = 0; vi < vars.size(); ++vi) {
+        std::sort(t[vi].begin(), t[vi].end());
+        const double med = t[vi][t[vi].size() / 2];
+        if (vi == 0) base = med;
+        std::printf("| B%d H%d N%d d%d | %s | %d | %.3f | %.1f | %.3f |\n", s.B, s.H, s.N, s.D,
+                    causal ? "yes" : "no", vars[vi], med, flops / med * 1e-9, base / med);
+      }
+    }
+  }
+}
+
+// Forward kernel lab: runs only with SAGE_FWD_LAB=1. Each compiled-in forward variant
+// (SageCudaOptions::fwd_variant: 3 = v3/v4 forward, 5 = v5a 8 warps x 16 rows, 6 = v5b 4 warps
+// x 32 rows, 7 = v5c = v5b + fast interior logits, 8 = v5a + fast interior logits) against the emulator (forward and the backward that follows it), then the median
+// forward-launcher time (quantization included) on the benchmark shapes, variants interleaved.
+TEST(SageBwdGpu, FwdVariantLab) {
+  SKIP_WITHOUT_GPU();
+  const char* env = std::getenv("SAGE_FWD_LAB");
+  if (env == nullptr || std::string(env) != "1") GTEST_SKIP() << "set SAGE_FWD_LAB=1";
+  const std::vector<int> vars = {3, 5, 6, 7, 8};
+  for (int var : vars) {
+    SageCudaOptions opt;
+    opt.fwd_variant = var;
+    std::printf("[fwdlab] variant %d correctness\n", var);
+    for (bool causal : {false, true}) {
+      CheckAgainstEmulator({1, 2, 200, 64, causal}, opt, 700);
+      CheckAgainstEmulator({1, 2, 257, 128, causal}, opt, 800);
+      CheckAgainstEmulator({1, 2, 130, 128, causal}, opt, 810);
+    }
+    SageCudaOptions sq = opt;
+    sq.smooth_q = true;
+    CheckAgainstEmulator({1, 2, 150, 128, true}, sq, 900);
+    CheckAgainstEmulator({1, 2, 190, 64, false}, sq, 901);
+  }
+  struct Shape {
+    int b, h, n, d;
+  };
+  const Shape shapes[] = {{4, 16, 2048, 128}, {2, 16, 8192, 128}, {8, 16, 1024, 64}};
+  std::printf("| shape | causal | fwd variant | fwd ms | fwd TOPS | vs v3 |\n|---|---|---|---|---|---|\n");
+  for (const Shape& sh : shapes) {
+    for (bool causal : {false, true}) {
+      const AttnShape s{sh.b, sh.h, sh.n, sh.d, causal};
+      SageCudaOptions opt;
+      const size_t tb = sizeof(uint16_t) * s.numel(), wsb = SageWorkspaceBytes(s, opt);
+      DeviceBuffer q, k, v, o, lse, ws;
+      for (DeviceBuffer* b : {&q, &k, &v, &o}) CUDA_OK(b->Alloc(tb));
+      CUDA_OK(lse.Alloc(sizeof(float) * s.rows()));
+      CUDA_OK(ws.Alloc(wsb));
+      uint32_t seed = 11;
+      for (DeviceBuffer* b : {&q, &k, &v}) {
+        const std::vector<uint16_t> bits = ToBits(RandomBf16(s.numel(), 1.0, seed++));
+        CUDA_OK(cudaMemcpy(b->as<void>(), bits.data(), tb, cudaMemcpyHostToDevice));
+      }
+      auto bf = [](const DeviceBuffer& b) { return b.as<__nv_bfloat16>(); };
+      auto fwd = [&](int var) {
+        SageCudaOptions o2;
+        o2.fwd_variant = var;
+        return SageForwardCuda(s, o2, bf(q), bf(k), bf(v), bf(o), lse.as<float>(), ws.as<void>(),
+                               wsb, nullptr);
+      };
+      for (int var : vars) {
+        for (int w = 0; w < 3; ++w) ASSERT_TRUE(fwd(var).ok());
+      }
+      CUDA_OK(cudaDeviceSynchronize());
+      cudaEvent_t e0, e1;
+      CUDA_OK(cudaEventCreate(&e0));
+      CUDA_OK(cudaEventCreate(&e1));
+      const int reps = 21;
+      std::vector<std::vector<float>> t(vars.size());
+      for (int r = 0; r < reps; ++r) {
+        for (size_t vi = 0; vi < vars.size(); ++vi) {
+          CUDA_OK(cudaEventRecord(e0));
+          ASSERT_TRUE(fwd(vars[vi]).ok());
+          CUDA_OK(cudaEventRecord(e1));
+          CUDA_OK(cudaEventSynchronize(e1));
+          float ms = 0;
+          CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
+          t[vi].push_back(ms);
+        }
+      }
+      CUDA_OK(cudaEventDestroy(e0));
+      CUDA_OK(cudaEventDestroy(e1));
+      const double flops = 4.0 * s.B * s.H * double(s.N) * s.N * s.D * (causal ? 0.5 : 1.0);
       double base = 0;
       for (size_t vi = 0; vi < vars.size(); ++vi) {
         std::sort(t[vi].begin(), t[vi].end());

@@ -1,8 +1,10 @@
 // SageBwd INT8 attention, forward and backward, for sm_90 (mma.sync only): the CUDA twin of the
 // CPU emulator in attention/sagebwd_cpu.cc (ALGORITHMS.md §1.2). Host API: sagebwd_cuda.h.
 //
-// Layout: q, k, v, o, do, dq, dk, dv (B, H, N, D) bf16 row-major; lse (B, H, N) f32. Tiles:
-// Bq = Bkv = 64 (kSageBq, kSageBkv), 4 warps per CTA, each warp owns 16 rows of a 64-row tile.
+// Layout: q, k, v, o, do, dq, dk, dv (B, H, N, D) bf16 row-major; lse (B, H, N) f32. Tiles
+// (quantization groups and the emulator's bq / bkv): Bq = Bkv = 64 (kSageBq, kSageBkv). The
+// backward runs 4 warps per CTA, each warp owning 16 rows of a 64-row tile; the forward (v5)
+// runs 128 query rows = two 64-row Q groups per CTA (see SageForwardKernelV5).
 //
 // Quantization scheme (the emulator's; s = max|X| / 127 over the group, all-zero group: s = 1;
 // X^ = round_half_even(X / s) clamped to [-127, 127]; the kernels multiply by 1/s, taken once per
@@ -36,12 +38,16 @@
 // 2 CTAs (8 warps) per SM; ~66 KB at D = 64 with __launch_bounds__(128, 3) (<= 168 registers):
 // 3 CTAs per SM.
 //
-// Kernel-lab variant: sagebwd v4 (kernels/bench/README.md, Variants): forward as v3; backward =
+// Kernel-lab variant: sagebwd v5 (kernels/bench/README.md, Variants): forward v5c
+// (SageForwardKernelV5 with kFastS: 4 warps x 32 rows, 128-row CTAs, P~^ packed from registers
+// into s8 A fragments, V^T stored in the permuted key order FwdKeyOfSlot; causal D = 64: 8 warps
+// x 16 rows), chosen by FwdProductionFor; the v3/v4 forward (SageForwardKernel) and the other
+// v5 variants stay compiled in for the lab (SageCudaOptions::fwd_variant). Backward as v4 =
 // bits kBwdInterior | kBwdOcc3 of the compiled-in backward variants (kBwd*, BwdKernelFor; the
 // GPU test's lab mode times them through SageCudaOptions::bwd_variant). mma.sync m16n8k32 s8 /
 // m16n8k16 bf16 with ldmatrix fragment loads from padded tiles (row strides of an odd number of
 // 16-byte chunks: conflict-free), cp.async copies; forward: K^ / V^T double-buffered (next tile
-// prefetched during the current one); backward: Q^ / dO / lse / D_i of a Q tile loaded at the top
+// prefetched during the current one; v5 also); backward: Q^ / dO / lse / D_i of a Q tile loaded at the top
 // of its iteration (v3's one-ahead prefetch, 16-byte dQ atomics and S32ToF32 conversion: 2-6%
 // slower together, lab variants only); quantization kernels with 16-byte loads and stores in
 // both orientations. No wgmma / TMA yet.
@@ -53,6 +59,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "attention/cuda/attention_common.cuh"
 
@@ -287,6 +294,16 @@ __device__ __forceinline__ float BlockMax(float x, float* red) {
   return r;
 }
 
+// Key order of the forward's V^T (perm16 in QuantizeTileKernel, forward v5): within each run of
+// 16 keys, byte slot 4t + b holds key 2t + b (b < 2) or 8 + 2t + b - 2 (b >= 2). That is the
+// order in which an s32 m16n8 accumulator fragment (lane t: columns 2t, 2t + 1 of n-blocks
+// 2h, 2h + 1) lands in the s8 m16n8k32 A fragment (lane t: k bytes 4t..4t+3 of each 16-run), so
+// the forward packs P~^ straight from its S registers into A fragments (no shared-memory round
+// trip); the contraction runs over the same permutation on both sides, so P^ V^ is unchanged.
+__host__ __device__ constexpr int FwdKeyOfSlot(int slot) {
+  return ((slot >> 2) << 1) + (slot & 1) + (((slot >> 1) & 1) << 3);
+}
+
 // ----------------------------------------------------------------------------------------------
 // Quantization kernels.
 // ----------------------------------------------------------------------------------------------
@@ -329,7 +346,7 @@ template <int D>
 __global__ void __launch_bounds__(256) QuantizeTileKernel(
     const __nv_bfloat16* __restrict__ x, int n, int np, int shift_mode,
     const float* __restrict__ shift, float* __restrict__ mu_out, int8_t* __restrict__ xh,
-    int8_t* __restrict__ xht, float* __restrict__ scale) {
+    int8_t* __restrict__ xht, float* __restrict__ scale, bool perm16) {
   __shared__ float tile[kTile][D + 1];
   __shared__ float sh[D];
   __shared__ float red[32];
@@ -402,8 +419,9 @@ __global__ void __launch_bounds__(256) QuantizeTileKernel(
       uint32_t x4 = 0;
 #pragma unroll
       for (int b = 0; b < 4; ++b) {
-        x4 |= uint32_t(static_cast<uint8_t>(QuantizeS8Inv(tile[rq * 16 + 4 * q + b][c], inv)))
-              << (8 * b);
+        const int slot = 4 * q + b;  // byte slot of the 16-row run; perm16: key FwdKeyOfSlot
+        const int r = rq * 16 + (perm16 ? FwdKeyOfSlot(slot) : slot);
+        x4 |= uint32_t(static_cast<uint8_t>(QuantizeS8Inv(tile[r][c], inv))) << (8 * b);
       }
       w[q] = x4;
     }
@@ -586,6 +604,303 @@ __global__ void __launch_bounds__(kThreads) SageForwardKernel(FwdParams p) {
       *reinterpret_cast<__nv_bfloat162*>(orow + n * 8 + 2 * t) = v2;
     }
     if (t == 0) p.lse[int64_t(bh) * p.n + gr[h]] = m[h] + logf(l[h]);
+  }
+}
+
+// Forward v5 (kernels/bench/README.md, Variants): 128 query rows per CTA = two 64-row
+// quantization groups (Q^ scales, mu and the emulator's Bq stay 64), MW m16 row blocks per warp
+// (MW = 1: 8 warps, MW = 2: 4 warps with each K^ / V^T fragment feeding two row blocks), K^ and
+// V^T double-buffered by cp.async, fragments by ldmatrix. Softmax in the log2 domain (the logits
+// scaled by log2 e; LSE converted back): P~^ = rne(127 exp2(x - rowmax)) (= P~ / s_P of the
+// emulator: s_P = exp(rowmax - m_new) / 127 cancels m_new), made by one FMA into the mantissa of
+// 1.5 * 2^23 and packed from the S registers straight into the s8 A fragments of P^ V^ (the V^T
+// key order is permuted to match: FwdKeyOfSlot); l += exp(rowmax - m_new) * rowsum; O += s_P s_V
+// (P^ V^). Tiles with no masked entry for the warp (interior) skip the mask arithmetic; causal
+// tiles past a warp's last row are skipped by that warp; causal CTAs run heaviest first.
+constexpr int kFwdRows = 128;
+template <int D, int MW>
+struct FwdV5Config {
+  static constexpr int kWarps = kFwdRows / (16 * MW);
+  static constexpr int kThreadsV5 = kWarps * 32;
+  static constexpr int kI8D = D + 16;
+  static constexpr int kQh = 0;                                 // Q^ [128][kI8D]
+  static constexpr int kStage0 = kQh + kFwdRows * kI8D;         // 2 x (K^ [64][kI8D], V^T [D][kI8T])
+  static constexpr int kVh = kTile * kI8D;                      // V^T offset inside a stage
+  static constexpr int kStage = kTile * kI8D + D * kI8T;
+  static constexpr int kF32 = kStage0 + 2 * kStage;             // bias [2][64], mu [2][D], kbar [D]
+  static constexpr int kBytes = kF32 + (2 * kTile + 3 * D) * 4;
+  static constexpr int kMinBlocks = (MW == 1) ? (D == 64 ? 2 : 1) : 2;
+  static_assert(kBytes * kMinBlocks <= 227 * 1024, "forward v5 shared memory over the sm_90 limit");
+  static_assert(kStage0 % 16 == 0 && kVh % 16 == 0 && kStage % 16 == 0 && kF32 % 16 == 0,
+                "16-byte aligned forward v5 regions");
+};
+
+// Low bytes of four 32-bit words (a, b, c, d) -> one word, a in byte 0.
+__device__ __forceinline__ uint32_t PackLowBytes(uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+  return __byte_perm(__byte_perm(a, b, 0x0040), __byte_perm(c, d, 0x0040), 0x5410);
+}
+
+// kFastS (v5c): interior tiles without Q-smoothing take the row max over the raw int32 sums
+// (as floats in the mantissa of 1.5 * 2^23) and scale only the differences; the P^ V^ sums are
+// folded into O by two FMAs on the same mantissa form.
+template <int D, bool kCausal, bool kSmoothQ, int MW, bool kFastS>
+__global__ void __launch_bounds__(FwdV5Config<D, MW>::kThreadsV5, FwdV5Config<D, MW>::kMinBlocks)
+    SageForwardKernelV5(FwdParams p) {
+  using C = FwdV5Config<D, MW>;
+  using cuda::FastExp2;
+  using cuda::kLog2e;
+  constexpr int kNtO = D / 8;
+  extern __shared__ __align__(16) char smem[];
+  int8_t* s_qh = reinterpret_cast<int8_t*>(smem + C::kQh);
+  int8_t* s_stage = reinterpret_cast<int8_t*>(smem + C::kStage0);
+  float* s_bias = reinterpret_cast<float*>(smem + C::kF32);  // [2][64], log2 domain
+  float* s_mu = s_bias + 2 * kTile;                           // [2][D]
+  float* s_kbar = s_mu + 2 * D;
+
+  const int bx = kCausal ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
+  const int bh = blockIdx.y;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int r0 = bx * kFwdRows;
+  const int64_t nd = int64_t(p.n) * D, npd = int64_t(p.np) * D;
+  const int wrow = warp * 16 * MW;  // first row of this warp inside the CTA
+  const int wr0 = r0 + wrow;        // ... in the sequence
+  const int grp = wrow / kTile;     // quantization group (Q tile 2 bx + grp)
+  const bool wvalid = wr0 < p.n;
+  const int wlast = min(wr0 + 16 * MW, p.n) - 1;
+
+  // Q^ rows present in the padded workspace (64 or 128) + stage 0 <- K tile 0: one group.
+  CopyRows(s_qh, C::kI8D, p.qh + bh * npd + int64_t(r0) * D, D, min(kFwdRows, p.np - r0), D);
+  if (kSmoothQ) {
+    for (int idx = threadIdx.x; idx < 2 * D; idx += blockDim.x) {
+      const int qt = 2 * bx + idx / D;
+      s_mu[idx] = qt < p.ntq ? p.mu[(int64_t(bh) * p.ntq + qt) * D + idx % D] : 0.0f;
+    }
+    for (int d = threadIdx.x; d < D; d += blockDim.x) s_kbar[d] = p.kbar[int64_t(bh) * D + d];
+  }
+  const float sq = wvalid ? p.sq[int64_t(bh) * p.ntq + 2 * bx + grp] : 0.0f;
+
+  float acc[MW][kNtO][4];
+#pragma unroll
+  for (int mb = 0; mb < MW; ++mb) {
+#pragma unroll
+    for (int n = 0; n < kNtO; ++n) acc[mb][n][0] = acc[mb][n][1] = acc[mb][n][2] = acc[mb][n][3] = 0.0f;
+  }
+  float m[MW][2], l[MW][2];  // m: running max of the log2-domain logits
+#pragma unroll
+  for (int mb = 0; mb < MW; ++mb) {
+    m[mb][0] = m[mb][1] = -INFINITY;
+    l[mb][0] = l[mb][1] = 0.0f;
+  }
+
+  const int last_row = min(r0 + kFwdRows, p.n) - 1;
+  const int last = kCausal ? min(p.ntk - 1, last_row / kTile) : p.ntk - 1;
+  CopyRows(s_stage, C::kI8D, p.kh + bh * npd, D, kTile, D);
+  CopyRows(s_stage + C::kVh, kI8T, p.vht + bh * npd, p.np, D, kTile);
+  cuda::CpAsyncCommit();
+  for (int j = 0; j <= last; ++j) {
+    const int c0 = j * kTile;
+    __syncthreads();  // previous tile's reads of the stage refilled below (and s_bias) are done
+    if (j < last) {
+      int8_t* nx = s_stage + ((j + 1) & 1) * C::kStage;
+      CopyRows(nx, C::kI8D, p.kh + bh * npd + int64_t(c0 + kTile) * D, D, kTile, D);
+      CopyRows(nx + C::kVh, kI8T, p.vht + bh * npd + c0 + kTile, p.np, D, kTile);
+    }
+    cuda::CpAsyncCommit();  // possibly empty group: keeps the wait count uniform
+    if (kSmoothQ && threadIdx.x < 2 * kTile) {
+      // bias[grp][c] = tau * mu_grp . (K_c - kbar) * log2 e (0 past N).
+      const int gq = threadIdx.x / kTile, c = threadIdx.x % kTile, gc = c0 + c;
+      float b = 0.0f;
+      if (gc < p.n) {
+        const __nv_bfloat16* kc = p.k + bh * nd + int64_t(gc) * D;
+        const float* mu = s_mu + gq * D;
+        for (int d = 0; d < D; ++d) b += mu[d] * (__bfloat162float(kc[d]) - s_kbar[d]);
+      }
+      s_bias[threadIdx.x] = p.tau * b * kLog2e;
+    }
+    cuda::CpAsyncWait<1>();  // tile j (and Q^) landed for this thread
+    __syncthreads();
+    if (!wvalid || (kCausal && c0 > wlast)) continue;  // warp-uniform; no barrier below
+    const int8_t* s_khj = s_stage + (j & 1) * C::kStage;
+    const int8_t* s_vhtj = s_khj + C::kVh;
+    const float a = p.tau * sq * p.sk[int64_t(bh) * p.ntk + j] * kLog2e;
+    const float svj = p.sv[int64_t(bh) * p.ntk + j] * (1.0f / 127.0f);
+    const bool need_mask = c0 + kTile > p.n || (kCausal && c0 + kTile - 1 > wr0);
+
+    auto body = [&](auto mask_tag) {
+      constexpr bool kMask = decltype(mask_tag)::value;
+      constexpr bool kFast = !kMask && !kSmoothQ && kFastS;
+      // S = Q^ K^T for the warp's MW row blocks (each K^ fragment feeds MW MMAs).
+      int32_t si[MW][8][4];
+#pragma unroll
+      for (int mb = 0; mb < MW; ++mb) {
+#pragma unroll
+        for (int n = 0; n < 8; ++n) si[mb][n][0] = si[mb][n][1] = si[mb][n][2] = si[mb][n][3] = 0;
+      }
+#pragma unroll
+      for (int k0 = 0; k0 < D; k0 += 32) {
+        uint32_t qa[MW][4];
+#pragma unroll
+        for (int mb = 0; mb < MW; ++mb) LdA(qa[mb], s_qh + (wrow + 16 * mb) * C::kI8D, C::kI8D, k0, lane);
+#pragma unroll
+        for (int n = 0; n < 8; n += 2) {
+          uint32_t b[4];
+          LdB2(b, s_khj, C::kI8D, n * 8, k0, lane);
+#pragma unroll
+          for (int mb = 0; mb < MW; ++mb) {
+            MmaS8(si[mb][n], qa[mb], b[0], b[1]);
+            MmaS8(si[mb][n + 1], qa[mb], b[2], b[3]);
+          }
+        }
+      }
+      uint32_t pa[MW][2][4];  // P~^ as s8 A fragments (k = the permuted key order), 2 k-steps
+      float alpha[MW][2], coef[MW][2];
+#pragma unroll
+      for (int mb = 0; mb < MW; ++mb) {
+        float x[8][4];
+        float rmax[2] = {-INFINITY, -INFINITY};
+        float rsub[2], sc[2];
+        if constexpr (kFast) {
+          // x = a (fb - 1.5 * 2^23), fb = the int32 sum added into the mantissa of 1.5 * 2^23
+          // (exact): the max over fb (a > 0), then x - rowmax = (fb - fbmax) a (the difference
+          // is exact): no per-element int -> float conversion or scale before the max.
+          float fbmax[2] = {0.0f, 0.0f};
+#pragma unroll
+          for (int n = 0; n < 8; ++n) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              x[n][e] = __int_as_float(0x4B400000 + si[mb][n][e]);
+              fbmax[e >> 1] = fmaxf(fbmax[e >> 1], x[n][e]);
+            }
+          }
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            fbmax[h] = QuadMax(fbmax[h]);
+            rmax[h] = (fbmax[h] - 12582912.0f) * a;
+            const float m_new = fmaxf(m[mb][h], rmax[h]);  // every row sees the whole tile
+            alpha[mb][h] = FastExp2(m[mb][h] - m_new);
+            sc[h] = FastExp2(rmax[h] - m_new);
+            rsub[h] = fbmax[h];
+            m[mb][h] = m_new;
+          }
+        } else {
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int h = e >> 1, c = n * 8 + 2 * t + (e & 1);
+            float v = S32ToF32(si[mb][n][e]) * a;
+            if (kSmoothQ) v += s_bias[grp * kTile + c];
+            if (kMask) {
+              const int row = wr0 + 16 * mb + g + 8 * h, gc = c0 + c;
+              const bool ok = gc < p.n && (!kCausal || gc <= row);
+              v = ok ? v : -INFINITY;
+            }
+            x[n][e] = v;
+            rmax[h] = fmaxf(rmax[h], v);
+          }
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          rmax[h] = QuadMax(rmax[h]);
+          const float m_new = fmaxf(m[mb][h], rmax[h]);
+          const float mref = m_new == -INFINITY ? 0.0f : m_new;
+          alpha[mb][h] = FastExp2(m[mb][h] - mref);  // 0 while nothing was visible (acc = 0)
+          rsub[h] = rmax[h] == -INFINITY ? 0.0f : -rmax[h];
+          sc[h] = FastExp2(rmax[h] - mref);  // = 127 s_P; 0 for a row with no visible key
+          m[mb][h] = m_new;
+        }
+        }
+        uint32_t bits[8][4];
+        float rsum[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int h = e >> 1;
+            // in [0, 1]; masked: 0
+            const float ev = kFast ? FastExp2((x[n][e] - rsub[h]) * a) : FastExp2(x[n][e] + rsub[h]);
+            rsum[h] += ev;
+            bits[n][e] = __float_as_uint(fmaf(ev, 127.0f, 12582912.0f));  // low byte = rne(127 ev)
+          }
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          l[mb][h] = l[mb][h] * alpha[mb][h] + sc[h] * QuadSum(rsum[h]);
+          coef[mb][h] = sc[h] * svj;
+        }
+#pragma unroll
+        for (int kk = 0; kk < 2; ++kk) {
+          const int n0 = 4 * kk;
+          pa[mb][kk][0] = PackLowBytes(bits[n0][0], bits[n0][1], bits[n0 + 1][0], bits[n0 + 1][1]);
+          pa[mb][kk][1] = PackLowBytes(bits[n0][2], bits[n0][3], bits[n0 + 1][2], bits[n0 + 1][3]);
+          pa[mb][kk][2] = PackLowBytes(bits[n0 + 2][0], bits[n0 + 2][1], bits[n0 + 3][0], bits[n0 + 3][1]);
+          pa[mb][kk][3] = PackLowBytes(bits[n0 + 2][2], bits[n0 + 2][3], bits[n0 + 3][2], bits[n0 + 3][3]);
+        }
+      }
+      float cb[MW][2];
+#pragma unroll
+      for (int mb = 0; mb < MW; ++mb) cb[mb][0] = -coef[mb][0] * 12582912.0f, cb[mb][1] = -coef[mb][1] * 12582912.0f;
+      // O = alpha O + s_P s_V (P^ V^), 16 output columns at a time.
+#pragma unroll
+      for (int n = 0; n < kNtO; n += 2) {
+        int32_t pv[MW][2][4];
+#pragma unroll
+        for (int mb = 0; mb < MW; ++mb) {
+#pragma unroll
+          for (int q = 0; q < 2; ++q) pv[mb][q][0] = pv[mb][q][1] = pv[mb][q][2] = pv[mb][q][3] = 0;
+        }
+#pragma unroll
+        for (int kk = 0; kk < 2; ++kk) {
+          uint32_t b[4];
+          LdB2(b, s_vhtj, kI8T, n * 8, kk * 32, lane);
+#pragma unroll
+          for (int mb = 0; mb < MW; ++mb) {
+            MmaS8(pv[mb][0], pa[mb][kk], b[0], b[1]);
+            MmaS8(pv[mb][1], pa[mb][kk], b[2], b[3]);
+          }
+        }
+#pragma unroll
+        for (int mb = 0; mb < MW; ++mb) {
+#pragma unroll
+          for (int q = 0; q < 2; ++q) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int h = e >> 1;
+              // alpha acc + coef (fb - 1.5 * 2^23) as two FMAs (cb = -coef * 1.5 * 2^23: one
+              // rounding, ~0.75 coef, an int8-product unit, per tile).
+              if constexpr (kFastS) {
+                acc[mb][n + q][e] = fmaf(coef[mb][h], __int_as_float(0x4B400000 + pv[mb][q][e]),
+                                         fmaf(acc[mb][n + q][e], alpha[mb][h], cb[mb][h]));
+              } else {
+                acc[mb][n + q][e] = acc[mb][n + q][e] * alpha[mb][h] + coef[mb][h] * S32ToF32(pv[mb][q][e]);
+              }
+            }
+          }
+        }
+      }
+    };
+    if (need_mask) {
+      body(std::true_type{});
+    } else {
+      body(std::false_type{});
+    }
+  }
+#pragma unroll
+  for (int mb = 0; mb < MW; ++mb) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = wr0 + 16 * mb + g + 8 * h;
+      if (row >= p.n) continue;
+      __nv_bfloat16* orow = p.o + bh * nd + int64_t(row) * D;
+#pragma unroll
+      for (int n = 0; n < kNtO; ++n) {
+        // CPU: o = acc / l; division kept as a division for parity.
+        const __nv_bfloat162 v2 =
+            __floats2bfloat162_rn(acc[mb][n][2 * h] / l[mb][h], acc[mb][n][2 * h + 1] / l[mb][h]);
+        *reinterpret_cast<__nv_bfloat162*>(orow + n * 8 + 2 * t) = v2;
+      }
+      if (t == 0) p.lse[int64_t(bh) * p.n + row] = m[mb][h] * cuda::kLn2 + logf(l[mb][h]);
+    }
   }
 }
 
@@ -1030,11 +1345,33 @@ Status CheckArgs(const AttnShape& s, void* workspace, size_t workspace_bytes,
 template <int D>
 Status LaunchQuantize(const AttnShape& s, const __nv_bfloat16* x, int shift_mode,
                       const float* shift, float* mu_out, int8_t* xh, int8_t* xht, float* scale,
-                      cudaStream_t stream) {
+                      cudaStream_t stream, bool perm16 = false) {
   const int nt = CeilDiv(s.N, kTile);
   QuantizeTileKernel<D><<<dim3(nt, s.B * s.H), 256, 0, stream>>>(
-      x, s.N, nt * kTile, shift_mode, shift, mu_out, xh, xht, scale);
+      x, s.N, nt * kTile, shift_mode, shift, mu_out, xh, xht, scale, perm16);
   return CudaStatus(cudaGetLastError(), "SageBwd QuantizeTileKernel launch");
+}
+
+// Forward variants compiled in (SageCudaOptions::fwd_variant): 3 = sagebwd v3/v4 forward
+// (SageForwardKernel), 5 = v5a (SageForwardKernelV5, 8 warps x 16 rows), 6 = v5b (4 warps x 32
+// rows), 7 = v5c (v5b + kFastS), 8 = v5a + kFastS. FwdProductionFor is what production calls
+// run (measured: kernels/bench/README.md).
+constexpr int FwdProductionFor(int d, bool causal) { return d == 64 && causal ? 8 : 7; }
+
+template <int D, int MW, bool kFastS>
+Status LaunchForwardV5(const AttnShape& s, const FwdParams& p, bool smooth_q, cudaStream_t stream) {
+  using C = FwdV5Config<D, MW>;
+  using K = void (*)(FwdParams);
+  K kernel = s.causal ? (smooth_q ? SageForwardKernelV5<D, true, true, MW, kFastS>
+                                  : SageForwardKernelV5<D, true, false, MW, kFastS>)
+                      : (smooth_q ? SageForwardKernelV5<D, false, true, MW, kFastS>
+                                  : SageForwardKernelV5<D, false, false, MW, kFastS>);
+  ABLATE_CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kBytes),
+      "SageBwd forward v5 smem attribute");
+  const unsigned grid_x = static_cast<unsigned>(CeilDiv(s.N, kFwdRows));
+  kernel<<<dim3(grid_x, s.B * s.H), C::kThreadsV5, C::kBytes, stream>>>(p);
+  return CudaStatus(cudaGetLastError(), "SageBwd forward v5 kernel launch");
 }
 
 template <int D>
@@ -1054,7 +1391,14 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
       !st.ok()) {
     return st;
   }
-  if (Status st = LaunchQuantize<D>(s, v, 0, nullptr, nullptr, w.vh, w.vht, w.sv, stream);
+  const int fvar = opt.fwd_variant < 0 ? FwdProductionFor(D, s.causal) : opt.fwd_variant;
+  if (fvar != 3 && (fvar < 5 || fvar > 8)) {
+    return InvalidArgument("SageBwd CUDA: forward variant " + std::to_string(fvar) +
+                           " is not compiled in");
+  }
+  // v5 reads V^T in the permuted key order (FwdKeyOfSlot); v3 in token order.
+  if (Status st = LaunchQuantize<D>(s, v, 0, nullptr, nullptr, w.vh, w.vht, w.sv, stream,
+                                    /*perm16=*/fvar != 3);
       !st.ok()) {
     return st;
   }
@@ -1082,6 +1426,10 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
   p.ntk = nt;
   p.smooth_q = opt.smooth_q;
   p.tau = 1.0f / std::sqrt(static_cast<float>(D));
+  if (fvar == 5) return LaunchForwardV5<D, 1, false>(s, p, opt.smooth_q, stream);
+  if (fvar == 6) return LaunchForwardV5<D, 2, false>(s, p, opt.smooth_q, stream);
+  if (fvar == 7) return LaunchForwardV5<D, 2, true>(s, p, opt.smooth_q, stream);
+  if (fvar == 8) return LaunchForwardV5<D, 1, true>(s, p, opt.smooth_q, stream);
   constexpr int kSmem = SageConfig<D>::kFwdBytes;
   auto kernel = s.causal ? SageForwardKernel<D, true> : SageForwardKernel<D, false>;
   ABLATE_CUDA_RETURN_IF_ERROR(

@@ -8,7 +8,8 @@
 //
 // Tiles: kSageBq query rows x kSageBkv key rows for every head dim and both passes; configure
 // the CPU emulator with SageOptions{.bq = kSageBq, .bkv = kSageBkv} to compare bit-for-bit up to
-// accumulation order.
+// accumulation order. (The forward kernel's CTA covers two kSageBq groups; the groups, their
+// scales and means are unchanged.)
 //
 // Workspace: caller-provided, SageWorkspaceBytes(shape, opt) bytes, 256-byte aligned. The
 // forward writes the quantized Q^, K^, V^ (and their transposes), their scales, the K mean and
@@ -50,6 +51,10 @@ struct SageCudaOptions {
   // value >= 0 picks one of the compiled-in backward variants (sagebwd.cu, kBwd* bits; the
   // launcher returns InvalidArgument for one that is not compiled in).
   int bwd_variant = -1;
+  // Kernel lab only: -1 runs the production forward; 3 = the v3/v4 forward kernel, 5 / 6 = the
+  // v5 forward with 8 warps x 16 rows / 4 warps x 32 rows per 128-row CTA, 7 / 8 = 6 / 5 with
+  // the fast interior logits (sagebwd.cu); other values: InvalidArgument.
+  int fwd_variant = -1;
 };
 
 // The CPU emulator options that the kernels implement for `opt`.
