@@ -49,6 +49,7 @@
 #include <set>
 #include <tuple>
 
+#include "../integration/db_util.h"
 #include "../integration/process_util.h"
 #include "tcp_proxy.h"
 
@@ -119,56 +120,7 @@ std::vector<pid_t> TrainerPids(const std::string& dir) {
   return out;
 }
 
-using Rows = std::vector<std::vector<std::string>>;
-
-// Rows of a query on the coordinator's database, read-only, straight through SQLite.
-Rows Sql(const std::string& db_path, const std::string& sql) {
-  Rows rows;
-  sqlite3* db = nullptr;
-  if (sqlite3_open_v2(db_path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
-    ADD_FAILURE() << "open " << db_path << ": " << sqlite3_errmsg(db);
-    sqlite3_close(db);
-    return rows;
-  }
-  sqlite3_busy_timeout(db, 5000);
-  sqlite3_stmt* st = nullptr;
-  if (sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) != SQLITE_OK) {
-    ADD_FAILURE() << sqlite3_errmsg(db) << " in " << sql;
-  } else {
-    while (sqlite3_step(st) == SQLITE_ROW) {
-      std::vector<std::string> row;
-      for (int i = 0; i < sqlite3_column_count(st); ++i) {
-        const unsigned char* t = sqlite3_column_text(st, i);
-        row.push_back(t ? reinterpret_cast<const char*>(t) : "");
-      }
-      rows.push_back(row);
-    }
-  }
-  sqlite3_finalize(st);
-  sqlite3_close(db);
-  return rows;
-}
-
-using Point = std::tuple<int64_t, std::string, double>;
-
-// The points a worker must have forwarded for one metrics.jsonl: every numeric field except step
-// and type, at the line's step (0 when it has none).
-std::multiset<Point> ExpectedPoints(const std::string& jsonl) {
-  std::multiset<Point> out;
-  std::stringstream ss(jsonl);
-  std::string line;
-  while (std::getline(ss, line)) {
-    if (line.empty()) continue;
-    json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded()) continue;
-    int64_t step = j.contains("step") ? j["step"].get<int64_t>() : 0;
-    for (auto it = j.begin(); it != j.end(); ++it) {
-      if (it.key() == "step" || it.key() == "type" || !it->is_number()) continue;
-      out.insert({step, it.key(), it->get<double>()});
-    }
-  }
-  return out;
-}
+Rows Sql(const std::string& db_path, const std::string& sql) { return ReadOnlySql(db_path, sql); }
 
 // The trainer's start line of a metrics.jsonl, or null.
 json StartLine(const std::string& jsonl) {

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "db_util.h"
 #include "process_util.h"
 
 #ifndef ABLATED_BIN
@@ -102,32 +103,7 @@ class Cluster : public ::testing::Test {
   }
 
   // Rows of a read-only query on the coordinator's database, straight through SQLite.
-  static std::vector<std::vector<std::string>> Sql(const std::string& sql) {
-    sqlite3* db = nullptr;
-    std::vector<std::vector<std::string>> rows;
-    if (sqlite3_open_v2((*dir_ + "/coord/ablate.db").c_str(), &db, SQLITE_OPEN_READONLY,
-                        nullptr) != SQLITE_OK) {
-      ADD_FAILURE() << sqlite3_errmsg(db);
-      return rows;
-    }
-    sqlite3_busy_timeout(db, 5000);
-    sqlite3_stmt* st = nullptr;
-    if (sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) != SQLITE_OK) {
-      ADD_FAILURE() << sqlite3_errmsg(db) << " in " << sql;
-    } else {
-      while (sqlite3_step(st) == SQLITE_ROW) {
-        std::vector<std::string> row;
-        for (int i = 0; i < sqlite3_column_count(st); ++i) {
-          const unsigned char* t = sqlite3_column_text(st, i);
-          row.push_back(t ? reinterpret_cast<const char*>(t) : "");
-        }
-        rows.push_back(row);
-      }
-    }
-    sqlite3_finalize(st);
-    sqlite3_close(db);
-    return rows;
-  }
+  static Rows Sql(const std::string& sql) { return ReadOnlySql(*dir_ + "/coord/ablate.db", sql); }
 
   static std::string* dir_;
   static std::string* addr_;
@@ -138,24 +114,6 @@ std::string* Cluster::dir_ = nullptr;
 std::string* Cluster::addr_ = nullptr;
 Proc* Cluster::coordinator_ = nullptr;
 Proc* Cluster::workers_[2] = {nullptr, nullptr};
-
-// The points a worker must have forwarded for one metrics.jsonl: every numeric field except step
-// and type, at the line's step (0 when it has none).
-std::multiset<std::tuple<int64_t, std::string, double>> ExpectedPoints(const std::string& jsonl) {
-  std::multiset<std::tuple<int64_t, std::string, double>> out;
-  std::stringstream ss(jsonl);
-  std::string line;
-  while (std::getline(ss, line)) {
-    if (line.empty()) continue;
-    json j = json::parse(line);
-    int64_t step = j.contains("step") ? j["step"].get<int64_t>() : 0;
-    for (auto it = j.begin(); it != j.end(); ++it) {
-      if (it.key() == "step" || it.key() == "type" || !it->is_number()) continue;
-      out.insert({step, it.key(), it->get<double>()});
-    }
-  }
-  return out;
-}
 
 TEST_F(Cluster, SweepRunsToCompletionAndMetricsMatchTheTrainers) {
   std::string spec = WriteSpec("grid222", SmallBase(20) +
@@ -192,7 +150,7 @@ TEST_F(Cluster, SweepRunsToCompletionAndMetricsMatchTheTrainers) {
     }
     ASSERT_FALSE(jsonl.empty()) << "no metrics.jsonl for trial " << t[0];
     auto want = ExpectedPoints(jsonl);
-    std::multiset<std::tuple<int64_t, std::string, double>> got;
+    std::multiset<Point> got;
     for (const auto& r : Sql("SELECT step, name, value FROM metrics WHERE trial_id = " + t[0])) {
       got.insert({std::stoll(r[0]), r[1], std::stod(r[2])});
     }
