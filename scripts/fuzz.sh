@@ -12,12 +12,25 @@ CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Re
   -DABLATE_FUZZ=ON -DABLATE_CUDA=OFF -DABLATE_BUILD_TESTS=OFF >/dev/null
 targets=(trial_config sweep_spec shard_reader http_api)
 cmake --build "$build" -j "$(nproc)" --target "${targets[@]/#/fuzz_}"
+# Binary seeds are made here rather than committed: a valid llm.c shard (5 tokens), and the input
+# that once crashed the config parser (invalid UTF-8 in a string field).
+seeds="$build/seeds"
+mkdir -p "$seeds/shard_reader" "$seeds/trial_config" "$seeds/sweep_spec" "$seeds/http_api"
+python3 - "$seeds" <<'PY'
+import struct, sys
+seeds = sys.argv[1]
+header = [20240520, 1, 5] + [0] * 253
+open(f"{seeds}/shard_reader/valid.bin", "wb").write(struct.pack("<256i", *header) + struct.pack("<5H", 1, 2, 3, 4, 5))
+open(f"{seeds}/trial_config/regress-invalid-utf8", "wb").write(b"# The README" + b"\xd4" * 60)
+PY
 for t in "${targets[@]}"; do
   work="$build/corpus-$t"
   mkdir -p "$work"
+  corpora=("$work" "$seeds/$t")
+  [[ -d "$root/tests/fuzz/corpus/$t" ]] && corpora+=("$root/tests/fuzz/corpus/$t")
   echo "fuzz: $t for ${seconds}s"
   # New inputs go to the scratch corpus; the committed seeds are read-only.
-  "$build/tests/fuzz/fuzz_$t" "$work" "$root/tests/fuzz/corpus/$t" -max_total_time="$seconds" \
+  "$build/tests/fuzz/fuzz_$t" "${corpora[@]}" -max_total_time="$seconds" \
     -max_len=65536 -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 2>"$build/fuzz_$t.log" ||
     { tail -50 "$build/fuzz_$t.log" >&2; echo "fuzz: $t FAILED (log $build/fuzz_$t.log)" >&2; exit 1; }
   grep -E "stat::number_of_executed_units" "$build/fuzz_$t.log" | sed "s/^/fuzz: $t: /"

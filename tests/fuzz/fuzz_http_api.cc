@@ -1,6 +1,6 @@
 // libFuzzer target: the HTTP API's request handling (routing, auth, query parsing, static files).
-// The input is split into lines: method, path, then "key=value" query parameters; the first byte
-// decides whether the request carries the right token. Invariants checked on every input:
+// The input's first byte decides whether the request carries the right token (odd: yes; the seeds
+// use 'A' and 'N'); the rest is split into lines: method, path, then "key=value" query parameters. Invariants checked on every input:
 //   - without the token, no /api or /metrics route answers 200 (only static files may);
 //   - a static answer never carries the secret file placed next to (outside) the web dir;
 //   - every error is a JSON {"error": ...} body.
