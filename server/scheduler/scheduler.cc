@@ -724,6 +724,7 @@ StatusOr<int> Scheduler::Retry(int64_t sweep_id, bool failed_only) {
         u.trial_id = r.id;
         u.state = "queued";
         u.reason = "retried";
+        u.max_attempts = live->second->max_attempts;
         store_->UpdateTrial(u);
         ++n;
       }
@@ -738,8 +739,8 @@ StatusOr<int> Scheduler::Retry(int64_t sweep_id, bool failed_only) {
     u.state = "queued";
     u.reason = "retried";
     u.finished_at = 0;
+    u.max_attempts = t->max_attempts;  // durable, so a restart keeps the fresh budget
     store_->UpdateTrial(u);
-    // max_attempts lives in the trial row too; keep it in step.
     trials_[r.id] = std::move(t);
     ++n;
   }

@@ -933,7 +933,8 @@ void Store::UpdateTrial(const TrialUpdate& u, Done done) {
             "checkpoint_step = coalesce(?5, checkpoint_step), reason = coalesce(?6, reason), "
             "started_at = CASE WHEN ?7 IS NULL THEN started_at ELSE nullif(?7, 0) END, "
             "finished_at = CASE WHEN ?8 IS NULL THEN finished_at ELSE nullif(?8, 0) END, "
-            "priority = coalesce(?9, priority) WHERE id = ?1"));
+            "priority = coalesce(?9, priority), max_attempts = coalesce(?10, max_attempts) "
+            "WHERE id = ?1"));
     st.Bind(1, u.trial_id);
     st.Bind(2, u.state);
     st.Bind(3, u.attempts);
@@ -943,6 +944,7 @@ void Store::UpdateTrial(const TrialUpdate& u, Done done) {
     st.Bind(7, u.started_at);
     st.Bind(8, u.finished_at);
     st.Bind(9, u.priority);
+    st.Bind(10, u.max_attempts);
     ABLATE_RETURN_IF_ERROR(st.Run(what));
     if (w.Changes() == 0) return NotFound(what + ": no such trial");
     return Status::Ok();

@@ -135,6 +135,7 @@ struct TrialUpdate {
   std::optional<double> started_at;
   std::optional<double> finished_at;
   std::optional<int> priority;
+  std::optional<int> max_attempts;
 };
 
 // A partial update of an attempt.

@@ -292,6 +292,9 @@ TEST_F(SchedulerTest, CancelRunningSendsCancelAndEnds) {
   EXPECT_EQ(*none, 0);
   auto all = sched_->Retry(sweep, false);
   EXPECT_EQ(*all, 3);
+  ASSERT_TRUE(store_->Flush().ok());
+  // The fresh budget of attempts is stored, so a restart keeps it.
+  EXPECT_EQ(store_->GetTrial(a.trial_id())->trial.max_attempts, 1 + 3);
   ASSERT_TRUE(WaitFor([&] { return link->Count(MC::kAssign) == 2; }));
 }
 
