@@ -393,7 +393,7 @@ void Scheduler::SendLocked(const std::string& worker_id, const v1::CoordinatorMe
   if (w != workers_.end() && w->second->link) w->second->link->Send(msg);
 }
 
-void Scheduler::AckAfterCommit(const std::string& worker_id, int64_t trial_id, int attempt,
+void Scheduler::SendAckLocked(const std::string& worker_id, int64_t trial_id, int attempt,
                                int64_t seq) {
   v1::CoordinatorMessage m;
   m.mutable_ack()->set_trial_id(trial_id);
@@ -563,7 +563,7 @@ void Scheduler::OnMetrics(const std::string& worker_id, const v1::MetricBatch& b
     // Fenced (an older attempt) or a replay for a trial that already ended: its reports up to
     // the end were committed before the end was (one writer, in order), so nothing is lost.
     counters_.fenced_reports++;
-    AckAfterCommit(worker_id, batch.trial_id(), batch.attempt(), batch.seq());
+    SendAckLocked(worker_id, batch.trial_id(), batch.attempt(), batch.seq());
     return;
   }
   std::vector<Point> points;
@@ -583,7 +583,7 @@ void Scheduler::OnMetrics(const std::string& worker_id, const v1::MetricBatch& b
                           } else {
                             counters_.points_ingested += int64_t(n);
                           }
-                          AckAfterCommit(worker_id, trial_id, attempt, seq);
+                          SendAckLocked(worker_id, trial_id, attempt, seq);
                         });
 }
 
@@ -601,12 +601,12 @@ void Scheduler::OnEvent(const std::string& worker_id, const v1::TrialEvent& ev) 
                         if (!st.ok()) return;
                         std::lock_guard<std::mutex> lock(mu_);
                         if (dup) counters_.duplicate_reports++;
-                        AckAfterCommit(worker_id, trial_id, attempt, seq);
+                        SendAckLocked(worker_id, trial_id, attempt, seq);
                       });
   };
   if (!current) {
     counters_.fenced_reports++;
-    AckAfterCommit(worker_id, ev.trial_id(), ev.attempt(), ev.seq());
+    SendAckLocked(worker_id, ev.trial_id(), ev.attempt(), ev.seq());
     return;
   }
   TrialState& t = *it->second;

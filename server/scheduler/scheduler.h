@@ -127,7 +127,9 @@ class Scheduler {
                         bool requeue_if_possible, bool count_failure);
   void ReleaseLocked(TrialState& t);
   void SendLocked(const std::string& worker_id, const v1::CoordinatorMessage& msg);
-  void AckAfterCommit(const std::string& worker_id, int64_t trial_id, int attempt, int64_t seq);
+  // Acks (trial, attempt, seq): from a store callback after its commit, or at once for a fenced
+  // report that is not stored.
+  void SendAckLocked(const std::string& worker_id, int64_t trial_id, int attempt, int64_t seq);
   void WorkerStoreLocked(const WorkerState& w);
   std::string WorkerStateNameLocked(const WorkerState& w) const;
 
