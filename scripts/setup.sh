@@ -15,6 +15,7 @@ packages=(
   python3
   nodejs npm
   prometheus-cpp-dev libcpp-httplib-dev prometheus
+  chromium iproute2
 )
 
 missing=()
