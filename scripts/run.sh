@@ -21,8 +21,10 @@ mkdir -p "$run"
 ablated="$build/server/ablated"
 worker="$build/worker/agent/ablate-worker"
 ablate="$build/cli/ablate"
-rm -f "$run/coordinator/ablated.addr"  # state persists: a rerun adds only what is missing
-"$ablated" --data-dir "$run/coordinator" --grpc 127.0.0.1:0 >>"$run/ablated.log" 2>&1 &
+rm -f "$run/coordinator/ablated.addr" "$run/coordinator/ablated.http"  # state persists: a rerun adds only what is missing
+# --http: the JSON API and the web dashboard (web/); ABLATE_HTTP picks the address (port 0: any).
+"$ablated" --data-dir "$run/coordinator" --grpc 127.0.0.1:0 --http "${ABLATE_HTTP:-127.0.0.1:0}" \
+  --web-dir "$root/web" >>"$run/ablated.log" 2>&1 &
 coordinator_pid=$!
 cleanup() {
   [[ -n "${worker_pid:-}" ]] && kill "$worker_pid" 2>/dev/null && wait "$worker_pid" 2>/dev/null
@@ -31,10 +33,13 @@ cleanup() {
 }
 trap cleanup EXIT
 for _ in $(seq 100); do [[ -s "$run/coordinator/ablated.addr" ]] && break; sleep 0.1; done
-[[ -s "$run/coordinator/ablated.addr" ]] || { cat "$run/ablated.log" >&2; exit 1; }
+for _ in $(seq 100); do [[ -s "$run/coordinator/ablated.http" ]] && break; sleep 0.1; done
+[[ -s "$run/coordinator/ablated.addr" && -s "$run/coordinator/ablated.http" ]] || { cat "$run/ablated.log" >&2; exit 1; }
 export ABLATE_COORDINATOR="$(cat "$run/coordinator/ablated.addr")"
 export ABLATE_TOKEN_FILE="$run/coordinator/token"
 echo "coordinator: $ABLATE_COORDINATOR (log $run/ablated.log)"
+dashboard="http://$(cat "$run/coordinator/ablated.http")/#token=$(cat "$ABLATE_TOKEN_FILE")"
+echo "dashboard: $dashboard"
 
 gpus=all
 command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 || gpus=none
@@ -53,3 +58,6 @@ echo
 "$ablate" results "$name"
 echo
 echo "Everything is stored in $run/coordinator/ablate.db (schema: server/store/README.md)."
+echo "dashboard: $dashboard (served while this script ran)"
+echo "To browse the results later: $ablated --data-dir $run/coordinator --grpc 127.0.0.1:0 --http 127.0.0.1:7071 --web-dir $root/web"
+echo "  and open http://127.0.0.1:7071/#token=$(cat "$ABLATE_TOKEN_FILE")"

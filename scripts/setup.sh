@@ -16,6 +16,8 @@ packages=(
   nodejs npm
   prometheus-cpp-dev libcpp-httplib-dev prometheus
   chromium iproute2
+  patchelf openssl
+  slurmctld slurmd slurm-client munge
 )
 
 missing=()
@@ -39,3 +41,21 @@ if ((${#missing[@]})); then
 fi
 
 "$here/fetch_corpora.sh"
+
+# The dashboard's npm packages (uPlot, served by ablated from web/node_modules) and the browser
+# test's (playwright-core, driving Debian's chromium). `npm ci` only when node_modules is missing
+# or older than the lock file.
+for dir in "$here/../web" "$here/../tests/browser"; do
+  if [[ -f "$dir/package-lock.json" && ! "$dir/node_modules/.package-lock.json" -nt "$dir/package-lock.json" ]]; then
+    echo "setup: npm ci in ${dir#"$here/../"}" >&2
+    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+  fi
+done
+
+# The Kubernetes manifest validator's npm packages (tests/deploy/k8s: the Kubernetes and Prometheus
+# Operator schemas, TypeScript for the unknown-field check). Same rule: only when out of date.
+k8s="$here/../tests/deploy/k8s"
+if [[ -f "$k8s/package-lock.json" && ! "$k8s/node_modules/.package-lock.json" -nt "$k8s/package-lock.json" ]]; then
+  echo "setup: npm ci in tests/deploy/k8s" >&2
+  (cd "$k8s" && npm ci --no-audit --no-fund --loglevel=error)
+fi

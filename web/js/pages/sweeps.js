@@ -1,0 +1,70 @@
+// #/ : every sweep with its counts by state and progress; live through 'changed' events.
+import {api} from '../api.js';
+import {h, replace, stateCounts, progressBar, fmtTime, debounce, errorBox} from '../util.js';
+
+export function sweepsPage(main) {
+  const body = h('div', {}, h('p', {class: 'muted'}, 'loading…'));
+  replace(main, h('h1', {}, 'Sweeps'), body);
+  let sweeps = [];
+
+  const render = () => {
+    if (sweeps.length === 0) {
+      replace(body, h('div', {class: 'empty-state'},
+          h('p', {}, 'No sweeps yet.'),
+          h('p', {class: 'muted'}, 'Submit one: ', h('code', {}, 'ablate submit examples/sweeps/quick.yaml'))));
+      return;
+    }
+    const rows = [...sweeps].sort((a, b) => b.id - a.id).map((s) => h('tr', {dataset: {sweep: s.id}},
+        h('td', {class: 'num'}, String(s.id)),
+        h('th', {scope: 'row'}, h('a', {href: `#/sweeps/${s.id}`}, s.name)),
+        h('td', {}, s.finished ? h('span', {class: 'muted'}, 'finished') : h('span', {class: 'active'}, 'active')),
+        h('td', {class: 'counts-cell'}, stateCounts(s.counts)),
+        h('td', {class: 'progress-cell'}, progressBar(s.counts, s.total)),
+        h('td', {class: 'num'}, String(s.total)),
+        h('td', {class: 'muted'}, (s.axes || []).join(' × ') || '-'),
+        h('td', {class: 'muted nowrap'}, fmtTime(s.created_at))));
+    replace(body, h('table', {class: 'data', id: 'sweeps-table'},
+        h('thead', {}, h('tr', {}, ['id', 'name', 'status', 'trials by state', 'progress', 'trials',
+          'axes', 'created'].map((c) => h('th', {scope: 'col'}, c)))),
+        h('tbody', {}, rows)));
+  };
+
+  const load = async () => {
+    try {
+      sweeps = (await api('sweeps')).sweeps;
+      render();
+    } catch (e) {
+      replace(body, errorBox(e));
+    }
+  };
+  const refetch = debounce(load, 500);
+  load();
+
+  return {
+    onEvent(type, data) {
+      if (type === 'changed') {
+        // Counts arrive in the event itself: update in place, refetch only for unknown sweeps.
+        let unknown = false;
+        for (const c of data.sweeps || []) {
+          const s = sweeps.find((x) => x.id === c.id);
+          if (!s) {
+            unknown = true;
+            continue;
+          }
+          const counts = {};
+          for (const st of Object.keys(s.counts)) counts[st] = c.counts?.[st] ?? 0;
+          s.counts = counts;
+          s.total = c.total;
+          s.finished = (counts.queued ?? 0) + (counts.running ?? 0) === 0;
+        }
+        if (unknown || (data.sweeps || []).length !== sweeps.length) refetch();
+        else render();
+      } else if (type === 'sweep') {
+        refetch();
+      }
+    },
+    destroy() {
+      refetch.cancel();
+    },
+  };
+}
