@@ -214,6 +214,7 @@ const std::vector<Field>& Fields() {
     f.push_back(EnumField("optimizer.state_quant",
                           [](C& c) -> std::string& { return c.optimizer.state_quant; },
                           {"linear", "dynamic"}));
+    f.push_back(BoolField("optimizer.tf32", [](C& c) -> bool& { return c.optimizer.tf32; }));
     f.push_back(IntField("train.steps", [](C& c) -> int& { return c.train.steps; }, 1, kIntMax));
     f.push_back(IntField("train.tokens_per_step",
                          [](C& c) -> int64_t& { return c.train.tokens_per_step; }, 1,

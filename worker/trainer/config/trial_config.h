@@ -71,6 +71,9 @@ struct OptimizerSection {
   bool spectral_embeddings = false;  // put the embedding and head under Psi_p too
   int state_bits = 32;         // 32 | 8 (blockwise 8-bit optimizer state)
   std::string state_quant = "dynamic";  // linear | dynamic (for state_bits 8)
+  // device: cuda only: the spectral GEMMs (Newton-Schulz, coupled Newton, Gram) use TF32 tensor
+  // cores (10-bit mantissa, fp32 accumulation); reported in psi_route as "+tf32". The CPU ignores it.
+  bool tf32 = false;
 };
 
 struct TrainSection {
