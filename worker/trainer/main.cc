@@ -1,10 +1,15 @@
 // ablate-train: trains one trial config on this machine and prints its metrics as JSON lines.
 //   ablate-train --config trial.yaml [--out DIR] [--resume CHECKPOINT]
 // Exit codes: 0 the run ended (status ok or diverged, see the final line); 2 a bad config or bad
-// command line; 1 any other error (unreadable data, corrupt checkpoint, ...). Messages go to stderr.
+// command line; 1 any other error (unreadable data, corrupt checkpoint, ...); 75 preempted: SIGUSR1
+// asked it to stop, it finished the current step, wrote a checkpoint (its "checkpoint" line came
+// before the final line, status "preempted") and exited; --resume continues bit-identically.
+// Messages go to stderr.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +19,9 @@
 #include "trainer/config/trial_config.h"
 #include "trainer/loop/checkpoint.h"
 #include "trainer/loop/train_loop.h"
+#if ABLATE_TRAINER_HAVE_CUDA
+#include "trainer/cuda/cuda_backend.h"
+#endif
 
 namespace {
 
@@ -47,10 +55,28 @@ void TuneEnvironmentAndReexec(char** argv) {
   // execv failed (no /proc): carry on with the environment as it was loaded.
 }
 
+// Set by SIGUSR1 (preemption: checkpoint and leave); the loop reads it once per step.
+std::atomic<bool> g_preempt{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "set from a signal handler");
+void OnPreemptSignal(int) { g_preempt.store(true); }
+
+// The exit code of a preempted run (EX_TEMPFAIL: try again later, from the checkpoint).
+constexpr int kExitPreempted = 75;
+
 }  // namespace
 
 int main(int argc, char** argv) {
   TuneEnvironmentAndReexec(argv);
+#if ABLATE_TRAINER_HAVE_CUDA
+  ablate::trainer::cuda::RegisterCudaBackend();  // device: cuda
+#endif
+  {
+    struct sigaction sa {};
+    sa.sa_handler = OnPreemptSignal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGUSR1, &sa, nullptr);
+  }
   CLI::App app{"ablate-train: the built-in training loop (GPT, fpa/sagebwd attention, AdamW and "
                "spectral optimizers). Prints one JSON object per line."};
   std::string config_path, out_dir, resume;
@@ -93,6 +119,7 @@ int main(int argc, char** argv) {
   ablate::trainer::RunOptions options;
   options.out_dir = out_dir;
   options.resume_path = resume;
+  options.preempt = &g_preempt;
   options.emit = [&](const nlohmann::json& j) {
     std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     std::fwrite(line.data(), 1, line.size(), stdout);
@@ -105,5 +132,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ablate-train: %s\n", result.status().message().c_str());
     return result.status().code() == ablate::StatusCode::kInvalidArgument ? 2 : 1;
   }
+  if (result->status == "preempted") return kExitPreempted;
   return 0;
 }

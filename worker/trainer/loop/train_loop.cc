@@ -11,9 +11,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "trainer/data/dataset.h"
+#include "trainer/loop/backend.h"
 #include "trainer/loop/checkpoint.h"
 #include "trainer/loop/schedule.h"
 #include "trainer/model/gpt.h"
@@ -76,6 +78,7 @@ ModelConfig ToModelConfig(const TrialConfig& c, int vocab) {
 // Keys a resumed run may change without breaking the computation it continues.
 nlohmann::json ResumeComparable(nlohmann::json j) {
   j.erase("name");
+  j.erase("device");  // an execution setting: a checkpoint resumes on either backend
   for (const char* k : {"steps", "eval_every", "diagnostics_every", "checkpoint_every", "threads",
                         "peak_tflops"}) {
     j["train"].erase(k);
@@ -119,14 +122,102 @@ void PruneCheckpoints(const std::string& dir, size_t keep) {
   for (size_t i = 0; i + keep < names.size(); ++i) ::unlink((dir + "/" + names[i]).c_str());
 }
 
+std::map<std::string, TrainBackendFactory>& Registry() {
+  static std::map<std::string, TrainBackendFactory> registry;
+  return registry;
+}
+
+// The CPU backend: Gpt<float> and Optimizer on host memory (the reference every backend mirrors).
+class CpuBackend : public TrainBackend {
+ public:
+  CpuBackend(Gpt<float> model, std::unique_ptr<Optimizer> optimizer, int threads)
+      : model_(std::move(model)), optimizer_(std::move(optimizer)), threads_(threads) {}
+
+  size_t num_params() const override { return model_.num_params(); }
+  double FlopsPerToken() const override { return model_.FlopsPerToken(); }
+  std::pair<double, std::string> PeakFlops() const override { return CpuPeakFlops(threads_); }
+  nlohmann::json StartInfo() const override { return {{"backend", "cpu"}, {"threads", threads_}}; }
+  size_t optimizer_state_bytes() const override { return optimizer_->state_bytes(); }
+  size_t optimizer_state_bytes_fp32() const override { return optimizer_->state_bytes_fp32(); }
+  int spectral_tensors() const override { return optimizer_->spectral_tensors(); }
+
+  Status ZeroGrad() override {
+    model_.ZeroGrad();
+    return Status::Ok();
+  }
+  Status TrainMicroStep(const int32_t* inputs, const int32_t* targets, int mb,
+                        float grad_scale) override {
+    loss_sum_ += model_.Forward(inputs, targets, mb);
+    model_.Backward(grad_scale);
+    return Status::Ok();
+  }
+  StatusOr<double> TakeTrainLoss() override {
+    const double v = loss_sum_;
+    loss_sum_ = 0;
+    return v;
+  }
+  StatusOr<double> GradNormAndClip(double max_norm) override {
+    float* g = model_.grads();
+    const size_t n = model_.num_params();
+    double sq = 0;
+    for (size_t i = 0; i < n; ++i) sq += double(g[i]) * g[i];
+    const double grad_norm = std::sqrt(sq);
+    if (std::isfinite(grad_norm) && max_norm > 0 && grad_norm > max_norm) {
+      const float s = float(max_norm / grad_norm);
+      for (size_t i = 0; i < n; ++i) g[i] *= s;
+    }
+    return grad_norm;
+  }
+  Status OptimizerStep(int64_t step, double lr_scale, double p, OptimizerStats* stats) override {
+    return optimizer_->Step(model_.weights(), model_.grads(), step, lr_scale, p, stats);
+  }
+  StatusOr<double> EvalLoss(const int32_t* inputs, const int32_t* targets, int mb) override {
+    return double(model_.Loss(inputs, targets, mb));
+  }
+  StatusOr<std::vector<Gpt<float>::LayerDiagnostics>> Diagnostics() override {
+    return model_.AttentionDiagnostics();
+  }
+  StatusOr<std::string> SaveWeights() override {
+    return Bytes(model_.weights(), model_.num_params());
+  }
+  StatusOr<std::string> SaveOptimizer() override { return optimizer_->Save(); }
+  Status LoadWeights(const std::string& bytes) override {
+    if (bytes.size() != model_.num_params() * sizeof(float)) {
+      return DataLoss("checkpoint weights do not match the model");
+    }
+    std::memcpy(model_.weights(), bytes.data(), bytes.size());
+    return Status::Ok();
+  }
+  Status LoadOptimizer(const std::string& blob) override { return optimizer_->Load(blob); }
+
+ private:
+  Gpt<float> model_;
+  std::unique_ptr<Optimizer> optimizer_;
+  int threads_;
+  double loss_sum_ = 0;
+};
+
 }  // namespace
 
+void RegisterTrainBackend(const std::string& device, TrainBackendFactory factory) {
+  Registry()[device] = std::move(factory);
+}
+
+bool HaveTrainBackend(const std::string& device) { return Registry().count(device) > 0; }
+
 StatusOr<RunResult> RunTrial(const TrialConfig& cfg, const RunOptions& options) {
-  if (cfg.device == "cuda") {
+  // device: auto runs on the CPU (a GPU run is asked for explicitly with device: cuda).
+  const bool on_cuda = cfg.device == "cuda";
+  if (on_cuda && !HaveTrainBackend("cuda")) {
     return FailedPrecondition(
-        "device: cuda: this ablate-train has no CUDA backend yet; use device: cpu or auto");
+        "device: cuda: this ablate-train was built without the CUDA backend; use device: cpu or auto");
   }
-  if (cfg.gpus != 1) {
+  if (on_cuda && cfg.gpus != 1) {
+    return FailedPrecondition("gpus: " + std::to_string(cfg.gpus) +
+                              ": data parallel over NCCL is not implemented yet; the CUDA trainer "
+                              "runs one GPU");
+  }
+  if (!on_cuda && cfg.gpus != 1) {
     return FailedPrecondition("gpus: " + std::to_string(cfg.gpus) +
                               ": data parallel needs the CUDA backend; the CPU trainer runs one rank");
   }
@@ -156,8 +247,14 @@ StatusOr<RunResult> RunTrial(const TrialConfig& cfg, const RunOptions& options) 
                              .WithPrefix("training split of " + data.description));
   ABLATE_RETURN_IF_ERROR(model.CheckTokens(data.val.data(), int64_t(data.val.size()))
                              .WithPrefix("validation split of " + data.description));
-  ABLATE_ASSIGN_OR_RETURN(auto optimizer,
-                          Optimizer::Create(cfg.optimizer, model.params(), model.num_params()));
+  std::unique_ptr<TrainBackend> backend;
+  if (on_cuda) {
+    ABLATE_ASSIGN_OR_RETURN(backend, Registry()["cuda"](cfg, std::move(model)));
+  } else {
+    ABLATE_ASSIGN_OR_RETURN(auto optimizer,
+                            Optimizer::Create(cfg.optimizer, model.params(), model.num_params()));
+    backend = std::make_unique<CpuBackend>(std::move(model), std::move(optimizer), threads);
+  }
   auto sampler_or = BatchSampler::Create(&data.train, cfg.model.seq_len, cfg.seed);
   if (!sampler_or.ok()) return sampler_or.status().WithPrefix("training split of " + data.description);
   BatchSampler sampler = std::move(sampler_or).value();
@@ -181,12 +278,14 @@ StatusOr<RunResult> RunTrial(const TrialConfig& cfg, const RunOptions& options) 
                                 ": the checkpoint was written by a different config; changed: " +
                                 diff);
     }
-    if (ck.sections.size() != 2 || ck.sections[0].size() != model.num_params() * sizeof(float)) {
+    if (ck.sections.size() != 2 ||
+        ck.sections[0].size() != backend->num_params() * sizeof(float)) {
       return DataLoss(options.resume_path + ": checkpoint weights do not match the model (" +
-                      std::to_string(model.num_params()) + " parameters)");
+                      std::to_string(backend->num_params()) + " parameters)");
     }
-    std::memcpy(model.weights(), ck.sections[0].data(), ck.sections[0].size());
-    ABLATE_RETURN_IF_ERROR(optimizer->Load(ck.sections[1]).WithPrefix(options.resume_path));
+    ABLATE_RETURN_IF_ERROR(backend->LoadWeights(ck.sections[0]).WithPrefix(options.resume_path));
+    ABLATE_RETURN_IF_ERROR(
+        backend->LoadOptimizer(ck.sections[1]).WithPrefix(options.resume_path));
     BatchSampler::State s;
     s.epoch = h["sampler"]["epoch"].get<uint64_t>();
     s.index = h["sampler"]["index"].get<uint64_t>();
@@ -201,19 +300,17 @@ StatusOr<RunResult> RunTrial(const TrialConfig& cfg, const RunOptions& options) 
   const std::string ckpt_dir = options.out_dir.empty() ? "" : options.out_dir + "/checkpoints";
   if (!ckpt_dir.empty()) ABLATE_RETURN_IF_ERROR(MakeDirs(ckpt_dir));
 
-  auto [cpu_peak, peak_source] = CpuPeakFlops(threads);
-  const double peak = cfg.train.peak_tflops > 0 ? cfg.train.peak_tflops * 1e12 : cpu_peak;
+  auto [device_peak, peak_source] = backend->PeakFlops();
+  const double peak = cfg.train.peak_tflops > 0 ? cfg.train.peak_tflops * 1e12 : device_peak;
   if (cfg.train.peak_tflops > 0) peak_source = "train.peak_tflops";
-  const double flops_per_token = model.FlopsPerToken();
+  const double flops_per_token = backend->FlopsPerToken();
   const int accum = cfg.accumulation_steps();
   const int64_t tokens_per_step = cfg.train.tokens_per_step;
 
-  emit({{"type", "start"},
+  nlohmann::json start = {{"type", "start"},
         {"config_hash", hash},
         {"resumed_from_step", start_step},
-        {"backend", "cpu"},
-        {"threads", threads},
-        {"params", model.num_params()},
+        {"params", backend->num_params()},
         {"vocab_size", data.vocab_size},
         {"data", data.description},
         {"train_tokens", data.train.size()},
@@ -224,26 +321,31 @@ StatusOr<RunResult> RunTrial(const TrialConfig& cfg, const RunOptions& options) 
         {"flops_per_token", flops_per_token},
         {"peak_flops", peak},
         {"peak_source", peak_source},
-        {"optimizer_state_bytes", optimizer->state_bytes()},
-        {"optimizer_state_bytes_fp32", optimizer->state_bytes_fp32()},
+        {"optimizer_state_bytes", backend->optimizer_state_bytes()},
+        {"optimizer_state_bytes_fp32", backend->optimizer_state_bytes_fp32()},
         {"optimizer_state_saved",
-         1.0 - double(optimizer->state_bytes()) / double(std::max<size_t>(1, optimizer->state_bytes_fp32()))},
-        {"spectral_tensors", optimizer->spectral_tensors()}});
+         1.0 - double(backend->optimizer_state_bytes()) /
+                   double(std::max<size_t>(1, backend->optimizer_state_bytes_fp32()))},
+        {"spectral_tensors", backend->spectral_tensors()}};
+  start.update(backend->StartInfo());
+  emit(start);
 
   std::vector<int32_t> inputs(size_t(mb) * cfg.model.seq_len), targets(inputs.size());
   const auto run_start = Clock::now();
 
-  auto evaluate = [&](int step) {
+  auto evaluate = [&](int step) -> Status {
     double sum = 0;
     for (int i = 0; i < eval.num_batches(); ++i) {
       eval.Get(i, inputs.data(), targets.data());
-      sum += model.Loss(inputs.data(), targets.data(), mb);
+      ABLATE_ASSIGN_OR_RETURN(double l, backend->EvalLoss(inputs.data(), targets.data(), mb));
+      sum += l;
     }
     last_val = sum / eval.num_batches();
     if (std::isnan(best_val) || last_val < best_val) best_val = last_val;
     nlohmann::json j = {{"type", "eval"}, {"step", step}, {"val_loss", last_val}};
     if (data.vocab_size == 256) j["val_bpb"] = last_val / std::log(2.0);
     emit(j);
+    return Status::Ok();
   };
 
   auto checkpoint = [&](int step) -> Status {
@@ -259,8 +361,10 @@ StatusOr<RunResult> RunTrial(const TrialConfig& cfg, const RunOptions& options) 
                   {{"last_val_loss", num(last_val)},
                    {"best_val_loss", num(best_val)},
                    {"last_train_loss", num(last_train)}}}};
-    ck.sections.push_back(Bytes(model.weights(), model.num_params()));
-    ck.sections.push_back(optimizer->Save());
+    ABLATE_ASSIGN_OR_RETURN(std::string weights, backend->SaveWeights());
+    ABLATE_ASSIGN_OR_RETURN(std::string opt_state, backend->SaveOptimizer());
+    ck.sections.push_back(std::move(weights));
+    ck.sections.push_back(std::move(opt_state));
     char name[64];
     std::snprintf(name, sizeof name, "/step_%08d.ckpt", step);
     std::string path = ckpt_dir + name;
@@ -291,13 +395,13 @@ StatusOr<RunResult> RunTrial(const TrialConfig& cfg, const RunOptions& options) 
   const int steps = cfg.train.steps;
   for (int step = start_step + 1; step <= steps; ++step) {
     const auto t0 = Clock::now();
-    model.ZeroGrad();
-    double loss = 0;
+    ABLATE_RETURN_IF_ERROR(backend->ZeroGrad());
     for (int a = 0; a < accum; ++a) {
       sampler.Next(mb, inputs.data(), targets.data());
-      loss += model.Forward(inputs.data(), targets.data(), mb);
-      model.Backward(1.0f / float(accum));
+      ABLATE_RETURN_IF_ERROR(
+          backend->TrainMicroStep(inputs.data(), targets.data(), mb, 1.0f / float(accum)));
     }
+    ABLATE_ASSIGN_OR_RETURN(double loss, backend->TakeTrainLoss());
     loss /= accum;
     last_train = loss;
     if (!std::isfinite(loss) || loss > cfg.train.max_loss) {
@@ -308,25 +412,17 @@ StatusOr<RunResult> RunTrial(const TrialConfig& cfg, const RunOptions& options) 
                                   : std::string(" is not finite"));
       return finish("diverged", step, why.str());
     }
-    float* g = model.grads();
-    const size_t n = model.num_params();
-    double sq = 0;
-    for (size_t i = 0; i < n; ++i) sq += double(g[i]) * g[i];
-    const double grad_norm = std::sqrt(sq);
+    ABLATE_ASSIGN_OR_RETURN(const double grad_norm, backend->GradNormAndClip(cfg.train.grad_clip));
     if (!std::isfinite(grad_norm)) {
       emit({{"type", "step"}, {"step", step}, {"loss", loss}, {"grad_norm", grad_norm}});
       return finish("diverged", step, "gradient norm is not finite at step " + std::to_string(step));
-    }
-    if (cfg.train.grad_clip > 0 && grad_norm > cfg.train.grad_clip) {
-      const float s = float(cfg.train.grad_clip / grad_norm);
-      for (size_t i = 0; i < n; ++i) g[i] *= s;
     }
     const double lr_scale = LrMultiplier(cfg.train.schedule, step, steps, cfg.train.warmup,
                                          cfg.train.min_lr_ratio, cfg.train.decay_fraction);
     const double p = PowerAt(cfg.optimizer.p_schedule, step, steps, cfg.optimizer.p,
                              cfg.optimizer.p_end);
     OptimizerStats os;
-    ABLATE_RETURN_IF_ERROR(optimizer->Step(model.weights(), g, step, lr_scale, p, &os));
+    ABLATE_RETURN_IF_ERROR(backend->OptimizerStep(step, lr_scale, p, &os));
     const double dt = Seconds(t0, Clock::now());
     const double tps = tokens_per_step / dt;
     nlohmann::json line = {{"type", "step"},
@@ -350,7 +446,7 @@ StatusOr<RunResult> RunTrial(const TrialConfig& cfg, const RunOptions& options) 
     if (cfg.train.diagnostics_every > 0 && step % cfg.train.diagnostics_every == 0) {
       const auto d0 = Clock::now();
       nlohmann::json dj = {{"type", "diagnostics"}, {"step", step}};
-      ABLATE_ASSIGN_OR_RETURN(auto layers, model.AttentionDiagnostics());
+      ABLATE_ASSIGN_OR_RETURN(auto layers, backend->Diagnostics());
       for (const auto& L : layers) {
         std::string pre = "attn." + std::to_string(L.layer) + ".";
         auto put = [&](const char* name, const kernels::ErrorStats& e) {
@@ -373,14 +469,22 @@ StatusOr<RunResult> RunTrial(const TrialConfig& cfg, const RunOptions& options) 
       emit(dj);
     }
     if ((cfg.train.eval_every > 0 && step % cfg.train.eval_every == 0) || step == steps) {
-      evaluate(step);
+      ABLATE_RETURN_IF_ERROR(evaluate(step));
     }
-    if ((cfg.train.checkpoint_every > 0 && step % cfg.train.checkpoint_every == 0) ||
-        step == steps) {
+    const bool checkpointed =
+        (cfg.train.checkpoint_every > 0 && step % cfg.train.checkpoint_every == 0) || step == steps;
+    if (checkpointed) {
       ABLATE_RETURN_IF_ERROR(checkpoint(step));
     }
+    if (options.preempt && options.preempt->load() && step < steps) {
+      // Preempted: keep this step's work. Without a checkpoint directory there is nothing to keep.
+      if (!checkpointed) ABLATE_RETURN_IF_ERROR(checkpoint(step));
+      return finish("preempted", step,
+                    ckpt_dir.empty() ? "preempted at step " + std::to_string(step) + " (no --out)"
+                                     : "preempted: checkpointed at step " + std::to_string(step));
+    }
   }
-  if (start_step >= steps && std::isnan(last_val)) evaluate(steps);
+  if (start_step >= steps && std::isnan(last_val)) ABLATE_RETURN_IF_ERROR(evaluate(steps));
   return finish("ok", std::max(start_step, steps), "");
 }
 

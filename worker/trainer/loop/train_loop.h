@@ -10,10 +10,12 @@
 //   diagnostics every diagnostics_every steps: per-layer SageBwd-vs-FPA errors and max logits,
 //               flattened as attn.<layer>.<tensor>.<cos|rel_l2> and attn.<layer>.max_logit
 //   checkpoint  after each checkpoint is durable: step and path
-//   final       once: status "ok" or "diverged", the last losses, timing
+//   final       once: status "ok" or "diverged", the last losses, timing; "preempted" when the run
+//               stopped early on RunOptions::preempt (after a checkpoint of the last step)
 // Errors (bad data path, unreadable checkpoint, ...) are returned as Status, not emitted.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -27,10 +29,15 @@ struct RunOptions {
   std::string out_dir;      // checkpoints go to <out_dir>/checkpoints/; empty: no checkpoints
   std::string resume_path;  // a checkpoint to continue from; empty: start fresh
   std::function<void(const nlohmann::json&)> emit;  // receives every metrics line
+  // Preemption (the job is being taken away): when this becomes true the loop finishes the step it
+  // is in, writes a checkpoint of it (unless that step just wrote one) and returns with status
+  // "preempted"; a later --resume continues bit-identically. Read once per step; may be set from a
+  // signal handler. Null: never preempted.
+  const std::atomic<bool>* preempt = nullptr;
 };
 
 struct RunResult {
-  std::string status;  // "ok" or "diverged"
+  std::string status;  // "ok", "diverged" or "preempted"
   int steps_done = 0;
   double final_train_loss = 0;
   double final_val_loss = 0;

@@ -1,0 +1,151 @@
+// cuBLASLt linear layers: see gemm_cuda.h.
+#include "layers/cuda/gemm_cuda.h"
+
+#include <string>
+
+namespace ablate::kernels::cuda {
+namespace {
+
+Status LtCheck(cublasStatus_t s, const char* what) {
+  if (s == CUBLAS_STATUS_SUCCESS) return Status::Ok();
+  return Internal(std::string("cuBLASLt ") + what + ": cublasStatus_t " + std::to_string(int(s)));
+}
+
+// The largest power of two (<= 256) dividing the address: cuBLASLt's heuristic assumes 256-byte
+// aligned operands unless told otherwise, and parameter tensors sit at arbitrary offsets.
+int Alignment(const void* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  int al = 256;
+  while (al > 1 && (a % al) != 0) al >>= 1;
+  return al;
+}
+
+int Log2(int v) {
+  int r = 0;
+  while ((1 << r) < v) ++r;
+  return r;
+}
+
+}  // namespace
+
+struct LtGemm::Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, cd = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  ~Plan() {
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (cd) cublasLtMatrixLayoutDestroy(cd);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+StatusOr<std::unique_ptr<LtGemm>> LtGemm::Create(size_t workspace_bytes) {
+  std::unique_ptr<LtGemm> g(new LtGemm());
+  ABLATE_RETURN_IF_ERROR(LtCheck(cublasLtCreate(&g->handle_), "create"));
+  if (workspace_bytes > 0) {
+    cudaError_t e = cudaMalloc(&g->workspace_, workspace_bytes);
+    if (e != cudaSuccess) {
+      return Internal(std::string("LtGemm: cudaMalloc of the workspace: ") + cudaGetErrorString(e));
+    }
+  }
+  g->workspace_bytes_ = workspace_bytes;
+  return g;
+}
+
+LtGemm::~LtGemm() {
+  plans_.clear();
+  if (workspace_) cudaFree(workspace_);
+  if (handle_) cublasLtDestroy(handle_);
+}
+
+Status LtGemm::Run(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void* a, int64_t lda,
+                   const void* b, int64_t ldb, const void* c, void* d, int64_t ldd, OutType type,
+                   float alpha, float beta, cudaStream_t stream) {
+  if (m <= 0 || n <= 0 || k <= 0) {
+    return InvalidArgument("LtGemm: sizes must be positive (m " + std::to_string(m) + ", n " +
+                           std::to_string(n) + ", k " + std::to_string(k) + ")");
+  }
+  const bool use_c = beta != 0.0f;
+  if (!use_c) c = d;
+  const int al_a = Alignment(a), al_b = Alignment(b), al_c = Alignment(c), al_d = Alignment(d);
+  const int packed = Log2(al_a) | (Log2(al_b) << 4) | (Log2(al_c) << 8) | (Log2(al_d) << 12);
+  const Key key{ta, tb, m, n, k, lda, ldb, ldd, int(type), use_c, packed};
+  auto it = plans_.find(key);
+  if (it == plans_.end()) {
+    auto plan = std::make_unique<Plan>();
+    const cudaDataType_t ct = type == OutType::kF32 ? CUDA_R_32F : CUDA_R_16BF;
+    ABLATE_RETURN_IF_ERROR(
+        LtCheck(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc"));
+    const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    ABLATE_RETURN_IF_ERROR(LtCheck(cublasLtMatmulDescSetAttribute(
+        plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa), "transa"));
+    ABLATE_RETURN_IF_ERROR(LtCheck(cublasLtMatmulDescSetAttribute(
+        plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb), "transb"));
+    // Stored (column-major) shapes of the operands.
+    ABLATE_RETURN_IF_ERROR(LtCheck(
+        cublasLtMatrixLayoutCreate(&plan->a, CUDA_R_16BF, ta ? k : m, ta ? m : k, lda), "layout a"));
+    ABLATE_RETURN_IF_ERROR(LtCheck(
+        cublasLtMatrixLayoutCreate(&plan->b, CUDA_R_16BF, tb ? n : k, tb ? k : n, ldb), "layout b"));
+    ABLATE_RETURN_IF_ERROR(
+        LtCheck(cublasLtMatrixLayoutCreate(&plan->cd, ct, m, n, ldd), "layout c/d"));
+    cublasLtMatmulPreference_t pref = nullptr;
+    ABLATE_RETURN_IF_ERROR(LtCheck(cublasLtMatmulPreferenceCreate(&pref), "preference"));
+    uint64_t ws = workspace_bytes_;
+    uint32_t aa = al_a, ab = al_b, ac = al_c, ad = al_d;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                         sizeof ws);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa,
+                                         sizeof aa);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab,
+                                         sizeof ab);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac,
+                                         sizeof ac);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ad,
+                                         sizeof ad);
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->a, plan->b,
+                                                       plan->cd, plan->cd, pref, 1, &result, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    ABLATE_RETURN_IF_ERROR(LtCheck(hs, "heuristic"));
+    if (found == 0) {
+      return Internal("cuBLASLt: no algorithm for m " + std::to_string(m) + ", n " +
+                      std::to_string(n) + ", k " + std::to_string(k));
+    }
+    plan->algo = result.algo;
+    it = plans_.emplace(key, std::move(plan)).first;
+  }
+  Plan& p = *it->second;
+  return LtCheck(cublasLtMatmul(handle_, p.desc, &alpha, a, p.a, b, p.b, &beta, c, p.cd, d, p.cd,
+                                &p.algo, workspace_, workspace_bytes_, stream),
+                 "matmul");
+}
+
+// Row-major X (N, IC) is column-major X^T (IC, N) with ld IC; the same for every operand. So
+// Y^T (OC, N) = W (OC, IC) X^T: A = w stored (IC, OC) transposed, B = x stored (IC, N).
+Status LtGemm::Forward(void* out, OutType out_type, const __nv_bfloat16* inp,
+                       const __nv_bfloat16* w, int64_t N, int IC, int OC, float alpha, float beta,
+                       const void* c, cudaStream_t stream) {
+  return Run(/*ta=*/true, /*tb=*/false, OC, N, IC, w, IC, inp, IC, c, out, OC, out_type, alpha,
+             beta, stream);
+}
+
+// dX^T (IC, N) = W^T (IC, OC) dY^T (OC, N): A = w stored (IC, OC), B = dy stored (OC, N).
+Status LtGemm::BackwardData(void* dinp, OutType dinp_type, const __nv_bfloat16* dout,
+                            const __nv_bfloat16* w, int64_t N, int IC, int OC, float alpha,
+                            float beta, cudaStream_t stream) {
+  return Run(false, false, IC, N, OC, w, IC, dout, OC, dinp, dinp, IC, dinp_type, alpha, beta,
+             stream);
+}
+
+// dW^T (IC, OC) = X^T (IC, N) dY (N, OC): A = x stored (IC, N), B = dy stored (OC, N) transposed.
+Status LtGemm::BackwardWeight(float* dw, const __nv_bfloat16* dout, const __nv_bfloat16* inp,
+                              int64_t N, int IC, int OC, float alpha, float beta,
+                              cudaStream_t stream) {
+  return Run(false, true, IC, OC, N, inp, IC, dout, OC, dw, dw, IC, OutType::kF32, alpha, beta,
+             stream);
+}
+
+}  // namespace ablate::kernels::cuda

@@ -1,0 +1,321 @@
+// Every device layer op (kernels/layers/cuda) against its CPU twin (kernels/layers/layers_cpu.h)
+// computed in double on the same inputs (rounded to bf16 first where the device reads bf16).
+// Tolerances: fp32 paths allclose(atol 1e-5, rtol 1e-4) or tighter; bf16 outputs within bf16
+// rounding (rtol 8e-3); GEMMs rel. L2 <= 2e-3 (fp32 out) / 5e-3 (bf16 out). Permutes, casts and the
+// embedding lookup are exact. Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "gpu_test_util.h"
+#include "layers/cuda/gemm_cuda.h"
+#include "layers/cuda/layers_cuda.h"
+#include "layers/layers_cpu.h"
+
+namespace ablate::kernels::cuda {
+namespace {
+
+using namespace ::ablate::gputest;  // NOLINT
+
+TEST(LayersGpu, EncoderForwardBackward) {
+  SKIP_WITHOUT_GPU();
+  const int V = 50, C = 70, N = 300;
+  std::mt19937 rng(1);
+  std::vector<int32_t> tok(N);
+  for (auto& t : tok) t = int(rng() % 20) * 2;  // repeats, and tokens never used
+  auto wte = Randn(size_t(V) * C, 2);
+  auto dout = Randn(size_t(N) * C, 3);
+  auto dwte0 = Randn(size_t(V) * C, 4);
+  Dev<int32_t> dtok(tok);
+  Dev<float> dwte(wte), dout_d(dout), out(size_t(N) * C), dw(dwte0);
+  ASSERT_TRUE(EncoderForwardCuda(out.p, dtok.p, dwte.p, N, C, 0).ok());
+  std::vector<float> ref(size_t(N) * C);
+  kernels::EncoderForward(ref.data(), tok.data(), wte.data(), N, C);
+  EXPECT_EQ(out.Get(), ref);
+
+  TokenBuckets bk;
+  BuildTokenBuckets(tok.data(), N, V, &bk);
+  ASSERT_EQ(bk.rows.size(), size_t(N));
+  Dev<int32_t> u(bk.tokens), o(bk.offsets), r(bk.rows);
+  ASSERT_TRUE(EncoderBackwardCuda(dw.p, dout_d.p, u.p, o.p, r.p, int(bk.tokens.size()), C, 0).ok());
+  std::vector<double> refd = ToDouble(dwte0), doutd = ToDouble(dout);
+  kernels::EncoderBackward(refd.data(), doutd.data(), tok.data(), N, C);
+  EXPECT_LE(MaxScaledErr(dw.Get(), refd, 1e-5, 1e-5), 1.0);
+}
+
+template <typename Tout>
+void RmsNormCase(int64_t N, int C) {
+  auto x = Randn(size_t(N) * C, 10, 2.0f);
+  auto w = Randn(size_t(C), 11);
+  for (float& v : w) v = 1.0f + 0.3f * v;
+  Dev<float> dx(x), dw(w), rstd(N);
+  Dev<Tout> out(size_t(N) * C);
+  ASSERT_TRUE((RmsNormForwardCuda<float, Tout>(out.p, rstd.p, dx.p, dw.p, N, C, 0).ok()));
+  std::vector<double> xd = ToDouble(x), wd = ToDouble(w), ref(xd.size()), rref(N);
+  kernels::RmsNormForward(ref.data(), rref.data(), xd.data(), wd.data(), N, C);
+  std::vector<float> got;
+  if constexpr (std::is_same_v<Tout, float>) {
+    got = out.Get();
+    EXPECT_LE(MaxScaledErr(got, ref, 1e-6, 1e-5), 1.0);
+  } else {
+    got = FromBf16(out.Get());
+    EXPECT_LE(MaxScaledErr(got, ref, 1e-6, 8e-3), 1.0);
+  }
+  EXPECT_LE(MaxScaledErr(rstd.Get(), rref, 1e-7, 1e-5), 1.0);
+
+  // Backward, accumulating into a non-zero dinp and dweight.
+  auto dy = Randn(size_t(N) * C, 12);
+  auto dx0 = Randn(size_t(N) * C, 13);
+  auto dw0 = Randn(size_t(C), 14);
+  Dev<float> ddy(dy), ddx(dx0), ddw(dw0), scratch(RmsNormBackwardScratch(N, C));
+  ASSERT_TRUE((RmsNormBackwardCuda<float, float>(ddx.p, true, ddw.p, ddy.p, dx.p, dw.p, rstd.p, N,
+                                                 C, scratch.p, scratch.n, 0).ok()));
+  std::vector<double> dyd = ToDouble(dy), dxr = ToDouble(dx0), dwr = ToDouble(dw0);
+  kernels::RmsNormBackward(dxr.data(), dwr.data(), dyd.data(), xd.data(), wd.data(), rref.data(), N,
+                           C);
+  EXPECT_LE(MaxScaledErr(ddx.Get(), dxr, 1e-5, 1e-4), 1.0);
+  EXPECT_LE(RelL2(ddw.Get(), dwr), 1e-5);
+}
+
+TEST(LayersGpu, RmsNorm) {
+  SKIP_WITHOUT_GPU();
+  RmsNormCase<float>(37, 96);
+  RmsNormCase<__nv_bfloat16>(37, 96);
+  RmsNormCase<float>(3000, 64);  // the QK-norm shape: many rows of D with one (D) gain
+}
+
+TEST(LayersGpu, RopeForwardBackward) {
+  SKIP_WITHOUT_GPU();
+  const int BH = 6, Tn = 40, D = 64, h = D / 2;
+  std::vector<float> cs(size_t(Tn) * h), sn(cs.size());
+  kernels::RopeTables(cs.data(), sn.data(), Tn, D);
+  std::vector<double> csd(cs.begin(), cs.end()), snd(sn.begin(), sn.end());
+  auto x = Randn(size_t(BH) * Tn * D, 20);
+  Dev<float> dx(x), dc(cs), ds(sn), out(x.size());
+  ASSERT_TRUE((RopeForwardCuda<float, float>(out.p, dx.p, dc.p, ds.p, BH, Tn, D, 0).ok()));
+  std::vector<double> xd = ToDouble(x), ref(xd.size());
+  kernels::RopeForward(ref.data(), xd.data(), csd.data(), snd.data(), BH, Tn, D);
+  EXPECT_LE(MaxScaledErr(out.Get(), ref, 1e-6, 1e-5), 1.0);
+  // In place, bf16 out.
+  Dev<__nv_bfloat16> outb(x.size());
+  ASSERT_TRUE((RopeForwardCuda<float, __nv_bfloat16>(outb.p, dx.p, dc.p, ds.p, BH, Tn, D, 0).ok()));
+  EXPECT_LE(MaxScaledErr(FromBf16(outb.Get()), ref, 1e-6, 8e-3), 1.0);
+
+  auto g0 = Randn(x.size(), 21);
+  Dev<float> dg(g0);
+  ASSERT_TRUE(RopeBackwardCuda<float>(dg.p, true, dx.p, dc.p, ds.p, BH, Tn, D, 0).ok());
+  std::vector<double> gref = ToDouble(g0);
+  kernels::RopeBackward(gref.data(), xd.data(), csd.data(), snd.data(), BH, Tn, D);
+  EXPECT_LE(MaxScaledErr(dg.Get(), gref, 1e-6, 1e-5), 1.0);
+}
+
+TEST(LayersGpu, Activations) {
+  SKIP_WITHOUT_GPU();
+  const int64_t n = 10007;
+  auto x = Randn(n, 30, 3.0f);
+  auto dy = Randn(n, 31);
+  auto d0 = Randn(n, 32);
+  std::vector<double> xd = ToDouble(x), dyd = ToDouble(dy);
+  Dev<float> dx(x), ddy(dy), out(n);
+  for (int act = 0; act < 2; ++act) {
+    std::vector<double> ref(n), gref = ToDouble(d0);
+    Dev<float> dg(d0);
+    if (act == 0) {
+      ASSERT_TRUE((GeluForwardCuda<float, float>(out.p, dx.p, n, 0).ok()));
+      ASSERT_TRUE(GeluBackwardCuda<float>(dg.p, true, dx.p, ddy.p, n, 0).ok());
+      kernels::GeluForward(ref.data(), xd.data(), n);
+      kernels::GeluBackward(gref.data(), xd.data(), dyd.data(), n);
+    } else {
+      ASSERT_TRUE((Relu2ForwardCuda<float, float>(out.p, dx.p, n, 0).ok()));
+      ASSERT_TRUE(Relu2BackwardCuda<float>(dg.p, true, dx.p, ddy.p, n, 0).ok());
+      kernels::Relu2Forward(ref.data(), xd.data(), n);
+      kernels::Relu2Backward(gref.data(), xd.data(), dyd.data(), n);
+    }
+    EXPECT_LE(MaxScaledErr(out.Get(), ref, 1e-6, 1e-5), 1.0) << "act " << act;
+    EXPECT_LE(MaxScaledErr(dg.Get(), gref, 1e-5, 1e-5), 1.0) << "act " << act;
+  }
+}
+
+TEST(LayersGpu, ResidualCastPermutes) {
+  SKIP_WITHOUT_GPU();
+  const int B = 2, Tn = 5, H = 3, D = 64, C = H * D;
+  const int64_t n = int64_t(B) * Tn * C;
+  auto a = Randn(n, 40), b = Randn(n, 41);
+  Dev<float> da(a), db(b), out(n);
+  ASSERT_TRUE(ResidualForwardCuda(out.p, da.p, db.p, n, 0).ok());
+  auto got = out.Get();
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], a[i] + b[i]);
+  ASSERT_TRUE(ResidualBackwardCuda(da.p, db.p, out.p, n, 0).ok());
+  auto ga = da.Get();
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(ga[i], a[i] + got[i]);
+
+  Dev<__nv_bfloat16> cb(n);
+  const std::vector<float> b2 = db.Get();  // b + got after the backward above
+  ASSERT_TRUE((CastCuda<float, __nv_bfloat16>(cb.p, db.p, n, 0).ok()));
+  auto bb = FromBf16(cb.Get());
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(bb[i], RoundToBf16(b2[i]));
+
+  // QKV split and heads merge, forward and backward, against the CPU permutes (exact).
+  auto qkv = Randn(3 * n, 42);
+  Dev<float> dqkv(qkv), q(n), k(n), dqkv2(3 * n);
+  Dev<__nv_bfloat16> v(n);
+  ASSERT_TRUE((QkvSplitForwardCuda<float, float, __nv_bfloat16>(q.p, k.p, v.p, dqkv.p, B, Tn, H, D, 0).ok()));
+  std::vector<float> qr(n), kr(n), vr(n);
+  kernels::QkvSplitForward(qr.data(), kr.data(), vr.data(), qkv.data(), B, Tn, H, D);
+  EXPECT_EQ(q.Get(), qr);
+  EXPECT_EQ(k.Get(), kr);
+  EXPECT_EQ(FromBf16(v.Get()), RoundBf16(vr));
+  Dev<float> vf(vr);
+  ASSERT_TRUE((QkvSplitBackwardCuda<float, float, float>(dqkv2.p, q.p, k.p, vf.p, B, Tn, H, D, 0).ok()));
+  std::vector<float> back(3 * n, 0.f);
+  kernels::QkvSplitBackward(back.data(), qr.data(), kr.data(), vr.data(), B, Tn, H, D);
+  EXPECT_EQ(dqkv2.Get(), back);
+  EXPECT_EQ(dqkv2.Get(), qkv);
+
+  Dev<float> merged(n), unmerged(n);
+  ASSERT_TRUE(HeadsMergeForwardCuda<float>(merged.p, q.p, B, Tn, H, D, 0).ok());
+  std::vector<float> mr(n);
+  kernels::HeadsMergeForward(mr.data(), qr.data(), B, Tn, H, D);
+  EXPECT_EQ(merged.Get(), mr);
+  ASSERT_TRUE(HeadsMergeBackwardCuda<float>(unmerged.p, merged.p, B, Tn, H, D, 0).ok());
+  EXPECT_EQ(unmerged.Get(), qr);
+}
+
+template <typename T>
+void ClassifierCase(int64_t N, int V, double rtol) {
+  auto z = Randn(size_t(N) * V, 50, 3.0f);
+  if constexpr (!std::is_same_v<T, float>) z = RoundBf16(z);
+  std::mt19937 rng(51);
+  std::vector<int32_t> tg(N);
+  for (auto& t : tg) t = int(rng() % V);
+  std::vector<T> zt(z.size());
+  for (size_t i = 0; i < z.size(); ++i) zt[i] = T(z[i]);
+  Dev<T> dz(zt);
+  Dev<int32_t> dt(tg);
+  Dev<float> losses(N);
+  const float dloss = 1.0f / float(N);
+  ASSERT_TRUE(SoftmaxCrossEntropyCuda<T>(losses.p, dz.p, dz.p, dt.p, N, V, dloss, 0).ok());
+  std::vector<double> zd = ToDouble(z), lref(N), gref(zd.size());
+  kernels::SoftmaxCrossEntropy(lref.data(), gref.data(), zd.data(), tg.data(), N, V, double(dloss));
+  EXPECT_LE(MaxScaledErr(losses.Get(), lref, 1e-5, 1e-5), 1.0);
+  std::vector<float> g;
+  if constexpr (std::is_same_v<T, float>) {
+    g = dz.Get();
+  } else {
+    g = FromBf16(dz.Get());
+  }
+  EXPECT_LE(MaxScaledErr(g, gref, 1e-9, rtol), 1.0);
+  // Loss only (null dlogits), and the device mean.
+  Dev<double> acc(std::vector<double>{0.5});
+  ASSERT_TRUE(SoftmaxCrossEntropyCuda<T>(losses.p, nullptr, dz.p, dt.p, N, V, dloss, 0).ok());
+  ASSERT_TRUE(AccumulateMeanCuda(acc.p, losses.p, N, 0).ok());
+  auto lg = losses.Get();
+  const double mean = std::accumulate(lg.begin(), lg.end(), 0.0) / double(N);
+  EXPECT_NEAR(acc.Get()[0], 0.5 + mean, 1e-6 * (1 + std::fabs(mean)));
+}
+
+TEST(LayersGpu, FusedClassifier) {
+  SKIP_WITHOUT_GPU();
+  ClassifierCase<float>(33, 1000, 1e-4);
+  ClassifierCase<__nv_bfloat16>(4, 50304, 8e-3);  // the GPT-2 vocabulary, bf16 logits
+}
+
+TEST(LayersGpu, GradNormAndClip) {
+  SKIP_WITHOUT_GPU();
+  const size_t n = 1000003;
+  auto g = Randn(n, 60, 0.01f);
+  double ss = 0;
+  for (float v : g) ss += double(v) * v;
+  Dev<float> dg(g), scratch(SumSquaresScratch(n));
+  Dev<double> out(1);
+  ASSERT_TRUE(SumSquaresCuda(out.p, dg.p, n, scratch.p, scratch.n, 0).ok());
+  const double got = out.Get()[0];
+  EXPECT_NEAR(got, ss, 1e-6 * ss);
+  // Deterministic: the same bits again.
+  ASSERT_TRUE(SumSquaresCuda(out.p, dg.p, n, scratch.p, scratch.n, 0).ok());
+  EXPECT_EQ(out.Get()[0], got);
+  const double norm = std::sqrt(got);
+  ASSERT_TRUE(ClipByNormCuda(dg.p, n, out.p, 2 * norm, 0).ok());  // no-op
+  EXPECT_EQ(dg.Get(), g);
+  ASSERT_TRUE(ClipByNormCuda(dg.p, n, out.p, 0.5 * norm, 0).ok());
+  const float s = float(0.5 * norm / norm);
+  auto clipped = dg.Get();
+  for (size_t i = 0; i < n; i += 997) ASSERT_EQ(clipped[i], g[i] * s);
+}
+
+// out = x W^T (+ c), dX = dY W, dW += dY^T X on bf16 operands against double on the same values.
+TEST(LayersGpu, LtGemm) {
+  SKIP_WITHOUT_GPU();
+  auto gemm_or = LtGemm::Create();
+  ASSERT_TRUE(gemm_or.ok()) << gemm_or.status().ToString();
+  LtGemm& gemm = **gemm_or;
+  const int N = 300, IC = 128, OC = 384;
+  auto x = RoundBf16(Randn(size_t(N) * IC, 70));
+  // W sits 8 elements into its buffer (16-byte alignment, like tensors inside the flat buffer).
+  auto wbuf = RoundBf16(Randn(size_t(OC) * IC + 8, 71, 0.1f));
+  std::vector<float> w(wbuf.begin() + 8, wbuf.end());
+  auto c = Randn(size_t(N) * OC, 72);
+  auto dy = RoundBf16(Randn(size_t(N) * OC, 73));
+  auto dw0 = Randn(size_t(OC) * IC, 74);
+  Dev<__nv_bfloat16> dx(ToBf16(x)), dwb(ToBf16(wbuf)), ddy(ToBf16(dy)), outb(size_t(N) * OC);
+  Dev<float> out(size_t(N) * OC), dc(c), dinp(size_t(N) * IC), dW(dw0);
+  const __nv_bfloat16* W = dwb.p + 8;
+  std::vector<double> xd = ToDouble(x), wd = ToDouble(w), dyd = ToDouble(dy);
+
+  ASSERT_TRUE(gemm.Forward(out.p, OutType::kF32, dx.p, W, N, IC, OC, 1.f, 1.f, dc.p, 0).ok());
+  std::vector<double> ref(size_t(N) * OC);
+  kernels::MatmulForward(ref.data(), xd.data(), wd.data(), N, IC, OC);
+  std::vector<double> ref_c(ref);
+  for (size_t i = 0; i < ref_c.size(); ++i) ref_c[i] += c[i];
+  EXPECT_LE(RelL2(out.Get(), ref_c), 2e-3);
+  ASSERT_TRUE(gemm.Forward(outb.p, OutType::kBF16, dx.p, W, N, IC, OC, 1.f, 0.f, nullptr, 0).ok());
+  EXPECT_LE(RelL2(FromBf16(outb.Get()), ref), 5e-3);
+  // Twice through the cached plan.
+  ASSERT_TRUE(gemm.Forward(out.p, OutType::kF32, dx.p, W, N, IC, OC, 1.f, 0.f, nullptr, 0).ok());
+  EXPECT_LE(RelL2(out.Get(), ref), 2e-3);
+
+  ASSERT_TRUE(gemm.BackwardData(dinp.p, OutType::kF32, ddy.p, W, N, IC, OC, 0.5f, 0.f, 0).ok());
+  std::vector<double> dref(size_t(N) * IC, 0.0), dwref = ToDouble(dw0);
+  kernels::MatmulBackward(dref.data(), dwref.data(), dyd.data(), xd.data(), wd.data(), N, IC, OC);
+  std::vector<double> dref_half(dref);
+  for (double& v : dref_half) v *= 0.5;
+  EXPECT_LE(RelL2(dinp.Get(), dref_half), 2e-3);
+  ASSERT_TRUE(gemm.BackwardWeight(dW.p, ddy.p, dx.p, N, IC, OC, 1.f, 1.f, 0).ok());
+  EXPECT_LE(RelL2(dW.Get(), dwref), 2e-3);
+}
+
+TEST(LayersGpu, CompareAndMaxLogit) {
+  SKIP_WITHOUT_GPU();
+  const int BH = 3, Tn = 50, D = 64;
+  auto q = RoundBf16(Randn(size_t(BH) * Tn * D, 80));
+  auto k = RoundBf16(Randn(q.size(), 81));
+  Dev<__nv_bfloat16> dq(ToBf16(q)), dk(ToBf16(k));
+  Dev<float> mx(1);
+  Dev<double> acc(std::vector<double>(6, 0.0));
+  const float tau = 0.125f;
+  ASSERT_TRUE(InitMaxCuda(mx.p, 0).ok());
+  ASSERT_TRUE(MaxCausalLogitCuda(mx.p, dq.p, dk.p, BH, Tn, D, tau, 0).ok());
+  double best = -1e30;
+  for (int b = 0; b < BH; ++b) {
+    for (int i = 0; i < Tn; ++i) {
+      for (int j = 0; j <= i; ++j) {
+        double s = 0;
+        for (int d = 0; d < D; ++d) s += double(q[(size_t(b) * Tn + i) * D + d]) * k[(size_t(b) * Tn + j) * D + d];
+        best = std::max(best, s * tau);
+      }
+    }
+  }
+  EXPECT_NEAR(mx.Get()[0], best, 1e-4 * std::fabs(best));
+  ASSERT_TRUE((CompareAccumulateCuda<__nv_bfloat16, __nv_bfloat16>(acc.p, dq.p, dk.p, q.size(), 0).ok()));
+  auto a = acc.Get();
+  double xy = 0, xx = 0;
+  for (size_t i = 0; i < q.size(); ++i) {
+    xy += double(q[i]) * k[i];
+    xx += double(q[i]) * q[i];
+  }
+  EXPECT_NEAR(a[0], xy, 1e-9 * xx);
+  EXPECT_NEAR(a[1], xx, 1e-9 * xx);
+}
+
+}  // namespace
+}  // namespace ablate::kernels::cuda

@@ -1,0 +1,27 @@
+// The CUDA backend of RunTrial (device: cuda): GptCuda + the device optimizer behind the
+// TrainBackend interface (loop/backend.h), so a GPU trial emits the same JSON lines, schedule,
+// clipping, accumulation, divergence, evaluation, diagnostics and checkpoints as a CPU trial.
+// Checkpoints hold the fp32 weights in the Gpt layout and the optimizer blob of trainer::Optimizer:
+// they resume on either backend.
+// One GPU (the first visible one: the worker pins trials with CUDA_VISIBLE_DEVICES); gpus > 1 is
+// refused by RunTrial (NCCL data parallel is not implemented yet).
+#pragma once
+
+#include <memory>
+
+#include "ablate/status.h"
+#include "trainer/loop/backend.h"
+
+namespace ablate::trainer::cuda {
+
+// The peak dense bf16 tensor FLOP/s of the current device, for MFU, and where the figure comes
+// from (a table of known parts, else SMs x clock x 4096 FLOP/cycle/SM, Hopper's dense bf16 rate).
+std::pair<double, std::string> GpuPeakFlops();
+
+StatusOr<std::unique_ptr<TrainBackend>> CreateCudaBackend(const TrialConfig& config,
+                                                          Gpt<float> model);
+
+// RegisterTrainBackend("cuda", CreateCudaBackend).
+void RegisterCudaBackend();
+
+}  // namespace ablate::trainer::cuda
