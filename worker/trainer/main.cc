@@ -21,6 +21,7 @@
 #include "trainer/loop/train_loop.h"
 #if ABLATE_TRAINER_HAVE_CUDA
 #include "trainer/cuda/cuda_backend.h"
+#include <cuda_runtime_api.h>
 #endif
 
 namespace {
@@ -127,6 +128,14 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     if (log) log << line << '\n' << std::flush;
   };
+#if ABLATE_TRAINER_HAVE_CUDA
+  // device: auto trains on the GPU when one is visible (the worker narrows the view to the trial's
+  // GPUs with CUDA_VISIBLE_DEVICES, and a CPU-slot trial sees none), else on the CPU.
+  if (config->device == "auto") {
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0) config->device = "cuda";
+  }
+#endif
   auto result = ablate::trainer::RunTrial(*config, options);
   if (!result.ok()) {
     std::fprintf(stderr, "ablate-train: %s\n", result.status().message().c_str());

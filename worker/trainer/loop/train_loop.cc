@@ -206,7 +206,7 @@ void RegisterTrainBackend(const std::string& device, TrainBackendFactory factory
 bool HaveTrainBackend(const std::string& device) { return Registry().count(device) > 0; }
 
 StatusOr<RunResult> RunTrial(const TrialConfig& cfg, const RunOptions& options) {
-  // device: auto runs on the CPU (a GPU run is asked for explicitly with device: cuda).
+  // device: auto runs on the CPU here; ablate-train resolves auto to cuda when a GPU is visible.
   const bool on_cuda = cfg.device == "cuda";
   if (on_cuda && !HaveTrainBackend("cuda")) {
     return FailedPrecondition(
