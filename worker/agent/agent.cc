@@ -46,6 +46,9 @@ struct Agent::Attempt {
   std::unique_ptr<Supervisor> supervisor;  // null when there is nothing to run (recovered, refused)
   std::thread thread;                      // runs supervisor->Run()
   bool child_done = false;                 // the final event has been added to the outbox
+  std::vector<int> gpus;                   // the assignment's GPU indices
+  std::vector<int> cpu_slots;              // CPU slot numbers held while the trainer runs
+  double tokens_per_s = -1;                // last reported; < 0 before the first step line
 };
 
 namespace {
@@ -114,6 +117,8 @@ Agent::Agent(AgentOptions options, AgentEnv env)
       heartbeat_ms_(options_.default_heartbeat_ms),
       rng_(std::random_device{}()) {
   draining_ = options_.start_draining;
+  cpu_slot_busy_.assign(size_t(std::max(0, options_.cpu_slots)), false);
+  for (const auto& o : Outcomes()) finished_[o] = 0;
 }
 
 Agent::~Agent() {
@@ -159,6 +164,50 @@ Agent::Stats Agent::stats() const {
   return s;
 }
 
+const std::vector<std::string>& Agent::Outcomes() {
+  static const std::vector<std::string> kOutcomes = {
+      "succeeded", "diverged", "failed", "canceled", "preempted", "refused", "lost"};
+  return kOutcomes;
+}
+
+Agent::MetricsSnapshot Agent::metrics_snapshot() const {
+  std::lock_guard<std::mutex> l(mu_);
+  MetricsSnapshot s;
+  s.connected = connected_;
+  s.draining = draining_;
+  s.registrations = stats_.registrations;
+  s.trials_started = trials_started_;
+  s.finished = finished_;
+  s.batches = batch_counters_;
+  for (bool b : cpu_slot_busy_) s.cpu_slots_busy += b ? 1 : 0;
+  for (const auto& [k, a] : attempts_) {
+    s.unacked_reports += int64_t(a->outbox->unacked());
+    if (!a->supervisor || a->child_done) continue;
+    MetricsSnapshot::Running r;
+    r.trial_id = k.trial_id;
+    r.attempt = k.attempt;
+    r.gpus = a->gpus;
+    r.cpu_slots = a->cpu_slots;
+    r.tokens_per_s = a->tokens_per_s;
+    s.running.push_back(std::move(r));
+  }
+  return s;
+}
+
+void Agent::CountFinal(const v1::TrialEvent& e, Attempt* a) {
+  std::string outcome = "failed";
+  if (e.kind() == v1::TrialEvent::FINISHED) {
+    outcome = e.status() == "ok" ? "succeeded" : e.status() == "diverged" ? "diverged" : "failed";
+  } else if (e.kind() == v1::TrialEvent::CANCELED) {
+    outcome = "canceled";
+  } else if (e.status() == "preempted") {
+    outcome = "preempted";  // requeued from its checkpoint, not held against the trial
+  }
+  ++finished_[outcome];
+  for (int slot : a->cpu_slots) cpu_slot_busy_[size_t(slot)] = false;
+  a->cpu_slots.clear();
+}
+
 void Agent::Drain() {
   std::lock_guard<std::mutex> l(mu_);
   if (draining_) return;
@@ -183,6 +232,24 @@ void Agent::Stop() {
     }
   }
   Log("stopping: killed " + std::to_string(killed) + " trainer(s)");
+  cv_.notify_all();
+}
+
+void Agent::Preempt() {
+  std::lock_guard<std::mutex> l(mu_);
+  if (preempting_) return;
+  preempting_ = true;
+  draining_ = true;
+  heartbeat_now_ = true;
+  int asked = 0;
+  for (auto& [k, a] : attempts_) {
+    if (a->supervisor && !a->child_done) {
+      a->supervisor->Preempt();
+      ++asked;
+    }
+  }
+  Log("preempted: no new trials; asked " + std::to_string(asked) +
+      " trainer(s) to checkpoint and stop");
   cv_.notify_all();
 }
 
@@ -233,7 +300,8 @@ void Agent::Recover() {
     att->outbox =
         std::make_unique<AttemptOutbox>(k.trial_id, k.attempt, std::move(*spool), options_.outbox);
     if (att->outbox->done()) continue;  // finished and acknowledged; the spool is gone now
-    if (!att->outbox->finished()) {
+    const bool lost_here = !att->outbox->finished();
+    if (lost_here) {
       const bool killed = KillOrphan(dir);
       v1::TrialEvent e;
       e.set_kind(v1::TrialEvent::FAILED);
@@ -248,6 +316,8 @@ void Agent::Recover() {
     att->child_done = true;
     reports += att->outbox->unacked();
     std::lock_guard<std::mutex> l(mu_);
+    if (lost_here) ++finished_["lost"];
+    att->outbox->set_counters(&batch_counters_);
     attempts_[k] = std::move(att);
     ++recovered;
   }
@@ -325,7 +395,7 @@ Status CheckCorpus(const std::string& config_json, const std::vector<std::string
 void Agent::StartAttempt(const v1::Assignment& a) {
   const Key k{a.trial_id(), a.attempt()};
   const std::string what = Describe(k.trial_id, k.attempt);
-  bool refuse;
+  bool refuse, preempting;
   {
     std::lock_guard<std::mutex> l(mu_);
     ++stats_.assignments;
@@ -334,6 +404,7 @@ void Agent::StartAttempt(const v1::Assignment& a) {
       return;
     }
     refuse = draining_;
+    preempting = preempting_;
   }
   if (k.trial_id <= 0 || k.attempt <= 0) {
     Log("ignoring an assignment with trial " + std::to_string(k.trial_id) + " attempt " +
@@ -355,7 +426,9 @@ void Agent::StartAttempt(const v1::Assignment& a) {
   }
   att->outbox =
       std::make_unique<AttemptOutbox>(k.trial_id, k.attempt, std::move(spool), options_.outbox);
+  att->outbox->set_counters(&batch_counters_);  // used under mu_ only, like the outbox itself
   att->sink = std::make_unique<Sink>(this, k);
+  att->gpus.assign(a.gpu_indices().begin(), a.gpu_indices().end());
 
   std::string refusal;
   int refusal_exit_code = 0;
@@ -376,9 +449,12 @@ void Agent::StartAttempt(const v1::Assignment& a) {
     e.set_kind(v1::TrialEvent::FAILED);
     e.set_reason(refusal);
     e.set_exit_code(refusal_exit_code);
+    // Refused because this host is being taken away: requeued without counting the attempt.
+    if (refuse && preempting) e.set_status("preempted");
     std::lock_guard<std::mutex> l(mu_);
     att->outbox->AddEvent(std::move(e));
     att->child_done = true;
+    ++finished_["refused"];
     attempts_[k] = std::move(att);
     cv_.notify_all();
     return;
@@ -409,6 +485,17 @@ void Agent::StartAttempt(const v1::Assignment& a) {
   Log(what + ": starting" + (a.sweep_name().empty() ? "" : " (sweep " + a.sweep_name() + ")") +
       (devices.empty() ? " on the CPU" : " on GPU " + devices) + " in " + att->dir);
   std::lock_guard<std::mutex> l(mu_);
+  if (att->gpus.empty()) {
+    // Number the CPU slots this trial takes, for the per-slot series of --metrics. The coordinator
+    // never assigns more than the free slots; should it, the extra ones go unnumbered.
+    int want = std::max(1, a.cpu_slots());
+    for (size_t i = 0; i < cpu_slot_busy_.size() && want > 0; ++i) {
+      if (cpu_slot_busy_[i]) continue;
+      cpu_slot_busy_[i] = true;
+      att->cpu_slots.push_back(int(i));
+      --want;
+    }
+  }
   Attempt* raw = att.get();
   attempts_[k] = std::move(att);
   raw->thread = std::thread([raw] { raw->supervisor->Run(); });
@@ -431,6 +518,9 @@ void Agent::OnPoints(const Key& k, std::vector<v1::MetricPoint> points) {
   std::lock_guard<std::mutex> l(mu_);
   auto it = attempts_.find(k);
   if (it == attempts_.end()) return;
+  for (const auto& p : points) {
+    if (p.name() == "tokens_per_s") it->second->tokens_per_s = p.value();
+  }
   AttemptOutbox& ob = *it->second->outbox;
   ob.AddPoints(std::move(points), env_.clock->NowMs());
   if (ob.HasUnsent()) cv_.notify_all();
@@ -450,6 +540,11 @@ void Agent::OnEvent(const Key& k, v1::TrialEvent event) {
     }
   }
   const auto kind = event.kind();
+  if (kind == v1::TrialEvent::STARTED) ++trials_started_;
+  if (kind == v1::TrialEvent::FINISHED || kind == v1::TrialEvent::FAILED ||
+      kind == v1::TrialEvent::CANCELED) {
+    CountFinal(event, &a);
+  }
   std::string line = what + ": " + KindName(kind);
   if (kind == v1::TrialEvent::STARTED) line += " (pid " + std::to_string(a.supervisor->pid()) + ")";
   if (kind == v1::TrialEvent::CHECKPOINTED) {

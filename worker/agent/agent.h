@@ -29,9 +29,14 @@
 // and returns. Stop() (a second signal) kills the trainers (FAILED "worker stopped: killed by
 // signal 9 (SIGKILL)"), waits up to shutdown_ack_wait_ms for acks and returns. Unacknowledged
 // reports stay in the spools for the next start.
+// Preempt() (SIGUSR1, or SIGINT/SIGTERM with --preempt-on-term: a batch scheduler is taking the host
+// back) drains as above but also sends SIGUSR1 to every running trainer, which checkpoints its
+// current step and exits 75; each attempt ends FAILED with status "preempted" (however its trainer
+// ends, unless it finished), the coordinator requeues it from that checkpoint without counting the
+// attempt, and Run() returns once those reports are acknowledged.
 //
-// Thread safety: Run() is called once; Drain(), Stop() and stats() from any thread (signal
-// handling thread included, but not from a signal handler).
+// Thread safety: Run() is called once; Drain(), Stop(), Preempt(), stats() and metrics_snapshot()
+// from any thread (signal handling thread included, but not from a signal handler).
 #pragma once
 
 #include <condition_variable>
@@ -102,6 +107,7 @@ class Agent {
   Status Run();
   void Drain();
   void Stop();
+  void Preempt();
 
   struct Stats {
     int64_t connects = 0;       // streams opened
@@ -115,6 +121,30 @@ class Agent {
     int running = 0;  // attempts not yet finished and acknowledged
   };
   Stats stats() const;
+
+  // What ablate-worker --metrics exports (agent/metrics.h), taken under one lock so it is
+  // consistent. Counters are monotonic over the life of the Agent.
+  struct MetricsSnapshot {
+    bool connected = false;  // registered over a live stream
+    bool draining = false;
+    int64_t registrations = 0;
+    int64_t trials_started = 0;               // trainers spawned (STARTED events)
+    std::map<std::string, int64_t> finished;  // outcome (Outcomes()) → attempts ended
+    OutboxCounters batches;
+    int64_t unacked_reports = 0;  // over every attempt still held
+    int cpu_slots_busy = 0;
+    struct Running {
+      int64_t trial_id = 0;
+      int32_t attempt = 0;
+      std::vector<int> gpus;       // GPU indices (the assignment's)
+      std::vector<int> cpu_slots;  // this worker's CPU slot numbers, 0-based
+      double tokens_per_s = -1;    // the last "tokens_per_s" the trainer printed; < 0: none yet
+    };
+    std::vector<Running> running;  // attempts whose trainer has not ended, by (trial, attempt)
+  };
+  MetricsSnapshot metrics_snapshot() const;
+  // The outcomes of MetricsSnapshot::finished.
+  static const std::vector<std::string>& Outcomes();
 
  private:
   struct Key {
@@ -143,6 +173,7 @@ class Agent {
   bool ExitDue(int64_t now);
   void ReapDone(std::vector<std::unique_ptr<Attempt>>* done);
   int CpuThreads(const v1::Assignment& a) const;
+  void CountFinal(const v1::TrialEvent& e, Attempt* a);
 
   const AgentOptions options_;
   const AgentEnv env_;
@@ -152,12 +183,18 @@ class Agent {
   std::map<Key, std::unique_ptr<Attempt>> attempts_;  // GUARDED_BY(mu_)
   bool draining_ = false;                             // GUARDED_BY(mu_)
   bool stop_ = false;                                 // GUARDED_BY(mu_)
+  bool preempting_ = false;                           // GUARDED_BY(mu_)
   bool connected_ = false;                            // GUARDED_BY(mu_): registered stream up
   bool tried_connect_ = false;                        // GUARDED_BY(mu_): Connect() was tried once
   int64_t heartbeat_ms_;                              // GUARDED_BY(mu_)
   int64_t quiet_since_ms_ = 0;                        // GUARDED_BY(mu_): draining, no trainer left
   bool heartbeat_now_ = false;                        // GUARDED_BY(mu_)
   Stats stats_;                                       // GUARDED_BY(mu_)
+  // For metrics_snapshot(), all GUARDED_BY(mu_).
+  std::vector<bool> cpu_slot_busy_;  // by CPU slot number
+  int64_t trials_started_ = 0;
+  std::map<std::string, int64_t> finished_;
+  OutboxCounters batch_counters_;
   std::mt19937_64 rng_;                               // Run()'s thread only
 };
 

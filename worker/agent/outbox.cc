@@ -9,6 +9,7 @@ AttemptOutbox::AttemptOutbox(int64_t trial_id, int32_t attempt, std::unique_ptr<
     : trial_id_(trial_id), attempt_(attempt), options_(options), spool_(std::move(spool)) {
   if (spool_) {
     next_seq_ = spool_->last_seq() + 1;
+    handed_max_ = spool_->last_seq();  // a previous worker process may have sent them
     finished_ = spool_->finished();
     // A finished attempt whose final event was acknowledged, but whose spool survived a crash
     // before it could be deleted: nothing left to do.
@@ -45,6 +46,13 @@ void AttemptOutbox::CloseBatch() {
   b->set_seq(next_seq_++);
   open_.Clear();
   Keep(std::move(m));
+  if (counters_) ++counters_->batches_spooled;
+}
+
+bool AttemptOutbox::IsBatch(int64_t seq) const {
+  const auto& kept = spool_ ? spool_->Unacked() : memory_;
+  auto it = kept.find(seq);
+  return it != kept.end() && it->second.has_metrics();
 }
 
 void AttemptOutbox::AddPoints(std::vector<v1::MetricPoint> points, int64_t now_ms) {
@@ -85,6 +93,11 @@ void AttemptOutbox::TakeUnsent(std::vector<v1::WorkerMessage>* out) {
   for (auto it = kept.upper_bound(sent_upto_); it != kept.end(); ++it) {
     out->push_back(it->second);
     sent_upto_ = it->first;
+    if (it->first <= handed_max_) {
+      if (counters_ && it->second.has_metrics()) ++counters_->batches_replayed;
+    } else {
+      handed_max_ = it->first;
+    }
   }
 }
 
@@ -97,6 +110,7 @@ size_t AttemptOutbox::unacked() const { return spool_ ? spool_->Unacked().size()
 
 void AttemptOutbox::Ack(int64_t seq) {
   if (done_) return;
+  if (counters_ && IsBatch(seq)) ++counters_->batches_acked;
   if (spool_) {
     NoteSpool(spool_->Ack(seq));
   } else {

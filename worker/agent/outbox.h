@@ -33,6 +33,14 @@ struct OutboxOptions {
   size_t max_points = 2000;
 };
 
+// Metric batches through an outbox's life, for ablate-worker --metrics (agent/metrics.h). Several
+// outboxes may add to one instance; it is guarded by whatever serializes their calls.
+struct OutboxCounters {
+  int64_t batches_spooled = 0;   // closed and kept (spool, or memory without one)
+  int64_t batches_acked = 0;     // acknowledged for the first time
+  int64_t batches_replayed = 0;  // handed out again: after a reconnect, or found in a spool
+};
+
 class AttemptOutbox {
  public:
   // `spool` may be null (reports then live in memory only).
@@ -41,6 +49,9 @@ class AttemptOutbox {
 
   int64_t trial_id() const { return trial_id_; }
   int32_t attempt() const { return attempt_; }
+  // Where to count batches from now on (not owned; null: nowhere). A spool that already held
+  // reports (a restarted worker) counts them as replayed when they are handed out.
+  void set_counters(OutboxCounters* counters) { counters_ = counters; }
 
   // Adds points to the open batch (closing it first at max_points).
   void AddPoints(std::vector<v1::MetricPoint> points, int64_t now_ms);
@@ -74,6 +85,7 @@ class AttemptOutbox {
   void CloseBatch();
   void Keep(v1::WorkerMessage m);
   void NoteSpool(const Status& st);
+  bool IsBatch(int64_t seq) const;
 
   const int64_t trial_id_;
   const int32_t attempt_;
@@ -82,6 +94,8 @@ class AttemptOutbox {
   std::map<int64_t, v1::WorkerMessage> memory_;  // unacked reports when there is no spool
   int64_t next_seq_ = 1;
   int64_t sent_upto_ = 0;
+  int64_t handed_max_ = 0;  // highest seq ever handed out (or found in the spool at start)
+  OutboxCounters* counters_ = nullptr;
   v1::MetricBatch open_;
   int64_t open_since_ms_ = 0;
   bool finished_ = false;

@@ -18,6 +18,9 @@
 #include "agent/agent.h"
 #include "agent/gpus.h"
 #include "agent/util.h"
+#ifdef ABLATE_WORKER_METRICS
+#include "agent/metrics.h"
+#endif
 
 #ifndef ABLATE_VERSION
 #define ABLATE_VERSION "dev"
@@ -136,12 +139,26 @@ int WorkerMain(int argc, char** argv) {
   app.add_option("--worker-id", worker_id_flag,
                  "worker id (default: generated once and kept in <work-dir>/worker_id)");
   app.add_flag("--drain", drain, "take no new trials: resend what the spools hold, then exit");
+  bool preempt_on_term = false;
+  app.add_flag("--preempt-on-term", preempt_on_term,
+               "the first SIGINT/SIGTERM preempts (trainers checkpoint now and stop, trials are "
+               "requeued) instead of draining; for batch schedulers (Slurm) that kill the job soon "
+               "after SIGTERM. SIGUSR1 always preempts");
   std::vector<std::string> data_roots;
   app.add_option("--data-root", data_roots,
                  "folder a trial's data.corpus may read from (repeatable; the built-in corpora "
                  "brown and nlp are always allowed, nothing else by default)");
   app.add_option("--keepalive-ms", keepalive_ms,
                  "HTTP/2 keepalive ping period towards the coordinator, 0 = off (default 30000)");
+  std::string metrics_addr;
+  bool metrics_public = false;
+  auto* metrics_opt = app.add_option(
+      "--metrics", metrics_addr,
+      "serve Prometheus /metrics on HOST:PORT (port 0 picks one; the bound address is written to "
+      "<work-dir>/worker.metrics); scrapes need the --token-file token as a bearer token");
+  app.add_flag("--metrics-public", metrics_public,
+               "serve /metrics without the bearer token (bind it to a private address)")
+      ->needs(metrics_opt);
   app.add_option("--tls-ca", tls_ca, "PEM CA certificate: connect with TLS");
   app.add_option("--tls-cert", tls_cert, "PEM client certificate (mutual TLS)");
   app.add_option("--tls-key", tls_key, "PEM client key (mutual TLS)");
@@ -206,10 +223,16 @@ int WorkerMain(int argc, char** argv) {
   sigemptyset(&sigs);
   sigaddset(&sigs, SIGINT);
   sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGUSR1);  // preemption
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
   if (keepalive_ms < 0) return fail(2, "--keepalive-ms must be >= 0");
+#ifndef ABLATE_WORKER_METRICS
+  if (!metrics_addr.empty()) {
+    return fail(2, "--metrics: this ablate-worker was built without prometheus-cpp/cpp-httplib");
+  }
+#endif
   auto connector =
       MakeGrpcConnector(coordinator, *token, TlsFiles{tls_ca, tls_cert, tls_key}, keepalive_ms);
   if (!connector.ok()) return fail(2, connector.status().message());
@@ -234,6 +257,35 @@ int WorkerMain(int argc, char** argv) {
   env.clock = RealClock();
   Agent agent(options, env);
 
+  // The Prometheus endpoint. Its address goes to <work-dir>/worker.metrics (removed first, so a
+  // stale file never names an old port), for scripts and tests started with port 0.
+  const std::string metrics_file = *abs_work + "/worker.metrics";
+  ::unlink(metrics_file.c_str());
+  std::string metrics_bound;
+#ifdef ABLATE_WORKER_METRICS
+  std::unique_ptr<WorkerMetrics> metrics;
+  std::unique_ptr<MetricsEndpoint> endpoint;
+  std::unique_ptr<MetricsServer> metrics_server;  // declared last: stopped first
+  if (!metrics_addr.empty()) {
+    metrics = std::make_unique<WorkerMetrics>(
+        WorkerMetricsOptions{worker_id, ABLATE_VERSION, *gpus, cpu_slots});
+    endpoint = std::make_unique<MetricsEndpoint>(*token, metrics_public, [&agent, &metrics] {
+      metrics->Update(agent.metrics_snapshot());
+      return metrics->Exposition();
+    });
+    metrics_server = std::make_unique<MetricsServer>(endpoint.get());
+    auto bound = metrics_server->Start(metrics_addr);
+    if (!bound.ok()) {
+      return fail(bound.status().code() == StatusCode::kInvalidArgument ? 2 : 1,
+                  bound.status().message());
+    }
+    metrics_bound = *bound;
+    if (Status st = WriteFileAtomic(metrics_file, metrics_bound + "\n"); !st.ok()) {
+      return fail(1, st.message());
+    }
+  }
+#endif
+
   std::string gpu_list;
   for (const auto& g : *gpus) {
     gpu_list += (gpu_list.empty() ? "" : ", ") + std::to_string(g.index()) + " " + g.name();
@@ -244,6 +296,10 @@ int WorkerMain(int argc, char** argv) {
                ABLATE_VERSION, worker_id.c_str(), coordinator.c_str(),
                gpus->empty() ? "no GPU" : ("GPUs " + gpu_list).c_str(), cpu_slots,
                abs_trainer->c_str(), abs_work->c_str());
+  if (!metrics_bound.empty()) {
+    std::fprintf(stderr, "ablate-worker: Prometheus metrics on http://%s/metrics (%s)\n",
+                 metrics_bound.c_str(), metrics_public ? "public" : "bearer token required");
+  }
 
   std::atomic<bool> done{false};
   std::thread signals([&] {
@@ -252,6 +308,14 @@ int WorkerMain(int argc, char** argv) {
     while (!done) {
       const int sig = sigtimedwait(&sigs, nullptr, &tick);
       if (sig <= 0) continue;
+      if (sig == SIGUSR1 || (preempt_on_term && count == 0)) {
+        std::fprintf(
+            stderr, "ablate-worker: %s: preempting: trainers checkpoint and stop, then exit%s\n",
+            SignalName(sig).c_str(), sig == SIGUSR1 ? "" : " (send it again to kill the trials)");
+        agent.Preempt();
+        if (sig != SIGUSR1) ++count;
+        continue;
+      }
       if (++count == 1) {
         std::fprintf(stderr, "ablate-worker: %s: draining (send it again to kill the trials)\n",
                      SignalName(sig).c_str());
@@ -264,6 +328,7 @@ int WorkerMain(int argc, char** argv) {
   const Status st = agent.Run();
   done = true;
   signals.join();
+  if (!metrics_bound.empty()) ::unlink(metrics_file.c_str());
   if (!st.ok()) return fail(1, st.message());
   return 0;
 }

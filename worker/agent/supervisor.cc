@@ -34,6 +34,17 @@ void Supervisor::Kill() {
   }
 }
 
+void Supervisor::Preempt() {
+  std::lock_guard<std::mutex> l(mu_);
+  if (preempt_requested_) return;
+  preempt_requested_ = true;
+  preempt_at_ms_ = clock_->NowMs();
+  if (child_ && !exited_) {
+    child_->SignalGroup(SIGUSR1);
+    usr1_sent_ = true;
+  }
+}
+
 // Called on Run()'s thread between reads: sends the signal that Cancel() could not send yet (the
 // child was not spawned) and escalates to SIGKILL after the grace period.
 void Supervisor::CheckCancel() {
@@ -42,6 +53,16 @@ void Supervisor::CheckCancel() {
   if (killed_by_worker_ && !kill_sent_) {
     child_->SignalGroup(SIGKILL);
     kill_sent_ = true;
+  }
+  if (preempt_requested_ && !cancel_requested_) {
+    if (!usr1_sent_) {
+      child_->SignalGroup(SIGUSR1);
+      usr1_sent_ = true;
+    }
+    if (!kill_sent_ && clock_->NowMs() - preempt_at_ms_ >= options_.preempt_grace_ms) {
+      child_->SignalGroup(SIGKILL);
+      kill_sent_ = true;
+    }
   }
   if (!cancel_requested_) return;
   if (!term_sent_) {
@@ -84,13 +105,14 @@ v1::TrialEvent Supervisor::FinalEvent(const ExitStatus& status) const {
   e.set_step(last_step_);
   e.set_log_tail(ReadLogTail(spec_.stderr_path, options_.log_tail_bytes, options_.log_tail_lines));
   e.set_exit_code(status.signaled ? -status.signal : status.code);
-  bool canceled, killed_by_worker;
+  bool canceled, killed_by_worker, preempted;
   std::string cancel_reason;
   {
     std::lock_guard<std::mutex> l(mu_);
     canceled = cancel_requested_;
     killed_by_worker = killed_by_worker_;
     cancel_reason = cancel_reason_;
+    preempted = preempt_requested_;
   }
   const bool clean = !status.signaled && status.code == 0;
   if (clean && have_final_ && (final_status_ == "ok" || final_status_ == "diverged")) {
@@ -117,6 +139,14 @@ v1::TrialEvent Supervisor::FinalEvent(const ExitStatus& status) const {
                                        : cancel_reason + " (" + what + ")");
     return e;
   }
+  // 75: ablate-train checkpointed and stopped on SIGUSR1 (ours, or sent by someone else).
+  if (preempted || (!status.signaled && status.code == 75)) {
+    e.set_kind(v1::TrialEvent::FAILED);
+    e.set_status("preempted");
+    const bool own = have_final_ && final_status_ == "preempted" && !final_reason_.empty();
+    e.set_reason(own ? final_reason_ + " (" + what + ")" : "preempted: " + what);
+    return e;
+  }
   e.set_kind(v1::TrialEvent::FAILED);
   e.set_reason(killed_by_worker ? "worker stopped: " + what : what);
   return e;
@@ -132,6 +162,12 @@ void Supervisor::Run() {
       early->set_kind(cancel_requested_ ? v1::TrialEvent::CANCELED : v1::TrialEvent::FAILED);
       early->set_reason(cancel_requested_ ? cancel_reason_ + " (before the trainer started)"
                                           : "worker stopped before the trainer started");
+    } else if (preempt_requested_) {
+      exited_ = true;
+      early.emplace();
+      early->set_kind(v1::TrialEvent::FAILED);
+      early->set_status("preempted");
+      early->set_reason("preempted before the trainer started");
     }
   }
   if (early) {  // the sink is never called under mu_: it takes the agent's lock

@@ -11,6 +11,10 @@
 //   anyway); cannot be started         → FAILED with the spawn error ("exec /x: No such file or
 //   directory"),
 //                               exit_code 127.
+//   preempted (Preempt(), or the trainer exited 75 on its own SIGUSR1)
+//                             → FAILED with status "preempted" (unless the run had finished anyway
+//                               or was cancelled), reason "preempted: ..." or the trainer's own
+//                               ("preempted: checkpointed at step N (exit code 75)").
 // Final events carry the last reported step and the tail of the trainer's stderr log. Once the
 // trainer has exited, whatever is left of its process group (grandchildren holding the stdout pipe
 // or a GPU) is killed, so a finished trial leaves nothing behind.
@@ -42,6 +46,7 @@ class SupervisorSink {
 
 struct SupervisorOptions {
   int64_t cancel_grace_ms = 5000;   // SIGTERM → SIGKILL
+  int64_t preempt_grace_ms = 120000;  // SIGUSR1 (checkpoint and exit) → SIGKILL
   int poll_ms = 100;                // how often exits and the cancel deadline are checked
   size_t max_line_bytes = 4 << 20;  // a longer stdout line is dropped (counted as not JSON)
   size_t log_tail_bytes = 64 * 1024;
@@ -62,6 +67,11 @@ class Supervisor {
   // SIGKILL to the process group now (the worker is going away); the final event is FAILED
   // "worker stopped: killed by signal 9 (SIGKILL)".
   void Kill();
+  // Preemption (the host is being taken away): SIGUSR1 to the process group now, so ablate-train
+  // finishes its step, checkpoints and exits 75; SIGKILL after preempt_grace_ms. The final event
+  // is FAILED with status "preempted" however the trainer ends, unless it finished or was
+  // cancelled. Repeated calls do nothing more. Before Run(): the trainer never starts.
+  void Preempt();
 
   int pid() const { return pid_.load(); }  // 0 until spawned
   bool exited() const { return exited_.load(); }
@@ -87,6 +97,9 @@ class Supervisor {
   bool term_sent_ = false;               // GUARDED_BY(mu_)
   bool kill_sent_ = false;               // GUARDED_BY(mu_)
   bool killed_by_worker_ = false;        // GUARDED_BY(mu_)
+  bool preempt_requested_ = false;       // GUARDED_BY(mu_)
+  int64_t preempt_at_ms_ = 0;            // GUARDED_BY(mu_)
+  bool usr1_sent_ = false;               // GUARDED_BY(mu_)
 
   // Only Run()'s thread touches these.
   int64_t last_step_ = 0;

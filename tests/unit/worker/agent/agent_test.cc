@@ -238,6 +238,13 @@ TEST_F(WorkerAgentTest, BrokenStreamReplaysUnackedReportsAfterReconnect) {
   ASSERT_EQ(loss_by_step.size(), 30u);
   for (const auto& [step, n] : loss_by_step) EXPECT_EQ(n, 1) << "step " << step;
   EXPECT_EQ(coord_.FinalOf(5, 2)->kind(), v1::TrialEvent::FINISHED);
+  // What --metrics exports: the resent batches (3 and 4 at least) and the reconnect.
+  const auto m = agent_->metrics_snapshot();
+  EXPECT_GE(m.registrations, 2);
+  EXPECT_GE(m.batches.batches_replayed, 2);
+  EXPECT_EQ(m.batches.batches_acked, m.batches.batches_spooled);
+  EXPECT_EQ(m.finished.at("succeeded"), 1);
+  EXPECT_EQ(m.unacked_reports, 0);
 }
 
 TEST_F(WorkerAgentTest, RestartResendsSpooledReportsAndReportsLostTrainers) {
@@ -322,6 +329,13 @@ TEST_F(WorkerAgentTest, RestartResendsSpooledReportsAndReportsLostTrainers) {
   EXPECT_EQ(coord_.FinalOf(8, 1)->kind(), v1::TrialEvent::FINISHED);
   EXPECT_FALSE(FileExists(AttemptDir(9, 2) + "/spool"));
   EXPECT_FALSE(FileExists(AttemptDir(8, 1) + "/spool"));
+  // The recovered batch (seq 2 of 9/2) counts as replayed; the orphan as lost; nothing started.
+  const auto m = agent_->metrics_snapshot();
+  EXPECT_EQ(m.batches.batches_replayed, 1);
+  EXPECT_EQ(m.batches.batches_acked, 1);
+  EXPECT_EQ(m.batches.batches_spooled, 0);
+  EXPECT_EQ(m.finished.at("lost"), 1);
+  EXPECT_EQ(m.trials_started, 0);
 }
 
 TEST_F(WorkerAgentTest, CancelFromTheCoordinatorOnAGpuWorker) {
@@ -350,6 +364,13 @@ TEST_F(WorkerAgentTest, CancelFromTheCoordinatorOnAGpuWorker) {
     EXPECT_EQ(coord_.registers()[0].gpus_size(), 2);
     EXPECT_EQ(coord_.registers()[0].gpus(1).uuid(), "GPU-fake-1");
   }
+  {
+    const auto m = agent_->metrics_snapshot();
+    ASSERT_EQ(m.running.size(), 1u);
+    EXPECT_EQ(m.running[0].gpus, (std::vector<int>{0, 1}));
+    EXPECT_TRUE(m.running[0].cpu_slots.empty());
+    EXPECT_EQ(m.cpu_slots_busy, 0);
+  }
   v1::CoordinatorMessage cancel;
   cancel.mutable_cancel()->set_trial_id(6);
   cancel.mutable_cancel()->set_attempt(1);
@@ -361,6 +382,8 @@ TEST_F(WorkerAgentTest, CancelFromTheCoordinatorOnAGpuWorker) {
   const v1::TrialEvent* e = coord_.FinalOf(6, 1);
   EXPECT_EQ(e->kind(), v1::TrialEvent::CANCELED);
   EXPECT_EQ(e->reason(), "canceled by the user (killed by signal 15 (SIGTERM))");
+  EXPECT_EQ(agent_->metrics_snapshot().finished.at("canceled"), 1);
+  EXPECT_TRUE(agent_->metrics_snapshot().running.empty());
   EXPECT_NE(e->log_tail().find("CUDA_VISIBLE_DEVICES=[0,1] ABLATE_CPU_THREADS=[8]"),
             std::string::npos)
       << e->log_tail();
@@ -387,6 +410,11 @@ TEST_F(WorkerAgentTest, DrainFinishesRunningTrialsAndRefusesNewOnes) {
   EXPECT_EQ(coord_.FinalOf(70, 1)->kind(), v1::TrialEvent::FAILED);
   EXPECT_EQ(coord_.FinalOf(70, 1)->reason(), "worker is draining");
   EXPECT_FALSE(FileExists(AttemptDir(70, 1) + "/stderr.log"));  // never started
+  const auto m = agent_->metrics_snapshot();
+  EXPECT_TRUE(m.draining);
+  EXPECT_EQ(m.trials_started, 1);
+  EXPECT_EQ(m.finished.at("succeeded"), 1);
+  EXPECT_EQ(m.finished.at("refused"), 1);
 }
 
 TEST_F(WorkerAgentTest, StopKillsRunningTrainers) {

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
+#ifdef ABLATE_WORKER_METRICS
+#include <httplib.h>
+#endif
 
 #include "agent/process.h"
 #include "agent/spool.h"
@@ -99,6 +102,13 @@ TEST_F(WorkerMainTest, BadCommandLinesExitWithCode2AndSayWhy) {
         dir_.path() + "/nope"},
        "--trainer " + dir_.path() + "/nope: not an executable file"},
       {{"--token-file", token_, "--bogus"}, "--bogus"},
+      {{"--token-file", token_, "--gpus", "none", "--metrics-public"},
+       "--metrics-public requires --metrics"},
+#ifdef ABLATE_WORKER_METRICS
+      {{"--token-file", token_, "--gpus", "none", "--work-dir", work, "--trainer", trainer_,
+        "--metrics", "9101"},
+       "--metrics 9101: expected HOST:PORT"},
+#endif
   };
   for (const auto& c : cases) {
     auto [code, err] = RunToEnd(c.args);
@@ -189,6 +199,77 @@ TEST_F(WorkerMainTest, DrainFlagResendsAndExitsKeepingTheWorkerId) {
   EXPECT_EQ(coord_.FinalOf(30, 1)->status(), "diverged");
   EXPECT_FALSE(FileExists(adir + "/spool"));
 }
+
+#ifdef ABLATE_WORKER_METRICS
+// The first line of `text` that starts with `prefix`, "" when there is none.
+std::string LineOf(const std::string& text, const std::string& prefix) {
+  size_t pos = 0;
+  while ((pos = text.find(prefix, pos)) != std::string::npos) {
+    if (pos == 0 || text[pos - 1] == '\n') return text.substr(pos, text.find('\n', pos) - pos);
+    pos += prefix.size();
+  }
+  return "";
+}
+bool EndsWith(const std::string& s, const std::string& end) {
+  return s.size() >= end.size() && s.compare(s.size() - end.size(), end.size(), end) == 0;
+}
+
+TEST_F(WorkerMainTest, MetricsFlagServesPrometheusWithTheToken) {
+  const std::string work = dir_.path() + "/work";
+  v1::Assignment a;
+  a.set_trial_id(21);
+  a.set_attempt(1);
+  a.set_config_json(R"({"mode": "ok", "steps": 60, "sleep": 0.05})");
+  a.set_cpu_slots(1);
+  coord_.Assign(a);
+  Launch({"--token-file", token_, "--gpus", "none", "--cpu-slots", "2", "--work-dir", work,
+          "--trainer", trainer_, "--metrics", "127.0.0.1:0"});
+  std::string addr;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        addr = ReadAll(work + "/worker.metrics");
+        return !addr.empty() && addr.back() == '\n';
+      },
+      10000))
+      << ReadAll(dir_.path() + "/worker.log");
+  addr.pop_back();
+  ASSERT_EQ(addr.rfind("127.0.0.1:", 0), 0u) << addr;
+  httplib::Client c("127.0.0.1", std::stoi(addr.substr(10)));
+  c.set_read_timeout(5, 0);
+  auto r = c.Get("/metrics");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 401);
+  r = c.Get("/metrics", {{"Authorization", "Bearer not-the-token"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 401);
+  // While the trial runs: a busy slot and the trainer's tokens per second.
+  const httplib::Headers auth = {{"Authorization", std::string("Bearer ") + testing::kToken}};
+  std::string body;
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        auto res = c.Get("/metrics", auth);
+        if (!res || res->status != 200) return false;
+        body = res->body;
+        return EndsWith(LineOf(body, "ablate_worker_cpu_slots_busy{"), " 1") &&
+               !LineOf(body, "ablate_worker_tokens_per_second{slot=\"cpu0\"").empty();
+      },
+      10000))
+      << body;
+  EXPECT_NE(body.find("# TYPE ablate_worker_build_info gauge"), std::string::npos) << body;
+  EXPECT_NE(body.find("ablate_worker_connected{"), std::string::npos) << body;
+  EXPECT_NE(body.find("ablate_worker_trial_info{gpu_uuid=\"\",slot=\"cpu0\",trial=\"21\""),
+            std::string::npos)
+      << body;
+  ::kill(child_->pid(), SIGTERM);  // drains: the trial finishes, then the worker exits
+  auto st = Wait(15000);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->code, 0) << ReadAll(dir_.path() + "/worker.log");
+  EXPECT_FALSE(FileExists(work + "/worker.metrics"));
+  EXPECT_NE(ReadAll(dir_.path() + "/worker.log")
+                .find("Prometheus metrics on http://" + addr + "/metrics (bearer token required)"),
+            std::string::npos);
+}
+#endif
 
 }  // namespace
 }  // namespace ablate::agent

@@ -66,8 +66,9 @@ inline bool ProcessGone(int pid) {
 // The fake trainer: a POSIX shell script standing in for ablate-train. Its mode is its first
 // argument, or, when started as the agent starts ablate-train (--config F --out D), the value of
 // "mode" in the config file. Modes:
-//   ok        start line, a non-JSON line, steps 1..N ("steps" in the config, default 3) with a
-//             sleep of "sleep" seconds between, an eval, a checkpoint, a final line "ok"; exit 0
+//   ok        start line, a non-JSON line, steps 1..N ("steps" in the config, default 3; step i
+//             reports tokens_per_s = 1000 i) with a sleep of "sleep" seconds between, an eval, a
+//             checkpoint, a final line "ok"; exit 0
 //   diverged  one step, final line "diverged" with a reason; exit 0
 //   exit3     one step, a message on stderr, exit 3
 //   nofinal   one step, exit 0
@@ -95,7 +96,7 @@ case "$mode" in
   ok)
     i=1
     while [ $i -le $steps ]; do
-      echo '{"type":"step","step":'$i',"loss":'$((100 - i))'.5,"lr":0.01}'
+      echo '{"type":"step","step":'$i',"loss":'$((100 - i))'.5,"lr":0.01,"tokens_per_s":'$((1000 * i))'}'
       [ "$pause" != "0" ] && sleep $pause
       i=$((i + 1))
     done
