@@ -21,6 +21,11 @@ class RealClock : public Clock {
 
 }  // namespace
 
+bool IsPreemption(const v1::TrialEvent& ev) {
+  return ev.kind() == v1::TrialEvent::FAILED &&
+         (ev.status() == "preempted" || ev.exit_code() == kTrainerExitPreempted);
+}
+
 const Clock* SystemClock() {
   static RealClock clock;
   return &clock;
@@ -71,6 +76,11 @@ struct Scheduler::WorkerState {
   int failures = 0;  // consecutive failed attempts
   std::set<int64_t> failed_trials;  // the trials of those failures
   double last_seen = 0;
+  // One of its attempts' leases expired since it was last heard from: cut off, although its stream
+  // may look open (a partition drops packets; nothing closes the connection). No new trials until
+  // a heartbeat or a new registration shows it is back: placing the requeued trials on it again
+  // would only burn their attempts.
+  bool silent = false;
   double registered_at = 0;
   double last_stored = 0;
   std::set<int64_t> running;  // trial ids
@@ -204,7 +214,7 @@ void Scheduler::ScheduleLocked() {
   while (placed) {
     placed = false;
     for (auto& [id, w] : workers_) {
-      if (!w->link || w->draining || w->quarantined_until > now) continue;
+      if (!w->link || w->silent || w->draining || w->quarantined_until > now) continue;
       if (w->free_gpus.empty() && w->free_slots <= 0) continue;
       if (TryPlaceLocked(*w)) placed = true;
     }
@@ -404,7 +414,7 @@ void Scheduler::SendAckLocked(const std::string& worker_id, int64_t trial_id, in
 
 std::string Scheduler::WorkerStateNameLocked(const WorkerState& w) const {
   if (w.quarantined_until > clock_->Now()) return "quarantined";
-  if (!w.link) return "lost";
+  if (!w.link || w.silent) return "lost";
   if (w.draining) return "draining";
   return w.running.empty() ? "idle" : "busy";
 }
@@ -448,6 +458,7 @@ v1::Registered Scheduler::Register(const v1::Register& reg, std::shared_ptr<Work
   w.link = std::move(link);
   w.draining = reg.draining();
   w.last_seen = now;
+  w.silent = false;
   w.registered_at = now;
   w.free_gpus.clear();
   for (const auto& g : w.gpus) w.free_gpus.insert(g.index());
@@ -530,6 +541,7 @@ void Scheduler::OnHeartbeat(const std::string& worker_id, const v1::Heartbeat& h
   WorkerState& w = *wit->second;
   const double now = clock_->Now();
   w.last_seen = now;
+  w.silent = false;
   bool was_draining = w.draining;
   w.draining = hb.draining();
   for (const auto& ref : hb.running()) {
@@ -639,6 +651,28 @@ void Scheduler::OnEvent(const std::string& worker_id, const v1::TrialEvent& ev) 
       return;
     }
     case v1::TrialEvent::FAILED: {
+      if (IsPreemption(ev)) {
+        // The worker's host is being taken away (Slurm preemption or time limit, a node drain) and
+        // the trainer checkpointed on request: neither the trial's fault nor the worker's. Requeue
+        // at once from that checkpoint, with the attempt given back (a durable max_attempts + 1,
+        // so a restart keeps it).
+        if (!t.cancel_requested) {
+          t.max_attempts++;
+          TrialUpdate u;
+          u.trial_id = t.id;
+          u.max_attempts = t.max_attempts;
+          store_->UpdateTrial(u);
+          store_->AddEvent("attempt_preempted", t.sweep_id, t.id, ev.attempt(), worker_id,
+                           ev.reason());
+        }
+        // Stored as a lost attempt (the infrastructure took it away; attempts.state has no
+        // "preempted"), its reason starting with "preempted".
+        const std::string reason =
+            ev.reason().rfind("preempted", 0) == 0 ? ev.reason() : "preempted: " + ev.reason();
+        EndAttemptLocked(t, "lost", "failed", reason, ev.exit_code(), ev.log_tail(), true, false);
+        record_and_ack();
+        return;
+      }
       // Exit code 2 is ablate-train's "bad config": deterministic, so neither retried nor held
       // against the worker.
       const bool config_error = ev.exit_code() == 2;
@@ -767,6 +801,7 @@ void Scheduler::Tick() {
     m.mutable_cancel()->set_attempt(t.attempts);
     m.mutable_cancel()->set_reason("lease expired");
     SendLocked(t.worker_id, m);
+    if (auto w = workers_.find(t.worker_id); w != workers_.end()) w->second->silent = true;
     store_->AddEvent("attempt_lost", t.sweep_id, t.id, t.attempts, t.worker_id, "lease expired");
     EndAttemptLocked(t, "lost", "failed", "lease expired (worker died or was cut off)", 0, "", true,
                      false);

@@ -17,10 +17,13 @@
 //
 // Attempts: a trial runs as attempts 1, 2, ...; an attempt that fails (infrastructure failure, trainer
 // crash) or is lost (lease expired: worker died or was cut off) requeues the trial until max_attempts
-// attempts were made, then the trial fails. Diverged is a result, not retried. Reports that carry an
-// older attempt number than the trial's latest are fenced: acknowledged, not stored, and the worker is
-// told to stop that attempt. A worker whose attempts fail `quarantine_after` times in a row is
-// quarantined (no new assignments, shown as such) for `quarantine_s`, then given another chance.
+// attempts were made, then the trial fails. A preempted attempt (IsPreemption: the worker was told
+// to give its host back and the trainer checkpointed) is requeued at once from its checkpoint and
+// does not count: the trial's max_attempts grows by one. Diverged is a result, not retried.
+// Reports that carry an older attempt number than the trial's latest are fenced: acknowledged, not
+// stored, and the worker is told to stop that attempt. A worker whose attempts fail
+// `quarantine_after` times in a row is quarantined (no new assignments, shown as such) for
+// `quarantine_s`, then given another chance.
 //
 // Thread safety: all public methods are thread-safe (one mutex). WorkerLink::Send must not block.
 #pragma once
@@ -54,6 +57,13 @@ class WorkerLink {
   virtual ~WorkerLink() = default;
   virtual void Send(const v1::CoordinatorMessage& msg) = 0;
 };
+
+// ablate-train's exit code after SIGUSR1: it checkpointed the current step and stopped.
+inline constexpr int kTrainerExitPreempted = 75;
+
+// A FAILED event that reports a preemption: the worker marks it with status "preempted" (it asked
+// its trainers to checkpoint and stop), or the trainer exited kTrainerExitPreempted.
+bool IsPreemption(const v1::TrialEvent& ev);
 
 struct SchedulerOptions {
   double lease_s = 30;         // an attempt's lease, renewed by heartbeats

@@ -218,6 +218,32 @@ TEST_F(SchedulerTest, LeaseExpiryRequeuesAndFencesTheOldAttempt) {
   EXPECT_EQ((*attempts)[0].state, "lost");
 }
 
+// A partition drops packets without closing the stream: the worker's link stays, its heartbeats
+// stop. Its expired trial must go to another worker, not back to it, until it is heard from again.
+TEST_F(SchedulerTest, ACutOffWorkerGetsNoTrialsUntilHeardFromAgain) {
+  Submit("s", 1);
+  auto l1 = Connect("w1", 1);
+  ASSERT_TRUE(WaitFor([&] { return l1->Count(MC::kAssign) == 1; }));
+  auto a1 = l1->Of(MC::kAssign)[0].assign();
+  clock_.t += 31;  // no heartbeat from w1 for a whole lease
+  sched_->Tick();
+  EXPECT_EQ(l1->Count(MC::kCancel), 1u);  // fenced
+  clock_.t += 5;  // past the retry backoff
+  sched_->Tick();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(l1->Count(MC::kAssign), 1u);
+  ASSERT_EQ(sched_->Workers().size(), 1u);
+  EXPECT_EQ(sched_->Workers()[0].state(), "lost");
+  auto l2 = Connect("w2", 1);
+  ASSERT_TRUE(WaitFor([&] { return l2->Count(MC::kAssign) == 1; }));
+  EXPECT_EQ(l2->Of(MC::kAssign)[0].assign().trial_id(), a1.trial_id());
+  EXPECT_EQ(l2->Of(MC::kAssign)[0].assign().attempt(), 2);
+  // w1 heartbeats again (the partition healed on the same stream): it gets work again.
+  sched_->OnHeartbeat("w1", v1::Heartbeat());
+  Submit("t", 1);
+  ASSERT_TRUE(WaitFor([&] { return l1->Count(MC::kAssign) == 2; }));
+}
+
 TEST_F(SchedulerTest, FailuresRetryUpToMaxAttemptsAndConfigErrorsDoNot) {
   Submit("s", 2, 0, 0, 2);
   auto link = Connect("w1", 1);
@@ -359,6 +385,99 @@ TEST_F(SchedulerTest, WorkerThatLostItsAttemptsGetsThemRequeued) {
   ASSERT_TRUE(WaitFor([&] { return l2->Count(MC::kAssign) == 1; }));
   EXPECT_EQ(l2->Of(MC::kAssign)[0].assign().attempt(), 2);
   EXPECT_EQ(l2->Of(MC::kAssign)[0].assign().trial_id(), a.trial_id());
+}
+
+// Preemption (the worker's host is being taken away; its trainer checkpointed on SIGUSR1): the
+// trial is requeued at once from that checkpoint; the attempt does not count against max_attempts.
+TEST_F(SchedulerTest, PreemptedAttemptIsRequeuedFromItsCheckpointWithoutUsingAnAttempt) {
+  Submit("s", 1, 0, 0, /*max_attempts=*/1);
+  auto l1 = Connect("w1", 1);
+  ASSERT_TRUE(WaitFor([&] { return l1->Count(MC::kAssign) == 1; }));
+  auto a1 = l1->Of(MC::kAssign)[0].assign();
+  // The worker is told to preempt: it drains first, then its trainer checkpoints and stops.
+  v1::Heartbeat hb;
+  hb.set_draining(true);
+  *hb.add_running() = [&] {
+    v1::AttemptRef r;
+    r.set_trial_id(a1.trial_id());
+    r.set_attempt(1);
+    return r;
+  }();
+  sched_->OnHeartbeat("w1", hb);
+  v1::TrialEvent ck = Event(a1, v1::TrialEvent::CHECKPOINTED, 1, "");
+  ck.set_step(40);
+  ck.set_checkpoint_path("/work/trials/1/attempt-1/checkpoints/step_00000040.ckpt");
+  sched_->OnEvent("w1", ck);
+  v1::TrialEvent pre = Event(a1, v1::TrialEvent::FAILED, 2, "preempted", 75);
+  pre.set_reason("preempted: checkpointed at step 40 (exit code 75)");
+  sched_->OnEvent("w1", pre);
+  ASSERT_TRUE(WaitFor([&] { return l1->Count(MC::kAck) == 2; }));
+  EXPECT_EQ(State(a1.trial_id()), "queued");  // not failed, although max_attempts is 1
+
+  // Another worker picks it up at once (no retry backoff), resuming from the checkpoint.
+  auto l2 = Connect("w2", 1);
+  ASSERT_TRUE(WaitFor([&] { return l2->Count(MC::kAssign) == 1; }));
+  auto a2 = l2->Of(MC::kAssign)[0].assign();
+  EXPECT_EQ(a2.trial_id(), a1.trial_id());
+  EXPECT_EQ(a2.attempt(), 2);
+  EXPECT_EQ(a2.resume_checkpoint(), ck.checkpoint_path());
+  EXPECT_EQ(l1->Count(MC::kAssign), 1u);  // never back to the draining worker
+  sched_->OnEvent("w2", Event(a2, v1::TrialEvent::FINISHED, 1));
+  EXPECT_EQ(State(a1.trial_id()), "succeeded");
+
+  auto trial = store_->GetTrial(a1.trial_id());
+  ASSERT_TRUE(trial.ok());
+  EXPECT_EQ(trial->trial.attempts, 2);
+  EXPECT_EQ(trial->trial.max_attempts, 2);  // the preempted attempt was given back
+  auto attempts = store_->GetAttempts(a1.trial_id());
+  ASSERT_TRUE(attempts.ok());
+  ASSERT_EQ(attempts->size(), 2u);
+  EXPECT_EQ((*attempts)[0].state, "lost");
+  EXPECT_EQ((*attempts)[0].exit_code, 75);
+  EXPECT_EQ((*attempts)[0].reason.rfind("preempted", 0), 0u) << (*attempts)[0].reason;
+  EXPECT_EQ((*attempts)[1].state, "succeeded");
+  // Not held against the worker.
+  for (const auto& w : sched_->Workers()) EXPECT_EQ(w.failures(), 0) << w.worker_id();
+}
+
+TEST_F(SchedulerTest, PreemptionIsRecognisedByStatusOrExitCodeAndSurvivesARestart) {
+  Submit("s", 2, 0, 0, /*max_attempts=*/1);
+  auto link = Connect("w1", 2);
+  ASSERT_TRUE(WaitFor([&] { return link->Count(MC::kAssign) == 2; }));
+  auto a = link->Of(MC::kAssign)[0].assign();
+  auto b = link->Of(MC::kAssign)[1].assign();
+  // Exit code 75 alone (a trainer preempted by someone else's SIGUSR1).
+  sched_->OnEvent("w1", Event(a, v1::TrialEvent::FAILED, 1, "", 75));
+  // Status alone (killed by a signal while the worker was preempting).
+  v1::TrialEvent e = Event(b, v1::TrialEvent::FAILED, 1, "preempted", -15);
+  e.set_reason("killed by signal 15 (SIGTERM)");
+  sched_->OnEvent("w1", e);
+  ASSERT_TRUE(WaitFor([&] { return link->Count(MC::kAssign) == 4; }));
+  EXPECT_EQ(State(a.trial_id()), "running");
+  EXPECT_EQ(State(b.trial_id()), "running");
+  auto attempts = store_->GetAttempts(b.trial_id());
+  ASSERT_TRUE(attempts.ok());
+  EXPECT_EQ((*attempts)[0].reason, "preempted: killed by signal 15 (SIGTERM)");
+  // An ordinary failure of the second attempts still ends the trials: their budget is 1 + 1.
+  ASSERT_TRUE(store_->Flush().ok());
+  Reopen();
+  auto l2 = Connect("w1", 2, 0, [&] {
+    std::vector<v1::AttemptRef> refs;
+    for (const auto& m : link->Of(MC::kAssign)) {
+      if (m.assign().attempt() != 2) continue;
+      v1::AttemptRef r;
+      r.set_trial_id(m.assign().trial_id());
+      r.set_attempt(2);
+      refs.push_back(r);
+    }
+    return refs;
+  }());
+  ASSERT_EQ(l2->Of(MC::kRegistered)[0].registered().adopted_size(), 2);
+  a.set_attempt(2);
+  sched_->OnEvent("w1", Event(a, v1::TrialEvent::FAILED, 5, "", 1));
+  EXPECT_EQ(State(a.trial_id()), "failed");
+  EXPECT_NE(store_->GetTrial(a.trial_id())->trial.reason.find("gave up after 2 attempts"),
+            std::string::npos);
 }
 
 }  // namespace
