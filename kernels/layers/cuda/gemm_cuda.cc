@@ -61,7 +61,7 @@ LtGemm::~LtGemm() {
 
 Status LtGemm::Run(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void* a, int64_t lda,
                    const void* b, int64_t ldb, const void* c, void* d, int64_t ldd, OutType type,
-                   float alpha, float beta, cudaStream_t stream) {
+                   float alpha, float beta, cudaStream_t stream, int epilogue, const void* aux) {
   if (m <= 0 || n <= 0 || k <= 0) {
     return InvalidArgument("LtGemm: sizes must be positive (m " + std::to_string(m) + ", n " +
                            std::to_string(n) + ", k " + std::to_string(k) + ")");
@@ -69,8 +69,11 @@ Status LtGemm::Run(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void
   const bool use_c = beta != 0.0f;
   if (!use_c) c = d;
   const int al_a = Alignment(a), al_b = Alignment(b), al_c = Alignment(c), al_d = Alignment(d);
-  const int packed = Log2(al_a) | (Log2(al_b) << 4) | (Log2(al_c) << 8) | (Log2(al_d) << 12);
-  const Key key{ta, tb, m, n, k, lda, ldb, ldd, int(type), use_c, packed};
+  const bool has_aux = epilogue != CUBLASLT_EPILOGUE_DEFAULT;
+  const int al_x = has_aux ? Alignment(aux) : 256;
+  const int packed =
+      Log2(al_a) | (Log2(al_b) << 4) | (Log2(al_c) << 8) | (Log2(al_d) << 12) | (Log2(al_x) << 16);
+  const Key key{ta, tb, m, n, k, lda, ldb, ldd, int(type), use_c, packed, epilogue};
   auto it = plans_.find(key);
   if (it == plans_.end()) {
     auto plan = std::make_unique<Plan>();
@@ -83,6 +86,27 @@ Status LtGemm::Run(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void
         plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa), "transa"));
     ABLATE_RETURN_IF_ERROR(LtCheck(cublasLtMatmulDescSetAttribute(
         plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb), "transb"));
+    if (has_aux) {
+      const cublasLtEpilogue_t ep = cublasLtEpilogue_t(epilogue);
+      const int64_t aux_ld = ldd;
+      const int32_t aux_type = CUDA_R_16BF;
+      ABLATE_RETURN_IF_ERROR(LtCheck(
+          cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep),
+          "epilogue"));
+      ABLATE_RETURN_IF_ERROR(
+          LtCheck(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                 &aux_ld, sizeof aux_ld),
+                  "aux ld"));
+      ABLATE_RETURN_IF_ERROR(LtCheck(
+          cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE,
+                                         &aux_type, sizeof aux_type),
+          "aux type"));
+      // The heuristic reads the pointer's alignment.
+      ABLATE_RETURN_IF_ERROR(
+          LtCheck(cublasLtMatmulDescSetAttribute(
+                      plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux),
+                  "aux"));
+    }
     // Stored (column-major) shapes of the operands.
     ABLATE_RETURN_IF_ERROR(LtCheck(
         cublasLtMatrixLayoutCreate(&plan->a, CUDA_R_16BF, ta ? k : m, ta ? m : k, lda), "layout a"));
@@ -109,6 +133,11 @@ Status LtGemm::Run(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void
     cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->a, plan->b,
                                                        plan->cd, plan->cd, pref, 1, &result, &found);
     cublasLtMatmulPreferenceDestroy(pref);
+    if (has_aux && (hs != CUBLAS_STATUS_SUCCESS || found == 0)) {
+      return Unimplemented("cuBLASLt: no algorithm with epilogue " + std::to_string(epilogue) +
+                           " for m " + std::to_string(m) + ", n " + std::to_string(n) + ", k " +
+                           std::to_string(k));
+    }
     ABLATE_RETURN_IF_ERROR(LtCheck(hs, "heuristic"));
     if (found == 0) {
       return Internal("cuBLASLt: no algorithm for m " + std::to_string(m) + ", n " +
@@ -118,6 +147,12 @@ Status LtGemm::Run(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void
     it = plans_.emplace(key, std::move(plan)).first;
   }
   Plan& p = *it->second;
+  if (has_aux) {
+    ABLATE_RETURN_IF_ERROR(
+        LtCheck(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                               &aux, sizeof aux),
+                "aux"));
+  }
   return LtCheck(cublasLtMatmul(handle_, p.desc, &alpha, a, p.a, b, p.b, &beta, c, p.cd, d, p.cd,
                                 &p.algo, workspace_, workspace_bytes_, stream),
                  "matmul");
@@ -146,6 +181,21 @@ Status LtGemm::BackwardWeight(float* dw, const __nv_bfloat16* dout, const __nv_b
                               cudaStream_t stream) {
   return Run(false, true, IC, OC, N, inp, IC, dout, OC, dw, dw, IC, OutType::kF32, alpha, beta,
              stream);
+}
+
+Status LtGemm::ForwardGelu(__nv_bfloat16* out, __nv_bfloat16* pre, const __nv_bfloat16* inp,
+                           const __nv_bfloat16* w, int64_t N, int IC, int OC, cudaStream_t stream) {
+  if (OC % 8 != 0) return Unimplemented("LtGemm::ForwardGelu: OC % 8 != 0");
+  return Run(true, false, OC, N, IC, w, IC, inp, IC, nullptr, out, OC, OutType::kBF16, 1.f, 0.f,
+             stream, CUBLASLT_EPILOGUE_GELU_AUX, pre);
+}
+
+Status LtGemm::BackwardDataDGelu(__nv_bfloat16* dinp, const __nv_bfloat16* dout,
+                                 const __nv_bfloat16* w, const __nv_bfloat16* pre, int64_t N,
+                                 int IC, int OC, cudaStream_t stream) {
+  if (IC % 8 != 0) return Unimplemented("LtGemm::BackwardDataDGelu: IC % 8 != 0");
+  return Run(false, false, IC, N, OC, w, IC, dout, OC, nullptr, dinp, IC, OutType::kBF16, 1.f, 0.f,
+             stream, CUBLASLT_EPILOGUE_DGELU, pre);
 }
 
 }  // namespace ablate::kernels::cuda

@@ -48,20 +48,37 @@ class LtGemm {
   Status BackwardWeight(float* dw, const __nv_bfloat16* dout, const __nv_bfloat16* inp, int64_t N,
                         int IC, int OC, float alpha, float beta, cudaStream_t stream);
 
+  // GELU in the GEMM epilogue (cuBLASLt's GELU, the tanh approximation, = GeluForwardCuda):
+  // pre (N, OC) bf16 = inp . w^T and out (N, OC) bf16 = gelu(pre), one pass. OC % 8 == 0.
+  // Unimplemented when cuBLASLt offers no algorithm for it (callers fall back to Forward +
+  // GeluForwardCuda).
+  Status ForwardGelu(__nv_bfloat16* out, __nv_bfloat16* pre, const __nv_bfloat16* inp,
+                     const __nv_bfloat16* w, int64_t N, int IC, int OC, cudaStream_t stream);
+  // dinp (N, IC) bf16 = (dout (N, OC) . w (OC, IC)) * gelu'(pre), pre (N, IC) bf16 the forward's
+  // pre-activation: BackwardData with GeluBackwardCuda in its epilogue. IC % 8 == 0.
+  // Unimplemented as above.
+  Status BackwardDataDGelu(__nv_bfloat16* dinp, const __nv_bfloat16* dout, const __nv_bfloat16* w,
+                           const __nv_bfloat16* pre, int64_t N, int IC, int OC,
+                           cudaStream_t stream);
+
  private:
   struct Plan;
   LtGemm() = default;
   // Column-major D (m, n) = alpha op(A) op(B) + beta C, A/B bf16, C/D of `type`.
+  // epilogue: a cublasLtEpilogue_t (CUBLASLT_EPILOGUE_DEFAULT, GELU_AUX or DGELU); aux: the GELU
+  // input matrix (m, n) bf16 with leading dimension ldd.
   Status Run(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void* a, int64_t lda,
              const void* b, int64_t ldb, const void* c, void* d, int64_t ldd, OutType type,
-             float alpha, float beta, cudaStream_t stream);
+             float alpha, float beta, cudaStream_t stream, int epilogue = CUBLASLT_EPILOGUE_DEFAULT,
+             const void* aux = nullptr);
 
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
-  // transposes, m, n, k, lda, ldb, ldd, output type, beta != 0, packed pointer alignments.
-  using Key =
-      std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, bool, int>;
+  // transposes, m, n, k, lda, ldb, ldd, output type, beta != 0, packed pointer alignments,
+  // epilogue.
+  using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int,
+                         bool, int, int>;
   std::map<Key, std::unique_ptr<Plan>> plans_;
 };
 

@@ -1,9 +1,10 @@
 // Device layers: see layers_cuda.h for the contract of every function.
-#include "layers/cuda/layers_cuda.h"
-
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <type_traits>
+
+#include "layers/cuda/layers_cuda.h"
 
 namespace ablate::kernels::cuda {
 namespace {
@@ -309,6 +310,72 @@ __global__ void __launch_bounds__(kCeThreads) SoftmaxCrossEntropyKernel(
   }
 }
 
+// SoftmaxCrossEntropyKernel for bf16 rows of V % 8 == 0 on 16-byte boundaries: 16-byte loads
+// and stores (8 logits each), the same arithmetic per element.
+__global__ void __launch_bounds__(kCeThreads)
+    SoftmaxCrossEntropyBf16x8Kernel(float* losses, bf16* dlogits, const bf16* logits,
+                                    const int32_t* targets, int V, float dloss) {
+  const int64_t r = blockIdx.x;
+  const uint4* z = reinterpret_cast<const uint4*>(logits + r * V);
+  const int nv = V / 8;
+  const int tgt = targets[r];
+  float m = -INFINITY, s = 0.f;
+  for (int j = threadIdx.x; j < nv; j += blockDim.x) {
+    const uint4 u = z[j];
+    const bf16* e = reinterpret_cast<const bf16*>(&u);
+    float x[8];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int q = 0; q < 8; ++q) {
+      x[q] = __bfloat162float(e[q]);
+      mx = fmaxf(mx, x[q]);
+    }
+    if (mx == -INFINITY) continue;
+    if (mx > m) {
+      s = m == -INFINITY ? 0.f : s * expf(m - mx);
+      m = mx;
+    }
+#pragma unroll
+    for (int q = 0; q < 8; ++q) s += expf(x[q] - m);
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    const float m2 = __shfl_xor_sync(0xffffffffu, m, o);
+    const float s2 = __shfl_xor_sync(0xffffffffu, s, o);
+    CombineMaxSum(m, s, m2, s2);
+  }
+  __shared__ float sm[kCeThreads / 32], ss[kCeThreads / 32];
+  __shared__ float lse_shared, ztgt_shared;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) {
+    sm[warp] = m;
+    ss[warp] = s;
+  }
+  if (threadIdx.x == 0) ztgt_shared = __bfloat162float(logits[r * V + tgt]);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float M = -INFINITY, S = 0.f;
+    for (int w = 0; w < int(blockDim.x / 32); ++w) CombineMaxSum(M, S, sm[w], ss[w]);
+    lse_shared = logf(S) + M;
+    if (losses != nullptr) losses[r] = lse_shared - ztgt_shared;
+  }
+  __syncthreads();
+  if (dlogits == nullptr) return;
+  const float lse = lse_shared;
+  uint4* dz = reinterpret_cast<uint4*>(dlogits + r * V);
+  for (int j = threadIdx.x; j < nv; j += blockDim.x) {
+    const uint4 u = z[j];
+    const bf16* e = reinterpret_cast<const bf16*>(&u);
+    uint4 o;
+    bf16* oe = reinterpret_cast<bf16*>(&o);
+#pragma unroll
+    for (int q = 0; q < 8; ++q) {
+      const float p = expf(__bfloat162float(e[q]) - lse);
+      oe[q] = __float2bfloat16_rn(dloss * (p - (8 * j + q == tgt ? 1.0f : 0.0f)));
+    }
+    dz[j] = o;
+  }
+}
+
 // One block of 1024 threads; fixed assignment and tree: deterministic.
 __global__ void AccumulateMeanKernel(double* acc, const float* x, int64_t n) {
   __shared__ double sh[1024];
@@ -433,6 +500,34 @@ __global__ void HeadsMergeBackwardKernel(T* dinp, const T* dout, int B, int Tn, 
     dinp[i] = dout[(b * Tn + t) * C + h * D + d];
   }
 }
+
+// 16-byte vectors (8 bf16) of one head's row: one 32-bit index split per vector instead of
+// 64-bit ones per element. D % 8 == 0, 16-byte aligned buffers, B*Tn*H*D < 2^31 (the launchers
+// check and otherwise take the per-element kernels above).
+__global__ void HeadsMergeForwardVecKernel(uint4* out, const uint4* inp, int Tn, int H, int D8,
+                                           int total8) {
+  const int C8 = H * D8;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total8; i += gridDim.x * blockDim.x) {
+    const int bt = i / C8, hc = i - bt * C8;
+    const int h = hc / D8, d = hc - h * D8;
+    const int b = bt / Tn, t = bt - b * Tn;
+    out[i] = inp[((b * H + h) * Tn + t) * D8 + d];
+  }
+}
+
+__global__ void HeadsMergeBackwardVecKernel(uint4* dinp, const uint4* dout, int Tn, int H, int D8,
+                                            int total8) {
+  const int C8 = H * D8;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total8; i += gridDim.x * blockDim.x) {
+    // i indexes dinp (B, H, Tn, D).
+    const int row = i / D8, d = i - row * D8;
+    const int bh = row / Tn, t = row - bh * Tn;
+    const int b = bh / H, h = bh - b * H;
+    dinp[i] = dout[(b * Tn + t) * C8 + h * D8 + d];
+  }
+}
+
+bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 // ---------------------------------------------------------------------------------------------
 template <typename Tx, typename Ty>
@@ -642,6 +737,13 @@ Status SoftmaxCrossEntropyCuda(float* losses, T* dlogits, const T* logits, const
   ABLATE_RETURN_IF_ERROR(CheckSizes("SoftmaxCrossEntropyCuda", N, V));
   if (N > 0x7fffffff) return InvalidArgument("SoftmaxCrossEntropyCuda: too many rows");
   if (N == 0) return Status::Ok();
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (V % 8 == 0 && Aligned16(logits) && (dlogits == nullptr || Aligned16(dlogits))) {
+      SoftmaxCrossEntropyBf16x8Kernel<<<unsigned(N), kCeThreads, 0, stream>>>(
+          losses, dlogits, logits, targets, V, dloss);
+      return Launched("SoftmaxCrossEntropyCuda");
+    }
+  }
   SoftmaxCrossEntropyKernel<T><<<unsigned(N), kCeThreads, 0, stream>>>(losses, dlogits, logits,
                                                                      targets, V, dloss);
   return Launched("SoftmaxCrossEntropyCuda");
@@ -700,6 +802,14 @@ Status HeadsMergeForwardCuda(T* out, const T* inp, int B, int Tn, int H, int D,
   ABLATE_RETURN_IF_ERROR(CheckSizes("HeadsMergeForwardCuda", int64_t(B) * Tn, int64_t(H) * D));
   const int64_t total = int64_t(B) * Tn * H * D;
   if (total == 0) return Status::Ok();
+  constexpr int kPer = 16 / sizeof(T);
+  if (D % kPer == 0 && total < (int64_t(1) << 31) && Aligned16(out) && Aligned16(inp)) {
+    const int total8 = int(total / kPer);
+    HeadsMergeForwardVecKernel<<<Blocks(total8, 256), 256, 0, stream>>>(
+        reinterpret_cast<uint4*>(out), reinterpret_cast<const uint4*>(inp), Tn, H, D / kPer,
+        total8);
+    return Launched("HeadsMergeForwardCuda");
+  }
   HeadsMergeForwardKernel<T><<<Blocks(total, 256), 256, 0, stream>>>(out, inp, B, Tn, H, D);
   return Launched("HeadsMergeForwardCuda");
 }
@@ -710,6 +820,14 @@ Status HeadsMergeBackwardCuda(T* dinp, const T* dout, int B, int Tn, int H, int 
   ABLATE_RETURN_IF_ERROR(CheckSizes("HeadsMergeBackwardCuda", int64_t(B) * Tn, int64_t(H) * D));
   const int64_t total = int64_t(B) * Tn * H * D;
   if (total == 0) return Status::Ok();
+  constexpr int kPer = 16 / sizeof(T);
+  if (D % kPer == 0 && total < (int64_t(1) << 31) && Aligned16(dinp) && Aligned16(dout)) {
+    const int total8 = int(total / kPer);
+    HeadsMergeBackwardVecKernel<<<Blocks(total8, 256), 256, 0, stream>>>(
+        reinterpret_cast<uint4*>(dinp), reinterpret_cast<const uint4*>(dout), Tn, H, D / kPer,
+        total8);
+    return Launched("HeadsMergeBackwardCuda");
+  }
   HeadsMergeBackwardKernel<T><<<Blocks(total, 256), 256, 0, stream>>>(dinp, dout, B, Tn, H, D);
   return Launched("HeadsMergeBackwardCuda");
 }
@@ -736,6 +854,396 @@ Status MaxCausalLogitCuda(float* out, const bf16* q, const bf16* k, int64_t BH, 
   dim3 grid(Tn, unsigned(BH));
   MaxCausalLogitKernel<<<grid, 128, D * sizeof(float), stream>>>(out, q, k, Tn, D, tau);
   return Launched("MaxCausalLogitCuda");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fused kernels (one pass where the unfused chain made several fp32 round trips).
+namespace {
+
+constexpr int kFusedThreads = 256;  // 8 warps
+constexpr int kFusedWarps = kFusedThreads / 32;
+
+// Blocks for a warp-per-row kernel whose per-block partials are reduced afterwards: enough to fill
+// the GPU, few enough that the partials stay small.
+int FusedBlocks(int64_t rows) {
+  return int(std::max<int64_t>(
+      1, std::min<int64_t>(512, (rows + 2 * kFusedWarps - 1) / (2 * kFusedWarps))));
+}
+
+// One warp per row; lane j holds columns lane + 32 * i (i < K). Every load of a row is issued
+// before its reduction (one memory round trip per row), the dweight accumulators live in shared
+// memory (each warp its own row of them, so registers stay at 3K and occupancy up), the gains come
+// through the read-only cache. Fixed rows per warp, fixed warp order in the block reduction:
+// deterministic.
+template <int K>
+__global__ void __launch_bounds__(kFusedThreads)
+    RmsNormBackwardFusedKernel(float* dinp, bf16* dinp_bf, bool accumulate, float* partial,
+                               const float* dout, const float* inp, const float* weight,
+                               const float* rstd, int64_t N, int C) {
+  extern __shared__ float sh[];  // (kFusedWarps, C)
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float* acc = sh + warp * C;
+  for (int c = lane; c < C; c += 32) acc[c] = 0.f;
+  for (int64_t row = int64_t(blockIdx.x) * kFusedWarps + warp; row < N;
+       row += int64_t(gridDim.x) * kFusedWarps) {
+    const float* dy = dout + row * C;
+    const float* x = inp + row * C;
+    float* dx = dinp + row * C;
+    float dyv[K], xv[K], dxv[K];
+#pragma unroll
+    for (int i = 0; i < K; ++i) {
+      const int c = lane + 32 * i;
+      const bool in = c < C;
+      dyv[i] = in ? dy[c] : 0.f;
+      xv[i] = in ? x[c] : 0.f;
+      dxv[i] = in && accumulate ? dx[c] : 0.f;
+    }
+    const float rs = rstd[row];
+    float dot = 0.f;
+#pragma unroll
+    for (int i = 0; i < K; ++i) {
+      const int c = lane + 32 * i;
+      if (c < C) dot += __ldg(weight + c) * dyv[i] * xv[i];
+    }
+    dot = WarpSum(dot);
+    const float k = rs * rs * rs * dot / float(C);
+#pragma unroll
+    for (int i = 0; i < K; ++i) {
+      const int c = lane + 32 * i;
+      if (c < C) {
+        float g = rs * __ldg(weight + c) * dyv[i] - k * xv[i];
+        if (accumulate) g += dxv[i];
+        dx[c] = g;
+        if (dinp_bf != nullptr) dinp_bf[row * C + c] = __float2bfloat16_rn(g);
+        acc[c] += dyv[i] * xv[i] * rs;
+      }
+    }
+  }
+  __syncthreads();
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    float s = 0.f;
+    for (int w = 0; w < kFusedWarps; ++w) s += sh[w * C + c];
+    partial[int64_t(blockIdx.x) * C + c] = s;
+  }
+}
+
+// out[c] += sum over p of partial[p * ld + c], c < n, in a fixed order: block = 32 columns x 8
+// lanes of p; each lane sums p = lane, lane + 8, ... (coalesced rows), then the 8 in order.
+__global__ void SumPartialsColumnsKernel(float* out, const float* partial, int P, int ld, int n) {
+  __shared__ float sh[8][33];
+  const int cx = threadIdx.x % 32, py = threadIdx.x / 32;
+  const int c = blockIdx.x * 32 + cx;
+  float acc = 0.f;
+  if (c < n) {
+    for (int p = py; p < P; p += 8) acc += partial[int64_t(p) * ld + c];
+  }
+  sh[py][cx] = acc;
+  __syncthreads();
+  if (py == 0 && c < n) {
+    float t = 0.f;
+    for (int w = 0; w < 8; ++w) t += sh[w][cx];
+    out[c] += t;
+  }
+}
+
+void SumPartialsColumns(float* out, const float* partial, int P, int ld, int n,
+                        cudaStream_t stream) {
+  SumPartialsColumnsKernel<<<unsigned((n + 31) / 32), 256, 0, stream>>>(out, partial, P, ld, n);
+}
+
+constexpr int kRopeMaxPairs = 4;  // pairs per lane: D / 2 <= 128
+
+constexpr int kVMax = 2 * kRopeMaxPairs;  // v values per lane
+
+// One warp per (b, t, h): q, k and v of one head at one position. Every load (q, k, v, the RoPE
+// tables, the gains) is issued before any reduction, so a warp waits for memory once.
+__global__ void __launch_bounds__(kFusedThreads)
+    QkvNormRopeForwardKernel(bf16* q, bf16* k, bf16* v, float* q_rstd, float* k_rstd,
+                             const bf16* qkv, const float* q_gain, const float* k_gain,
+                             const float* cs, const float* sn, int B, int Tn, int H, int D) {
+  const int64_t rows = int64_t(B) * Tn * H;
+  const int64_t row = int64_t(blockIdx.x) * kFusedWarps + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int lane = threadIdx.x % 32;
+  const int h = int(row % H);
+  const int64_t bt = row / H;
+  const int t = int(bt % Tn);
+  const int64_t b = bt / Tn;
+  const int64_t C = int64_t(H) * D;
+  const int half = D / 2;
+  const bool norm = q_gain != nullptr;
+  const bf16* src = qkv + bt * 3 * C + int64_t(h) * D;
+  const int64_t dst_row = (b * H + h) * Tn + t;
+  const int64_t dst = dst_row * D;
+  float xa[2][kRopeMaxPairs], xb[2][kRopeMaxPairs], ga[2][kRopeMaxPairs], gb[2][kRopeMaxPairs];
+  float c[kRopeMaxPairs], s[kRopeMaxPairs];
+  bf16 vv[kVMax];
+#pragma unroll
+  for (int j = 0; j < kRopeMaxPairs; ++j) {
+    const int i = lane + 32 * j;
+    const bool in = i < half;
+#pragma unroll
+    for (int w = 0; w < 2; ++w) {
+      xa[w][j] = in ? ToF(src[w * C + i]) : 0.f;
+      xb[w][j] = in ? ToF(src[w * C + i + half]) : 0.f;
+      const float* gain = w == 0 ? q_gain : k_gain;
+      ga[w][j] = in && norm ? __ldg(gain + i) : 1.f;
+      gb[w][j] = in && norm ? __ldg(gain + i + half) : 1.f;
+    }
+    c[j] = in ? __ldg(cs + int64_t(t) * half + i) : 0.f;
+    s[j] = in ? __ldg(sn + int64_t(t) * half + i) : 0.f;
+  }
+#pragma unroll
+  for (int j = 0; j < kVMax; ++j) {
+    const int d = lane + 32 * j;
+    if (d < D) vv[j] = src[2 * C + d];
+  }
+#pragma unroll
+  for (int j = 0; j < kVMax; ++j) {
+    const int d = lane + 32 * j;
+    if (d < D) v[dst + d] = vv[j];
+  }
+#pragma unroll
+  for (int w = 0; w < 2; ++w) {
+    float rs = 1.f;
+    if (norm) {
+      float ss = 0.f;
+#pragma unroll
+      for (int j = 0; j < kRopeMaxPairs; ++j) ss += xa[w][j] * xa[w][j] + xb[w][j] * xb[w][j];
+      ss = WarpSum(ss);
+      rs = 1.0f / sqrtf(ss / float(D) + kEps);
+      if (lane == 0) (w == 0 ? q_rstd : k_rstd)[dst_row] = rs;
+    }
+    bf16* out = w == 0 ? q : k;
+#pragma unroll
+    for (int j = 0; j < kRopeMaxPairs; ++j) {
+      const int i = lane + 32 * j;
+      if (i < half) {
+        // Without QK-norm the gains are 1 and rs is 1: the values pass through unchanged.
+        const float a = norm ? xa[w][j] * rs * ga[w][j] : xa[w][j];
+        const float bb = norm ? xb[w][j] * rs * gb[w][j] : xb[w][j];
+        out[dst + i] = __float2bfloat16_rn(a * c[j] - bb * s[j]);
+        out[dst + i + half] = __float2bfloat16_rn(a * s[j] + bb * c[j]);
+      }
+    }
+  }
+}
+
+// One warp per (b, t, h), a fixed set of rows per warp; gain partials per block (q then k). Every
+// load of a row is issued before its reductions.
+__global__ void __launch_bounds__(kFusedThreads)
+    QkvNormRopeBackwardKernel(bf16* dqkv, float* partial, const bf16* dq, const bf16* dk,
+                              const bf16* dv, const bf16* qkv, const float* q_gain,
+                              const float* k_gain, const float* q_rstd, const float* k_rstd,
+                              const float* cs, const float* sn, int B, int Tn, int H, int D) {
+  extern __shared__ float sh[];  // (kFusedWarps, 2, D): each warp's own gain accumulators
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t rows = int64_t(B) * Tn * H;
+  const int64_t C = int64_t(H) * D;
+  const int half = D / 2;
+  const bool norm = q_gain != nullptr;
+  float* acc = sh + warp * 2 * D;
+  if (norm) {
+    for (int i = lane; i < 2 * D; i += 32) acc[i] = 0.f;
+  }
+  float wa[2][kRopeMaxPairs], wb[2][kRopeMaxPairs];  // the gains, loaded once
+#pragma unroll
+  for (int j = 0; j < kRopeMaxPairs; ++j) {
+    const int i = lane + 32 * j;
+#pragma unroll
+    for (int w = 0; w < 2; ++w) {
+      const float* gain = w == 0 ? q_gain : k_gain;
+      wa[w][j] = i < half && norm ? gain[i] : 0.f;
+      wb[w][j] = i < half && norm ? gain[i + half] : 0.f;
+    }
+  }
+  for (int64_t row = int64_t(blockIdx.x) * kFusedWarps + warp; row < rows;
+       row += int64_t(gridDim.x) * kFusedWarps) {
+    const int h = int(row % H);
+    const int64_t bt = row / H;
+    const int t = int(bt % Tn);
+    const int64_t b = bt / Tn;
+    const int64_t src_row = (b * H + h) * Tn + t;
+    const int64_t src = src_row * D;
+    const bf16* x = qkv + bt * 3 * C + int64_t(h) * D;
+    bf16* out = dqkv + bt * 3 * C + int64_t(h) * D;
+    float u[2][kRopeMaxPairs], z[2][kRopeMaxPairs], xa[2][kRopeMaxPairs], xb[2][kRopeMaxPairs];
+    float c[kRopeMaxPairs], s[kRopeMaxPairs];
+    bf16 vv[kVMax];
+#pragma unroll
+    for (int j = 0; j < kRopeMaxPairs; ++j) {
+      const int i = lane + 32 * j;
+      const bool in = i < half;
+#pragma unroll
+      for (int w = 0; w < 2; ++w) {
+        const bf16* g = w == 0 ? dq : dk;
+        u[w][j] = in ? ToF(g[src + i]) : 0.f;
+        z[w][j] = in ? ToF(g[src + i + half]) : 0.f;
+        xa[w][j] = in && norm ? ToF(x[w * C + i]) : 0.f;
+        xb[w][j] = in && norm ? ToF(x[w * C + i + half]) : 0.f;
+      }
+      c[j] = in ? __ldg(cs + int64_t(t) * half + i) : 0.f;
+      s[j] = in ? __ldg(sn + int64_t(t) * half + i) : 0.f;
+    }
+#pragma unroll
+    for (int j = 0; j < kVMax; ++j) {
+      const int d = lane + 32 * j;
+      if (d < D) vv[j] = dv[src + d];
+    }
+    float rs[2] = {1.f, 1.f};
+    if (norm) {
+      rs[0] = q_rstd[src_row];
+      rs[1] = k_rstd[src_row];
+    }
+#pragma unroll
+    for (int j = 0; j < kVMax; ++j) {
+      const int d = lane + 32 * j;
+      if (d < D) out[2 * C + d] = vv[j];
+    }
+#pragma unroll
+    for (int w = 0; w < 2; ++w) {
+      float ga[kRopeMaxPairs], gb[kRopeMaxPairs];
+      float dot = 0.f;
+#pragma unroll
+      for (int j = 0; j < kRopeMaxPairs; ++j) {
+        ga[j] = u[w][j] * c[j] + z[w][j] * s[j];  // R^T
+        gb[j] = z[w][j] * c[j] - u[w][j] * s[j];
+        dot += wa[w][j] * ga[j] * xa[w][j] + wb[w][j] * gb[j] * xb[w][j];
+      }
+      bf16* o = out + w * C;
+      if (norm) {
+        dot = WarpSum(dot);
+        const float r = rs[w];
+        const float kk = r * r * r * dot / float(D);
+#pragma unroll
+        for (int j = 0; j < kRopeMaxPairs; ++j) {
+          const int i = lane + 32 * j;
+          if (i < half) {
+            o[i] = __float2bfloat16_rn(r * wa[w][j] * ga[j] - kk * xa[w][j]);
+            o[i + half] = __float2bfloat16_rn(r * wb[w][j] * gb[j] - kk * xb[w][j]);
+            acc[w * D + i] += ga[j] * xa[w][j] * r;
+            acc[w * D + i + half] += gb[j] * xb[w][j] * r;
+          }
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < kRopeMaxPairs; ++j) {
+          const int i = lane + 32 * j;
+          if (i < half) {
+            o[i] = __float2bfloat16_rn(ga[j]);
+            o[i + half] = __float2bfloat16_rn(gb[j]);
+          }
+        }
+      }
+    }
+  }
+  if (!norm) return;
+  __syncthreads();
+  for (int c = threadIdx.x; c < 2 * D; c += blockDim.x) {
+    float t = 0.f;
+    for (int w = 0; w < kFusedWarps; ++w) t += sh[w * 2 * D + c];
+    partial[int64_t(blockIdx.x) * 2 * D + c] = t;
+  }
+}
+
+}  // namespace
+
+size_t RmsNormBackwardFusedScratch(int64_t N, int C) {
+  return size_t(FusedBlocks(N)) * size_t(std::max(C, 1));
+}
+
+Status RmsNormBackwardFusedCuda(float* dinp, bf16* dinp_bf, bool accumulate, float* dweight,
+                                const float* dout, const float* inp, const float* weight,
+                                const float* rstd, int64_t N, int C, float* scratch,
+                                size_t scratch_floats, cudaStream_t stream) {
+  ABLATE_RETURN_IF_ERROR(CheckSizes("RmsNormBackwardFusedCuda", N, C));
+  if (C > 1024) {
+    return InvalidArgument("RmsNormBackwardFusedCuda: C = " + std::to_string(C) +
+                           " exceeds 1024 (use RmsNormBackwardCuda)");
+  }
+  if (scratch_floats < RmsNormBackwardFusedScratch(N, C)) {
+    return InvalidArgument("RmsNormBackwardFusedCuda: scratch of " +
+                           std::to_string(scratch_floats) + " floats, need " +
+                           std::to_string(RmsNormBackwardFusedScratch(N, C)));
+  }
+  if (N == 0) return Status::Ok();
+  const int P = FusedBlocks(N);
+  const size_t smem = size_t(kFusedWarps) * C * sizeof(float);
+  if (C <= 256) {
+    RmsNormBackwardFusedKernel<8><<<P, kFusedThreads, smem, stream>>>(
+        dinp, dinp_bf, accumulate, scratch, dout, inp, weight, rstd, N, C);
+  } else if (C <= 512) {
+    RmsNormBackwardFusedKernel<16><<<P, kFusedThreads, smem, stream>>>(
+        dinp, dinp_bf, accumulate, scratch, dout, inp, weight, rstd, N, C);
+  } else if (C <= 768) {
+    RmsNormBackwardFusedKernel<24><<<P, kFusedThreads, smem, stream>>>(
+        dinp, dinp_bf, accumulate, scratch, dout, inp, weight, rstd, N, C);
+  } else {
+    RmsNormBackwardFusedKernel<32><<<P, kFusedThreads, smem, stream>>>(
+        dinp, dinp_bf, accumulate, scratch, dout, inp, weight, rstd, N, C);
+  }
+  SumPartialsColumns(dweight, scratch, P, C, C, stream);
+  return Launched("RmsNormBackwardFusedCuda");
+}
+
+namespace {
+Status CheckQkvNormRope(const char* what, int B, int Tn, int H, int D) {
+  ABLATE_RETURN_IF_ERROR(CheckSizes(what, int64_t(B) * Tn * H, D));
+  if (D % 2 != 0 || D > 2 * 32 * kRopeMaxPairs) {
+    return InvalidArgument(std::string(what) + ": head size D must be even and <= " +
+                           std::to_string(2 * 32 * kRopeMaxPairs) + ", got " + std::to_string(D));
+  }
+  return Status::Ok();
+}
+}  // namespace
+
+Status QkvNormRopeForwardCuda(bf16* q, bf16* k, bf16* v, float* q_rstd, float* k_rstd,
+                              const bf16* qkv, const float* q_gain, const float* k_gain,
+                              const float* cos, const float* sin, int B, int Tn, int H, int D,
+                              cudaStream_t stream) {
+  ABLATE_RETURN_IF_ERROR(CheckQkvNormRope("QkvNormRopeForwardCuda", B, Tn, H, D));
+  if ((q_gain == nullptr) != (k_gain == nullptr)) {
+    return InvalidArgument("QkvNormRopeForwardCuda: q_gain and k_gain must both be set or null");
+  }
+  const int64_t rows = int64_t(B) * Tn * H;
+  if (rows == 0) return Status::Ok();
+  QkvNormRopeForwardKernel<<<Blocks(rows, kFusedWarps), kFusedThreads, 0, stream>>>(
+      q, k, v, q_rstd, k_rstd, qkv, q_gain, k_gain, cos, sin, B, Tn, H, D);
+  return Launched("QkvNormRopeForwardCuda");
+}
+
+size_t QkvNormRopeBackwardScratch(int B, int Tn, int H, int D) {
+  return size_t(FusedBlocks(int64_t(B) * Tn * H)) * 2 * size_t(std::max(D, 1));
+}
+
+Status QkvNormRopeBackwardCuda(bf16* dqkv, float* dq_gain, float* dk_gain, const bf16* dq,
+                               const bf16* dk, const bf16* dv, const bf16* qkv, const float* q_gain,
+                               const float* k_gain, const float* q_rstd, const float* k_rstd,
+                               const float* cos, const float* sin, int B, int Tn, int H, int D,
+                               float* scratch, size_t scratch_floats, cudaStream_t stream) {
+  ABLATE_RETURN_IF_ERROR(CheckQkvNormRope("QkvNormRopeBackwardCuda", B, Tn, H, D));
+  const bool norm = q_gain != nullptr;
+  if (norm != (k_gain != nullptr) || norm != (dq_gain != nullptr) || norm != (dk_gain != nullptr)) {
+    return InvalidArgument(
+        "QkvNormRopeBackwardCuda: q_gain, k_gain, dq_gain, dk_gain must all be set or all null");
+  }
+  if (norm && scratch_floats < QkvNormRopeBackwardScratch(B, Tn, H, D)) {
+    return InvalidArgument("QkvNormRopeBackwardCuda: scratch of " + std::to_string(scratch_floats) +
+                           " floats, need " +
+                           std::to_string(QkvNormRopeBackwardScratch(B, Tn, H, D)));
+  }
+  const int64_t rows = int64_t(B) * Tn * H;
+  if (rows == 0) return Status::Ok();
+  const int P = FusedBlocks(rows);
+  const size_t smem = norm ? size_t(kFusedWarps) * 2 * D * sizeof(float) : 0;
+  QkvNormRopeBackwardKernel<<<P, kFusedThreads, smem, stream>>>(
+      dqkv, scratch, dq, dk, dv, qkv, q_gain, k_gain, q_rstd, k_rstd, cos, sin, B, Tn, H, D);
+  if (norm) {
+    // partial is (P, 2, D): column c < D is q's gain, c >= D k's; sum q and k separately.
+    SumPartialsColumns(dq_gain, scratch, P, 2 * D, D, stream);
+    SumPartialsColumns(dk_gain, scratch + D, P, 2 * D, D, stream);
+  }
+  return Launched("QkvNormRopeBackwardCuda");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -71,6 +71,17 @@ Status RmsNormBackwardCuda(float* dinp, bool accumulate, float* dweight, const T
                            const Tinp* inp, const float* weight, const float* rstd, int64_t N,
                            int C, float* scratch, size_t scratch_floats, cudaStream_t stream);
 
+// The RMSNorm backward of the residual stream in one pass, for C <= 1024: dinp as
+// RmsNormBackwardCuda<float, float> (+= when accumulate), plus dinp_bf (N, C) bf16 = the updated
+// dinp rounded (the next GEMM's operand; may be null), and dweight += the column sums of
+// dout * inp * rstd accumulated in the same pass (per-block partials in scratch, summed in a fixed
+// order: deterministic). InvalidArgument for C > 1024.
+size_t RmsNormBackwardFusedScratch(int64_t N, int C);
+Status RmsNormBackwardFusedCuda(float* dinp, bf16* dinp_bf, bool accumulate, float* dweight,
+                                const float* dout, const float* inp, const float* weight,
+                                const float* rstd, int64_t N, int C, float* scratch,
+                                size_t scratch_floats, cudaStream_t stream);
+
 // ---------------------------------------------------------------------------------------------
 // RoPE, rotate-half pairing, same as the CPU twin. cos, sin: (>= Tn, D/2) fp32 tables (RopeTables
 // of layers_cpu.h, uploaded). inp, out: (BH, Tn, D). out may alias inp when the types match.
@@ -156,6 +167,28 @@ Status HeadsMergeForwardCuda(T* out, const T* inp, int B, int Tn, int H, int D,
 template <typename T>
 Status HeadsMergeBackwardCuda(T* dinp, const T* dout, int B, int Tn, int H, int D,
                               cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------------
+// The attention input chain fused: QKV split + per-head QK-norm + RoPE, the device twin of
+// QkvSplitForward -> RmsNormForward (N*H rows of D, gains q_gain / k_gain) -> RopeForward on q and
+// k (v only permuted), reading the QKV GEMM's bf16 output once. qkv: (B, Tn, 3, H, D) bf16;
+// q, k, v: (B, H, Tn, D) bf16 out; q_rstd, k_rstd: (B, H, Tn) fp32 out. q_gain == k_gain == null
+// means no QK-norm (the rstd outputs are then not written and may be null). cos, sin: RoPE tables
+// as RopeForwardCuda. D even and <= 256.
+Status QkvNormRopeForwardCuda(bf16* q, bf16* k, bf16* v, float* q_rstd, float* k_rstd,
+                              const bf16* qkv, const float* q_gain, const float* k_gain,
+                              const float* cos, const float* sin, int B, int Tn, int H, int D,
+                              cudaStream_t stream);
+// Its backward: dqkv (B, Tn, 3, H, D) bf16 overwritten with the gradient of the chain given
+// dq, dk, dv (B, H, Tn, D) bf16 (the attention backward's outputs); qkv, the rstds and the gains
+// as in the forward. With QK-norm, dq_gain / dk_gain (D) fp32 += the gain gradients (per-block
+// partials in scratch, summed in a fixed order: deterministic).
+size_t QkvNormRopeBackwardScratch(int B, int Tn, int H, int D);
+Status QkvNormRopeBackwardCuda(bf16* dqkv, float* dq_gain, float* dk_gain, const bf16* dq,
+                               const bf16* dk, const bf16* dv, const bf16* qkv, const float* q_gain,
+                               const float* k_gain, const float* q_rstd, const float* k_rstd,
+                               const float* cos, const float* sin, int B, int Tn, int H, int D,
+                               float* scratch, size_t scratch_floats, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------------
 // Diagnostics helpers.

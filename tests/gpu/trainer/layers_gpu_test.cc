@@ -217,7 +217,26 @@ void ClassifierCase(int64_t N, int V, double rtol) {
 TEST(LayersGpu, FusedClassifier) {
   SKIP_WITHOUT_GPU();
   ClassifierCase<float>(33, 1000, 1e-4);
-  ClassifierCase<__nv_bfloat16>(4, 50304, 8e-3);  // the GPT-2 vocabulary, bf16 logits
+  ClassifierCase<__nv_bfloat16>(4, 50304,
+                                8e-3);           // the GPT-2 vocabulary, bf16 logits (16-byte path)
+  ClassifierCase<__nv_bfloat16>(5, 1001, 8e-3);  // V % 8 != 0: the per-element path
+}
+
+// The bf16 heads merge (16-byte path when D % 8 == 0, per element otherwise) is an exact permute.
+TEST(LayersGpu, HeadsMergeBf16) {
+  SKIP_WITHOUT_GPU();
+  for (int D : {64, 128, 20}) {
+    const int B = 2, Tn = 19, H = 3;
+    const size_t n = size_t(B) * Tn * H * D;
+    auto x = RoundBf16(Randn(n, 130 + D));
+    Dev<__nv_bfloat16> in(ToBf16(x)), merged(n), back(n);
+    ASSERT_TRUE(HeadsMergeForwardCuda<__nv_bfloat16>(merged.p, in.p, B, Tn, H, D, 0).ok());
+    std::vector<float> mr(n);
+    kernels::HeadsMergeForward(mr.data(), x.data(), B, Tn, H, D);
+    EXPECT_EQ(FromBf16(merged.Get()), mr) << "D " << D;
+    ASSERT_TRUE(HeadsMergeBackwardCuda<__nv_bfloat16>(back.p, merged.p, B, Tn, H, D, 0).ok());
+    EXPECT_EQ(FromBf16(back.Get()), x) << "D " << D;
+  }
 }
 
 TEST(LayersGpu, GradNormAndClip) {
@@ -282,6 +301,197 @@ TEST(LayersGpu, LtGemm) {
   EXPECT_LE(RelL2(dinp.Get(), dref_half), 2e-3);
   ASSERT_TRUE(gemm.BackwardWeight(dW.p, ddy.p, dx.p, N, IC, OC, 1.f, 1.f, 0).ok());
   EXPECT_LE(RelL2(dW.Get(), dwref), 2e-3);
+}
+
+// The fused residual-stream RMSNorm backward (dinp, its bf16 copy and dweight in one pass) against
+// the CPU twin, for each per-lane register width (C <= 256, 512, 1024) and C not a multiple of 32.
+void RmsNormBackwardFusedCase(int64_t N, int C, bool accumulate) {
+  auto x = Randn(size_t(N) * C, 100 + C, 2.0f);
+  auto w = Randn(size_t(C), 101);
+  for (float& v : w) v = 1.0f + 0.3f * v;
+  Dev<float> dx(x), dw(w), rstd(N), out(size_t(N) * C);
+  ASSERT_TRUE((RmsNormForwardCuda<float, float>(out.p, rstd.p, dx.p, dw.p, N, C, 0).ok()));
+  std::vector<double> xd = ToDouble(x), wd = ToDouble(w), ref(xd.size()), rref(N);
+  kernels::RmsNormForward(ref.data(), rref.data(), xd.data(), wd.data(), N, C);
+  auto dy = Randn(size_t(N) * C, 102);
+  auto dx0 = Randn(size_t(N) * C, 103);
+  auto dw0 = Randn(size_t(C), 104);
+  Dev<float> ddy(dy), ddx(dx0), ddw(dw0), scratch(RmsNormBackwardFusedScratch(N, C));
+  Dev<__nv_bfloat16> dxb(size_t(N) * C);
+  ASSERT_TRUE(RmsNormBackwardFusedCuda(ddx.p, dxb.p, accumulate, ddw.p, ddy.p, dx.p, dw.p, rstd.p,
+                                       N, C, scratch.p, scratch.n, 0)
+                  .ok());
+  std::vector<double> dyd = ToDouble(dy), dwr = ToDouble(dw0);
+  std::vector<double> dxr = accumulate ? ToDouble(dx0) : std::vector<double>(dx0.size(), 0.0);
+  kernels::RmsNormBackward(dxr.data(), dwr.data(), dyd.data(), xd.data(), wd.data(), rref.data(), N,
+                           C);
+  const std::vector<float> got = ddx.Get();
+  EXPECT_LE(MaxScaledErr(got, dxr, 1e-5, 1e-4), 1.0) << "C " << C;
+  EXPECT_LE(RelL2(ddw.Get(), dwr), 1e-5) << "C " << C;
+  // The bf16 copy is exactly the rounded fp32 result.
+  EXPECT_EQ(FromBf16(dxb.Get()), RoundBf16(got)) << "C " << C;
+  // Deterministic: the same inputs give bit-identical dweight.
+  Dev<float> ddx2(dx0), ddw2(dw0);
+  ASSERT_TRUE(RmsNormBackwardFusedCuda(ddx2.p, nullptr, accumulate, ddw2.p, ddy.p, dx.p, dw.p,
+                                       rstd.p, N, C, scratch.p, scratch.n, 0)
+                  .ok());
+  EXPECT_EQ(ddw2.Get(), ddw.Get());
+  EXPECT_EQ(ddx2.Get(), got);
+}
+
+TEST(LayersGpu, RmsNormBackwardFused) {
+  SKIP_WITHOUT_GPU();
+  RmsNormBackwardFusedCase(777, 768, true);
+  RmsNormBackwardFusedCase(300, 200, false);
+  RmsNormBackwardFusedCase(45, 300, true);
+  RmsNormBackwardFusedCase(5000, 1024, false);
+  Dev<float> big(8);
+  EXPECT_FALSE(RmsNormBackwardFusedCuda(big.p, nullptr, false, big.p, big.p, big.p, big.p, big.p, 1,
+                                        1040, big.p, 1 << 20, 0)
+                   .ok());
+}
+
+// QKV split + QK-norm + RoPE fused, forward and backward, against the CPU chain QkvSplit ->
+// RmsNorm (per head) -> Rope, in double on the same bf16 inputs.
+void QkvNormRopeCase(int B, int Tn, int H, int D, bool qk_norm) {
+  const int64_t C = int64_t(H) * D, N = int64_t(B) * Tn, NH = N * H, BH = int64_t(B) * H;
+  const int h = D / 2;
+  std::vector<float> cs(size_t(Tn) * h), sn(cs.size());
+  kernels::RopeTables(cs.data(), sn.data(), Tn, D);
+  std::vector<double> csd(cs.begin(), cs.end()), snd(sn.begin(), sn.end());
+  auto qkv = RoundBf16(Randn(size_t(N) * 3 * C, 110 + D, 1.5f));
+  auto qg = Randn(size_t(D), 111), kg = Randn(size_t(D), 112);
+  for (float& v : qg) v = 1.0f + 0.3f * v;
+  for (float& v : kg) v = 1.0f + 0.3f * v;
+  Dev<__nv_bfloat16> dqkv_in(ToBf16(qkv)), q(size_t(N) * C), k(size_t(N) * C), v(size_t(N) * C);
+  Dev<float> dqg(qg), dkg(kg), qr(NH), kr(NH), dc(cs), ds(sn);
+  const float* qgp = qk_norm ? dqg.p : nullptr;
+  const float* kgp = qk_norm ? dkg.p : nullptr;
+  ASSERT_TRUE(QkvNormRopeForwardCuda(q.p, k.p, v.p, qr.p, kr.p, dqkv_in.p, qgp, kgp, dc.p, ds.p, B,
+                                     Tn, H, D, 0)
+                  .ok());
+  // CPU chain in double.
+  std::vector<double> qkvd = ToDouble(qkv), qd(N * C), kd(N * C), vd(N * C), qn(N * C), kn(N * C),
+                      qrr(NH), krr(NH), qo(N * C), ko(N * C);
+  std::vector<double> qgd = ToDouble(qg), kgd = ToDouble(kg);
+  kernels::QkvSplitForward(qd.data(), kd.data(), vd.data(), qkvd.data(), B, Tn, H, D);
+  if (qk_norm) {
+    kernels::RmsNormForward(qn.data(), qrr.data(), qd.data(), qgd.data(), NH, D);
+    kernels::RmsNormForward(kn.data(), krr.data(), kd.data(), kgd.data(), NH, D);
+  } else {
+    qn = qd;
+    kn = kd;
+  }
+  kernels::RopeForward(qo.data(), qn.data(), csd.data(), snd.data(), BH, Tn, D);
+  kernels::RopeForward(ko.data(), kn.data(), csd.data(), snd.data(), BH, Tn, D);
+  EXPECT_LE(MaxScaledErr(FromBf16(q.Get()), qo, 1e-5, 8e-3), 1.0) << "D " << D;
+  EXPECT_LE(MaxScaledErr(FromBf16(k.Get()), ko, 1e-5, 8e-3), 1.0) << "D " << D;
+  EXPECT_EQ(FromBf16(v.Get()), std::vector<float>(vd.begin(), vd.end())) << "D " << D;
+  if (qk_norm) {
+    EXPECT_LE(MaxScaledErr(qr.Get(), qrr, 1e-7, 1e-5), 1.0);
+    EXPECT_LE(MaxScaledErr(kr.Get(), krr, 1e-7, 1e-5), 1.0);
+  }
+
+  // Backward from bf16 dq, dk, dv; gain gradients accumulate into non-zero values.
+  auto gq = RoundBf16(Randn(size_t(N) * C, 113)), gk = RoundBf16(Randn(size_t(N) * C, 114)),
+       gv = RoundBf16(Randn(size_t(N) * C, 115));
+  auto gq0 = Randn(size_t(D), 116), gk0 = Randn(size_t(D), 117);
+  Dev<__nv_bfloat16> dgq(ToBf16(gq)), dgk(ToBf16(gk)), dgv(ToBf16(gv)), dqkv(size_t(N) * 3 * C);
+  Dev<float> dqgain(gq0), dkgain(gk0), scratch(QkvNormRopeBackwardScratch(B, Tn, H, D));
+  ASSERT_TRUE(QkvNormRopeBackwardCuda(dqkv.p, qk_norm ? dqgain.p : nullptr,
+                                      qk_norm ? dkgain.p : nullptr, dgq.p, dgk.p, dgv.p, dqkv_in.p,
+                                      qgp, kgp, qr.p, kr.p, dc.p, ds.p, B, Tn, H, D, scratch.p,
+                                      scratch.n, 0)
+                  .ok());
+  std::vector<double> gqd = ToDouble(gq), gkd = ToDouble(gk), gvd = ToDouble(gv);
+  std::vector<double> dqn(N * C, 0.0), dkn(N * C, 0.0), dqr(N * C, 0.0), dkr(N * C, 0.0);
+  std::vector<double> dqgr = ToDouble(gq0), dkgr = ToDouble(gk0), dqkvr(N * 3 * C, 0.0);
+  kernels::RopeBackward(dqn.data(), gqd.data(), csd.data(), snd.data(), BH, Tn, D);
+  kernels::RopeBackward(dkn.data(), gkd.data(), csd.data(), snd.data(), BH, Tn, D);
+  if (qk_norm) {
+    // The device reads the rstd it computed (fp32); the reference uses its own (double).
+    kernels::RmsNormBackward(dqr.data(), dqgr.data(), dqn.data(), qd.data(), qgd.data(), qrr.data(),
+                             NH, D);
+    kernels::RmsNormBackward(dkr.data(), dkgr.data(), dkn.data(), kd.data(), kgd.data(), krr.data(),
+                             NH, D);
+  } else {
+    dqr = dqn;
+    dkr = dkn;
+  }
+  kernels::QkvSplitBackward(dqkvr.data(), dqr.data(), dkr.data(), gvd.data(), B, Tn, H, D);
+  const std::vector<float> got = FromBf16(dqkv.Get());
+  EXPECT_LE(RelL2(got, dqkvr), 4e-3) << "D " << D;
+  EXPECT_LE(MaxScaledErr(got, dqkvr, 2e-3, 8e-3), 1.0) << "D " << D;
+  if (qk_norm) {
+    EXPECT_LE(RelL2(dqgain.Get(), dqgr), 1e-4) << "D " << D;
+    EXPECT_LE(RelL2(dkgain.Get(), dkgr), 1e-4) << "D " << D;
+    // Deterministic.
+    Dev<float> dqgain2(gq0), dkgain2(gk0);
+    Dev<__nv_bfloat16> dqkv2(size_t(N) * 3 * C);
+    ASSERT_TRUE(QkvNormRopeBackwardCuda(dqkv2.p, dqgain2.p, dkgain2.p, dgq.p, dgk.p, dgv.p,
+                                        dqkv_in.p, qgp, kgp, qr.p, kr.p, dc.p, ds.p, B, Tn, H, D,
+                                        scratch.p, scratch.n, 0)
+                    .ok());
+    EXPECT_EQ(dqgain2.Get(), dqgain.Get());
+    EXPECT_EQ(dkgain2.Get(), dkgain.Get());
+  }
+}
+
+TEST(LayersGpu, QkvNormRopeFused) {
+  SKIP_WITHOUT_GPU();
+  QkvNormRopeCase(2, 37, 3, 64, true);
+  QkvNormRopeCase(3, 50, 2, 128, true);
+  QkvNormRopeCase(1, 20, 2, 96, true);
+  QkvNormRopeCase(2, 33, 3, 64, false);
+  Dev<__nv_bfloat16> x(64);
+  Dev<float> f(64);
+  EXPECT_FALSE(
+      QkvNormRopeForwardCuda(x.p, x.p, x.p, f.p, f.p, x.p, f.p, nullptr, f.p, f.p, 1, 1, 1, 64, 0)
+          .ok());
+  EXPECT_FALSE(QkvNormRopeForwardCuda(x.p, x.p, x.p, f.p, f.p, x.p, nullptr, nullptr, f.p, f.p, 1,
+                                      1, 1, 63, 0)
+                   .ok());
+}
+
+// GELU in the cuBLASLt epilogues against MatmulForward + GeluForward and MatmulBackward +
+// GeluBackward in double.
+TEST(LayersGpu, LtGemmGeluEpilogues) {
+  SKIP_WITHOUT_GPU();
+  auto gemm_or = LtGemm::Create();
+  ASSERT_TRUE(gemm_or.ok()) << gemm_or.status().ToString();
+  LtGemm& gemm = **gemm_or;
+  const int N = 256, IC = 128, OC = 512;
+  auto x = RoundBf16(Randn(size_t(N) * IC, 120));
+  auto w = RoundBf16(Randn(size_t(OC) * IC, 121, 0.15f));
+  Dev<__nv_bfloat16> dx(ToBf16(x)), dW(ToBf16(w)), act(size_t(N) * OC), pre(size_t(N) * OC);
+  const Status st = gemm.ForwardGelu(act.p, pre.p, dx.p, dW.p, N, IC, OC, 0);
+  if (st.code() == StatusCode::kUnimplemented) GTEST_SKIP() << st.ToString();
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  std::vector<double> xd = ToDouble(x), wd = ToDouble(w), ref(size_t(N) * OC), aref(ref.size());
+  kernels::MatmulForward(ref.data(), xd.data(), wd.data(), N, IC, OC);
+  kernels::GeluForward(aref.data(), ref.data(), int64_t(ref.size()));
+  EXPECT_LE(RelL2(FromBf16(pre.Get()), ref), 5e-3);
+  EXPECT_LE(RelL2(FromBf16(act.Get()), aref), 5e-3);
+  // The activation is GELU of the stored pre-activation (same approximation as the CPU's).
+  std::vector<double> pred = ToDouble(FromBf16(pre.Get())), a2(pred.size());
+  kernels::GeluForward(a2.data(), pred.data(), int64_t(pred.size()));
+  EXPECT_LE(MaxScaledErr(FromBf16(act.Get()), a2, 1e-3, 1e-2), 1.0);
+
+  // Backward through the down projection: dinp (N, OC4) = (dy (N, C) . Wd (C, OC4)) * gelu'(pre).
+  const int C = IC, OC4 = OC;
+  auto dy = RoundBf16(Randn(size_t(N) * C, 122));
+  auto wdn = RoundBf16(Randn(size_t(C) * OC4, 123, 0.1f));
+  Dev<__nv_bfloat16> ddy(ToBf16(dy)), dWd(ToBf16(wdn)), dpre(size_t(N) * OC4);
+  const Status bs = gemm.BackwardDataDGelu(dpre.p, ddy.p, dWd.p, pre.p, N, OC4, C, 0);
+  if (bs.code() == StatusCode::kUnimplemented) GTEST_SKIP() << bs.ToString();
+  ASSERT_TRUE(bs.ok()) << bs.ToString();
+  std::vector<double> dyd = ToDouble(dy), wdd = ToDouble(wdn), dact(size_t(N) * OC4, 0.0),
+                      dwdummy(size_t(C) * OC4, 0.0), dpref(dact.size(), 0.0);
+  std::vector<double> actd = ToDouble(FromBf16(act.Get()));
+  kernels::MatmulBackward(dact.data(), dwdummy.data(), dyd.data(), actd.data(), wdd.data(), N, OC4,
+                          C);
+  kernels::GeluBackward(dpref.data(), pred.data(), dact.data(), int64_t(dact.size()));
+  EXPECT_LE(RelL2(FromBf16(dpre.Get()), dpref), 6e-3);
 }
 
 TEST(LayersGpu, CompareAndMaxLogit) {

@@ -3,6 +3,7 @@
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -76,7 +77,8 @@ struct GptCuda::Buffers {
   struct Layer {
     bf16* ln1 = nullptr;
     float* ln1_rstd = nullptr;
-    float *q_raw = nullptr, *k_raw = nullptr, *q_rstd = nullptr, *k_rstd = nullptr;
+    bf16* qkv = nullptr;  // the QKV GEMM's output: the fused split/QK-norm/RoPE's input, both ways
+    float *q_rstd = nullptr, *k_rstd = nullptr;
     bf16 *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr;
     float* lse = nullptr;
     void* sage_ws = nullptr;
@@ -89,7 +91,6 @@ struct GptCuda::Buffers {
   std::vector<Layer> layers;
   std::vector<float*> res;
   size_t sage_ws_bytes = 0, fpa_ws_bytes = 0, rms_scratch_floats = 0;
-  float* qkv = nullptr;
   bf16* lnf = nullptr;
   float* lnf_rstd = nullptr;
   bf16* logits = nullptr;
@@ -99,7 +100,6 @@ struct GptCuda::Buffers {
   float* dln = nullptr;
   bf16 *datty = nullptr, *dfch_act = nullptr, *dfch = nullptr;
   bf16 *dq = nullptr, *dk = nullptr, *dv = nullptr;
-  float *dq_n = nullptr, *dk_n = nullptr, *dq_raw = nullptr, *dk_raw = nullptr;
   bf16* dqkv = nullptr;
   void* fpa_ws = nullptr;
   float* rms_scratch = nullptr;
@@ -231,16 +231,16 @@ Status GptCuda::EnsureCapacity(int B) {
   const kk::SageCudaOptions sopt = SageOpts(cfg_.sage);
   b.sage_ws_bytes = fpa ? 0 : kk::SageWorkspaceBytes(shape, sopt);
   b.fpa_ws_bytes = kc::FpaWorkspaceBytes(shape);
-  b.rms_scratch_floats = std::max(kc::RmsNormBackwardScratch(int64_t(N), int(C)),
-                                  kc::RmsNormBackwardScratch(int64_t(NH), head_dim_));
+  b.rms_scratch_floats = std::max({kc::RmsNormBackwardScratch(int64_t(N), int(C)),
+                                   kc::RmsNormBackwardFusedScratch(int64_t(N), int(C)),
+                                   kc::QkvNormRopeBackwardScratch(B, int(Tn), int(H), head_dim_)});
   DeviceArena& a = b.arena;
   b.layers.assign(cfg_.layers, {});
   for (auto& la : b.layers) {
     ABLATE_RETURN_IF_ERROR(a.Alloc(&la.ln1, NC));
     ABLATE_RETURN_IF_ERROR(a.Alloc(&la.ln1_rstd, N));
+    ABLATE_RETURN_IF_ERROR(a.Alloc(&la.qkv, 3 * NC));
     if (cfg_.qk_norm) {
-      ABLATE_RETURN_IF_ERROR(a.Alloc(&la.q_raw, NC));
-      ABLATE_RETURN_IF_ERROR(a.Alloc(&la.k_raw, NC));
       ABLATE_RETURN_IF_ERROR(a.Alloc(&la.q_rstd, NH));
       ABLATE_RETURN_IF_ERROR(a.Alloc(&la.k_rstd, NH));
     }
@@ -264,7 +264,6 @@ Status GptCuda::EnsureCapacity(int B) {
   }
   b.res.assign(cfg_.layers + 1, nullptr);
   for (auto& r : b.res) ABLATE_RETURN_IF_ERROR(a.Alloc(&r, NC));
-  ABLATE_RETURN_IF_ERROR(a.Alloc(&b.qkv, 3 * NC));
   ABLATE_RETURN_IF_ERROR(a.Alloc(&b.lnf, NC));
   ABLATE_RETURN_IF_ERROR(a.Alloc(&b.lnf_rstd, N));
   ABLATE_RETURN_IF_ERROR(a.Alloc(&b.logits, N * V));
@@ -278,10 +277,6 @@ Status GptCuda::EnsureCapacity(int B) {
   ABLATE_RETURN_IF_ERROR(a.Alloc(&b.dq, NC));
   ABLATE_RETURN_IF_ERROR(a.Alloc(&b.dk, NC));
   ABLATE_RETURN_IF_ERROR(a.Alloc(&b.dv, NC));
-  ABLATE_RETURN_IF_ERROR(a.Alloc(&b.dq_n, NC));
-  ABLATE_RETURN_IF_ERROR(a.Alloc(&b.dk_n, NC));
-  ABLATE_RETURN_IF_ERROR(a.Alloc(&b.dq_raw, NC));
-  ABLATE_RETURN_IF_ERROR(a.Alloc(&b.dk_raw, NC));
   ABLATE_RETURN_IF_ERROR(a.Alloc(&b.dqkv, 3 * NC));
   char* fws = nullptr;
   ABLATE_RETURN_IF_ERROR(a.Alloc(&fws, b.fpa_ws_bytes));
@@ -304,7 +299,7 @@ Status GptCuda::RunForward(const int32_t* inputs, const int32_t* targets, int B,
   Buffers& b = *buf_;
   const int Tn = cfg_.seq_len, C = cfg_.d_model, V = cfg_.vocab_size, H = cfg_.heads;
   const int D = head_dim_;
-  const int64_t N = int64_t(B) * Tn, BH = int64_t(B) * H;
+  const int64_t N = int64_t(B) * Tn;
   const float* w = w_;
   const bf16* wb = static_cast<const bf16*>(wb_);
   const kk::AttnShape shape{B, H, Tn, D, /*causal=*/true};
@@ -335,19 +330,12 @@ Status GptCuda::RunForward(const int32_t* inputs, const int32_t* targets, int B,
     const float* x = b.res[l];
     float* out = b.res[l + 1];
     RET((kc::RmsNormForwardCuda<float, bf16>(la.ln1, la.ln1_rstd, x, w + li.ln1, N, C, s)));
-    RET(gemm.Forward(b.qkv, OutType::kF32, la.ln1, wb + li.wqkv, N, C, 3 * C, 1.f, 0.f, nullptr, s));
-    // q_n, k_n: the rotation's fp32 input (after QK-norm when on); dq_n / dk_n are free here.
-    float* q_n = b.dq_n;
-    float* k_n = b.dk_n;
-    if (cfg_.qk_norm) {
-      RET((kc::QkvSplitForwardCuda<float, float, bf16>(la.q_raw, la.k_raw, la.v, b.qkv, B, Tn, H, D, s)));
-      RET((kc::RmsNormForwardCuda<float, float>(q_n, la.q_rstd, la.q_raw, w + li.q_gain, N * H, D, s)));
-      RET((kc::RmsNormForwardCuda<float, float>(k_n, la.k_rstd, la.k_raw, w + li.k_gain, N * H, D, s)));
-    } else {
-      RET((kc::QkvSplitForwardCuda<float, float, bf16>(q_n, k_n, la.v, b.qkv, B, Tn, H, D, s)));
-    }
-    RET((kc::RopeForwardCuda<float, bf16>(la.q, q_n, rope_cos_, rope_sin_, BH, Tn, D, s)));
-    RET((kc::RopeForwardCuda<float, bf16>(la.k, k_n, rope_cos_, rope_sin_, BH, Tn, D, s)));
+    // QKV in bf16 (PyTorch autocast's precision), then split + QK-norm + RoPE in one pass.
+    RET(gemm.Forward(la.qkv, OutType::kBF16, la.ln1, wb + li.wqkv, N, C, 3 * C, 1.f, 0.f, nullptr,
+                     s));
+    RET(kc::QkvNormRopeForwardCuda(
+        la.q, la.k, la.v, la.q_rstd, la.k_rstd, la.qkv, cfg_.qk_norm ? w + li.q_gain : nullptr,
+        cfg_.qk_norm ? w + li.k_gain : nullptr, rope_cos_, rope_sin_, B, Tn, H, D, s));
     if (cfg_.attention == AttentionKind::kFpa) {
       RET(kc::FpaForwardCuda(shape, la.q, la.k, la.v, la.o, la.lse, nullptr, 0, s));
     } else {
@@ -358,11 +346,26 @@ Status GptCuda::RunForward(const int32_t* inputs, const int32_t* targets, int B,
     // res_mid = x + atty wo^T (the residual fused into the GEMM's C operand).
     RET(gemm.Forward(la.res_mid, OutType::kF32, la.atty, wb + li.wo, N, C, C, 1.f, 1.f, x, s));
     RET((kc::RmsNormForwardCuda<float, bf16>(la.ln2, la.ln2_rstd, la.res_mid, w + li.ln2, N, C, s)));
-    RET(gemm.Forward(la.fch, OutType::kBF16, la.ln2, wb + li.w_up, N, C, 4 * C, 1.f, 0.f, nullptr, s));
-    if (cfg_.mlp == MlpKind::kGelu) {
-      RET((kc::GeluForwardCuda<bf16, bf16>(la.fch_act, la.fch, N * 4 * C, s)));
-    } else {
-      RET((kc::Relu2ForwardCuda<bf16, bf16>(la.fch_act, la.fch, N * 4 * C, s)));
+    bool gelu_done = false;
+    if (cfg_.mlp == MlpKind::kGelu && gelu_epilogue_) {
+      // GELU in the up-projection's epilogue: fch = pre-activation, fch_act = GELU(fch).
+      const Status st = gemm.ForwardGelu(la.fch_act, la.fch, la.ln2, wb + li.w_up, N, C, 4 * C, s);
+      if (st.ok()) {
+        gelu_done = true;
+      } else if (st.code() == StatusCode::kUnimplemented) {
+        gelu_epilogue_ = false;  // this cuBLASLt has no such kernel: the separate pass from now on
+      } else {
+        return st;
+      }
+    }
+    if (!gelu_done) {
+      RET(gemm.Forward(la.fch, OutType::kBF16, la.ln2, wb + li.w_up, N, C, 4 * C, 1.f, 0.f, nullptr,
+                       s));
+      if (cfg_.mlp == MlpKind::kGelu) {
+        RET((kc::GeluForwardCuda<bf16, bf16>(la.fch_act, la.fch, N * 4 * C, s)));
+      } else {
+        RET((kc::Relu2ForwardCuda<bf16, bf16>(la.fch_act, la.fch, N * 4 * C, s)));
+      }
     }
     RET(gemm.Forward(out, OutType::kF32, la.fch_act, wb + li.w_down, N, 4 * C, C, 1.f, 1.f,
                      la.res_mid, s));
@@ -412,7 +415,7 @@ Status GptCuda::Backward(float grad_scale) {
   const int B = last_b_;
   const int Tn = cfg_.seq_len, C = cfg_.d_model, V = cfg_.vocab_size, H = cfg_.heads;
   const int D = head_dim_;
-  const int64_t N = int64_t(B) * Tn, NC = N * C, BH = int64_t(B) * H;
+  const int64_t N = int64_t(B) * Tn, NC = N * C;
   const float* w = w_;
   const bf16* wb = static_cast<const bf16*>(wb_);
   float* g = g_;
@@ -423,30 +426,52 @@ Status GptCuda::Backward(float grad_scale) {
   float* rs = b.rms_scratch;
   const size_t rsn = b.rms_scratch_floats;
 
+  // The residual stream's RMSNorm backward: dres (+)= ..., and dres_bf = bf16(dres) for the next
+  // GEMMs, in one pass where C allows.
+  auto rms_backward = [&](bool accumulate, float* dweight, const float* inp, const float* weight,
+                          const float* rstd) -> Status {
+    if (C <= 1024) {
+      return kc::RmsNormBackwardFusedCuda(b.dres, b.dres_bf, accumulate, dweight, b.dln, inp,
+                                          weight, rstd, N, C, rs, rsn, s);
+    }
+    RET((kc::RmsNormBackwardCuda<float, float>(b.dres, accumulate, dweight, b.dln, inp, weight,
+                                               rstd, N, C, rs, rsn, s)));
+    return kc::CastCuda<float, bf16>(b.dres_bf, b.dres, NC, s);
+  };
   const bf16* dlogits = b.logits;
   RET(gemm.BackwardData(b.dln, OutType::kF32, dlogits, wb + head_, N, C, V, grad_scale, 0.f, s));
   RET(gemm.BackwardWeight(g + head_, dlogits, b.lnf, N, C, V, grad_scale, 1.f, s));
-  RET((kc::RmsNormBackwardCuda<float, float>(b.dres, false, g + lnf_, b.dln, b.res[cfg_.layers],
-                                             w + lnf_, b.lnf_rstd, N, C, rs, rsn, s)));
+  RET(rms_backward(false, g + lnf_, b.res[cfg_.layers], w + lnf_, b.lnf_rstd));
   for (int l = cfg_.layers - 1; l >= 0; --l) {
     const LayerIndex& li = layer_index_[l];
     Buffers::Layer& la = b.layers[l];
     // MLP.
-    RET((kc::CastCuda<float, bf16>(b.dres_bf, b.dres, NC, s)));
-    RET(gemm.BackwardData(b.dfch_act, OutType::kBF16, b.dres_bf, wb + li.w_down, N, 4 * C, C, 1.f,
-                          0.f, s));
-    RET(gemm.BackwardWeight(g + li.w_down, b.dres_bf, la.fch_act, N, 4 * C, C, 1.f, 1.f, s));
-    if (cfg_.mlp == MlpKind::kGelu) {
-      RET(kc::GeluBackwardCuda<bf16>(b.dfch, false, la.fch, b.dfch_act, N * 4 * C, s));
-    } else {
-      RET(kc::Relu2BackwardCuda<bf16>(b.dfch, false, la.fch, b.dfch_act, N * 4 * C, s));
+    bool dgelu_done = false;
+    if (cfg_.mlp == MlpKind::kGelu && dgelu_epilogue_) {
+      const Status st =
+          gemm.BackwardDataDGelu(b.dfch, b.dres_bf, wb + li.w_down, la.fch, N, 4 * C, C, s);
+      if (st.ok()) {
+        dgelu_done = true;
+      } else if (st.code() == StatusCode::kUnimplemented) {
+        dgelu_epilogue_ = false;
+      } else {
+        return st;
+      }
     }
+    if (!dgelu_done) {
+      RET(gemm.BackwardData(b.dfch_act, OutType::kBF16, b.dres_bf, wb + li.w_down, N, 4 * C, C, 1.f,
+                            0.f, s));
+      if (cfg_.mlp == MlpKind::kGelu) {
+        RET(kc::GeluBackwardCuda<bf16>(b.dfch, false, la.fch, b.dfch_act, N * 4 * C, s));
+      } else {
+        RET(kc::Relu2BackwardCuda<bf16>(b.dfch, false, la.fch, b.dfch_act, N * 4 * C, s));
+      }
+    }
+    RET(gemm.BackwardWeight(g + li.w_down, b.dres_bf, la.fch_act, N, 4 * C, C, 1.f, 1.f, s));
     RET(gemm.BackwardData(b.dln, OutType::kF32, b.dfch, wb + li.w_up, N, C, 4 * C, 1.f, 0.f, s));
     RET(gemm.BackwardWeight(g + li.w_up, b.dfch, la.ln2, N, C, 4 * C, 1.f, 1.f, s));
-    RET((kc::RmsNormBackwardCuda<float, float>(b.dres, true, g + li.ln2, b.dln, la.res_mid,
-                                               w + li.ln2, la.ln2_rstd, N, C, rs, rsn, s)));
+    RET(rms_backward(true, g + li.ln2, la.res_mid, w + li.ln2, la.ln2_rstd));
     // Attention.
-    RET((kc::CastCuda<float, bf16>(b.dres_bf, b.dres, NC, s)));
     RET(gemm.BackwardData(b.datty, OutType::kBF16, b.dres_bf, wb + li.wo, N, C, C, 1.f, 0.f, s));
     RET(gemm.BackwardWeight(g + li.wo, b.dres_bf, la.atty, N, C, C, 1.f, 1.f, s));
     RET(kc::HeadsMergeBackwardCuda<bf16>(la.dout_att, b.datty, B, Tn, H, D, s));
@@ -457,21 +482,14 @@ Status GptCuda::Backward(float grad_scale) {
       RET(kk::SageBackwardCuda(shape, sopt, la.q, la.k, la.v, la.o, la.dout_att, la.lse, b.dq,
                                b.dk, b.dv, la.sage_ws, b.sage_ws_bytes, s));
     }
-    float* dq_rot = cfg_.qk_norm ? b.dq_n : b.dq_raw;
-    float* dk_rot = cfg_.qk_norm ? b.dk_n : b.dk_raw;
-    RET(kc::RopeBackwardCuda<bf16>(dq_rot, false, b.dq, rope_cos_, rope_sin_, BH, Tn, D, s));
-    RET(kc::RopeBackwardCuda<bf16>(dk_rot, false, b.dk, rope_cos_, rope_sin_, BH, Tn, D, s));
-    if (cfg_.qk_norm) {
-      RET((kc::RmsNormBackwardCuda<float, float>(b.dq_raw, false, g + li.q_gain, dq_rot, la.q_raw,
-                                                 w + li.q_gain, la.q_rstd, N * H, D, rs, rsn, s)));
-      RET((kc::RmsNormBackwardCuda<float, float>(b.dk_raw, false, g + li.k_gain, dk_rot, la.k_raw,
-                                                 w + li.k_gain, la.k_rstd, N * H, D, rs, rsn, s)));
-    }
-    RET((kc::QkvSplitBackwardCuda<float, bf16, bf16>(b.dqkv, b.dq_raw, b.dk_raw, b.dv, B, Tn, H, D, s)));
+    const bool qn = cfg_.qk_norm;
+    RET(kc::QkvNormRopeBackwardCuda(
+        b.dqkv, qn ? g + li.q_gain : nullptr, qn ? g + li.k_gain : nullptr, b.dq, b.dk, b.dv,
+        la.qkv, qn ? w + li.q_gain : nullptr, qn ? w + li.k_gain : nullptr, la.q_rstd, la.k_rstd,
+        rope_cos_, rope_sin_, B, Tn, H, D, rs, rsn, s));
     RET(gemm.BackwardData(b.dln, OutType::kF32, b.dqkv, wb + li.wqkv, N, C, 3 * C, 1.f, 0.f, s));
     RET(gemm.BackwardWeight(g + li.wqkv, b.dqkv, la.ln1, N, C, 3 * C, 1.f, 1.f, s));
-    RET((kc::RmsNormBackwardCuda<float, float>(b.dres, true, g + li.ln1, b.dln, b.res[l],
-                                               w + li.ln1, la.ln1_rstd, N, C, rs, rsn, s)));
+    RET(rms_backward(true, g + li.ln1, b.res[l], w + li.ln1, la.ln1_rstd));
   }
   RET(kc::EncoderBackwardCuda(g + wte_, b.dres, b.bk_unique, b.bk_offsets, b.bk_rows, b.n_unique,
                               C, s));

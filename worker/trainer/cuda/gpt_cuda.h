@@ -5,13 +5,16 @@
 //
 // Precision (documented choice, the llm.c recipe):
 //   * fp32: master weights and gradients (one flat buffer each, the CPU layout), the residual
-//     stream and its gradient, RMSNorm statistics, the QK-norm inputs and their gradients, the
-//     attention LSE, losses, every reduction.
+//     stream and its gradient, RMSNorm statistics, the attention LSE, losses, every reduction and
+//     the arithmetic inside every fused kernel.
 //   * bf16: a mirror of the weights (refreshed by WeightsUpdated after each optimizer step) and
-//     every GEMM operand: the normalized activations, q/k/v/o, the merged heads, the MLP
-//     pre-activation and activation, the logits (turned into dlogits in place by the fused
-//     classifier), and the activation gradients fed to GEMMs. GEMMs accumulate in fp32
-//     (cuBLASLt); weight gradients accumulate straight into the fp32 gradient buffer (beta = 1).
+//     every GEMM operand and output other than the residual stream's: the normalized
+//     activations, the QKV projection (the fused split + QK-norm + RoPE kernel reads it, forward
+//     and backward, as PyTorch autocast would), q/k/v/o, the merged heads, the MLP pre-activation
+//     and activation (GELU in the cuBLASLt epilogue), the logits (turned into dlogits in place by
+//     the fused classifier), and the activation gradients fed to GEMMs (the residual gradient's
+//     bf16 copy comes out of the RMSNorm backward). GEMMs accumulate in fp32 (cuBLASLt); weight
+//     gradients accumulate straight into the fp32 gradient buffer (beta = 1).
 //   * SageBwd runs at the kernel's tiles (kSageBq x kSageBkv = 64 x 64) whatever
 //     attention.block_q / block_kv say (those configure the CPU emulator).
 // Requirements beyond Gpt::Create: head size d_model / heads in {64, 128} (the attention kernels),
@@ -117,6 +120,10 @@ class GptCuda {
   int last_b_ = 0;
   bool forward_pending_ = false;
   bool backward_done_ = false;
+  // GELU in the cuBLASLt epilogues (forward GELU_AUX, backward DGELU) until cuBLASLt says it has
+  // no kernel for them; then the separate elementwise passes.
+  bool gelu_epilogue_ = true;
+  bool dgelu_epilogue_ = true;
 };
 
 }  // namespace ablate::trainer::cuda
