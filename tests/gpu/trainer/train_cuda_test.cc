@@ -186,14 +186,5 @@ TEST_F(TrainCuda, CheckpointsResumeAcrossBackends) {
   }
 }
 
-TEST_F(TrainCuda, RefusesDataParallelForNow) {
-  SKIP_WITHOUT_GPU();
-  TrialConfig c = Config(std::string(kModel) + "attention: {kind: fpa}\n", "cuda");
-  c.gpus = 2;
-  c.train.tokens_per_step = 2048;
-  RunLog r = Train(c, *dir_ + "/dp");
-  EXPECT_EQ(r.result.status().code(), StatusCode::kFailedPrecondition);
-}
-
 }  // namespace
 }  // namespace ablate::trainer

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "trainer/cuda/data_parallel.h"
 #include "trainer/cuda/gpt_cuda.h"
 #include "trainer/cuda/optimizer_bridge.h"
 
@@ -105,6 +106,7 @@ std::pair<double, std::string> GpuPeakFlops() {
 
 StatusOr<std::unique_ptr<TrainBackend>> CreateCudaBackend(const TrialConfig& config,
                                                           Gpt<float> model) {
+  if (config.gpus > 1) return CreateDataParallelBackend(config, std::move(model));
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
     cudaGetLastError();

@@ -3,8 +3,8 @@
 // clipping, accumulation, divergence, evaluation, diagnostics and checkpoints as a CPU trial.
 // Checkpoints hold the fp32 weights in the Gpt layout and the optimizer blob of trainer::Optimizer:
 // they resume on either backend.
-// One GPU (the first visible one: the worker pins trials with CUDA_VISIBLE_DEVICES); gpus > 1 is
-// refused by RunTrial (NCCL data parallel is not implemented yet).
+// gpus: 1 runs on the first visible GPU (the worker pins trials with CUDA_VISIBLE_DEVICES);
+// gpus: k > 1 runs data parallel over the first k visible GPUs (data_parallel.h, NCCL).
 #pragma once
 
 #include <memory>

@@ -7,6 +7,9 @@
 // Call order per step: ZeroGrad, then TrainMicroStep once per micro-batch, TakeTrainLoss,
 // GradNormAndClip, OptimizerStep; then optionally Diagnostics (needs the step's last micro-batch
 // activations), EvalLoss (may clobber them) and the Save* calls. Thread safety: one thread.
+// Data parallel (gpus: k > 1): the loop still makes one TrainMicroStep call per micro-batch of the
+// global batch, accumulation_steps() x k calls with grad_scale 1 / (that count); the backend
+// assigns call i to rank i / accumulation_steps() and reduces across ranks in GradNormAndClip.
 #pragma once
 
 #include <functional>

@@ -79,6 +79,7 @@ ModelConfig ToModelConfig(const TrialConfig& c, int vocab) {
 nlohmann::json ResumeComparable(nlohmann::json j) {
   j.erase("name");
   j.erase("device");  // an execution setting: a checkpoint resumes on either backend
+  j.erase("gpus");    // so is the rank count: the global batch and the result do not depend on it
   for (const char* k : {"steps", "eval_every", "diagnostics_every", "checkpoint_every", "threads",
                         "peak_tflops"}) {
     j["train"].erase(k);
@@ -212,11 +213,6 @@ StatusOr<RunResult> RunTrial(const TrialConfig& cfg, const RunOptions& options) 
     return FailedPrecondition(
         "device: cuda: this ablate-train was built without the CUDA backend; use device: cpu or auto");
   }
-  if (on_cuda && cfg.gpus != 1) {
-    return FailedPrecondition("gpus: " + std::to_string(cfg.gpus) +
-                              ": data parallel over NCCL is not implemented yet; the CUDA trainer "
-                              "runs one GPU");
-  }
   if (!on_cuda && cfg.gpus != 1) {
     return FailedPrecondition("gpus: " + std::to_string(cfg.gpus) +
                               ": data parallel needs the CUDA backend; the CPU trainer runs one rank");
@@ -305,6 +301,10 @@ StatusOr<RunResult> RunTrial(const TrialConfig& cfg, const RunOptions& options) 
   if (cfg.train.peak_tflops > 0) peak_source = "train.peak_tflops";
   const double flops_per_token = backend->FlopsPerToken();
   const int accum = cfg.accumulation_steps();
+  // Micro-batches per optimizer step over all ranks: the loop draws the whole global batch from the
+  // one sampler (a data-parallel backend hands call i to rank i / accum), so any gpus value sees
+  // the same tokens in the same order as gpus: 1.
+  const int micro_steps = accum * cfg.gpus;
   const int64_t tokens_per_step = cfg.train.tokens_per_step;
 
   nlohmann::json start = {{"type", "start"},
@@ -396,13 +396,13 @@ StatusOr<RunResult> RunTrial(const TrialConfig& cfg, const RunOptions& options) 
   for (int step = start_step + 1; step <= steps; ++step) {
     const auto t0 = Clock::now();
     ABLATE_RETURN_IF_ERROR(backend->ZeroGrad());
-    for (int a = 0; a < accum; ++a) {
+    for (int a = 0; a < micro_steps; ++a) {
       sampler.Next(mb, inputs.data(), targets.data());
       ABLATE_RETURN_IF_ERROR(
-          backend->TrainMicroStep(inputs.data(), targets.data(), mb, 1.0f / float(accum)));
+          backend->TrainMicroStep(inputs.data(), targets.data(), mb, 1.0f / float(micro_steps)));
     }
     ABLATE_ASSIGN_OR_RETURN(double loss, backend->TakeTrainLoss());
-    loss /= accum;
+    loss /= micro_steps;
     last_train = loss;
     if (!std::isfinite(loss) || loss > cfg.train.max_loss) {
       emit({{"type", "step"}, {"step", step}, {"loss", loss}});
