@@ -199,7 +199,28 @@ for f in "${files[@]}"; do
   echo "$f" >>"$tmp/glibc_files"
 done
 echo "$interp" >"$tmp/interp"
-log "chroot: glibc only ($(sort -u "$tmp/glibc_files" | xargs -n1 basename | tr '\n' ' ')), bundle in $app"
+# A CUDA build leaves the CUDA runtime libraries to the host (a GPU node has the driver and the CUDA
+# runtime, README "Bundle"): give the chroot exactly those, at the paths this host has them, as the
+# GPU node's CUDA install. No driver (libcuda): the programs must still start, and train on the CPU.
+cuda_re='^lib(cudart|cublas|cublasLt|nccl|cusolver|cusparse|nvJitLink|curand|cufft)\.so'
+declare -A cuda_libs=()
+queue=("$root$app"/bin/*)
+while ((${#queue[@]})); do
+  obj="${queue[0]}"
+  queue=("${queue[@]:1}")
+  while read -r soname path; do
+    [[ "$soname" =~ $cuda_re && -n "$path" && -z "${cuda_libs[$path]:-}" ]] || continue
+    cuda_libs[$path]=1
+    queue+=("$path")
+  done < <(ldd "$obj" 2>/dev/null | awk '/=> \// {print $1, $3}')
+done
+for f in "${!cuda_libs[@]}"; do
+  mkdir -p "$root$(dirname "$f")"
+  cp -L "$f" "$root$f"
+  echo "$f" >>"$tmp/glibc_files"
+done
+((${#cuda_libs[@]} == 0)) || log "chroot: plus the host's CUDA runtime ($(printf '%s\n' "${!cuda_libs[@]}" | xargs -n1 basename | sort | tr '\n' ' '))"
+log "chroot: glibc ($(sort -u "$tmp/glibc_files" | xargs -n1 basename | tr '\n' ' ')), bundle in $app"
 
 : >"$root/work/empty.yaml"
 cat >"$root/work/tiny.yaml" <<'EOF'
