@@ -1,4 +1,5 @@
-// Every spec in examples/sweeps/ expands, and runs on the CPU as its README promises.
+// Every spec in examples/sweeps/ expands; the CPU specs run on the CPU as its README promises, the
+// gpu_* specs ask for GPUs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -28,9 +29,14 @@ std::string Read(const std::filesystem::path& p) {
   return ss.str();
 }
 
-TEST(ExampleSweeps, EveryFileExpandsToCpuTrials) {
+bool IsGpuSpec(const std::filesystem::path& p) {
+  return p.filename().string().rfind("gpu_", 0) == 0;
+}
+
+// Every spec expands cleanly and is named after its file.
+TEST(ExampleSweeps, EveryFileExpands) {
   std::vector<std::filesystem::path> specs = ExampleSpecs();
-  ASSERT_GE(specs.size(), 5u) << "examples/sweeps/ should hold the five example specs";
+  ASSERT_GE(specs.size(), 5u) << "examples/sweeps/ should hold the five CPU example specs";
   for (const auto& path : specs) {
     SCOPED_TRACE(path.string());
     auto r = ExpandSweep(Read(path), path.filename().string());
@@ -39,6 +45,19 @@ TEST(ExampleSweeps, EveryFileExpandsToCpuTrials) {
     EXPECT_EQ(s.name + ".yaml", path.filename().string()) << "name the file after the sweep";
     EXPECT_FALSE(s.trials.empty());
     EXPECT_TRUE(s.warnings.empty()) << s.warnings[0];
+  }
+}
+
+// The CPU specs (every file not named gpu_*) run on a CPU-only box, one slot per trial, small.
+TEST(ExampleSweeps, CpuSpecsExpandToSmallCpuTrials) {
+  int cpu_specs = 0;
+  for (const auto& path : ExampleSpecs()) {
+    if (IsGpuSpec(path)) continue;
+    ++cpu_specs;
+    SCOPED_TRACE(path.string());
+    auto r = ExpandSweep(Read(path), path.filename().string());
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    const ExpandedSweep& s = r.value();
     EXPECT_EQ(s.gpus, 0);  // runnable on a CPU-only box
     EXPECT_EQ(s.cpu_slots, 1);
     for (const auto& t : s.trials) {
@@ -48,6 +67,22 @@ TEST(ExampleSweeps, EveryFileExpandsToCpuTrials) {
       EXPECT_GT(t.config.train.diagnostics_every, 0);
       EXPECT_LE(t.config.train.steps, 150);
       EXPECT_LE(t.config.model.seq_len, 128);
+    }
+  }
+  EXPECT_GE(cpu_specs, 5);
+}
+
+// The GPU specs (gpu_*) ask for GPUs and the CUDA backend (scripts/gpu_sweeps.sh runs them).
+TEST(ExampleSweeps, GpuSpecsAskForGpus) {
+  for (const auto& path : ExampleSpecs()) {
+    if (!IsGpuSpec(path)) continue;
+    SCOPED_TRACE(path.string());
+    auto r = ExpandSweep(Read(path), path.filename().string());
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    EXPECT_GE(r->gpus, 1);
+    for (const auto& t : r->trials) {
+      EXPECT_EQ(t.config.device, "cuda");
+      EXPECT_GT(t.config.train.eval_every, 0);
     }
   }
 }
