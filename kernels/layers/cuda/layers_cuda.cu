@@ -1,6 +1,8 @@
 // Device layers: see layers_cuda.h for the contract of every function.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <type_traits>
 
@@ -72,6 +74,63 @@ __global__ void EncoderBackwardKernel(float* dwte, const float* dout, const int3
     for (int i = begin; i < end; ++i) acc += dout[int64_t(rows[i]) * C + c];
     dwte[int64_t(tok) * C + c] += acc;
   }
+}
+
+// The planned embedding backward (see EncoderBackwardPlan). Kernel 1: one block per chunk, each
+// thread a column (or 4 with float4), the chunk's rows summed in ascending order.
+template <bool kVec>
+__global__ void EncoderChunkKernel(float* dwte, float* scratch, const float* dout,
+                                   const int32_t* rows, const int32_t* chunk_begin,
+                                   const int32_t* chunk_token, const int32_t* chunk_slot, int C) {
+  const int ch = blockIdx.x;
+  const int begin = chunk_begin[ch], end = chunk_begin[ch + 1];
+  const int slot = chunk_slot[ch];
+  float* dst = slot < 0 ? dwte + int64_t(chunk_token[ch]) * C : scratch + int64_t(slot) * C;
+  if (kVec) {
+    const int C4 = C / 4;
+    for (int c = threadIdx.x; c < C4; c += blockDim.x) {
+      float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+      for (int i = begin; i < end; ++i) {
+        const float4 x = reinterpret_cast<const float4*>(dout + int64_t(rows[i]) * C)[c];
+        acc.x += x.x;
+        acc.y += x.y;
+        acc.z += x.z;
+        acc.w += x.w;
+      }
+      float4* d = reinterpret_cast<float4*>(dst) + c;
+      if (slot < 0) {
+        float4 o = *d;
+        o.x += acc.x;
+        o.y += acc.y;
+        o.z += acc.z;
+        o.w += acc.w;
+        *d = o;
+      } else {
+        *d = acc;
+      }
+    }
+  } else {
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+      float acc = 0.f;
+      for (int i = begin; i < end; ++i) acc += dout[int64_t(rows[i]) * C + c];
+      if (slot < 0) {
+        dst[c] += acc;
+      } else {
+        dst[c] = acc;
+      }
+    }
+  }
+}
+
+// Kernel 2: a token with several chunks gets its chunk sums in chunk order.
+__global__ void EncoderMultiKernel(float* dwte, const float* scratch, const int32_t* multi_token,
+                                   const int32_t* multi_begin, int C) {
+  const int m = blockIdx.y;
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float tot = 0.f;
+  for (int s = multi_begin[m]; s < multi_begin[m + 1]; ++s) tot += scratch[int64_t(s) * C + c];
+  dwte[int64_t(multi_token[m]) * C + c] += tot;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -626,6 +685,85 @@ Status EncoderBackwardCuda(float* dwte, const float* dout, const int32_t* unique
   return Launched("EncoderBackwardCuda");
 }
 
+size_t EncoderBackwardPlanInts(int64_t N) {
+  return size_t(4 * N + 5 * (N / kEncoderChunkRows) + 8);
+}
+
+size_t EncoderBackwardScratch(int64_t N, int C) {
+  return size_t(2 * (N / kEncoderChunkRows) + 2) * size_t(std::max(C, 1));
+}
+
+void BuildEncoderBackwardPlan(const int32_t* tokens, int64_t N, int V, EncoderBackwardPlan* out) {
+  TokenBuckets bk;
+  BuildTokenBuckets(tokens, N, V, &bk);
+  const int n_unique = int(bk.tokens.size());
+  std::vector<int32_t> chunk_begin, chunk_token, chunk_slot, multi_token, multi_begin;
+  int slots = 0;
+  for (int u = 0; u < n_unique; ++u) {
+    const int begin = bk.offsets[u], end = bk.offsets[u + 1];
+    const bool multi = end - begin > kEncoderChunkRows;
+    if (multi) {
+      multi_token.push_back(bk.tokens[u]);
+      multi_begin.push_back(slots);
+    }
+    for (int lo = begin; lo < end; lo += kEncoderChunkRows) {
+      chunk_begin.push_back(lo);
+      chunk_token.push_back(bk.tokens[u]);
+      chunk_slot.push_back(multi ? slots++ : -1);
+    }
+  }
+  chunk_begin.push_back(int32_t(N));
+  multi_begin.push_back(slots);
+  out->n = N;
+  out->n_chunks = int(chunk_token.size());
+  out->n_multi = int(multi_token.size());
+  out->n_slots = slots;
+  auto& d = out->data;
+  d.clear();
+  d.reserve(EncoderBackwardPlanInts(N));
+  d.insert(d.end(), bk.rows.begin(), bk.rows.end());
+  d.insert(d.end(), chunk_begin.begin(), chunk_begin.end());
+  d.insert(d.end(), chunk_token.begin(), chunk_token.end());
+  d.insert(d.end(), chunk_slot.begin(), chunk_slot.end());
+  d.insert(d.end(), multi_token.begin(), multi_token.end());
+  d.insert(d.end(), multi_begin.begin(), multi_begin.end());
+}
+
+Status EncoderBackwardPlannedCuda(float* dwte, const float* dout, const EncoderBackwardPlan& plan,
+                                  const int32_t* d_data, int C, float* scratch,
+                                  size_t scratch_floats, cudaStream_t stream) {
+  ABLATE_RETURN_IF_ERROR(CheckSizes("EncoderBackwardPlannedCuda", plan.n, C));
+  if (plan.n_chunks == 0) return Status::Ok();
+  if (size_t(plan.n_slots) * size_t(C) > scratch_floats) {
+    return InvalidArgument("EncoderBackwardPlannedCuda: scratch of " +
+                           std::to_string(scratch_floats) + " floats, need " +
+                           std::to_string(size_t(plan.n_slots) * size_t(C)));
+  }
+  const int32_t* rows = d_data;
+  const int32_t* chunk_begin = rows + plan.n;
+  const int32_t* chunk_token = chunk_begin + plan.n_chunks + 1;
+  const int32_t* chunk_slot = chunk_token + plan.n_chunks;
+  const int32_t* multi_token = chunk_slot + plan.n_chunks;
+  const int32_t* multi_begin = multi_token + plan.n_multi;
+  const bool vec = C % 4 == 0 && (reinterpret_cast<uintptr_t>(dwte) & 15) == 0 &&
+                   (reinterpret_cast<uintptr_t>(dout) & 15) == 0 &&
+                   (reinterpret_cast<uintptr_t>(scratch) & 15) == 0;
+  const int cols = vec ? C / 4 : C;
+  const int threads = std::min(256, ((cols + 31) / 32) * 32);
+  if (vec) {
+    EncoderChunkKernel<true><<<plan.n_chunks, threads, 0, stream>>>(
+        dwte, scratch, dout, rows, chunk_begin, chunk_token, chunk_slot, C);
+  } else {
+    EncoderChunkKernel<false><<<plan.n_chunks, threads, 0, stream>>>(
+        dwte, scratch, dout, rows, chunk_begin, chunk_token, chunk_slot, C);
+  }
+  if (plan.n_multi > 0) {
+    EncoderMultiKernel<<<dim3(unsigned((C + 255) / 256), unsigned(plan.n_multi)), 256, 0,
+                         stream>>>(dwte, scratch, multi_token, multi_begin, C);
+  }
+  return Launched("EncoderBackwardPlannedCuda");
+}
+
 template <typename Tin, typename Tout>
 Status RmsNormForwardCuda(Tout* out, float* rstd, const Tin* inp, const float* weight, int64_t N,
                           int C, cudaStream_t stream) {
@@ -1146,6 +1284,262 @@ __global__ void __launch_bounds__(kFusedThreads)
   }
 }
 
+
+// Vectorized QKV kernels for D in {8, 16, ..., 256} (D / 8 a power of two): L = D / 8 lanes per
+// (b, t, h) row, so one warp holds 32 / L rows. Lane l owns the rotary pairs 4l .. 4l + 3 (8-byte
+// loads of q and k at 4l and D/2 + 4l, float4 loads of the RoPE tables) and v's values 8l .. 8l + 7
+// (one 16-byte load). The per-element arithmetic is the scalar kernels'; only the order of the
+// row reductions differs. The scalar kernels (2-byte accesses, one row per warp) were 3-5x above
+// the memory bound at D = 64; these keep every access 8 or 16 bytes wide.
+__device__ __forceinline__ void LoadBf4(const bf16* p, float (&f)[4]) {
+  const uint2 u = *reinterpret_cast<const uint2*>(p);
+  const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x));
+  const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
+  f[0] = a.x;
+  f[1] = a.y;
+  f[2] = b.x;
+  f[3] = b.y;
+}
+
+__device__ __forceinline__ void StoreBf4(bf16* p, const float (&f)[4]) {
+  const __nv_bfloat162 a = __floats2bfloat162_rn(f[0], f[1]);
+  const __nv_bfloat162 b = __floats2bfloat162_rn(f[2], f[3]);
+  uint2 u;
+  u.x = *reinterpret_cast<const uint32_t*>(&a);
+  u.y = *reinterpret_cast<const uint32_t*>(&b);
+  *reinterpret_cast<uint2*>(p) = u;
+}
+
+template <int L>
+__device__ __forceinline__ float GroupSum(float v) {
+#pragma unroll
+  for (int o = L / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Blocks of the vectorized forward: enough to fill the GPU several times; the gains are loaded once
+// per thread, so a few rows per group are worth it.
+int QkvVecForwardBlocks(int64_t rows, int L) {
+  const int64_t per_block = int64_t(kFusedWarps) * (32 / L);
+  return int(std::max<int64_t>(1, std::min<int64_t>(4096, (rows + per_block - 1) / per_block)));
+}
+
+template <int L>
+__global__ void __launch_bounds__(kFusedThreads)
+    QkvNormRopeForwardVecKernel(bf16* q, bf16* k, bf16* v, float* q_rstd, float* k_rstd,
+                                const bf16* qkv, const float* q_gain, const float* k_gain,
+                                const float* cs, const float* sn, int B, int Tn, int H) {
+  constexpr int D = 8 * L, half = 4 * L, G = 32 / L;
+  const int64_t rows = int64_t(B) * Tn * H;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int l = lane % L, grp = lane / L;
+  const int64_t C = int64_t(H) * D;
+  const bool norm = q_gain != nullptr;
+  float ga[2][4], gb[2][4];
+#pragma unroll
+  for (int w = 0; w < 2; ++w) {
+    const float* gain = w == 0 ? q_gain : k_gain;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      ga[w][j] = norm ? __ldg(gain + 4 * l + j) : 1.f;
+      gb[w][j] = norm ? __ldg(gain + half + 4 * l + j) : 1.f;
+    }
+  }
+  // The loop bound is the warp's first row, so every lane of a warp runs the same iterations (the
+  // group sums shuffle across the whole warp); rows past the end load row rows-1 and store nothing.
+  for (int64_t wrow = (int64_t(blockIdx.x) * kFusedWarps + warp) * G; wrow < rows;
+       wrow += int64_t(gridDim.x) * kFusedWarps * G) {
+    const int64_t row = wrow + grp;
+    const bool valid = row < rows;
+    const int64_t r = valid ? row : rows - 1;
+    const int h = int(r % H);
+    const int64_t bt = r / H;
+    const int t = int(bt % Tn);
+    const int64_t b = bt / Tn;
+    const bf16* src = qkv + bt * 3 * C + int64_t(h) * D;
+    const int64_t dst_row = (b * H + h) * Tn + t;
+    const int64_t dst = dst_row * D;
+    float xa[2][4], xb[2][4];
+    LoadBf4(src + 4 * l, xa[0]);
+    LoadBf4(src + half + 4 * l, xb[0]);
+    LoadBf4(src + C + 4 * l, xa[1]);
+    LoadBf4(src + C + half + 4 * l, xb[1]);
+    const uint4 vv = *reinterpret_cast<const uint4*>(src + 2 * C + 8 * l);
+    const float4 c4 = __ldg(reinterpret_cast<const float4*>(cs + int64_t(t) * half + 4 * l));
+    const float4 s4 = __ldg(reinterpret_cast<const float4*>(sn + int64_t(t) * half + 4 * l));
+    const float c[4] = {c4.x, c4.y, c4.z, c4.w};
+    const float s[4] = {s4.x, s4.y, s4.z, s4.w};
+    if (valid) *reinterpret_cast<uint4*>(v + dst + 8 * l) = vv;
+#pragma unroll
+    for (int w = 0; w < 2; ++w) {
+      float rs = 1.f;
+      if (norm) {
+        float ss = 0.f;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) ss += xa[w][j] * xa[w][j] + xb[w][j] * xb[w][j];
+        ss = GroupSum<L>(ss);
+        rs = 1.0f / sqrtf(ss / float(D) + kEps);
+        if (valid && l == 0) (w == 0 ? q_rstd : k_rstd)[dst_row] = rs;
+      }
+      float oa[4], ob[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float a = norm ? xa[w][j] * rs * ga[w][j] : xa[w][j];
+        const float bb = norm ? xb[w][j] * rs * gb[w][j] : xb[w][j];
+        oa[j] = a * c[j] - bb * s[j];
+        ob[j] = a * s[j] + bb * c[j];
+      }
+      if (valid) {
+        bf16* out = w == 0 ? q : k;
+        StoreBf4(out + dst + 4 * l, oa);
+        StoreBf4(out + dst + half + 4 * l, ob);
+      }
+    }
+  }
+}
+
+// Gain partials per block (P, 2, D) as the scalar kernel's: each group accumulates its rows in
+// registers, then the block sums its groups in a fixed order.
+template <int L>
+__global__ void __launch_bounds__(kFusedThreads)
+    QkvNormRopeBackwardVecKernel(bf16* dqkv, float* partial, const bf16* dq, const bf16* dk,
+                                 const bf16* dv, const bf16* qkv, const float* q_gain,
+                                 const float* k_gain, const float* q_rstd, const float* k_rstd,
+                                 const float* cs, const float* sn, int B, int Tn, int H) {
+  constexpr int D = 8 * L, half = 4 * L, G = 32 / L;
+  extern __shared__ float sh[];  // (kFusedThreads / L groups, 2, D)
+  const int64_t rows = int64_t(B) * Tn * H;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int l = lane % L, grp = lane / L;
+  const int64_t C = int64_t(H) * D;
+  const bool norm = q_gain != nullptr;
+  float wa[2][4], wb[2][4], acc_a[2][4], acc_b[2][4];
+#pragma unroll
+  for (int w = 0; w < 2; ++w) {
+    const float* gain = w == 0 ? q_gain : k_gain;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      wa[w][j] = norm ? __ldg(gain + 4 * l + j) : 0.f;
+      wb[w][j] = norm ? __ldg(gain + half + 4 * l + j) : 0.f;
+      acc_a[w][j] = 0.f;
+      acc_b[w][j] = 0.f;
+    }
+  }
+  for (int64_t wrow = (int64_t(blockIdx.x) * kFusedWarps + warp) * G; wrow < rows;
+       wrow += int64_t(gridDim.x) * kFusedWarps * G) {
+    const int64_t row = wrow + grp;
+    const bool valid = row < rows;
+    const int64_t r = valid ? row : rows - 1;
+    const int h = int(r % H);
+    const int64_t bt = r / H;
+    const int t = int(bt % Tn);
+    const int64_t b = bt / Tn;
+    const int64_t src_row = (b * H + h) * Tn + t;
+    const int64_t src = src_row * D;
+    const bf16* x = qkv + bt * 3 * C + int64_t(h) * D;
+    bf16* out = dqkv + bt * 3 * C + int64_t(h) * D;
+    float u[2][4], z[2][4], xa[2][4], xb[2][4];
+    LoadBf4(dq + src + 4 * l, u[0]);
+    LoadBf4(dq + src + half + 4 * l, z[0]);
+    LoadBf4(dk + src + 4 * l, u[1]);
+    LoadBf4(dk + src + half + 4 * l, z[1]);
+    if (norm) {
+      LoadBf4(x + 4 * l, xa[0]);
+      LoadBf4(x + half + 4 * l, xb[0]);
+      LoadBf4(x + C + 4 * l, xa[1]);
+      LoadBf4(x + C + half + 4 * l, xb[1]);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) xa[0][j] = xb[0][j] = xa[1][j] = xb[1][j] = 0.f;
+    }
+    const uint4 vv = *reinterpret_cast<const uint4*>(dv + src + 8 * l);
+    const float4 c4 = __ldg(reinterpret_cast<const float4*>(cs + int64_t(t) * half + 4 * l));
+    const float4 s4 = __ldg(reinterpret_cast<const float4*>(sn + int64_t(t) * half + 4 * l));
+    const float c[4] = {c4.x, c4.y, c4.z, c4.w};
+    const float s[4] = {s4.x, s4.y, s4.z, s4.w};
+    float rs[2] = {1.f, 1.f};
+    if (norm) {
+      rs[0] = q_rstd[src_row];
+      rs[1] = k_rstd[src_row];
+    }
+    if (valid) *reinterpret_cast<uint4*>(out + 2 * C + 8 * l) = vv;
+#pragma unroll
+    for (int w = 0; w < 2; ++w) {
+      float ga[4], gb[4], oa[4], ob[4];
+      float dot = 0.f;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        ga[j] = u[w][j] * c[j] + z[w][j] * s[j];  // R^T
+        gb[j] = z[w][j] * c[j] - u[w][j] * s[j];
+        dot += wa[w][j] * ga[j] * xa[w][j] + wb[w][j] * gb[j] * xb[w][j];
+      }
+      if (norm) {
+        dot = GroupSum<L>(dot);
+        const float rr = rs[w];
+        const float kk = rr * rr * rr * dot / float(D);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          oa[j] = rr * wa[w][j] * ga[j] - kk * xa[w][j];
+          ob[j] = rr * wb[w][j] * gb[j] - kk * xb[w][j];
+          if (valid) {
+            acc_a[w][j] += ga[j] * xa[w][j] * rr;
+            acc_b[w][j] += gb[j] * xb[w][j] * rr;
+          }
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          oa[j] = ga[j];
+          ob[j] = gb[j];
+        }
+      }
+      if (valid) {
+        StoreBf4(out + w * C + 4 * l, oa);
+        StoreBf4(out + w * C + half + 4 * l, ob);
+      }
+    }
+  }
+  if (!norm) return;
+  float* mine = sh + (threadIdx.x / L) * 2 * D;
+#pragma unroll
+  for (int w = 0; w < 2; ++w) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      mine[w * D + 4 * l + j] = acc_a[w][j];
+      mine[w * D + half + 4 * l + j] = acc_b[w][j];
+    }
+  }
+  __syncthreads();
+  constexpr int kGroups = kFusedThreads / L;
+  for (int i = threadIdx.x; i < 2 * D; i += blockDim.x) {
+    float tot = 0.f;
+    for (int g = 0; g < kGroups; ++g) tot += sh[g * 2 * D + i];
+    partial[int64_t(blockIdx.x) * 2 * D + i] = tot;
+  }
+}
+
+// L for the vectorized kernels, or 0 when D or a pointer does not allow them.
+int QkvVecLanes(int D, std::initializer_list<const void*> ptrs) {
+  if (D % 8 != 0) return 0;
+  const int L = D / 8;
+  if (L > 32 || (L & (L - 1)) != 0) return 0;
+  for (const void* p : ptrs)
+    if (p != nullptr && !Aligned16(p)) return 0;
+  return L;
+}
+
+template <typename F>
+void DispatchLanes(int L, F&& f) {
+  switch (L) {
+    case 1: f(std::integral_constant<int, 1>()); break;
+    case 2: f(std::integral_constant<int, 2>()); break;
+    case 4: f(std::integral_constant<int, 4>()); break;
+    case 8: f(std::integral_constant<int, 8>()); break;
+    case 16: f(std::integral_constant<int, 16>()); break;
+    case 32: f(std::integral_constant<int, 32>()); break;
+    default: break;
+  }
+}
 }  // namespace
 
 size_t RmsNormBackwardFusedScratch(int64_t N, int C) {
@@ -1207,8 +1601,17 @@ Status QkvNormRopeForwardCuda(bf16* q, bf16* k, bf16* v, float* q_rstd, float* k
   }
   const int64_t rows = int64_t(B) * Tn * H;
   if (rows == 0) return Status::Ok();
-  QkvNormRopeForwardKernel<<<Blocks(rows, kFusedWarps), kFusedThreads, 0, stream>>>(
-      q, k, v, q_rstd, k_rstd, qkv, q_gain, k_gain, cos, sin, B, Tn, H, D);
+  const int L = QkvVecLanes(D, {q, k, v, qkv, cos, sin});
+  if (L > 0) {
+    DispatchLanes(L, [&](auto lanes) {
+      constexpr int kL = decltype(lanes)::value;
+      QkvNormRopeForwardVecKernel<kL><<<QkvVecForwardBlocks(rows, kL), kFusedThreads, 0, stream>>>(
+          q, k, v, q_rstd, k_rstd, qkv, q_gain, k_gain, cos, sin, B, Tn, H);
+    });
+  } else {
+    QkvNormRopeForwardKernel<<<Blocks(rows, kFusedWarps), kFusedThreads, 0, stream>>>(
+        q, k, v, q_rstd, k_rstd, qkv, q_gain, k_gain, cos, sin, B, Tn, H, D);
+  }
   return Launched("QkvNormRopeForwardCuda");
 }
 
@@ -1235,9 +1638,20 @@ Status QkvNormRopeBackwardCuda(bf16* dqkv, float* dq_gain, float* dk_gain, const
   const int64_t rows = int64_t(B) * Tn * H;
   if (rows == 0) return Status::Ok();
   const int P = FusedBlocks(rows);
-  const size_t smem = norm ? size_t(kFusedWarps) * 2 * D * sizeof(float) : 0;
-  QkvNormRopeBackwardKernel<<<P, kFusedThreads, smem, stream>>>(
-      dqkv, scratch, dq, dk, dv, qkv, q_gain, k_gain, q_rstd, k_rstd, cos, sin, B, Tn, H, D);
+  const int L = QkvVecLanes(D, {dqkv, dq, dk, dv, qkv, cos, sin});
+  if (L > 0) {
+    // (kFusedThreads / L) groups x 2 x (8 L) floats: the same 16 KiB for every L.
+    const size_t smem = norm ? size_t(kFusedThreads) * 16 * sizeof(float) : 0;
+    DispatchLanes(L, [&](auto lanes) {
+      constexpr int kL = decltype(lanes)::value;
+      QkvNormRopeBackwardVecKernel<kL><<<P, kFusedThreads, smem, stream>>>(
+          dqkv, scratch, dq, dk, dv, qkv, q_gain, k_gain, q_rstd, k_rstd, cos, sin, B, Tn, H);
+    });
+  } else {
+    const size_t smem = norm ? size_t(kFusedWarps) * 2 * D * sizeof(float) : 0;
+    QkvNormRopeBackwardKernel<<<P, kFusedThreads, smem, stream>>>(
+        dqkv, scratch, dq, dk, dv, qkv, q_gain, k_gain, q_rstd, k_rstd, cos, sin, B, Tn, H, D);
+  }
   if (norm) {
     // partial is (P, 2, D): column c < D is q's gain, c >= D k's; sum q and k separately.
     SumPartialsColumns(dq_gain, scratch, P, 2 * D, D, stream);

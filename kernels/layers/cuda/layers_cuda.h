@@ -9,7 +9,8 @@
 //   * Difference 1: backward functions take `accumulate`: true adds into the input gradient (the CPU
 //     twin's +=), false overwrites it (saves a memset). Parameter gradients (dweight) always add.
 //   * Difference 2: the embedding backward is a deterministic scatter-add over token buckets built on
-//     the host (BuildTokenBuckets): one block per distinct token sums its rows in position order.
+//     the host (BuildTokenBuckets / BuildEncoderBackwardPlan): rows summed in position order per
+//     token (or per fixed chunk of a token, then the chunks in order).
 //   * Difference 3: reductions over rows (RMSNorm's dweight, the gradient norm, the mean loss) run in
 //     a fixed order through caller-provided scratch: results are bit-identical run to run.
 // Every launcher validates its sizes (InvalidArgument), enqueues on `stream`, never synchronizes the
@@ -52,6 +53,31 @@ void BuildTokenBuckets(const int32_t* host_tokens, int64_t N, int V, TokenBucket
 Status EncoderBackwardCuda(float* dwte, const float* dout, const int32_t* unique,
                            const int32_t* offsets, const int32_t* rows, int n_unique, int C,
                            cudaStream_t stream);
+
+// The parallel embedding backward (what GptCuda uses). One block per distinct token (above) is
+// serial in that token's rows: with few distinct tokens (a byte corpus: ~30 of them per batch) a
+// few blocks summed hundreds of rows each. The plan cuts each token's rows (ascending) into chunks
+// of at most kEncoderChunkRows; one block per chunk sums its rows in order; a token with one chunk
+// is added straight into dwte, a token with several gets one partial per chunk in scratch, summed
+// in chunk order by a second kernel. Fixed chunks, fixed orders: bit-identical run to run.
+// data holds, in one int32 vector (one upload): rows (N) | chunk_begin (n_chunks + 1) |
+// chunk_token (n_chunks) | chunk_slot (n_chunks; -1: added to dwte directly) | multi_token
+// (n_multi) | multi_begin (n_multi + 1, into the scratch slots).
+constexpr int kEncoderChunkRows = 64;
+struct EncoderBackwardPlan {
+  std::vector<int32_t> data;
+  int64_t n = 0;
+  int n_chunks = 0, n_multi = 0, n_slots = 0;
+};
+void BuildEncoderBackwardPlan(const int32_t* host_tokens, int64_t N, int V,
+                              EncoderBackwardPlan* out);
+size_t EncoderBackwardPlanInts(int64_t N);     // data.size() <= this for N tokens
+size_t EncoderBackwardScratch(int64_t N, int C);  // scratch floats enough for any N tokens
+// dwte: (V, C) += the rows of dout (N, C) summed per token; d_data: the device copy of plan.data.
+// InvalidArgument for a scratch below plan.n_slots * C floats.
+Status EncoderBackwardPlannedCuda(float* dwte, const float* dout, const EncoderBackwardPlan& plan,
+                                  const int32_t* d_data, int C, float* scratch,
+                                  size_t scratch_floats, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------------
 // RMSNorm with a gain (also the per-head QK-norm: N = B*T*H rows of D, one (D) gain).
@@ -183,6 +209,8 @@ Status QkvNormRopeForwardCuda(bf16* q, bf16* k, bf16* v, float* q_rstd, float* k
 // dq, dk, dv (B, H, Tn, D) bf16 (the attention backward's outputs); qkv, the rstds and the gains
 // as in the forward. With QK-norm, dq_gain / dk_gain (D) fp32 += the gain gradients (per-block
 // partials in scratch, summed in a fixed order: deterministic).
+// Both run vectorized (8/16-byte accesses, D / 8 lanes per row) when D / 8 is a power of two and
+// the bf16 buffers and RoPE tables are 16-byte aligned, else one warp per row (any even D <= 256).
 size_t QkvNormRopeBackwardScratch(int B, int Tn, int H, int D);
 Status QkvNormRopeBackwardCuda(bf16* dqkv, float* dq_gain, float* dk_gain, const bf16* dq,
                                const bf16* dk, const bf16* dv, const bf16* qkv, const float* q_gain,

@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -113,7 +114,72 @@ bool AllFinite(const std::vector<float>& x) {
   return std::all_of(x.begin(), x.end(), [](float v) { return std::isfinite(v); });
 }
 
+// bf16 round to nearest even of a finite float, as __float2bfloat16_rn.
+uint16_t Bf16Bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof(u));
+  return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
 // ---- AdamW ---------------------------------------------------------------------------------
+
+// SetBf16Mirror: the update kernels also write bf16(w) of every tensor (AdamW and spectral
+// groups), exactly the rounded fp32 result, and the fp32 weights stay bit-identical to a run
+// without the mirror.
+TEST(DeviceOptimizerTest, Bf16MirrorIsRoundedWeights) {
+  SKIP_WITHOUT_GPU();
+  const Layout layout = SmallLayout();
+  struct Case {
+    const char* kind;
+    int bits;
+    double p;
+  };
+  for (const Case& k : {Case{"adamw", 32, 1.0}, Case{"adamw", 8, 1.0}, Case{"spectral", 32, 0.5},
+                        Case{"spectral", 32, 0.0}}) {
+    OptimizerSection c;
+    c.kind = k.kind;
+    c.state_bits = k.bits;
+    c.lr = 1e-2;
+    c.lr_vector = 3e-3;
+    c.weight_decay = 0.1;
+    auto plain = DeviceOptimizer::Create(c, layout.params, layout.n, nullptr);
+    auto mirrored = DeviceOptimizer::Create(c, layout.params, layout.n, nullptr);
+    ASSERT_TRUE(plain.ok() && mirrored.ok());
+    const std::vector<float> w0 = RandomNormal(layout.n, 21, 0.02f);
+    DeviceFloats wa(w0), wb(w0), g(layout.n);
+    uint16_t* mirror = nullptr;
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&mirror), layout.n * sizeof(uint16_t)),
+              cudaSuccess);
+    ASSERT_EQ(cudaMemset(mirror, 0xff, layout.n * sizeof(uint16_t)), cudaSuccess);
+    (*mirrored)->SetBf16Mirror(mirror);
+    for (int64_t step = 1; step <= 3; ++step) {
+      g.Upload(RandomNormal(layout.n, 100 + uint64_t(step), 0.1f));
+      ASSERT_TRUE((*plain)->Step(wa.get(), g.get(), step, 1.0, k.p, nullptr).ok());
+      ASSERT_TRUE((*mirrored)->Step(wb.get(), g.get(), step, 1.0, k.p, nullptr).ok());
+    }
+    const auto a = wa.Download(), b = wb.Download();
+    EXPECT_EQ(Differ(a, b).mismatches, 0u) << k.kind << " bits " << k.bits;
+    std::vector<uint16_t> m(layout.n);
+    ASSERT_EQ(cudaMemcpy(m.data(), mirror, m.size() * sizeof(uint16_t), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    size_t bad = 0, covered = 0;
+    for (const auto& t : layout.params) {
+      for (size_t i = t.offset; i < t.offset + t.numel(); ++i, ++covered) {
+        if (m[i] != Bf16Bits(b[i])) ++bad;
+      }
+    }
+    EXPECT_EQ(bad, 0u) << k.kind << " bits " << k.bits << " p " << k.p;
+    EXPECT_GT(covered, 0u);
+    // Turned off again: the mirror is left alone.
+    (*mirrored)->SetBf16Mirror(nullptr);
+    ASSERT_EQ(cudaMemset(mirror, 0, layout.n * sizeof(uint16_t)), cudaSuccess);
+    ASSERT_TRUE((*mirrored)->Step(wb.get(), g.get(), 4, 1.0, k.p, nullptr).ok());
+    ASSERT_EQ(cudaMemcpy(m.data(), mirror, m.size() * sizeof(uint16_t), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    EXPECT_TRUE(std::all_of(m.begin(), m.end(), [](uint16_t x) { return x == 0; }));
+    cudaFree(mirror);
+  }
+}
 
 TEST(DeviceOptimizerTest, AdamWMatchesCpu) {
   SKIP_WITHOUT_GPU();

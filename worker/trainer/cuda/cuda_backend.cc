@@ -19,7 +19,10 @@ class CudaBackend : public TrainBackend {
  public:
   CudaBackend(std::unique_ptr<GptCuda> model, std::unique_ptr<OptimizerBridge> opt,
               std::string device_name)
-      : model_(std::move(model)), opt_(std::move(opt)), device_name_(std::move(device_name)) {}
+      : model_(std::move(model)), opt_(std::move(opt)), device_name_(std::move(device_name)) {
+    // The optimizer writes the bf16 weight mirror in its update kernels (saves a full pass).
+    mirror_by_opt_ = opt_->SetBf16Mirror(model_->bf16_weights());
+  }
 
   size_t num_params() const override { return model_->num_params(); }
   double FlopsPerToken() const override { return model_->FlopsPerToken(); }
@@ -49,7 +52,7 @@ class CudaBackend : public TrainBackend {
   Status OptimizerStep(int64_t step, double lr_scale, double p, OptimizerStats* stats) override {
     ABLATE_RETURN_IF_ERROR(
         opt_->Step(model_->weights(), model_->grads(), step, lr_scale, p, stats));
-    return model_->WeightsUpdated();
+    return model_->WeightsUpdated(mirror_by_opt_);
   }
   StatusOr<double> EvalLoss(const int32_t* inputs, const int32_t* targets, int mb) override {
     return model_->Loss(inputs, targets, mb);
@@ -78,6 +81,7 @@ class CudaBackend : public TrainBackend {
   std::unique_ptr<GptCuda> model_;
   std::unique_ptr<OptimizerBridge> opt_;
   std::string device_name_;
+  bool mirror_by_opt_ = false;
 };
 
 }  // namespace

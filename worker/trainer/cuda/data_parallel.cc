@@ -120,6 +120,7 @@ class RankThread {
 struct Rank {
   std::unique_ptr<GptCuda> model;
   std::unique_ptr<OptimizerBridge> opt;
+  bool mirror_by_opt = false;  // the optimizer writes the model's bf16 weight mirror
   ncclComm_t comm = nullptr;
   double loss = 0;
   double norm = 0;
@@ -167,6 +168,7 @@ class DataParallelBackend : public TrainBackend {
         ABLATE_ASSIGN_OR_RETURN(
             p->opt, OptimizerBridge::Create(config.optimizer, p->model->params(),
                                             p->model->num_params(), p->model->stream()));
+        p->mirror_by_opt = p->opt->SetBf16Mirror(p->model->bf16_weights());
         return Status::Ok();
       }));
       cudaDeviceProp prop{};
@@ -274,7 +276,7 @@ class DataParallelBackend : public TrainBackend {
       r.stats = OptimizerStats();
       ABLATE_RETURN_IF_ERROR(r.opt->Step(r.model->weights(), r.model->grads(), step, lr_scale, p,
                                          stats ? &r.stats : nullptr));
-      return r.model->WeightsUpdated();
+      return r.model->WeightsUpdated(r.mirror_by_opt);
     }));
     if (stats) *stats = ranks_[0].stats;
     return Status::Ok();

@@ -104,9 +104,8 @@ struct GptCuda::Buffers {
   void* fpa_ws = nullptr;
   float* rms_scratch = nullptr;
   int32_t *inputs = nullptr, *targets = nullptr;
-  int32_t *bk_unique = nullptr, *bk_offsets = nullptr, *bk_rows = nullptr;
-  int n_unique = 0;
-  kc::TokenBuckets buckets;
+  int32_t* enc_plan = nullptr;  // device copy of enc.data
+  kc::EncoderBackwardPlan enc;
   DiagScratch diag;
 };
 
@@ -205,7 +204,8 @@ Status GptCuda::GetGrads(float* host) {
   return CudaCheck(cudaStreamSynchronize(stream_), "download grads");
 }
 
-Status GptCuda::WeightsUpdated() {
+Status GptCuda::WeightsUpdated(bool mirror_written) {
+  if (mirror_written) return Status::Ok();
   return kc::CastCuda<float, bf16>(static_cast<bf16*>(wb_), w_, int64_t(num_params_), stream_);
 }
 
@@ -233,7 +233,8 @@ Status GptCuda::EnsureCapacity(int B) {
   b.fpa_ws_bytes = kc::FpaWorkspaceBytes(shape);
   b.rms_scratch_floats = std::max({kc::RmsNormBackwardScratch(int64_t(N), int(C)),
                                    kc::RmsNormBackwardFusedScratch(int64_t(N), int(C)),
-                                   kc::QkvNormRopeBackwardScratch(B, int(Tn), int(H), head_dim_)});
+                                   kc::QkvNormRopeBackwardScratch(B, int(Tn), int(H), head_dim_),
+                                   kc::EncoderBackwardScratch(int64_t(N), int(C))});
   DeviceArena& a = b.arena;
   b.layers.assign(cfg_.layers, {});
   for (auto& la : b.layers) {
@@ -284,9 +285,7 @@ Status GptCuda::EnsureCapacity(int B) {
   ABLATE_RETURN_IF_ERROR(a.Alloc(&b.rms_scratch, b.rms_scratch_floats));
   ABLATE_RETURN_IF_ERROR(a.Alloc(&b.inputs, N));
   ABLATE_RETURN_IF_ERROR(a.Alloc(&b.targets, N));
-  ABLATE_RETURN_IF_ERROR(a.Alloc(&b.bk_unique, std::min(N, V)));
-  ABLATE_RETURN_IF_ERROR(a.Alloc(&b.bk_offsets, std::min(N, V) + 1));
-  ABLATE_RETURN_IF_ERROR(a.Alloc(&b.bk_rows, N));
+  ABLATE_RETURN_IF_ERROR(a.Alloc(&b.enc_plan, kc::EncoderBackwardPlanInts(int64_t(N))));
   b.capacity = B;
   return Status::Ok();
 }
@@ -311,15 +310,9 @@ Status GptCuda::RunForward(const int32_t* inputs, const int32_t* targets, int B,
   RET(CudaCheck(cudaMemcpyAsync(b.targets, targets, N * sizeof(int32_t), cudaMemcpyHostToDevice, s),
                 "upload targets"));
   if (training) {
-    kc::BuildTokenBuckets(inputs, N, V, &b.buckets);
-    b.n_unique = int(b.buckets.tokens.size());
-    RET(CudaCheck(cudaMemcpyAsync(b.bk_unique, b.buckets.tokens.data(), b.n_unique * sizeof(int32_t),
-                                  cudaMemcpyHostToDevice, s), "upload buckets"));
-    RET(CudaCheck(cudaMemcpyAsync(b.bk_offsets, b.buckets.offsets.data(),
-                                  (b.n_unique + 1) * sizeof(int32_t), cudaMemcpyHostToDevice, s),
-                  "upload buckets"));
-    RET(CudaCheck(cudaMemcpyAsync(b.bk_rows, b.buckets.rows.data(), N * sizeof(int32_t),
-                                  cudaMemcpyHostToDevice, s), "upload buckets"));
+    kc::BuildEncoderBackwardPlan(inputs, N, V, &b.enc);
+    RET(CudaCheck(cudaMemcpyAsync(b.enc_plan, b.enc.data.data(), b.enc.data.size() * sizeof(int32_t),
+                                  cudaMemcpyHostToDevice, s), "upload embedding plan"));
   }
   const kk::SageCudaOptions sopt = SageOpts(cfg_.sage);
 
@@ -491,8 +484,8 @@ Status GptCuda::Backward(float grad_scale) {
     RET(gemm.BackwardWeight(g + li.wqkv, b.dqkv, la.ln1, N, C, 3 * C, 1.f, 1.f, s));
     RET(rms_backward(true, g + li.ln1, b.res[l], w + li.ln1, la.ln1_rstd));
   }
-  RET(kc::EncoderBackwardCuda(g + wte_, b.dres, b.bk_unique, b.bk_offsets, b.bk_rows, b.n_unique,
-                              C, s));
+  RET(kc::EncoderBackwardPlannedCuda(g + wte_, b.dres, b.enc, b.enc_plan, C, b.rms_scratch,
+                                     b.rms_scratch_floats, s));
   backward_done_ = true;
   return Status::Ok();
 }

@@ -62,8 +62,12 @@ class GptCuda {
   Status SetWeights(const float* host);  // also refreshes the bf16 mirror
   Status GetWeights(float* host);
   Status GetGrads(float* host);
-  // Call after anything changed weights() on the device (the optimizer step).
-  Status WeightsUpdated();
+  // The bf16 mirror of weights() (num_params bf16 values, the flat layout) that the GEMMs read, for
+  // an optimizer that writes it itself (DeviceOptimizer::SetBf16Mirror).
+  void* bf16_weights() { return wb_; }
+  // Call after anything changed weights() on the device (the optimizer step): refreshes the bf16
+  // mirror, unless mirror_written says the change already wrote it (then a no-op).
+  Status WeightsUpdated(bool mirror_written = false);
 
   Status ZeroGrad();
   // inputs, targets: host (B, seq_len) int32, tokens in [0, vocab) (not checked: the data pipeline

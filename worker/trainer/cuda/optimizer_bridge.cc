@@ -39,6 +39,16 @@ StatusOr<std::unique_ptr<OptimizerBridge>> OptimizerBridge::Create(
 
 bool OptimizerBridge::uses_device() const { return device_ != nullptr; }
 
+bool OptimizerBridge::SetBf16Mirror(void* d_mirror) {
+#if ABLATE_HAVE_DEVICE_OPTIMIZER
+  device_->SetBf16Mirror(d_mirror);
+  return d_mirror != nullptr;
+#else
+  (void)d_mirror;
+  return false;
+#endif
+}
+
 Status OptimizerBridge::Step(float* d_weights, const float* d_grads, int64_t step,
                              double lr_scale, double p, OptimizerStats* stats) {
 #if ABLATE_HAVE_DEVICE_OPTIMIZER

@@ -35,6 +35,10 @@ class OptimizerBridge {
   StatusOr<std::string> Save();
   Status Load(const std::string& blob);
   bool uses_device() const;
+  // Lets the device optimizer write the model's bf16 weight mirror in its update kernels
+  // (DeviceOptimizer::SetBf16Mirror). True when it will (then skip GptCuda's own refresh after a
+  // Step: WeightsUpdated(true)); false on the host path, which leaves d_mirror alone.
+  bool SetBf16Mirror(void* d_mirror);
 
  private:
   OptimizerBridge() = default;

@@ -6,6 +6,8 @@
 // formulas are written as on the CPU, operation for operation; this file is compiled with
 // --fmad=false so that nvcc contracts nothing into FMAs, and the AdamW, direction and apply kernels
 // round exactly as the CPU does.
+#include <cuda_bf16.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -192,7 +194,7 @@ __global__ void __launch_bounds__(kThreads)
     StateKernel(const DevChunk* __restrict__ chunks, const DevSlot* __restrict__ slots,
                 float* __restrict__ w, const float* __restrict__ g, uint8_t* __restrict__ arena,
                 float* __restrict__ dir, const QuantTables* __restrict__ qt, StepScalars c,
-                double* __restrict__ sq_parts) {
+                double* __restrict__ sq_parts, __nv_bfloat16* __restrict__ wb) {
   __shared__ SharedTables tables;
   const DevChunk ch = chunks[blockIdx.x];
   const DevSlot s = slots[ch.slot];
@@ -244,7 +246,9 @@ __global__ void __launch_bounds__(kThreads)
       const int i = threadIdx.x + j * kThreads;
       if (i < len) {
         const float u = lr * (m[j] * c.ib1) / (sqrtf(v[j] * c.ib2) + c.eps);
-        wp[i] = wp[i] * decay - u;
+        const float nw = wp[i] * decay - u;
+        wp[i] = nw;
+        if (wb != nullptr) wb[s.w_off + lo + i] = __float2bfloat16_rn(nw);
         sq += double(u) * u;
       }
     }
@@ -262,7 +266,7 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void __launch_bounds__(kThreads)
     ApplyKernel(const DevChunk* __restrict__ chunks, const DevSlot* __restrict__ slots,
                 float* __restrict__ w, const float* __restrict__ upd, StepScalars c,
-                double* __restrict__ sq_parts) {
+                double* __restrict__ sq_parts, __nv_bfloat16* __restrict__ wb) {
   const DevChunk ch = chunks[blockIdx.x];
   const DevSlot s = slots[ch.slot];
   const int64_t lo = ch.start;
@@ -277,7 +281,9 @@ __global__ void __launch_bounds__(kThreads)
     const int i = threadIdx.x + j * kThreads;
     if (i < len) {
       const float u = scale * up[i];
-      wp[i] = wp[i] * decay - u;
+      const float nw = wp[i] * decay - u;
+      wp[i] = nw;
+      if (wb != nullptr) wb[s.w_off + lo + i] = __float2bfloat16_rn(nw);
       sq += double(u) * u;
     }
   }
@@ -352,6 +358,7 @@ struct DeviceOptimizer::Impl {
   float* d_upd = nullptr;
   std::vector<int64_t> group_base;  // per spectral shape group: first value in dir / upd
   std::unique_ptr<BatchedPsi> psi;
+  __nv_bfloat16* mirror = nullptr;  // SetBf16Mirror's buffer, or null
 
   ~Impl() {
     psi.reset();
@@ -584,7 +591,8 @@ Status DeviceOptimizer::Step(float* d_weights, const float* d_grads, int64_t ste
   if (d.n_adam_chunks > 0) {
     StateKernel<kAdamW>
         <<<d.n_adam_chunks, kThreads, 0, d.stream>>>(d.d_adam_chunks, d.d_slots, d_weights, d_grads,
-                                                     d.arena, nullptr, d.d_tables, sc, d.d_adam_sq);
+                                                     d.arena, nullptr, d.d_tables, sc, d.d_adam_sq,
+                                                     d.mirror);
   }
   bool gemms = false;
   if (d.psi) {
@@ -592,11 +600,11 @@ Status DeviceOptimizer::Step(float* d_weights, const float* d_grads, int64_t ste
     if (momentum_family) {
       StateKernel<kMomentumDirection><<<d.n_spec_chunks, kThreads, 0, d.stream>>>(
           d.d_spec_chunks, d.d_slots, d_weights, d_grads, d.arena, d.d_dir, d.d_tables, sc,
-          nullptr);
+          nullptr, nullptr);
     } else {
       StateKernel<kRmsDirection><<<d.n_spec_chunks, kThreads, 0, d.stream>>>(
           d.d_spec_chunks, d.d_slots, d_weights, d_grads, d.arena, d.d_dir, d.d_tables, sc,
-          nullptr);
+          nullptr, nullptr);
     }
     const float* src = d.d_dir;  // identity: Psi_1(U) = U, read in place
     if (!(method == kernels::PsiMethod::kIdentity || p == 1.0)) {
@@ -611,7 +619,7 @@ Status DeviceOptimizer::Step(float* d_weights, const float* d_grads, int64_t ste
       gemms = true;
     }
     ApplyKernel<<<d.n_spec_chunks, kThreads, 0, d.stream>>>(d.d_spec_chunks, d.d_slots, d_weights,
-                                                            src, sc, d.d_spec_sq);
+                                                            src, sc, d.d_spec_sq, d.mirror);
   }
   ABLATE_RETURN_IF_ERROR(CudaStatus(cudaGetLastError(), "optimizer (cuda): kernel launch"));
   if (!stats) return Status::Ok();
@@ -639,6 +647,10 @@ Status DeviceOptimizer::Step(float* d_weights, const float* d_grads, int64_t ste
     if (gemms && d.psi->tf32()) stats->psi_route += "+tf32";
   }
   return Status::Ok();
+}
+
+void DeviceOptimizer::SetBf16Mirror(void* d_mirror) {
+  impl_->mirror = static_cast<__nv_bfloat16*>(d_mirror);
 }
 
 size_t DeviceOptimizer::state_bytes() const {

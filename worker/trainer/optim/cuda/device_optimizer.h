@@ -67,6 +67,13 @@ class DeviceOptimizer {
   Status Step(float* d_weights, const float* d_grads, int64_t step, double lr_scale, double p,
               OptimizerStats* stats);
 
+  // A bf16 mirror of the weights (device, num_params values, the flat layout), or null (the
+  // default) for none. While set, every Step also writes bf16(w) (round to nearest even) of every
+  // value it updates, from the kernels that write w, which is every tensor: the AdamW kernel and
+  // the spectral apply kernel. The caller can then skip its own fp32 -> bf16 pass (GptCuda's
+  // WeightsUpdated) after a Step. The fp32 results do not change. Enqueues nothing.
+  void SetBf16Mirror(void* d_mirror);
+
   size_t state_bytes() const;       // device bytes of optimizer state (same count as the CPU's)
   size_t state_bytes_fp32() const;  // what the same state costs in fp32
   size_t workspace_bytes() const;   // device scratch besides the state (see Memory above)
