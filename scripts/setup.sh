@@ -12,7 +12,7 @@ packages=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libsqlite3-dev
   libgtest-dev libgmock-dev
   clang libclang-rt-14-dev libomp-dev
-  python3
+  python3 python3-matplotlib
   nodejs npm
   prometheus-cpp-dev libcpp-httplib-dev prometheus
   chromium iproute2
