@@ -199,6 +199,11 @@ if smi:
 PY
 
 if ((plots)); then
-  python3 "$here/plot_results.py" "$res" "${names[@]}" || echo "gpu_sweeps: plot_results.py failed" >&2
+  # The PNGs need matplotlib: Debian's python3-matplotlib (setup.sh) lives in /usr/bin/python3, which
+  # another python3 earlier in PATH (pyenv, conda) does not see.
+  py=python3
+  python3 -c 'import matplotlib' 2>/dev/null || ! /usr/bin/python3 -c 'import matplotlib' 2>/dev/null ||
+    py=/usr/bin/python3
+  "$py" "$here/plot_results.py" "$res" "${names[@]}" || echo "gpu_sweeps: plot_results.py failed" >&2
 fi
 echo "results in $res"
