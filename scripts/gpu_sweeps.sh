@@ -12,7 +12,8 @@
 #   utilization.md          GPU busy share (attempt GPU-seconds / (wall time x GPUs)) and the mean of
 #                           nvidia-smi's utilization samples over the same window (nvidia_smi.csv)
 #
-#   scripts/gpu_sweeps.sh --bundle ablate-0.1.0-linux-x86_64.tar.gz --out OUT SPEC.yaml [SPEC.yaml...]
+#   scripts/gpu_sweeps.sh [--bundle ablate-0.1.0-linux-x86_64.tar.gz] --out OUT SPEC.yaml [SPEC.yaml...]
+#     --bundle F      a tarball or unpacked bundle; without it, set up, build and bundle here first
 #     --metric NAME   results metric (default final_val_loss)
 #     --deadline S    cancel the trials still unfinished S seconds after the submission (default: none)
 #     --no-plots      skip scripts/plot_results.py
@@ -21,7 +22,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 bundle="" out="" metric="final_val_loss" deadline=0 plots=1
 specs=()
-usage() { sed -n '2,19p' "$0" >&2; }
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' >&2; }
 while (($#)); do
   case "$1" in
     --bundle) bundle="$2"; shift 2 ;;
@@ -34,7 +35,7 @@ while (($#)); do
     *) specs+=("$1"); shift ;;
   esac
 done
-[[ -n "$bundle" && -n "$out" && ${#specs[@]} -gt 0 ]] || { usage; exit 2; }
+[[ -n "$out" && ${#specs[@]} -gt 0 ]] || { usage; exit 2; }
 [[ "$deadline" =~ ^[0-9]+$ ]] || { echo "gpu_sweeps: --deadline wants whole seconds, got '$deadline'" >&2; exit 2; }
 [[ "$metric" =~ ^[A-Za-z0-9_.]+$ ]] || { echo "gpu_sweeps: bad --metric '$metric'" >&2; exit 2; }
 names=()
@@ -48,6 +49,12 @@ done
 
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"
+if [[ -z "$bundle" ]]; then
+  # No bundle given: this machine builds one (set-up, CUDA when nvcc is found, the tarball).
+  "$here/setup.sh"
+  "$here/build.sh"
+  bundle="$(bash "$here/../deploy/bundle.sh" --tar "${ABLATE_BUILD_DIR:-$here/../build}" "$out/dist" | tail -n 1)"
+fi
 if [[ -d "$bundle" ]]; then
   root="$(cd "$bundle" && pwd)"
 else
