@@ -42,9 +42,11 @@
 // (SageForwardKernelV5 with kFastS: 4 warps x 32 rows, 128-row CTAs, P~^ packed from registers
 // into s8 A fragments, V^T stored in the permuted key order FwdKeyOfSlot; causal D = 64: 8 warps
 // x 16 rows), chosen by FwdProductionFor; the v3/v4 forward (SageForwardKernel) and the other
-// v5 variants stay compiled in for the lab (SageCudaOptions::fwd_variant). Backward as v4 =
-// bits kBwdInterior | kBwdOcc3 of the compiled-in backward variants (kBwd*, BwdKernelFor; the
-// GPU test's lab mode times them through SageCudaOptions::bwd_variant). mma.sync m16n8k32 s8 /
+// v5 variants stay compiled in for the lab (SageCudaOptions::fwd_variant). Backward: sagebwd v4q
+// = v4 (bits kBwdInterior | kBwdOcc3) + kBwdFastQ (P^T / dS^T / dS^ codes by one FMA into the
+// 1.5 * 2^23 mantissa, no F2I / clamp) + kBwdExp2 (P by ex2.approx in the log2 domain) = backward
+// variant 184 of the compiled-in variants (kBwd*, BwdLaunchFor; the GPU test's lab mode times
+// them through SageCudaOptions::bwd_variant). mma.sync m16n8k32 s8 /
 // m16n8k16 bf16 with ldmatrix fragment loads from padded tiles (row strides of an odd number of
 // 16-byte chunks: conflict-free), cp.async copies; forward: K^ / V^T double-buffered (next tile
 // prefetched during the current one; v5 also); backward: Q^ / dO / lse / D_i of a Q tile loaded at the top
@@ -148,6 +150,25 @@ __device__ __forceinline__ int8_t QuantizeS8Inv(float x, float inv_s) {
 }
 
 
+// Fast quantizer (v6 with kFastQ, v4 with kBwdFastQ): round_half_even(x * inv_s) formed by one
+// FMA into the mantissa of 1.5 * 2^23 (the integer lands in the low bits, two's complement in the
+// low byte; exact for |x inv_s| < 2^22), no clamp: x is one of the values whose largest magnitude
+// m gave s = m / 127 (rounded) and inv_s = 1 / s (rounded), so |x inv_s| <= 127 (1 + 2^-22) <
+// 127.5. Rounds the exact product once, half to even (QuantizeS8Inv rounds the fp32 product, then
+// to an integer): the two differ only at near-ties, as both differ from the emulator's x / s. A
+// host sweep (12.8M values, 4.4M of them within an ulp of a tie, 200k group maxima from 2^-20 to
+// 2^10 and 0; plus every float within 64 ulps of each tie point for 6 scales) found no |code| >
+// 127, every group max coded +-127, and fewer disagreements with the emulator's rne(x / s) in
+// double than QuantizeS8Inv has (1.49M vs 1.79M of the near-tie inputs; 19 of 8.4M random ones).
+constexpr float kQMagic = 12582912.0f;  // 1.5 * 2^23
+__device__ __forceinline__ uint32_t QuantBits(float x, float inv_s) {
+  return __float_as_uint(fmaf(x, inv_s, kQMagic));
+}
+// Two codes packed into the low 16 bits (lo first).
+__device__ __forceinline__ uint32_t QuantPack2(float lo, float hi, float inv_s) {
+  return __byte_perm(QuantBits(lo, inv_s), QuantBits(hi, inv_s), 0x0040);
+}
+
 // int32 -> fp32, exact for |x| < 2^22 (every s8 MMA sum here: K <= 128 products of at most
 // 127^2 = 2.06e6 in magnitude): the integer is added into the mantissa of 1.5 * 2^23 (integer
 // add + float subtract, both full-rate, instead of the quarter-rate I2F conversion).
@@ -165,7 +186,9 @@ constexpr int kBwdVec4 = 2;      // dQ by 16-byte red.add.v4.f32 with a lane-pai
 constexpr int kBwdMagic = 4;     // int32 -> fp32 by S32ToF32 (v3); else I2F
 constexpr int kBwdInterior = 8;  // interior blocks (no tail, no causal diagonal) skip the masks
 constexpr int kBwdOcc3 = 16;     // D = 64: __launch_bounds__(128, 3): <= 168 registers, 3 CTAs/SM
-constexpr int kBwdExp2 = 32;     // interior blocks: exp2f(x log2e - lse log2e) instead of expf
+constexpr int kBwdExp2 = 32;     // P = ex2.approx(x a log2e - lse log2e) instead of expf(a x - lse)
+                                 // (v4 lab variant 56 measured exp2f there, interior blocks only)
+constexpr int kBwdFastQ = 128;   // P^T, dS^T, dS^ codes by QuantBits / QuantPack2 (no F2I / clamp)
 template <int D, int kVar>
 constexpr int BwdMinBlocks() {
   return (D == 64 && (kVar & kBwdOcc3) != 0) ? 3 : 1;
@@ -931,7 +954,8 @@ struct BwdParams {
 template <int D, bool kCausal, int kVar>
 __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackwardKernel(BwdParams p) {
   constexpr bool kPre = (kVar & kBwdPrefetch) != 0, kV4 = (kVar & kBwdVec4) != 0,
-                 kMg = (kVar & kBwdMagic) != 0, kInt = (kVar & kBwdInterior) != 0;
+                 kMg = (kVar & kBwdMagic) != 0, kInt = (kVar & kBwdInterior) != 0,
+                 kFx = (kVar & kBwdExp2) != 0, kFq = (kVar & kBwdFastQ) != 0;
   using C = SageConfig<D>;
   extern __shared__ __align__(16) char smem[];
   int8_t* s_kh = reinterpret_cast<int8_t*>(smem + C::kBwdKh);
@@ -1053,18 +1077,22 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
       // Interior block: every (row, key) visible (no N tail, causal: wholly below the diagonal).
       const bool interior = kInt && r0 + kTile <= p.n && c0 + kTile <= p.n &&
                             (!kCausal || c0 + kTile - 1 <= r0);
-      if (interior && (kVar & kBwdExp2) != 0) {
-        constexpr float kLog2e = 1.4426950408889634f;
-        const float l0 = s_lse[warp * 16 + g] * kLog2e, l1 = s_lse[warp * 16 + g + 8] * kLog2e;
+      // kFx: log2 domain, P = ex2.approx(a log2e x + (bias log2e - lse log2e)): one FMA and the
+      // SFU op per element (expf: range reduction + ex2 + scaling, ~8 instructions).
+      const float a2 = a * cuda::kLog2e;
+      if (interior && kFx) {
+        const float l0 = s_lse[warp * 16 + g] * cuda::kLog2e;
+        const float l1 = s_lse[warp * 16 + g + 8] * cuda::kLog2e;
         const float dr0 = s_drow[warp * 16 + g], dr1 = s_drow[warp * 16 + g + 8];
-        const float a2 = a * kLog2e;
 #pragma unroll
         for (int n = 0; n < 8; ++n) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            float x = S32ToF32Or(si[n][e], kMg);
-            const float bl = p.smooth_q ? s_bias[n * 8 + 2 * t + (e & 1)] * kLog2e : 0.0f;
-            const float pe = exp2f(fmaf(a2, x, bl - ((e >> 1) ? l1 : l0)));
+            const float x = S32ToF32Or(si[n][e], kMg);
+            const float l = (e >> 1) ? l1 : l0;
+            const float bl =
+                p.smooth_q ? fmaf(s_bias[n * 8 + 2 * t + (e & 1)], cuda::kLog2e, -l) : -l;
+            const float pe = cuda::FastExp2(fmaf(a2, x, bl));
             pf[n][e] = pe;
             dsf[n][e] = pe * (dp[n][e] - ((e >> 1) ? dr1 : dr0));
           }
@@ -1091,9 +1119,16 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
             const int lr = warp * 16 + g + 8 * (e >> 1), c = n * 8 + 2 * t + (e & 1);
             const int grow = r0 + lr, gc = c0 + c;
             const bool valid = grow < p.n && gc < p.n && (!kCausal || gc <= grow);
-            float x = a * S32ToF32Or(si[n][e], kMg);
-            if (p.smooth_q) x += s_bias[c];
-            const float pe = valid ? expf(x - s_lse[lr]) : 0.0f;
+            float pe;
+            if constexpr (kFx) {
+              const float l = s_lse[lr] * cuda::kLog2e;
+              const float bl = p.smooth_q ? fmaf(s_bias[c], cuda::kLog2e, -l) : -l;
+              pe = valid ? cuda::FastExp2(fmaf(a2, S32ToF32Or(si[n][e], kMg), bl)) : 0.0f;
+            } else {
+              float x = a * S32ToF32Or(si[n][e], kMg);
+              if (p.smooth_q) x += s_bias[c];
+              pe = valid ? expf(x - s_lse[lr]) : 0.0f;
+            }
             pf[n][e] = pe;
             dsf[n][e] = valid ? pe * (dp[n][e] - s_drow[lr]) : 0.0f;
           }
@@ -1171,17 +1206,28 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int lr = warp * 16 + g + 8 * h;
-          s_pt[c * kI8T + lr] = QuantizeS8Inv(pf[n][2 * h + b], ip);
-          s_dst[c * kI8T + lr] = QuantizeS8Inv(dsf[n][2 * h + b], ids);
+          if constexpr (kFq) {  // FMA + byte store of the low byte (no F2I, no clamp)
+            s_pt[c * kI8T + lr] = static_cast<int8_t>(QuantBits(pf[n][2 * h + b], ip) & 0xFFu);
+            s_dst[c * kI8T + lr] = static_cast<int8_t>(QuantBits(dsf[n][2 * h + b], ids) & 0xFFu);
+          } else {
+            s_pt[c * kI8T + lr] = QuantizeS8Inv(pf[n][2 * h + b], ip);
+            s_dst[c * kI8T + lr] = QuantizeS8Inv(dsf[n][2 * h + b], ids);
+          }
         }
       }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int lr = warp * 16 + g + 8 * h;
-        const uint32_t lo = static_cast<uint8_t>(QuantizeS8Inv(dsf[n][2 * h], rinv[h]));
-        const uint32_t hi = static_cast<uint8_t>(QuantizeS8Inv(dsf[n][2 * h + 1], rinv[h]));
+        uint32_t packed;
+        if constexpr (kFq) {  // two FMAs + one PRMT
+          packed = QuantPack2(dsf[n][2 * h], dsf[n][2 * h + 1], rinv[h]);
+        } else {
+          const uint32_t lo = static_cast<uint8_t>(QuantizeS8Inv(dsf[n][2 * h], rinv[h]));
+          const uint32_t hi = static_cast<uint8_t>(QuantizeS8Inv(dsf[n][2 * h + 1], rinv[h]));
+          packed = lo | (hi << 8);
+        }
         *reinterpret_cast<uint16_t*>(s_dsh + lr * kI8T + n * 8 + 2 * t) =
-            static_cast<uint16_t>(lo | (hi << 8));
+            static_cast<uint16_t>(packed);
       }
     }
     __syncthreads();
@@ -1432,20 +1478,6 @@ __device__ __forceinline__ void WarpTileBf16(const char* A, int sa, const char* 
 
 __device__ __forceinline__ uint32_t PackS8x2(int8_t lo, int8_t hi) {
   return uint32_t(static_cast<uint8_t>(lo)) | (uint32_t(static_cast<uint8_t>(hi)) << 8);
-}
-
-// Fast quantizer (v6 with kFastQ): round_half_even(x * inv_s) formed by one FMA into the mantissa
-// of 1.5 * 2^23 (the integer lands in the low bits, two's complement in the low byte; exact for
-// |x inv_s| < 2^22), no clamp (|x| <= the group max, so |x inv_s| <= 127 up to rounding of inv_s:
-// never 127.5). Rounds the exact product once (QuantizeS8Inv rounds the fp32 product, then to an
-// integer): the two differ only at near-ties, as both differ from the emulator's x / s.
-constexpr float kQMagic = 12582912.0f;  // 1.5 * 2^23
-__device__ __forceinline__ uint32_t QuantBits(float x, float inv_s) {
-  return __float_as_uint(fmaf(x, inv_s, kQMagic));
-}
-// Two codes packed into the low 16 bits (lo first).
-__device__ __forceinline__ uint32_t QuantPack2(float lo, float hi, float inv_s) {
-  return __byte_perm(QuantBits(lo, inv_s), QuantBits(hi, inv_s), 0x0040);
 }
 
 // grid: (ceil(K tiles / 2), BH); block: 256. kFastExp: P = ex2.approx(x a log2e - lse log2e)
@@ -2045,6 +2077,10 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
 //   24       sagebwd v4 (SageBackwardKernel, bits kBwdInterior | kBwdOcc3: 4 warps, 64 keys per
 //            CTA, 3 CTAs/SM at D = 64). The other v2-v4 bit combinations of the v4 lab are no
 //            longer compiled in (git history; their figures stay in the bench notes).
+//   152      v4 + kBwdFastQ (128): P^T, dS^T, dS^ codes by one FMA into the 1.5 * 2^23 mantissa
+//            (QuantBits: byte stores of the low byte; dS^ pairs by QuantPack2), no F2I / clamp
+//   184      sagebwd v4q = 152 + kBwdExp2 (32): P = ex2.approx(a log2e x + bias log2e - lse log2e)
+//            on every block (interior and masked)
 //   64       sagebwd v6 (SageBackwardKernelV6: 8 warps, 128 keys per CTA), P = expf(a x - lse)
 //   96       v6 + kBwdExp2 (32): P = ex2.approx(x a log2e - lse log2e)
 //   104      96 + kBwdV6FastQ (8): P^T, dS^T, dS^ codes by one FMA into the 1.5 * 2^23
@@ -2057,7 +2093,10 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
 // BwdProductionFor is what production calls (bwd_variant = -1) run.
 constexpr int kBwdV6 = 64;
 constexpr int kBwdV6FastQ = 8;  // with kBwdV6 (the v4 meaning of 8, kBwdInterior, is always on in v6)
-constexpr int BwdProductionFor(int /*d*/, bool /*causal*/) { return 24; }
+// sagebwd v4q = 184 for every shape (1.10-1.13x of v4 = 24 on all six bench shapes, lab).
+constexpr int BwdProductionFor(int /*d*/, bool /*causal*/) {
+  return 24 + kBwdExp2 + kBwdFastQ;
+}
 using BwdKernel = void (*)(BwdParams);
 struct BwdLaunch {
   BwdKernel kernel = nullptr;
@@ -2077,6 +2116,12 @@ BwdLaunch BwdLaunchFor(int var) {
   switch (var) {
     case 24:
       return {SageBackwardKernel<D, kCausal, 24>, SageConfig<D>::kBwdBytes, kThreads, kTile};
+    case 24 + kBwdFastQ:
+      return {SageBackwardKernel<D, kCausal, 24 + kBwdFastQ>, SageConfig<D>::kBwdBytes, kThreads,
+              kTile};
+    case 24 + kBwdExp2 + kBwdFastQ:
+      return {SageBackwardKernel<D, kCausal, 24 + kBwdExp2 + kBwdFastQ>, SageConfig<D>::kBwdBytes,
+              kThreads, kTile};
     case kBwdV6:
       return V6Launch<D, kCausal, false>();
     case kBwdV6 + kBwdExp2:
