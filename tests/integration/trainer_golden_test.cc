@@ -10,10 +10,10 @@
 
 #include <cmath>
 #include <fstream>
-#include <random>
 
 #include "trainer/config/trial_config.h"
 #include "trainer/loop/train_loop.h"
+#include "../trainer_run_util.h"
 
 #ifndef ABLATE_GOLDEN_DIR
 #error "ABLATE_GOLDEN_DIR must name tests/integration/golden"
@@ -22,57 +22,20 @@
 namespace ablate::trainer {
 namespace {
 
+using ablate::trainer::testing::RunLog;
+using ablate::trainer::testing::ToyCorpus;
+using ablate::trainer::testing::Train;
+
 std::string TempDir() {
   char tmpl[] = "/tmp/ablate_golden_XXXXXX";
   return ::mkdtemp(tmpl);
-}
-
-// About 60 KB of sentences from a toy grammar; integer-seeded, identical on every machine.
-std::string ToyCorpus() {
-  const char* subj[] = {"the cat", "a dog", "my friend", "the old man", "every child", "she", "he"};
-  const char* verb[] = {"sees", "likes", "finds", "wants", "carries", "paints", "follows"};
-  const char* obj[] = {"the ball", "a red house", "the river", "some bread", "the moon", "a song"};
-  const char* tail[] = {".", " today.", " again.", " in the morning.", " with joy."};
-  std::mt19937 rng(12345);
-  std::string text;
-  while (text.size() < 60000) {
-    text += subj[rng() % 7];
-    text += ' ';
-    text += verb[rng() % 7];
-    text += ' ';
-    text += obj[rng() % 6];
-    text += tail[rng() % 5];
-    text += (rng() % 5 == 0) ? "\n" : " ";
-  }
-  return text;
-}
-
-struct RunLog {
-  std::vector<nlohmann::json> lines;
-  StatusOr<RunResult> result = Status(StatusCode::kInternal, "not run");
-  std::vector<nlohmann::json> Of(const std::string& type) const {
-    std::vector<nlohmann::json> out;
-    for (const auto& l : lines)
-      if (l["type"] == type) out.push_back(l);
-    return out;
-  }
-};
-
-RunLog Train(const TrialConfig& cfg, const std::string& out, const std::string& resume = "") {
-  RunLog r;
-  RunOptions o;
-  o.out_dir = out;
-  o.resume_path = resume;
-  o.emit = [&](const nlohmann::json& j) { r.lines.push_back(j); };
-  r.result = RunTrial(cfg, o);
-  return r;
 }
 
 class TrainerGolden : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new std::string(TempDir());
-    std::ofstream(*dir_ + "/toy.txt") << ToyCorpus();
+    std::ofstream(*dir_ + "/toy.txt") << ToyCorpus(60000, 12345);
   }
   static TrialConfig Config(const std::string& yaml) {
     auto c = ParseTrialConfig("data: {corpus: " + *dir_ + "/toy.txt, val_fraction: 0.1}\n" + yaml,

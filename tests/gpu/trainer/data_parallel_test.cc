@@ -27,16 +27,21 @@
 #include <cstring>
 #include <fstream>
 #include <map>
-#include <random>
 
 #include "gpu_test_util.h"
 #include "trainer/config/trial_config.h"
 #include "trainer/cuda/cuda_backend.h"
 #include "trainer/loop/checkpoint.h"
 #include "trainer/loop/train_loop.h"
+#include "../../trainer_run_util.h"
 
 namespace ablate::trainer {
 namespace {
+
+using ablate::trainer::testing::MaxLossDiff;
+using ablate::trainer::testing::RunLog;
+using ablate::trainer::testing::ToyCorpus;
+using ablate::trainer::testing::Train;
 
 int DeviceCount() {
   int n = 0;
@@ -54,48 +59,13 @@ constexpr double kLossTol = 2e-3;  // fpa + AdamW; sagebwd + spectral steps 1-8;
 constexpr double kChaoticLossTol = 3e-2;  // sagebwd + spectral, steps 9-20 and validation
 constexpr double kWeightTol = 1e-2;
 
-std::string ToyCorpus() {
-  const char* subj[] = {"the cat", "a dog", "my friend", "the old man", "every child", "she", "he"};
-  const char* verb[] = {"sees", "likes", "finds", "wants", "carries", "paints", "follows"};
-  const char* obj[] = {"the ball", "a red house", "the river", "some bread", "the moon", "a song"};
-  const char* tail[] = {".", " today.", " again.", " in the morning.", " with joy."};
-  std::mt19937 rng(777);
-  std::string text;
-  while (text.size() < 200000) {
-    text += subj[rng() % 7];
-    text += ' ';
-    text += verb[rng() % 7];
-    text += ' ';
-    text += obj[rng() % 6];
-    text += tail[rng() % 5];
-    text += (rng() % 5 == 0) ? "\n" : " ";
-  }
-  return text;
-}
-
-struct RunLog {
-  std::vector<nlohmann::json> lines;
-  StatusOr<RunResult> result = Status(StatusCode::kInternal, "not run");
-  std::vector<nlohmann::json> Of(const std::string& type) const {
-    std::vector<nlohmann::json> out;
-    for (const auto& l : lines)
-      if (l["type"] == type) out.push_back(l);
-    return out;
-  }
-  std::map<int, double> Losses() const {
-    std::map<int, double> m;
-    for (const auto& s : Of("step")) m[s["step"].get<int>()] = s["loss"].get<double>();
-    return m;
-  }
-};
-
 class DataParallel : public ::testing::Test {
  public:
   static void SetUpTestSuite() {
     cuda::RegisterCudaBackend();
     char tmpl[] = "/tmp/ablate_dp_test_XXXXXX";
     dir_ = new std::string(::mkdtemp(tmpl));
-    std::ofstream(*dir_ + "/toy.txt") << ToyCorpus();
+    std::ofstream(*dir_ + "/toy.txt") << ToyCorpus(200000, 777);
   }
   static TrialConfig Config(const std::string& extra, int gpus) {
     auto c =
@@ -104,16 +74,6 @@ class DataParallel : public ::testing::Test {
                          "data_parallel_test");
     EXPECT_TRUE(c.ok()) << c.status().ToString();
     return *c;
-  }
-  static RunLog Train(const TrialConfig& cfg, const std::string& out,
-                      const std::string& resume = "") {
-    RunLog r;
-    RunOptions o;
-    o.out_dir = out;
-    o.resume_path = resume;
-    o.emit = [&](const nlohmann::json& j) { r.lines.push_back(j); };
-    r.result = RunTrial(cfg, o);
-    return r;
   }
   static constexpr const char* kModel = R"(
 seed: 5
@@ -124,20 +84,6 @@ train: {steps: 20, tokens_per_step: 2048, micro_batch: 8, warmup: 3, eval_every:
   static std::string* dir_;
 };
 std::string* DataParallel::dir_ = nullptr;
-
-// max |loss_a - loss_b| over the steps after from_step both runs have.
-double MaxLossDiff(const RunLog& a, const RunLog& b, int from_step = 0) {
-  auto la = a.Losses(), lb = b.Losses();
-  double m = 0;
-  int matched = 0;
-  for (const auto& [step, loss] : lb) {
-    if (step <= from_step || !la.count(step)) continue;
-    m = std::max(m, std::fabs(la[step] - loss));
-    ++matched;
-  }
-  EXPECT_GT(matched, 0);
-  return m;
-}
 
 std::vector<float> CheckpointWeights(const std::string& path) {
   auto ck = ReadCheckpoint(path);
@@ -159,9 +105,9 @@ double WeightRelL2(const std::string& a, const std::string& b) {
 void TwoGpusMatchOne(const std::string& extra, const std::string& name, int tight_steps,
                      double loss_tol) {
   const std::string d = *DataParallel::dir_ + "/" + name;
-  RunLog one = DataParallel::Train(DataParallel::Config(extra, 1), d + "/one");
-  RunLog again = DataParallel::Train(DataParallel::Config(extra, 1), d + "/again");
-  RunLog two = DataParallel::Train(DataParallel::Config(extra, 2), d + "/two");
+  RunLog one = Train(DataParallel::Config(extra, 1), d + "/one");
+  RunLog again = Train(DataParallel::Config(extra, 1), d + "/again");
+  RunLog two = Train(DataParallel::Config(extra, 2), d + "/two");
   ASSERT_TRUE(one.result.ok()) << one.result.status().ToString();
   ASSERT_TRUE(again.result.ok()) << again.result.status().ToString();
   ASSERT_TRUE(two.result.ok()) << two.result.status().ToString();

@@ -11,46 +11,21 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
-#include <random>
 #include <set>
 
 #include "gpu_test_util.h"
 #include "trainer/config/trial_config.h"
 #include "trainer/cuda/cuda_backend.h"
 #include "trainer/loop/train_loop.h"
+#include "../../trainer_run_util.h"
 
 namespace ablate::trainer {
 namespace {
 
-std::string ToyCorpus() {
-  const char* subj[] = {"the cat", "a dog", "my friend", "the old man", "every child", "she", "he"};
-  const char* verb[] = {"sees", "likes", "finds", "wants", "carries", "paints", "follows"};
-  const char* obj[] = {"the ball", "a red house", "the river", "some bread", "the moon", "a song"};
-  const char* tail[] = {".", " today.", " again.", " in the morning.", " with joy."};
-  std::mt19937 rng(12345);
-  std::string text;
-  while (text.size() < 200000) {
-    text += subj[rng() % 7];
-    text += ' ';
-    text += verb[rng() % 7];
-    text += ' ';
-    text += obj[rng() % 6];
-    text += tail[rng() % 5];
-    text += (rng() % 5 == 0) ? "\n" : " ";
-  }
-  return text;
-}
-
-struct RunLog {
-  std::vector<nlohmann::json> lines;
-  StatusOr<RunResult> result = Status(StatusCode::kInternal, "not run");
-  std::vector<nlohmann::json> Of(const std::string& type) const {
-    std::vector<nlohmann::json> out;
-    for (const auto& l : lines)
-      if (l["type"] == type) out.push_back(l);
-    return out;
-  }
-};
+using ablate::trainer::testing::MaxLossDiff;
+using ablate::trainer::testing::RunLog;
+using ablate::trainer::testing::ToyCorpus;
+using ablate::trainer::testing::Train;
 
 class TrainCuda : public ::testing::Test {
  public:
@@ -58,7 +33,7 @@ class TrainCuda : public ::testing::Test {
     cuda::RegisterCudaBackend();
     char tmpl[] = "/tmp/ablate_train_cuda_XXXXXX";
     dir_ = new std::string(::mkdtemp(tmpl));
-    std::ofstream(*dir_ + "/toy.txt") << ToyCorpus();
+    std::ofstream(*dir_ + "/toy.txt") << ToyCorpus(200000, 12345);
   }
   static TrialConfig Config(const std::string& yaml, const std::string& device) {
     auto c = ParseTrialConfig("data: {corpus: " + *dir_ + "/toy.txt, val_fraction: 0.1}\n" +
@@ -66,15 +41,6 @@ class TrainCuda : public ::testing::Test {
                               "train_cuda_test");
     EXPECT_TRUE(c.ok()) << c.status().ToString();
     return *c;
-  }
-  static RunLog Train(const TrialConfig& cfg, const std::string& out, const std::string& resume = "") {
-    RunLog r;
-    RunOptions o;
-    o.out_dir = out;
-    o.resume_path = resume;
-    o.emit = [&](const nlohmann::json& j) { r.lines.push_back(j); };
-    r.result = RunTrial(cfg, o);
-    return r;
   }
   static std::string* dir_;
 };
@@ -88,22 +54,6 @@ train: {steps: 50, tokens_per_step: 1024, micro_batch: 8, warmup: 5, eval_every:
         diagnostics_every: 25, checkpoint_every: 0, grad_clip: 1.0}
 )";
 
-double MaxLossDiff(const RunLog& a, const RunLog& b, int from_step = 0) {
-  auto sa = a.Of("step"), sb = b.Of("step");
-  double m = 0;
-  std::map<int, double> la;
-  for (const auto& s : sa) la[s["step"].get<int>()] = s["loss"].get<double>();
-  int matched = 0;
-  for (const auto& s : sb) {
-    const int st = s["step"].get<int>();
-    if (st <= from_step || !la.count(st)) continue;
-    m = std::max(m, std::fabs(la[st] - s["loss"].get<double>()));
-    ++matched;
-  }
-  EXPECT_GT(matched, 0);
-  return m;
-}
-
 std::set<std::string> Keys(const nlohmann::json& j) {
   std::set<std::string> k;
   for (auto it = j.begin(); it != j.end(); ++it) k.insert(it.key());
@@ -112,8 +62,8 @@ std::set<std::string> Keys(const nlohmann::json& j) {
 
 void Agree(const std::string& attention_yaml, const std::string& dir) {
   const std::string yaml = std::string(kModel) + attention_yaml;
-  RunLog cpu = TrainCuda::Train(TrainCuda::Config(yaml, "cpu"), dir + "/cpu");
-  RunLog gpu = TrainCuda::Train(TrainCuda::Config(yaml, "cuda"), dir + "/gpu");
+  RunLog cpu = Train(TrainCuda::Config(yaml, "cpu"), dir + "/cpu");
+  RunLog gpu = Train(TrainCuda::Config(yaml, "cuda"), dir + "/gpu");
   ASSERT_TRUE(cpu.result.ok()) << cpu.result.status().ToString();
   ASSERT_TRUE(gpu.result.ok()) << gpu.result.status().ToString();
   EXPECT_EQ(gpu.result->status, "ok");
