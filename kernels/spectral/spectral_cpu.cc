@@ -90,23 +90,6 @@ void ApplyGramFactor(const T* o, int m, int n, const T* f, T* out) {
     Gemm(false, false, m, n, m, T(1), f, m, o, n, T(0), out, n);
 }
 
-// Binary digits of e in [0, 1): digits[k - 1] is the coefficient of 2^{-k}. False when e needs
-// more than max_bits digits (not dyadic at that level).
-bool DyadicDigits(double e, int max_bits, std::vector<int>* digits) {
-  digits->clear();
-  double t = e;
-  for (int k = 0; k < max_bits && t != 0.0; ++k) {
-    t *= 2;  // exact: scaling by 2 never rounds
-    int d = t >= 1.0 ? 1 : 0;
-    t -= d;
-    digits->push_back(d);
-  }
-  return t == 0.0;
-}
-
-bool IsDyadic(double p, int level) {
-  return std::ldexp(p, level) == std::nearbyint(std::ldexp(p, level));
-}
 
 // Coupled Newton route: F = G^{-e} as a product of chained roots.
 template <typename T>
@@ -153,6 +136,61 @@ Status CoupledNewtonGramPower(const T* g, int r, double e, int iters, T* f, PsiS
 }
 
 }  // namespace
+
+// Binary digits of e in [0, 1): digits[k - 1] is the coefficient of 2^{-k}. False when e needs
+// more than max_bits digits (not dyadic at that level).
+bool DyadicDigits(double e, int max_bits, std::vector<int>* digits) {
+  digits->clear();
+  double t = e;
+  for (int k = 0; k < max_bits && t != 0.0; ++k) {
+    t *= 2;  // exact: scaling by 2 never rounds
+    int d = t >= 1.0 ? 1 : 0;
+    t -= d;
+    digits->push_back(d);
+  }
+  return t == 0.0;
+}
+
+StatusOr<PsiMethod> ResolvePsiMethod(double p, const PsiOptions& opt) {
+  if (!(p >= -1.0 && p <= 1.0))
+    return InvalidArgument("Psi: p must be in [-1, 1], got " + std::to_string(p));
+  if (opt.ns_steps < 0 || opt.newton_iters < 1 || opt.max_dyadic_level < 0 ||
+      opt.max_dyadic_level > 30)
+    return InvalidArgument(
+        "Psi: bad options (ns_steps >= 0, newton_iters >= 1, "
+        "max_dyadic_level in [0, 30])");
+  auto is_dyadic = [](double x, int level) {
+    return std::ldexp(x, level) == std::nearbyint(std::ldexp(x, level));
+  };
+  PsiMethod method = opt.method;
+  if (method == PsiMethod::kAuto) {
+    if (p == 1.0)
+      method = PsiMethod::kIdentity;
+    else if (p == 0.0)
+      method = PsiMethod::kNewtonSchulz;
+    else if (is_dyadic(p, opt.max_dyadic_level))
+      method = PsiMethod::kCoupledNewton;
+    else
+      method = PsiMethod::kEigh;
+  }
+  const std::string pstr = std::to_string(p);
+  switch (method) {
+    case PsiMethod::kIdentity:
+      if (p != 1.0) return InvalidArgument("Psi: identity route needs p = 1, got " + pstr);
+      break;
+    case PsiMethod::kNewtonSchulz:
+      if (p != 0.0) return InvalidArgument("Psi: Newton-Schulz route needs p = 0, got " + pstr);
+      break;
+    case PsiMethod::kCoupledNewton:
+      if (!is_dyadic(p, 30))
+        return InvalidArgument("Psi: coupled Newton route needs a dyadic p, got " + pstr);
+      break;
+    default:
+      break;
+  }
+  return method;
+}
+
 
 const char* PsiMethodName(PsiMethod m) {
   switch (m) {
@@ -277,46 +315,14 @@ Status SymPowEigh(const T* g, int n, double e, T* out) {
 
 template <typename T>
 Status Psi(const T* o, int m, int n, double p, const PsiOptions& opt, T* out, PsiStats* stats) {
-  if (!(p >= -1.0 && p <= 1.0))
-    return InvalidArgument("Psi: p must be in [-1, 1], got " + std::to_string(p));
+  ABLATE_ASSIGN_OR_RETURN(PsiMethod method, ResolvePsiMethod(p, opt));
   if (m < 1 || n < 1)
     return InvalidArgument("Psi: bad shape " + std::to_string(m) + "x" + std::to_string(n));
   if (!o || !out) return InvalidArgument("Psi: null matrix");
-  if (opt.ns_steps < 0 || opt.newton_iters < 1 || opt.max_dyadic_level < 0 ||
-      opt.max_dyadic_level > 30)
-    return InvalidArgument(
-        "Psi: bad options (ns_steps >= 0, newton_iters >= 1, "
-        "max_dyadic_level in [0, 30])");
   PsiStats local;
   PsiStats* st = stats ? stats : &local;
   *st = PsiStats{};
 
-  PsiMethod method = opt.method;
-  if (method == PsiMethod::kAuto) {
-    if (p == 1.0)
-      method = PsiMethod::kIdentity;
-    else if (p == 0.0)
-      method = PsiMethod::kNewtonSchulz;
-    else if (IsDyadic(p, opt.max_dyadic_level))
-      method = PsiMethod::kCoupledNewton;
-    else
-      method = PsiMethod::kEigh;
-  }
-  const std::string pstr = std::to_string(p);
-  switch (method) {
-    case PsiMethod::kIdentity:
-      if (p != 1.0) return InvalidArgument("Psi: identity route needs p = 1, got " + pstr);
-      break;
-    case PsiMethod::kNewtonSchulz:
-      if (p != 0.0) return InvalidArgument("Psi: Newton-Schulz route needs p = 0, got " + pstr);
-      break;
-    case PsiMethod::kCoupledNewton:
-      if (!IsDyadic(p, 30))
-        return InvalidArgument("Psi: coupled Newton route needs a dyadic p, got " + pstr);
-      break;
-    default:
-      break;
-  }
   st->used = method;
 
   const size_t count = size_t(m) * n;

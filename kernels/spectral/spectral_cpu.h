@@ -31,6 +31,8 @@
 // Determinism: bit-reproducible for a fixed BLAS build and thread count.
 #pragma once
 
+#include <vector>
+
 #include "ablate/status.h"
 
 namespace ablate::kernels {
@@ -56,6 +58,16 @@ struct PsiStats {
 // a: (n, n) T.
 template <typename T>
 double GramRegularizer(const T* a, int n);
+
+// The route Psi takes for p under opt (kAuto resolved: p = 1 identity, p = 0 Newton-Schulz, dyadic
+// p up to opt.max_dyadic_level coupled Newton, else eigh). Shared with the device optimizer so both
+// backends take the same route with the same errors: InvalidArgument for p outside [-1, 1] (or
+// NaN), bad options, and an explicit method that cannot produce p.
+StatusOr<PsiMethod> ResolvePsiMethod(double p, const PsiOptions& opt);
+
+// Binary digits of e in [0, 1): digits[k - 1] is the coefficient of 2^{-k} (the coupled Newton
+// chain). False when e needs more than max_bits digits (not dyadic at that level).
+bool DyadicDigits(double e, int max_bits, std::vector<int>* digits);
 
 // out = Psi_p(o). o: (m, n) T; out: (m, n) T, must not alias o.
 // Errors: InvalidArgument for p outside [-1, 1] (or NaN), m or n < 1, null pointers, bad options,

@@ -152,23 +152,6 @@ __global__ void EigScaleCols(const float* __restrict__ V, const float* __restric
 
 // ---- host helpers ----------------------------------------------------------------------------
 
-bool IsDyadic(double p, int level) {
-  return std::ldexp(p, level) == std::nearbyint(std::ldexp(p, level));
-}
-
-// Binary digits of e in [0, 1) (spectral_cpu.cc's DyadicDigits).
-bool DyadicDigits(double e, int max_bits, std::vector<int>* digits) {
-  digits->clear();
-  double t = e;
-  for (int k = 0; k < max_bits && t != 0.0; ++k) {
-    t *= 2;
-    int d = t >= 1.0 ? 1 : 0;
-    t -= d;
-    digits->push_back(d);
-  }
-  return t == 0.0;
-}
-
 Status SolverStatus(cusolverStatus_t s, const char* what) {
   if (s == CUSOLVER_STATUS_SUCCESS) return Status::Ok();
   return Internal(std::string(what) + ": cuSOLVER status " + std::to_string(int(s)));
@@ -217,44 +200,6 @@ struct RBatchPlan {
 };
 
 }  // namespace
-
-StatusOr<kernels::PsiMethod> ResolvePsiMethod(double p, const kernels::PsiOptions& opt) {
-  using kernels::PsiMethod;
-  if (!(p >= -1.0 && p <= 1.0))
-    return InvalidArgument("Psi: p must be in [-1, 1], got " + std::to_string(p));
-  if (opt.ns_steps < 0 || opt.newton_iters < 1 || opt.max_dyadic_level < 0 ||
-      opt.max_dyadic_level > 30)
-    return InvalidArgument(
-        "Psi: bad options (ns_steps >= 0, newton_iters >= 1, "
-        "max_dyadic_level in [0, 30])");
-  PsiMethod method = opt.method;
-  if (method == PsiMethod::kAuto) {
-    if (p == 1.0)
-      method = PsiMethod::kIdentity;
-    else if (p == 0.0)
-      method = PsiMethod::kNewtonSchulz;
-    else if (IsDyadic(p, opt.max_dyadic_level))
-      method = PsiMethod::kCoupledNewton;
-    else
-      method = PsiMethod::kEigh;
-  }
-  const std::string pstr = std::to_string(p);
-  switch (method) {
-    case PsiMethod::kIdentity:
-      if (p != 1.0) return InvalidArgument("Psi: identity route needs p = 1, got " + pstr);
-      break;
-    case PsiMethod::kNewtonSchulz:
-      if (p != 0.0) return InvalidArgument("Psi: Newton-Schulz route needs p = 0, got " + pstr);
-      break;
-    case PsiMethod::kCoupledNewton:
-      if (!IsDyadic(p, 30))
-        return InvalidArgument("Psi: coupled Newton route needs a dyadic p, got " + pstr);
-      break;
-    default:
-      break;
-  }
-  return method;
-}
 
 struct BatchedPsi::Impl {
   cudaStream_t stream = nullptr;
@@ -512,7 +457,7 @@ struct BatchedPsi::Impl {
       return f;
     }
     std::vector<int> digits;
-    if (!DyadicDigits(e, 62, &digits))
+    if (!kernels::DyadicDigits(e, 62, &digits))
       return InvalidArgument("coupled Newton: exponent not dyadic");
     float* acc = nullptr;
     for (size_t k = 0; k < digits.size(); ++k) {

@@ -47,9 +47,8 @@ struct PsiGroup {
   int m = 0, n = 0, count = 0;  // count row-major (m, n) matrices
 };
 
-// The route Psi takes for p under opt, or the CPU's InvalidArgument (same messages as kernels::Psi
-// for p outside [-1, 1], bad options, and a method that cannot produce p).
-StatusOr<kernels::PsiMethod> ResolvePsiMethod(double p, const kernels::PsiOptions& opt);
+// The route Psi takes for p under opt: the CPU's own resolution, so both backends agree.
+using kernels::ResolvePsiMethod;
 
 class BatchedPsi {
  public:
