@@ -170,7 +170,22 @@ StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) 
     ssl.pem_root_certs = pem.str();
     creds = grpc::SslCredentials(ssl);
   }
-  return std::make_unique<Client>(grpc::CreateChannel(options.coordinator, creds), *token, options);
+  // The read-only calls are retried by gRPC when the coordinator is UNAVAILABLE (a first
+  // connection that fails transiently, a restart), within --timeout; Submit, Cancel and Retry are
+  // not, so a change is never applied twice.
+  grpc::ChannelArguments args;
+  args.SetServiceConfigJSON(R"({"methodConfig": [{
+    "name": [{"service": "ablate.v1.ControlService", "method": "ListSweeps"},
+             {"service": "ablate.v1.ControlService", "method": "GetSweep"},
+             {"service": "ablate.v1.ControlService", "method": "GetTrial"},
+             {"service": "ablate.v1.ControlService", "method": "Results"},
+             {"service": "ablate.v1.ControlService", "method": "Query"},
+             {"service": "ablate.v1.ControlService", "method": "ListWorkers"},
+             {"service": "ablate.v1.ControlService", "method": "Logs"}],
+    "retryPolicy": {"maxAttempts": 4, "initialBackoff": "0.25s", "maxBackoff": "2s",
+                    "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}]})");
+  return std::make_unique<Client>(
+      grpc::CreateCustomChannel(options.coordinator, creds, args), *token, options);
 }
 
 Client::Client(std::shared_ptr<grpc::ChannelInterface> channel, std::string token,

@@ -21,6 +21,8 @@ namespace {
 constexpr int kOverallBar = 30;
 constexpr int kTrialBar = 10;
 constexpr int kMaxListedFailures = 20;
+// Tries of the first Watch call while the coordinator is unreachable (backoff 0.25, 0.5, 1 s).
+constexpr int kFirstContactAttempts = 4;
 
 bool Finished(v1::TrialState s) {
   return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::DIVERGED || s == v1::CANCELED;
@@ -206,6 +208,7 @@ StatusOr<WatchOutcome> Watch(Client& client, const WatchOptions& options, const 
   bool got_any = false;
   double lost_since = -1;  // when the stream broke (reconnecting until --timeout); -1: not lost
   double backoff_s = 0.25;
+  int first_contact_failures = 0;
 
   for (;;) {
     auto context = client.NewContext(/*unary=*/false);
@@ -251,11 +254,17 @@ StatusOr<WatchOutcome> Watch(Client& client, const WatchOptions& options, const 
       st = Status(StatusCode::kUnavailable, "the coordinator at " + client.options().coordinator +
                                                 " ended the watch before the sweep finished");
     }
-    // Before any snapshot, an error is the answer (no such sweep, no coordinator, bad token);
-    // after one, a lost connection is a restart to ride out.
-    if (!got_any ||
-        (st.code() != StatusCode::kUnavailable && st.code() != StatusCode::kDeadlineExceeded)) {
-      return st;
+    const bool unreachable =
+        st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kDeadlineExceeded;
+    if (!unreachable) return st;  // no such sweep, bad token, ...: the answer
+    if (!got_any) {
+      // Before any snapshot, an unreachable coordinator is tried a few times over ~2 s (a first
+      // connection can fail transiently on a loaded host), then reported; after one, a lost
+      // connection is a restart to ride out for up to --timeout (below).
+      if (++first_contact_failures >= kFirstContactAttempts) return st;
+      std::this_thread::sleep_for(std::chrono::duration<double>(backoff_s));
+      backoff_s *= 2;
+      continue;
     }
     const double now = io.now();
     if (lost_since < 0) {

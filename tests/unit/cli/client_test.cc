@@ -483,6 +483,35 @@ TEST_F(CliTest, WatchReconnectsWhenTheStreamBreaks) {
   EXPECT_NE(r.out.find("sweep qk finished: 2 succeeded"), std::string::npos);
 }
 
+TEST_F(CliTest, WatchRidesOutAFirstConnectionThatFails) {
+  fake_.snapshots = Stages(v1::SUCCEEDED);
+  fake_.unavailable_first = 2;
+  CliResult r = Ablate({"watch", "qk"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(fake_.calls(), 3);
+  EXPECT_NE(r.out.find("sweep qk finished: 2 succeeded"), std::string::npos);
+}
+
+TEST_F(CliTest, WatchReportsAnUnreachableCoordinatorAfterAFewTries) {
+  fake_.unavailable_first = 100;
+  CliResult r = Ablate({"watch", "qk"});
+  EXPECT_EQ(r.code, kExitUnavailable);
+  EXPECT_EQ(fake_.calls(), 4);
+  EXPECT_NE(r.err.find("cannot reach the coordinator"), std::string::npos) << r.err;
+}
+
+TEST_F(CliTest, ReadOnlyCallsAreRetriedWhenUnavailableAndChangesAreNot) {
+  fake_.unavailable_first = 2;
+  CliResult r = Ablate({"status", "qk"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(fake_.calls(), 3);
+  fake_.unavailable_first = 4;  // one more failure: the submit sees it
+  const std::string spec = Write("s.yaml", "name: qk\n");
+  r = Ablate({"submit", spec});
+  EXPECT_EQ(r.code, kExitUnavailable);
+  EXPECT_EQ(fake_.calls(), 4);
+}
+
 TEST_F(CliTest, WatchOfAnUnknownSweepExitsThree) {
   fake_.status = grpc::Status(grpc::StatusCode::NOT_FOUND, "no sweep named 'nope'");
   CliResult r = Ablate({"watch", "nope"});

@@ -20,6 +20,9 @@ grpc::Status FakeControl::Handle(grpc::ServerContext* context, const Req& req, R
   if (!st.ok()) return st;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (++calls_ <= unavailable_first) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "connect: No such file or directory");
+    }
     if (last != nullptr) *last = req;
   }
   return status;
@@ -84,6 +87,7 @@ FAKE_GETTER(v1::QueryRequest, last_query, last_query_)
 FAKE_GETTER(v1::LogsRequest, last_logs, last_logs_)
 FAKE_GETTER(v1::WatchRequest, last_watch, last_watch_)
 FAKE_GETTER(int, watch_calls, watch_calls_)
+FAKE_GETTER(int, calls, calls_)
 #undef FAKE_GETTER
 
 FakeServer::FakeServer(grpc::Service* service) {

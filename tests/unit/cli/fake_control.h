@@ -31,6 +31,7 @@ class FakeControl final : public v1::ControlService::Service {
   v1::ListWorkersResponse workers;
   v1::LogsResponse logs;
   std::vector<v1::SweepSnapshot> snapshots;  // Watch sends these in order, then ends
+  int unavailable_first = 0;  // the first N calls (any method) end UNAVAILABLE at once
   int watch_break_after = -1;  // >= 0: the first Watch ends UNAVAILABLE after that many snapshots
 
   // What the server saw. Read after the call returned.
@@ -44,6 +45,7 @@ class FakeControl final : public v1::ControlService::Service {
   v1::LogsRequest last_logs() const;
   v1::WatchRequest last_watch() const;
   int watch_calls() const;
+  int calls() const;  // every call that carried the right token
 
   grpc::Status Submit(grpc::ServerContext*, const v1::SubmitRequest*, v1::SubmitResponse*) override;
   grpc::Status ListSweeps(grpc::ServerContext*, const v1::ListSweepsRequest*,
@@ -71,8 +73,9 @@ class FakeControl final : public v1::ControlService::Service {
 
   const std::string token_;
   mutable std::mutex mu_;
-  std::vector<std::string> authorization_;  // GUARDED_BY(mu_)
-  v1::SubmitRequest last_submit_;           // GUARDED_BY(mu_), and the rest below
+  std::vector<std::string> authorization_;  // GUARDED_BY(mu_), and the rest below
+  int calls_ = 0;
+  v1::SubmitRequest last_submit_;
   v1::GetSweepRequest last_get_sweep_;
   v1::CancelRequest last_cancel_;
   v1::RetryRequest last_retry_;
