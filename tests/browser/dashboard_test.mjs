@@ -181,6 +181,18 @@ async function colouredPixels(selector) {
   }));
 }
 
+// Coloured pixels of the canvases under `selector` once `count` of them have more than `min` each
+// (drawing follows data fetches and live redraws: poll, do not sleep), or the last reading after
+// `ms`; the caller asserts on it.
+async function drawnCanvases(selector, count, min, ms = 15000) {
+  let n = [];
+  for (const end = Date.now() + ms; Date.now() < end; await sleep(100)) {
+    n = await colouredPixels(selector);
+    if (n.length === count && n.every((x) => x > min)) break;
+  }
+  return n;
+}
+
 // ---- the checks --------------------------------------------------------------------------------
 
 test('unauthenticated requests are refused and the page says so', async () => {
@@ -296,14 +308,13 @@ test('the ablation table equals `ablate results --format json`', async () => {
 test('curves and diagnostics render', async () => {
   await page.waitForFunction(() => /8 curves/.test(document.querySelector('#curves-note')?.textContent || ''),
       null, {timeout: 20000});
-  const curves = await colouredPixels('#curves-chart');
+  const curves = await drawnCanvases('#curves-chart', 1, 1000);
   assert.equal(curves.length, 1);
   assert.ok(curves[0] > 1000, `curve canvas has ${curves[0]} coloured pixels`);
   assert.equal(await page.locator('#curves-section .legend li').count(), 2);  // fpa, sagebwd
   await page.locator('#diagnostics canvas').nth(1).waitFor({timeout: 15000});
   await page.waitForFunction(() => document.querySelectorAll('#diagnostics canvas').length === 2);
-  await sleep(300);
-  for (const n of await colouredPixels('#diagnostics')) assert.ok(n > 100, `diagnostics canvas: ${n} coloured pixels`);
+  for (const n of await drawnCanvases('#diagnostics', 2, 100)) assert.ok(n > 100, `diagnostics canvas: ${n} coloured pixels`);
   assert.equal(await page.locator('#diagnostics table.diag tbody tr').count(), 2);  // 2 layers
   await page.locator('#curves-color').selectOption('optimizer.p');
   await page.waitForFunction(() => /optimizer\.p = 0\.5/.test(document.querySelector('#curves-section .legend')?.textContent || ''));
@@ -336,8 +347,7 @@ test('the trial page shows curves, config, attempts and log', async () => {
   await page.locator('#trial-stats').filter({hasText: '120 / 120'}).waitFor({timeout: 10000});
   await page.locator('#trial-curves [data-metric=loss] canvas').waitFor({timeout: 15000});
   await page.locator('#trial-curves [data-metric=val_loss] canvas').waitFor({timeout: 15000});
-  await sleep(300);
-  const loss = await colouredPixels('#trial-curves [data-metric=loss]');
+  const loss = await drawnCanvases('#trial-curves [data-metric=loss]', 1, 200);
   assert.ok(loss[0] > 200, `loss canvas: ${loss[0]} coloured pixels`);
   assert.ok(await page.locator('#trial-curves canvas').count() >= 5);
   assert.match(await page.locator('#trial-config pre').innerText(), /"attention"/);

@@ -447,8 +447,7 @@ TEST(SageBwdGpu, BwdVariantLab) {
   const char* env = std::getenv("SAGE_BWD_LAB");
   if (env == nullptr || std::string(env) != "1") GTEST_SKIP() << "set SAGE_BWD_LAB=1";
   // 24 = sagebwd v4 (the reference of the ratios), 152 = v4 with FMA-magic quantization, 184 =
-  // v4q = 152 with ex2.approx. The v6 variants (64 / 96 / 104 / 120: 0.59-0.88x of v4, bench
-  // notes) stay compiled in and can be put back here; they are left out to keep the lab short.
+  // v4q = 152 with ex2.approx: every backward variant compiled in.
   const std::vector<int> vars = {24, 152, 184};
   for (int var : vars) {
     SageCudaOptions opt;
@@ -457,7 +456,7 @@ TEST(SageBwdGpu, BwdVariantLab) {
     for (bool causal : {false, true}) {
       CheckAgainstEmulator({1, 2, 200, 64, causal}, opt, 700);
       CheckAgainstEmulator({1, 2, 257, 128, causal}, opt, 800);
-      // An odd number of K tiles without an N tail (v6: the last CTA's second K tile is absent).
+      // An odd number of K tiles without an N tail.
       CheckAgainstEmulator({1, 2, 320, 128, causal}, opt, 810);
     }
     SageCudaOptions sq = opt;

@@ -2,9 +2,10 @@
 // mma.sync m16n8k16 (bf16 in, fp32 accumulate). Kernel-lab variant in production: fpa v4
 // (kernels/bench/README.md "Variants"): backward v2b; forward v2 (d64), v2 + rescale skip
 // (non-causal d128: O *= alpha skipped when no row of the warp's 16-row half got a new max), v1
-// (causal d128). Round 3's lab forwards (v3: 8 warps x 16 rows, K/V triple-buffered, unmasked
-// interior tiles; v2 with Bkv = 32; rescale skip) are selectable at d128 by FPA_FWD_VARIANT (see
-// LaunchForward). The v1 backward kernel is kept for comparison (kBwdUseV2 = false selects it).
+// (causal d128). The d128 forwards v1, v2 and their rescale-skip forms are selectable by
+// FPA_FWD_VARIANT (see LaunchForward). Round 3's lab forwards (v3: 8 warps x 16 rows, K/V
+// triple-buffered; v2 with Bkv = 32) and the v1 backward measured slower and were removed
+// (kernels/bench/README.md names the commit that has them).
 //
 // Layout: q, k, v, o, do, dq, dk, dv (B, H, N, D) bf16 row-major; lse (B, H, N) fp32, natural log.
 // S = tau Q K^T, tau = 1/sqrt(D); the softmax runs in base 2 on S * tau * log2(e).
@@ -17,16 +18,12 @@
 // Forward v2 the same with 32 query rows per warp (Bq = 128, 2 CTAs/SM): Q fragments are re-read
 //           from shared memory per K tile, K/V fragments serve two m-blocks. Non-causal d128:
 //           with kSkipRescale (O *= alpha skipped, warp-uniformly, when alpha == 1 on all rows).
-// Forward v3 v1's warp tile (16 rows, Q in registers) with 8 warps (Bq = 128, 1 CTA/SM), a 3-stage
-//           K/V cp.async ring, and compile-time unmasked interior tiles.
 // Backward  (1) preprocess: Dv = rowsum(dO o O) fp32, zero the fp32 dQ accumulator;
 //           (2) main v2(b): grid (ceil(N/128), B*H), 8 warps, one CTA per 128-row K/V tile
 //           (resident in smem), Q/dO tiles of 64 rows (+ their lse, D) double-buffered with
 //           cp.async; per Q tile: S^T, dP^T (warp tiles 32 keys x 32 queries) -> P^T, dS^T in
 //           smem; dV += P^T dO, dK += dS^T Q (warp tiles 32 keys x D/2, registers); dQ_tile =
 //           dS K (warp tiles 32 queries x D/4) added to the fp32 accumulator with float2 atomics.
-//           (v1, kept: one CTA per 64 keys, 4 warps x 16 key rows, Q tiles of 64 (d64) / 32
-//           (d128), dS^T via smem for dQ.)
 //           (3) postprocess: dq = bf16(tau * dQ_acc). dK is scaled by tau at the store.
 // Masking: a compile-time causal flag; a tile gets the (row, col) mask only when it touches the
 // diagonal or the sequence tail. Tails: loads past N are zero-filled; masked keys get -inf;
@@ -59,18 +56,8 @@ struct FpaConfig {
   using QTile = Bf16Tile<kBq, D>;
   using KvTile = Bf16Tile<kBkv, D>;
   static constexpr int kFwdSmem = QTile::kBytes + 2 * 2 * KvTile::kBytes;  // Q, 2 x (K, V)
-  // Backward.
-  static constexpr int kBkvB = 16 * kWarps;  // 64 key rows per CTA, 16 per warp
-  // Query rows per inner step: 32 at D=128 keeps S^T, dP^T (and dK, dV) in 255 registers.
-  static constexpr int kBqB = D == 128 ? 32 : 64;
-  using KTileB = Bf16Tile<kBkvB, D>;
-  using QTileB = Bf16Tile<kBqB, D>;
-  using DsTile = Bf16Tile<kBkvB, kBqB>;  // dS^T: key rows x query columns
-  static constexpr int kBwdSmem = 2 * KTileB::kBytes + 2 * 2 * QTileB::kBytes + DsTile::kBytes;
 
   static_assert(kFwdSmem <= 227 * 1024, "forward shared memory exceeds sm_90's 227 KB");
-  static_assert(kBwdSmem <= 227 * 1024, "backward shared memory exceeds sm_90's 227 KB");
-  static_assert(kBqB % 16 == 0 && (kBqB / 16) * (D / 16) % kWarps == 0, "dQ jobs split evenly");
 };
 
 struct FwdParams {
@@ -472,194 +459,6 @@ __global__ void __launch_bounds__(128, 2) FpaForwardKernelV2(FwdParams p) {
 }
 
 // ----------------------------------------------------------------------------------------------
-// Forward v3 (lab, FPA_FWD_VARIANT 3 / 4): kW warps x 16 query rows (Bq = 16 kW), Bkv = 64, Q
-// fragments in registers and O at 16 x D / 32 = 64 floats per thread (v1's register budget, no
-// spills: 208-225 registers), K/V in a kStages-deep cp.async ring (3 = triple buffering: tiles
-// j+1, j+2 in flight while tile j is computed, wait_group<kStages-2>). Tiles wholly inside the
-// sequence and (causal) wholly below the CTA's first query row run a compile-time unmasked body;
-// only the diagonal / tail tiles run the masked one. kW = 8 (Bq = 128, 1 CTA/SM, 128 KB smem)
-// halves the K/V tile fills per query vs v1; kW = 4 (Bq = 64, 2 CTAs/SM, 112 KB each) is v1 plus
-// the ring and the split.
-// ----------------------------------------------------------------------------------------------
-template <int D, int kW, int kStages>
-struct FpaFwdV3Config {
-  static_assert(D == 64 || D == 128, "head dim 64 or 128");
-  static_assert(kStages >= 2 && kStages <= 4, "2-4 K/V stages");
-  static constexpr int kThreads = kW * 32;
-  static constexpr int kBq = 16 * kW;
-  static constexpr int kBkv = 64;
-  static_assert(kBq % kBkv == 0, "Bq is a multiple of Bkv (the interior-tile count uses it)");
-  using QTile = Bf16Tile<kBq, D>;
-  using KvTile = Bf16Tile<kBkv, D>;
-  static constexpr int kSmem = QTile::kBytes + kStages * 2 * KvTile::kBytes;  // Q, stages x (K, V)
-  static constexpr int kMinBlocks = kW == 4 ? 2 : 1;
-  // 1 KB per CTA is reserved by the runtime; an SM has 228 KB.
-  static_assert(kMinBlocks * (kSmem + 1024) <= 228 * 1024, "forward v3: smem per SM exceeded");
-};
-
-template <int D, bool kCausal, int kW, int kStages>
-__global__ void __launch_bounds__(kW * 32, (kW == 4 ? 2 : 1)) FpaForwardKernelV3(FwdParams p) {
-  using Cfg = FpaFwdV3Config<D, kW, kStages>;
-  constexpr int kThr = Cfg::kThreads;
-  constexpr int kBq = Cfg::kBq, kBkv = Cfg::kBkv;
-  constexpr int kNT = kBkv / 8;  // n-blocks of S per warp
-  constexpr int kDT = D / 8;     // n-blocks of O per warp
-  using QTile = typename Cfg::QTile;
-  using KvTile = typename Cfg::KvTile;
-
-  extern __shared__ __align__(128) char smem[];
-  char* qs = smem;
-  char* ks = smem + QTile::kBytes;             // stage st of K at ks + st * kStage
-  char* vs = ks + kStages * KvTile::kBytes;    // stage st of V at vs + st * kStage
-  constexpr int kStage = KvTile::kBytes;
-
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int N = p.N;
-  const int qt = kCausal ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
-  const int q0 = qt * kBq;
-  const int64_t head = int64_t(blockIdx.y) * N * D;
-  const bf16* q = p.q + head;
-  const bf16* k = p.k + head;
-  const bf16* v = p.v + head;
-
-  const int n_kv_total = CeilDiv(N, kBkv);
-  const int n_kv = kCausal ? min(n_kv_total, (min(q0 + kBq, N) - 1) / kBkv + 1) : n_kv_total;
-  // Tiles [0, n_full) need no mask for any row of the CTA: inside N and (causal) k0 + 63 <= q0.
-  const int n_full = min(kCausal ? q0 / kBkv : n_kv_total, N / kBkv);
-
-  LoadTileAsync<QTile, kThr>(qs, q, q0, N, tid);
-  LoadTileAsync<KvTile, kThr>(ks, k, 0, N, tid);
-  LoadTileAsync<KvTile, kThr>(vs, v, 0, N, tid);
-  CpAsyncCommit();
-#pragma unroll
-  for (int st = 1; st < kStages - 1; ++st) {
-    if (st < n_kv) {
-      LoadTileAsync<KvTile, kThr>(ks + st * kStage, k, st * kBkv, N, tid);
-      LoadTileAsync<KvTile, kThr>(vs + st * kStage, v, st * kBkv, N, tid);
-    }
-    CpAsyncCommit();
-  }
-
-  uint32_t qa[D / 16][4];
-  float o[kDT][4];
-  ZeroAcc(o);
-  float m[2] = {-INFINITY, -INFINITY};  // running max (base-2 scaled) of rows g, g+8
-  float l[2] = {0.f, 0.f};              // this thread's partial row sums
-  const int row_w = q0 + 16 * warp;     // first query row of this warp
-  const float sl2 = p.scale_log2;
-
-  // One K/V tile: S = Q K^T, (masked) online softmax, O += P V. kMask: compile-time.
-  auto tile = [&](const int j, const int buf, auto mask_tag) {
-    constexpr bool kMask = decltype(mask_tag)::value;
-    const int k0 = j * kBkv;
-    if constexpr (kMask) {
-      if (kCausal && k0 > row_w + 15) return;  // this warp sees none of these keys
-    }
-    const uint32_t kb = SmemAddr(ks + buf * kStage), vb = SmemAddr(vs + buf * kStage);
-    float s[kNT][4];
-    ZeroAcc(s);
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-#pragma unroll
-      for (int np = 0; np < kNT / 2; ++np) {
-        uint32_t b[4];
-        LoadBFrag2<KvTile>(b, kb, 16 * np, 16 * kk, lane);
-        MmaBf16(s[2 * np], qa[kk], b[0], b[1]);
-        MmaBf16(s[2 * np + 1], qa[kk], b[2], b[3]);
-      }
-    }
-    if constexpr (kMask) {
-      if ((k0 + kBkv > N) || (kCausal && k0 + kBkv - 1 > row_w)) {
-        ApplyMask(s, row_w, k0, lane, [N](int r, int c) { return c >= N || (kCausal && c > r); });
-      }
-    }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int nb = 0; nb < kNT; ++nb) mx = fmaxf(mx, fmaxf(s[nb][2 * h], s[nb][2 * h + 1]));
-      mx = QuadMax(mx) * sl2;
-      const float m_new = fmaxf(m[h], mx);
-      // A row with no valid key yet (only possible on masked tiles).
-      const float m_use = (kMask && m_new == -INFINITY) ? 0.f : m_new;
-      const float alpha = FastExp2(m[h] - m_use);
-      m[h] = m_new;
-      float sum = 0.f;
-#pragma unroll
-      for (int nb = 0; nb < kNT; ++nb) {
-#pragma unroll
-        for (int e = 2 * h; e < 2 * h + 2; ++e) {
-          s[nb][e] = FastExp2(fmaf(s[nb][e], sl2, -m_use));
-          sum += s[nb][e];
-        }
-      }
-      l[h] = l[h] * alpha + sum;
-#pragma unroll
-      for (int nb = 0; nb < kDT; ++nb) {
-        o[nb][2 * h] *= alpha;
-        o[nb][2 * h + 1] *= alpha;
-      }
-    }
-    uint32_t pa[kNT / 2][4];
-    AccToBf16A<kNT>(pa, s);
-#pragma unroll
-    for (int kk = 0; kk < kNT / 2; ++kk) {
-#pragma unroll
-      for (int np = 0; np < kDT / 2; ++np) {
-        uint32_t b[4];
-        LoadBFrag2Trans<KvTile>(b, vb, 16 * kk, 16 * np, lane);
-        MmaBf16(o[2 * np], pa[kk], b[0], b[1]);
-        MmaBf16(o[2 * np + 1], pa[kk], b[2], b[3]);
-      }
-    }
-  };
-
-  int buf = 0;  // stage of tile j
-  for (int j = 0; j < n_kv; ++j) {
-    CpAsyncWait<kStages - 2>();
-    __syncthreads();  // tile j visible; every warp is done with the stage of tile j-1
-    if (j + kStages - 1 < n_kv) {
-      const int nb = buf == 0 ? kStages - 1 : buf - 1;  // (j + kStages - 1) % kStages
-      LoadTileAsync<KvTile, kThr>(ks + nb * kStage, k, (j + kStages - 1) * kBkv, N, tid);
-      LoadTileAsync<KvTile, kThr>(vs + nb * kStage, v, (j + kStages - 1) * kBkv, N, tid);
-    }
-    CpAsyncCommit();
-    if (j == 0) {
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) LoadAFrag<QTile>(qa[kk], SmemAddr(qs), 16 * warp, 16 * kk, lane);
-    }
-    if (j < n_full) {
-      tile(j, buf, std::false_type{});
-    } else {
-      tile(j, buf, std::true_type{});
-    }
-    buf = buf + 1 == kStages ? 0 : buf + 1;
-  }
-  CpAsyncWait<0>();
-
-  const int g = lane >> 2, t = lane & 3;
-  float inv[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const float lsum = QuadSum(l[h]);
-    inv[h] = lsum > 0.f ? 1.f / lsum : 0.f;
-    const int row = row_w + g + 8 * h;
-    if (t == 0 && row < N) {
-      p.lse[int64_t(blockIdx.y) * N + row] = (m[h] + __log2f(lsum)) * kLn2;
-    }
-  }
-#pragma unroll
-  for (int nb = 0; nb < kDT; ++nb) {
-    o[nb][0] *= inv[0];
-    o[nb][1] *= inv[0];
-    o[nb][2] *= inv[1];
-    o[nb][3] *= inv[1];
-  }
-  StoreAccBf16<kDT>(p.o + head, D, row_w, N, lane, o, 1.f);
-}
-
-
-// ----------------------------------------------------------------------------------------------
 // Backward.
 // ----------------------------------------------------------------------------------------------
 
@@ -697,189 +496,6 @@ __global__ void __launch_bounds__(256) FpaBwdPostprocessKernel(const float* dq_a
   reinterpret_cast<uint2*>(dq)[i] = out;
 }
 
-template <int D, bool kCausal>
-__global__ void __launch_bounds__(kThreads) FpaBackwardKernel(BwdParams p) {
-  using Cfg = FpaConfig<D>;
-  constexpr int kBkv = Cfg::kBkvB, kBq = Cfg::kBqB;
-  constexpr int kNT = kBq / 8;  // n-blocks of S^T per warp (query columns)
-  constexpr int kDT = D / 8;    // n-blocks of dK, dV per warp
-  using KTile = typename Cfg::KTileB;
-  using QTile = typename Cfg::QTileB;
-  using DsTile = typename Cfg::DsTile;
-
-  extern __shared__ __align__(128) char smem[];
-  char* ks = smem;
-  char* vs = ks + KTile::kBytes;
-  char* qs = vs + KTile::kBytes;        // 2 stages of QTile::kBytes
-  char* dos = qs + 2 * QTile::kBytes;   // 2 stages
-  char* dss = vs + KTile::kBytes + 4 * QTile::kBytes;
-
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int g = lane >> 2, t = lane & 3;
-  const int N = p.N;
-  const int kv0 = blockIdx.x * kBkv;
-  const int64_t head = int64_t(blockIdx.y) * N * D;
-  const bf16* q = p.q + head;
-  const bf16* dO = p.do_ + head;
-  const float* lse = p.lse + int64_t(blockIdx.y) * N;
-  const float* dvec = p.dvec + int64_t(blockIdx.y) * N;
-  float* dq_acc = p.dq_acc + head;
-
-  // Causal: query rows < kv0 see none of these keys.
-  const int qt_begin = kCausal ? kv0 / kBq : 0;
-  const int qt_end = CeilDiv(N, kBq);
-
-  LoadTileAsync<KTile, kThreads>(ks, p.k + head, kv0, N, tid);
-  LoadTileAsync<KTile, kThreads>(vs, p.v + head, kv0, N, tid);
-  LoadTileAsync<QTile, kThreads>(qs, q, qt_begin * kBq, N, tid);
-  LoadTileAsync<QTile, kThreads>(dos, dO, qt_begin * kBq, N, tid);
-  CpAsyncCommit();
-
-  float dk[kDT][4], dv[kDT][4];
-  ZeroAcc(dk);
-  ZeroAcc(dv);
-  const int kv_w = kv0 + 16 * warp;  // first key row of this warp
-  const uint32_t kb = SmemAddr(ks), vb = SmemAddr(vs), dsb = SmemAddr(dss);
-
-  for (int it = qt_begin; it < qt_end; ++it) {
-    const int buf = (it - qt_begin) & 1;
-    CpAsyncWait<0>();
-    __syncthreads();  // Q/dO tile visible; everyone done with the previous tile and with dS^T
-    if (it + 1 < qt_end) {
-      LoadTileAsync<QTile, kThreads>(qs + (buf ^ 1) * QTile::kBytes, q, (it + 1) * kBq, N, tid);
-      LoadTileAsync<QTile, kThreads>(dos + (buf ^ 1) * QTile::kBytes, dO, (it + 1) * kBq, N, tid);
-    }
-    CpAsyncCommit();
-    const uint32_t qb = SmemAddr(qs + buf * QTile::kBytes), dob = SmemAddr(dos + buf * QTile::kBytes);
-    const int q0 = it * kBq;
-
-    // Per query column of this thread: lse (base 2; +inf past N so P = 0) and D.
-    float lse2[kNT][2], dcol[kNT][2];
-#pragma unroll
-    for (int nb = 0; nb < kNT; ++nb) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int col = q0 + nb * 8 + 2 * t + e;
-        lse2[nb][e] = col < N ? __ldg(lse + col) * kLog2e : INFINITY;
-        dcol[nb][e] = col < N ? __ldg(dvec + col) : 0.f;
-      }
-    }
-
-    // S^T = K Q^T and dP^T = V dO^T (16 key rows x kBq query columns per warp).
-    float s[kNT][4], dp[kNT][4];
-    ZeroAcc(s);
-    ZeroAcc(dp);
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t ka[4], va[4];
-      LoadAFrag<KTile>(ka, kb, 16 * warp, 16 * kk, lane);
-      LoadAFrag<KTile>(va, vb, 16 * warp, 16 * kk, lane);
-#pragma unroll
-      for (int np = 0; np < kNT / 2; ++np) {
-        uint32_t b[4];
-        LoadBFrag2<QTile>(b, qb, 16 * np, 16 * kk, lane);
-        MmaBf16(s[2 * np], ka, b[0], b[1]);
-        MmaBf16(s[2 * np + 1], ka, b[2], b[3]);
-        LoadBFrag2<QTile>(b, dob, 16 * np, 16 * kk, lane);
-        MmaBf16(dp[2 * np], va, b[0], b[1]);
-        MmaBf16(dp[2 * np + 1], va, b[2], b[3]);
-      }
-    }
-    const bool need_mask = (kv0 + kBkv > N) || (kCausal && q0 < kv_w + 15);
-    if (need_mask) {
-      // Rows are keys, columns are queries here.
-      ApplyMask(s, kv_w, q0, lane, [N](int key, int qry) { return key >= N || (kCausal && key > qry); });
-    }
-
-    // P^T and dS^T = P^T o (dP^T - D) in place.
-#pragma unroll
-    for (int nb = 0; nb < kNT; ++nb) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float pv = FastExp2(fmaf(s[nb][e], p.scale_log2, -lse2[nb][e & 1]));
-        s[nb][e] = pv;
-        dp[nb][e] = pv * (dp[nb][e] - dcol[nb][e & 1]);
-      }
-    }
-
-    // dS^T -> shared memory (bf16) for dQ.
-#pragma unroll
-    for (int nb = 0; nb < kNT; ++nb) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = 16 * warp + g + 8 * h;
-        const int cb = (nb * 8 + 2 * t) * 2;
-        *reinterpret_cast<uint32_t*>(dss + DsTile::ByteOffset(r, cb)) =
-            PackBf16x2(dp[nb][2 * h], dp[nb][2 * h + 1]);
-      }
-    }
-
-    // dV += P^T dO, dK += dS^T Q (contracting over the kBq query columns).
-    {
-      uint32_t pa[kNT / 2][4], dsa[kNT / 2][4];
-      AccToBf16A<kNT>(pa, s);
-      AccToBf16A<kNT>(dsa, dp);
-#pragma unroll
-      for (int kk = 0; kk < kNT / 2; ++kk) {
-#pragma unroll
-        for (int np = 0; np < kDT / 2; ++np) {
-          uint32_t b[4];
-          LoadBFrag2Trans<QTile>(b, dob, 16 * kk, 16 * np, lane);
-          MmaBf16(dv[2 * np], pa[kk], b[0], b[1]);
-          MmaBf16(dv[2 * np + 1], pa[kk], b[2], b[3]);
-          LoadBFrag2Trans<QTile>(b, qb, 16 * kk, 16 * np, lane);
-          MmaBf16(dk[2 * np], dsa[kk], b[0], b[1]);
-          MmaBf16(dk[2 * np + 1], dsa[kk], b[2], b[3]);
-        }
-      }
-    }
-    __syncthreads();  // dS^T complete
-
-    // dQ (kBq x D) += dS K: jobs of 16 query rows x (D / kColSplit) columns over the warps.
-    {
-      constexpr int kRowBlocks = kBq / 16;
-      constexpr int kColSplit = kWarps / kRowBlocks > 0 ? kWarps / kRowBlocks : 1;
-      constexpr int kColsPerJob = D / kColSplit;
-      constexpr int kJobs = kRowBlocks * kColSplit;
-#pragma unroll
-      for (int job = warp; job < kJobs; job += kWarps) {
-        const int rb = job % kRowBlocks, cs = job / kRowBlocks;
-        uint32_t a[kBkv / 16][4];
-#pragma unroll
-        for (int kk = 0; kk < kBkv / 16; ++kk) LoadAFragTrans<DsTile>(a[kk], dsb, 16 * kk, 16 * rb, lane);
-#pragma unroll
-        for (int np = 0; np < kColsPerJob / 16; ++np) {
-          const int n0 = cs * kColsPerJob + 16 * np;
-          float acc[2][4];
-          ZeroAcc(acc);
-#pragma unroll
-          for (int kk = 0; kk < kBkv / 16; ++kk) {
-            uint32_t b[4];
-            LoadBFrag2Trans<KTile>(b, kb, 16 * kk, n0, lane);
-            MmaBf16(acc[0], a[kk], b[0], b[1]);
-            MmaBf16(acc[1], a[kk], b[2], b[3]);
-          }
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int row = q0 + 16 * rb + g + 8 * h;
-            if (row >= N) continue;
-            float* dst = dq_acc + int64_t(row) * D + n0 + 2 * t;
-            atomicAdd(dst, acc[0][2 * h]);
-            atomicAdd(dst + 1, acc[0][2 * h + 1]);
-            atomicAdd(dst + 8, acc[1][2 * h]);
-            atomicAdd(dst + 9, acc[1][2 * h + 1]);
-          }
-        }
-      }
-    }
-  }
-  CpAsyncWait<0>();
-
-  StoreAccBf16<kDT>(p.dv + head, D, kv_w, N, lane, dv, 1.f);
-  StoreAccBf16<kDT>(p.dk + head, D, kv_w, N, lane, dk, p.tau);
-}
-
-
 // ----------------------------------------------------------------------------------------------
 // Backward v2: 8 warps, 128 keys per CTA, Q tiles of 64, P^T and dS^T through shared memory.
 // ----------------------------------------------------------------------------------------------
@@ -895,9 +511,8 @@ __global__ void __launch_bounds__(kThreads) FpaBackwardKernel(BwdParams p) {
 //       float2 atomics (sm_90 red.global.add.v2.f32), one pass per (Q tile, K tile).
 // The warp tiles (32 x 32 / 32 x D/2 / 32 x D/4) cut shared-memory operand traffic per MMA to
 // ~60% of v1 (whose warps held 16 key rows x a 32-query tile at D = 128).
-// Backward v2 option (variant "fpa v2b"): stage the Q tile's lse and D vectors in shared memory
-// with cp.async alongside Q / dO, instead of __ldg from global inside phase 1.
-constexpr bool kBwdRowVecsInSmem = true;
+// v2b: the Q tile's lse and D vectors are staged in shared memory with cp.async alongside Q / dO
+// (v2 read them by __ldg inside phase 1).
 
 // 4-byte cp.async (.ca) with zero fill when !valid (src must still be a mapped address).
 __device__ __forceinline__ void CpAsync4(uint32_t dst, const void* src, bool valid) {
@@ -977,7 +592,7 @@ __global__ void __launch_bounds__(256, 1) FpaBackwardKernelV2(BwdParams p) {
   LoadTileAsync<KTile, kThr>(vs, p.v + head, kv0, N, tid);
   LoadTileAsync<QTile, kThr>(qs, q, qt_begin * kBq, N, tid);
   LoadTileAsync<QTile, kThr>(dos, dO, qt_begin * kBq, N, tid);
-  if constexpr (kBwdRowVecsInSmem) load_rowvecs(0, qt_begin, tid);
+  load_rowvecs(0, qt_begin, tid);
   CpAsyncCommit();
 
   // Warp layouts.
@@ -1003,7 +618,7 @@ __global__ void __launch_bounds__(256, 1) FpaBackwardKernelV2(BwdParams p) {
     if (it + 1 < qt_end) {
       LoadTileAsync<QTile, kThr>(qs + (buf ^ 1) * QTile::kBytes, q, (it + 1) * kBq, N, tid);
       LoadTileAsync<QTile, kThr>(dos + (buf ^ 1) * QTile::kBytes, dO, (it + 1) * kBq, N, tid);
-      if constexpr (kBwdRowVecsInSmem) load_rowvecs(buf ^ 1, it + 1, tid);
+      load_rowvecs(buf ^ 1, it + 1, tid);
     }
     CpAsyncCommit();
     const uint32_t qb = SmemAddr(qs + buf * QTile::kBytes), dob = SmemAddr(dos + buf * QTile::kBytes);
@@ -1059,14 +674,9 @@ __global__ void __launch_bounds__(256, 1) FpaBackwardKernelV2(BwdParams p) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int col = qw + nb * 8 + 2 * t + e;
-          if constexpr (kBwdRowVecsInSmem) {
-            const int i = buf * kBq + qc + nb * 8 + 2 * t + e;
-            l2[e] = col < N ? lse_s[i] * kLog2e : INFINITY;  // +inf: P = 0 past N
-            dc[e] = col < N ? dv_s[i] : 0.f;
-          } else {
-            l2[e] = col < N ? __ldg(lse + col) * kLog2e : INFINITY;  // +inf: P = 0 past N
-            dc[e] = col < N ? __ldg(dvec + col) : 0.f;
-          }
+          const int i = buf * kBq + qc + nb * 8 + 2 * t + e;
+          l2[e] = col < N ? lse_s[i] * kLog2e : INFINITY;  // +inf: P = 0 past N
+          dc[e] = col < N ? dv_s[i] : 0.f;
         }
 #pragma unroll
         for (int mi = 0; mi < 2; ++mi) {
@@ -1202,9 +812,9 @@ Status CheckPtr(const void* ptr, const char* name, const char* who) {
 // 32 rows per warp) for d64; at d128 lab variant kFwd128Production<kCausal>: 6 = v2 with the
 // rescale skip non-causal (+4-5% over v2), 1 = v1 causal (v2 measured 5-12% slower there: half as
 // many CTAs for the triangle, 84-96 B spills; v1 + skip -1-3%; round 3's v3 / Bkv = 32 / triple-
-// buffered forwards measured slower, see kernels/bench/README.md). Lab switch (d128 only, read once per process): FPA_FWD_VARIANT = 1 (v1: Bq = 64, 2
-// stages), 2 (v2), 3 (v3, 8 warps, 3 stages), 4 (v3, 4 warps, 3 stages), 5 (v2 with Bkv = 32
-// and 3 stages), 6 (v2 + rescale skip), 7 (v1 + rescale skip); unset or 0 = production.
+// buffered forwards measured slower and were removed, see kernels/bench/README.md). Lab switch
+// (d128 only, read once per process): FPA_FWD_VARIANT = 1 (v1: Bq = 64, 2 stages), 2 (v2),
+// 6 (v2 + rescale skip), 7 (v1 + rescale skip); unset or 0 = production.
 template <bool kCausal>
 constexpr int kFwd128Production = kCausal ? 1 : 6;
 
@@ -1227,13 +837,6 @@ Status LaunchFwdKernel(Kernel kernel, int bq, int threads, int smem, const AttnS
   return CudaStatus(cudaGetLastError(), "FpaForwardCuda: launch");
 }
 
-template <int D, bool kCausal, int kW, int kStages>
-Status LaunchFwdV3(const AttnShapeCuda& s, const FwdParams& p, cudaStream_t stream) {
-  using Cfg = FpaFwdV3Config<D, kW, kStages>;
-  return LaunchFwdKernel(FpaForwardKernelV3<D, kCausal, kW, kStages>, Cfg::kBq, Cfg::kThreads,
-                         Cfg::kSmem, s, p, stream);
-}
-
 template <int D, bool kCausal>
 Status LaunchForward(const AttnShapeCuda& s, const FwdParams& p, cudaStream_t stream) {
   if constexpr (D == 64) {
@@ -1249,15 +852,6 @@ Status LaunchForward(const AttnShapeCuda& s, const FwdParams& p, cudaStream_t st
       case 2:
         return LaunchFwdKernel(FpaForwardKernelV2<D, kCausal>, FpaFwdV2Config<D>::kBq,
                                FpaFwdV2Config<D>::kThreads, FpaFwdV2Config<D>::kSmem, s, p, stream);
-      case 3:
-        return LaunchFwdV3<D, kCausal, 8, 3>(s, p, stream);
-      case 4:
-        return LaunchFwdV3<D, kCausal, 4, 3>(s, p, stream);
-      case 5: {
-        using C5 = FpaFwdV2Config<D, 32, 3>;
-        return LaunchFwdKernel(FpaForwardKernelV2<D, kCausal, 32, 3>, C5::kBq, C5::kThreads,
-                               C5::kSmem, s, p, stream);
-      }
       case 6: {
         using C6 = FpaFwdV2Config<D>;
         return LaunchFwdKernel(FpaForwardKernelV2<D, kCausal, 64, 2, true>, C6::kBq, C6::kThreads,
@@ -1272,14 +866,9 @@ Status LaunchForward(const AttnShapeCuda& s, const FwdParams& p, cudaStream_t st
   }
 }
 
-// Which backward main kernel runs per head dim: v2 (fpa v2 / v2b / v3) or v1.
-template <int D>
-constexpr bool kBwdUseV2 = true;
-
 template <int D, bool kCausal>
 Status LaunchBackward(const AttnShapeCuda& s, const BwdParams& p, const bf16* o, bf16* dq,
                       cudaStream_t stream) {
-  using Cfg = FpaConfig<D>;
   const int64_t rows = s.rows();
   FpaBwdPreprocessKernel<D><<<unsigned((rows + 7) / 8), 256, 0, stream>>>(
       o, p.do_, const_cast<float*>(p.dvec), rows);
@@ -1287,22 +876,13 @@ Status LaunchBackward(const AttnShapeCuda& s, const BwdParams& p, const bf16* o,
   ABLATE_CUDA_RETURN_IF_ERROR(
       cudaMemsetAsync(p.dq_acc, 0, size_t(s.numel()) * sizeof(float), stream),
       "FpaBackwardCuda: zero dQ accumulator");
-  if constexpr (kBwdUseV2<D>) {
-    using Cfg2 = FpaBwdV2Config<D>;
-    auto kernel = FpaBackwardKernelV2<D, kCausal>;
-    ABLATE_CUDA_RETURN_IF_ERROR(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg2::kSmem),
-        "FpaBackwardCuda: cudaFuncSetAttribute");
-    const dim3 grid(CeilDiv(s.N, Cfg2::kBkv), s.B * s.H);
-    kernel<<<grid, Cfg2::kThreads, Cfg2::kSmem, stream>>>(p);
-  } else {
-    auto kernel = FpaBackwardKernel<D, kCausal>;
-    ABLATE_CUDA_RETURN_IF_ERROR(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kBwdSmem),
-        "FpaBackwardCuda: cudaFuncSetAttribute");
-    const dim3 grid(CeilDiv(s.N, Cfg::kBkvB), s.B * s.H);
-    kernel<<<grid, kThreads, Cfg::kBwdSmem, stream>>>(p);
-  }
+  using Cfg2 = FpaBwdV2Config<D>;
+  auto kernel = FpaBackwardKernelV2<D, kCausal>;
+  ABLATE_CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg2::kSmem),
+      "FpaBackwardCuda: cudaFuncSetAttribute");
+  const dim3 grid(CeilDiv(s.N, Cfg2::kBkv), s.B * s.H);
+  kernel<<<grid, Cfg2::kThreads, Cfg2::kSmem, stream>>>(p);
   ABLATE_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "FpaBackwardCuda: main launch");
   const int64_t n4 = s.numel() / 4;  // D is a multiple of 4
   FpaBwdPostprocessKernel<<<unsigned((n4 + 255) / 256), 256, 0, stream>>>(p.dq_acc, dq, n4, p.tau);

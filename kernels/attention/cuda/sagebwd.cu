@@ -45,20 +45,18 @@
 // v5 variants stay compiled in for the lab (SageCudaOptions::fwd_variant). Backward: sagebwd v4q
 // = v4 (bits kBwdInterior | kBwdOcc3) + kBwdFastQ (P^T / dS^T / dS^ codes by one FMA into the
 // 1.5 * 2^23 mantissa, no F2I / clamp) + kBwdExp2 (P by ex2.approx in the log2 domain) = backward
-// variant 184 of the compiled-in variants (kBwd*, BwdLaunchFor; the GPU test's lab mode times
-// them through SageCudaOptions::bwd_variant). mma.sync m16n8k32 s8 /
-// m16n8k16 bf16 with ldmatrix fragment loads from padded tiles (row strides of an odd number of
-// 16-byte chunks: conflict-free), cp.async copies; forward: K^ / V^T double-buffered (next tile
-// prefetched during the current one; v5 also); backward: Q^ / dO / lse / D_i of a Q tile loaded at the top
-// of its iteration (v3's one-ahead prefetch, 16-byte dQ atomics and S32ToF32 conversion: 2-6%
-// slower together, lab variants only); quantization kernels with 16-byte loads and stores in
-// both orientations. No wgmma / TMA yet.
+// variant 184 of the compiled-in variants 24 / 152 / 184 (kBwd*, BwdKernelFor; the GPU test's
+// lab mode times them through SageCudaOptions::bwd_variant). mma.sync m16n8k32 s8 / m16n8k16
+// bf16 with ldmatrix fragment loads from padded tiles (row strides of an odd number of 16-byte
+// chunks: conflict-free), cp.async copies; forward: K^ / V^T double-buffered (next tile
+// prefetched during the current one; v5 also); backward: Q^ / dO / lse / D_i of a Q tile loaded
+// at the top of its iteration (v3's one-ahead prefetch, 16-byte dQ atomics and S32ToF32
+// conversion were 2-6% slower together and are gone); quantization kernels with 16-byte loads
+// and stores in both orientations. No wgmma / TMA yet.
 //
-// Backward lab, sagebwd v6 (SageBackwardKernelV6, bwd_variant 64 / 96 / 104 / 120): fpa.cu's
-// backward v2 structure (8 warps, 128 keys = two K tiles per CTA, Q tiles of 64 double-buffered,
-// P^T / dS^T / dS^ staged once per Q tile, half the dQ atomics). Measured 0.76-0.88x of v4 in its
-// best build (one CTA per SM leaves the ALU-heavy scale / requantization middle of each Q tile
-// without overlapping MMA work), so it is not production; see its section comment below.
+// Backward lab, sagebwd v6 (fpa.cu's backward v2 structure: 8 warps, 128 keys per CTA): measured
+// 0.76-0.88x of v4 in its best build and removed (kernels/bench/README.md, Variants, names the
+// commit that still has it).
 #include "attention/cuda/sagebwd_cuda.h"
 
 #include <cuda_bf16.h>
@@ -150,7 +148,7 @@ __device__ __forceinline__ int8_t QuantizeS8Inv(float x, float inv_s) {
 }
 
 
-// Fast quantizer (v6 with kFastQ, v4 with kBwdFastQ): round_half_even(x * inv_s) formed by one
+// Fast quantizer (backward with kBwdFastQ): round_half_even(x * inv_s) formed by one
 // FMA into the mantissa of 1.5 * 2^23 (the integer lands in the low bits, two's complement in the
 // low byte; exact for |x inv_s| < 2^22), no clamp: x is one of the values whose largest magnitude
 // m gave s = m / 127 (rounded) and inv_s = 1 / s (rounded), so |x inv_s| <= 127 (1 + 2^-22) <
@@ -181,9 +179,8 @@ __device__ __forceinline__ float S32ToF32(int32_t x) {
 // Backward kernel-lab variants (kernels/bench/README.md, Variants): bits of a template parameter,
 // selected per call by SageCudaOptions::bwd_variant (the GPU test's lab mode; production calls
 // leave it at -1 = kBwdProduction).
-constexpr int kBwdPrefetch = 1;  // prefetch the next Q tile's Q^ / dO / lse / D_i (v3)
-constexpr int kBwdVec4 = 2;      // dQ by 16-byte red.add.v4.f32 with a lane-pair swap (v3); else v2
-constexpr int kBwdMagic = 4;     // int32 -> fp32 by S32ToF32 (v3); else I2F
+// (Bits 1, 2, 4 were v3's Q-tile prefetch, 16-byte dQ atomics and S32ToF32 conversion: 2-6%
+// slower together, removed; git history.)
 constexpr int kBwdInterior = 8;  // interior blocks (no tail, no causal diagonal) skip the masks
 constexpr int kBwdOcc3 = 16;     // D = 64: __launch_bounds__(128, 3): <= 168 registers, 3 CTAs/SM
 constexpr int kBwdExp2 = 32;     // P = ex2.approx(x a log2e - lse log2e) instead of expf(a x - lse)
@@ -192,9 +189,6 @@ constexpr int kBwdFastQ = 128;   // P^T, dS^T, dS^ codes by QuantBits / QuantPac
 template <int D, int kVar>
 constexpr int BwdMinBlocks() {
   return (D == 64 && (kVar & kBwdOcc3) != 0) ? 3 : 1;
-}
-__device__ __forceinline__ float S32ToF32Or(int32_t x, bool magic) {
-  return magic ? S32ToF32(x) : __int2float_rn(x);
 }
 
 // Fragment loads by ldmatrix from the padded tiles: every row stride used here (kI8D, kI8T,
@@ -945,7 +939,6 @@ struct BwdParams {
   __nv_bfloat16 *dk, *dv;
   int n, np, ntq, ntk;
   bool smooth_q, int8_dp;
-  bool dsrow_needed;  // rowsum(dS) for the K-smoothing dQ correction (v6 skips it otherwise)
   float tau;
 };
 
@@ -953,9 +946,7 @@ struct BwdParams {
 // query rows 16w..16w+15 of each Q tile for S, dP, P, dS and dQ.
 template <int D, bool kCausal, int kVar>
 __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackwardKernel(BwdParams p) {
-  constexpr bool kPre = (kVar & kBwdPrefetch) != 0, kV4 = (kVar & kBwdVec4) != 0,
-                 kMg = (kVar & kBwdMagic) != 0, kInt = (kVar & kBwdInterior) != 0,
-                 kFx = (kVar & kBwdExp2) != 0, kFq = (kVar & kBwdFastQ) != 0;
+  constexpr bool kInt = (kVar & kBwdInterior) != 0, kFx = (kVar & kBwdExp2) != 0, kFq = (kVar & kBwdFastQ) != 0;
   using C = SageConfig<D>;
   extern __shared__ __align__(16) char smem[];
   int8_t* s_kh = reinterpret_cast<int8_t*>(smem + C::kBwdKh);
@@ -1010,11 +1001,10 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
 
   const int i0 = kCausal ? c0 / kTile : 0;
   // Q^ and dO (the S / dP operands) of Q tile ii, plus its lse / D_i rows into registers
-  // (threads 0..63): issued one iteration ahead, right after the S / dP phase, so the copy
-  // overlaps the quantization and the dV / dK / dQ products. Q^T and dO^T are read until the end
-  // of an iteration and are loaded at its top (single-buffered: 2 CTAs per SM).
-  float lse_nx = 0.0f, drow_nx = 0.0f;
-  auto prefetch = [&](int ii) {
+  // (threads 0..63), loaded at the top of its iteration with Q^T and dO^T (single-buffered: 2-3
+  // CTAs per SM overlap one CTA's copies with another's work).
+  float lse_i = 0.0f, drow_i = 0.0f;
+  auto load_q_tile = [&](int ii) {
     const int rr = ii * kTile;
     CopyRows(s_qh, C::kI8D, p.qh + bh * npd + int64_t(rr) * D, D, kTile, D);
     if (p.int8_dp) {
@@ -1025,27 +1015,26 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
     cuda::CpAsyncCommit();
     if (threadIdx.x < kTile) {
       const bool ok = rr + int(threadIdx.x) < p.n;
-      lse_nx = ok ? p.lse[int64_t(bh) * p.n + rr + threadIdx.x] : 0.0f;
-      drow_nx = ok ? p.drow[int64_t(bh) * p.n + rr + threadIdx.x] : 0.0f;
+      lse_i = ok ? p.lse[int64_t(bh) * p.n + rr + threadIdx.x] : 0.0f;
+      drow_i = ok ? p.drow[int64_t(bh) * p.n + rr + threadIdx.x] : 0.0f;
     }
   };
-  if (kPre) prefetch(i0);
   for (int i = i0; i < p.ntq; ++i) {
     const int r0 = i * kTile;
     __syncthreads();  // the previous block's shared reads are done
-    if (!kPre) prefetch(i);  // v2: Q^ / dO / lse / D_i of this tile at its top
+    load_q_tile(i);
     CopyRows(s_qht, kI8T, p.qht + bh * npd + r0, p.np, D, kTile);
     CopyRows(s_doht, kI8T, p.doht + bh * npd + r0, p.np, D, kTile);
     if (threadIdx.x < kTile) {
-      s_lse[threadIdx.x] = lse_nx;
-      s_drow[threadIdx.x] = drow_nx;
+      s_lse[threadIdx.x] = lse_i;
+      s_drow[threadIdx.x] = drow_i;
     }
     if (p.smooth_q) {
       for (int d = threadIdx.x; d < D; d += blockDim.x) {
         s_mu[d] = p.mu[(int64_t(bh) * p.ntq + i) * D + d];
       }
     }
-    CopyWait();  // this iteration's Q^T, dO^T and the prefetched Q^, dO
+    CopyWait();  // this iteration's Q^, Q^T, dO, dO^T
     __syncthreads();
     if (p.smooth_q) {
       BlockBias<D>(p.k + bh * nd, s_mu, s_kbar, j, p.n, tau, s_bias);
@@ -1067,7 +1056,7 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
 #pragma unroll
         for (int n = 0; n < 8; ++n) {
 #pragma unroll
-          for (int e = 0; e < 4; ++e) dp[n][e] = sdv * S32ToF32Or(di[n][e], kMg);
+          for (int e = 0; e < 4; ++e) dp[n][e] = sdv * __int2float_rn(di[n][e]);
         }
       } else {
         WarpGemmBf16<D, 8>(reinterpret_cast<const __nv_bfloat16*>(s_do) + warp * 16 * C::kBfD,
@@ -1088,7 +1077,7 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
         for (int n = 0; n < 8; ++n) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            const float x = S32ToF32Or(si[n][e], kMg);
+            const float x = __int2float_rn(si[n][e]);
             const float l = (e >> 1) ? l1 : l0;
             const float bl =
                 p.smooth_q ? fmaf(s_bias[n * 8 + 2 * t + (e & 1)], cuda::kLog2e, -l) : -l;
@@ -1104,7 +1093,7 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
         for (int n = 0; n < 8; ++n) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            float x = a * S32ToF32Or(si[n][e], kMg);
+            float x = a * __int2float_rn(si[n][e]);
             if (p.smooth_q) x += s_bias[n * 8 + 2 * t + (e & 1)];
             const float pe = expf(x - ((e >> 1) ? lse1 : lse0));
             pf[n][e] = pe;
@@ -1123,9 +1112,9 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
             if constexpr (kFx) {
               const float l = s_lse[lr] * cuda::kLog2e;
               const float bl = p.smooth_q ? fmaf(s_bias[c], cuda::kLog2e, -l) : -l;
-              pe = valid ? cuda::FastExp2(fmaf(a2, S32ToF32Or(si[n][e], kMg), bl)) : 0.0f;
+              pe = valid ? cuda::FastExp2(fmaf(a2, __int2float_rn(si[n][e]), bl)) : 0.0f;
             } else {
-              float x = a * S32ToF32Or(si[n][e], kMg);
+              float x = a * __int2float_rn(si[n][e]);
               if (p.smooth_q) x += s_bias[c];
               pe = valid ? expf(x - s_lse[lr]) : 0.0f;
             }
@@ -1178,7 +1167,6 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
       }
     }
     __syncthreads();
-    if (kPre && i + 1 < p.ntq) prefetch(i + 1);  // Q^, dO, lse, D_i are no longer read
     if (threadIdx.x < kTile) {
       const int c = threadIdx.x;
       float mp = 0.0f, mds = 0.0f, cs = 0.0f;
@@ -1243,7 +1231,7 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const float coef = s_csp[kr[e >> 1]] * sdoi;
-          dv[ch * 8 + n][e] += coef * S32ToF32Or(tmp[n][e], kMg);
+          dv[ch * 8 + n][e] += coef * __int2float_rn(tmp[n][e]);
         }
       }
       WarpGemmS8<kTile, 8>(s_dst + warp * 16 * kI8T, kI8T, s_qht + ch * 64 * kI8T, kI8T, tmp);
@@ -1253,46 +1241,26 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
         for (int e = 0; e < 4; ++e) {
           const int key = kr[e >> 1];
           const float coef = tau * s_csds[key] * sqi;
-          float x = dk[ch * 8 + n][e] + coef * S32ToF32Or(tmp[n][e], kMg);
+          float x = dk[ch * 8 + n][e] + coef * __int2float_rn(tmp[n][e]);
           if (p.smooth_q) x += (tau * s_colsum[key]) * s_mu[ch * 64 + n * 8 + 2 * t + (e & 1)];
           dk[ch * 8 + n][e] = x;
         }
       }
       WarpGemmS8<kTile, 8>(s_dsh + warp * 16 * kI8T, kI8T, s_kht + ch * 64 * kI8T, kI8T, tmp);
-      // dQ: 16-byte vector atomics (red.global.add.v4.f32, sm_90). Lanes t, t^1 swap halves so
-      // that even t holds row g, columns 2t..2t+3 and odd t row g+8, columns 2t-2..2t+1.
-      if (!kV4) {
-        // v2: 8-byte vector atomics (red.global.add.v2.f32), rows g and g + 8.
-        const float c0f = tau * rscale[0] * skj, c1f = tau * rscale[1] * skj;
-        const int grow0 = r0 + warp * 16 + g, grow1 = grow0 + 8;
-        float* dst0 = p.dqacc + bh * nd + int64_t(grow0) * D + ch * 64 + 2 * t;
-        float* dst1 = dst0 + 8 * D;
+      // dQ: 8-byte vector atomics (red.global.add.v2.f32), rows g and g + 8.
+      const float c0f = tau * rscale[0] * skj, c1f = tau * rscale[1] * skj;
+      const int grow0 = r0 + warp * 16 + g, grow1 = grow0 + 8;
+      float* dst0 = p.dqacc + bh * nd + int64_t(grow0) * D + ch * 64 + 2 * t;
+      float* dst1 = dst0 + 8 * D;
 #pragma unroll
-        for (int n = 0; n < 8; ++n) {
-          if (grow0 < p.n) {
-            atomicAdd(reinterpret_cast<float2*>(dst0 + n * 8),
-                      make_float2(c0f * S32ToF32Or(tmp[n][0], kMg), c0f * S32ToF32Or(tmp[n][1], kMg)));
-          }
-          if (grow1 < p.n) {
-            atomicAdd(reinterpret_cast<float2*>(dst1 + n * 8),
-                      make_float2(c1f * S32ToF32Or(tmp[n][2], kMg), c1f * S32ToF32Or(tmp[n][3], kMg)));
-          }
+      for (int n = 0; n < 8; ++n) {
+        if (grow0 < p.n) {
+          atomicAdd(reinterpret_cast<float2*>(dst0 + n * 8),
+                    make_float2(c0f * __int2float_rn(tmp[n][0]), c0f * __int2float_rn(tmp[n][1])));
         }
-      } else {
-        const int odd = t & 1, h = odd;
-        const int grow = r0 + warp * 16 + g + 8 * h;
-        const float c0f = tau * rscale[0] * skj, c1f = tau * rscale[1] * skj;
-        float* dst = p.dqacc + bh * nd + int64_t(grow) * D + ch * 64 + 2 * (t - odd);
-#pragma unroll
-        for (int n = 0; n < 8; ++n) {
-          const float a0 = c0f * S32ToF32Or(tmp[n][0], kMg);
-          const float a1 = c0f * S32ToF32Or(tmp[n][1], kMg);
-          const float b0 = c1f * S32ToF32Or(tmp[n][2], kMg);
-          const float b1 = c1f * S32ToF32Or(tmp[n][3], kMg);
-          const float r0x = __shfl_xor_sync(0xffffffffu, odd ? a0 : b0, 1);
-          const float r0y = __shfl_xor_sync(0xffffffffu, odd ? a1 : b1, 1);
-          const float4 v = odd ? make_float4(r0x, r0y, b0, b1) : make_float4(a0, a1, r0x, r0y);
-          if (grow < p.n) atomicAdd(reinterpret_cast<float4*>(dst + n * 8), v);
+        if (grow1 < p.n) {
+          atomicAdd(reinterpret_cast<float2*>(dst1 + n * 8),
+                    make_float2(c1f * __int2float_rn(tmp[n][2]), c1f * __int2float_rn(tmp[n][3])));
         }
       }
     }
@@ -1309,587 +1277,6 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
           __floats2bfloat162_rn(dk[n][2 * h], dk[n][2 * h + 1]);
       *reinterpret_cast<__nv_bfloat162*>(dvr + n * 8 + 2 * t) =
           __floats2bfloat162_rn(dv[n][2 * h], dv[n][2 * h + 1]);
-    }
-  }
-}
-
-// ----------------------------------------------------------------------------------------------
-// Backward v6: 8 warps, 128 keys per CTA (K tiles 2b and 2b + 1, two quantization groups), Q
-// tiles of 64 (one group) double-buffered; the structure of fpa.cu's FpaBackwardKernelV2.
-// ----------------------------------------------------------------------------------------------
-//
-// Each Q tile runs three phases with a different warp layout each (w = warp 0..7):
-//   (1) S^T = K^ Q^^T (s8) and dP^T = V dO^T (bf16; s8 with int8_dp), 128 keys x 64 queries:
-//       warp w owns keys 32 (w % 4)..+31 (all in K tile 2b + (w % 4) / 2, so one sK, sV per
-//       warp) x queries 32 (w / 4)..+31. P^T, dS^T stay in registers; their per-key partials
-//       (max P, max |dS|, sum dS over the warp's 32 queries: quad shuffles) and per-query partials
-//       (max |dS|, sum dS over its 32 keys: shuffles over the 8 lane groups) go to shared memory.
-//   -- __syncthreads --
-//       Per-key scales (P for dV, dS for dK) = the max of the two query-half partials, per-query
-//       scales of dS (for dQ, one per 64-key K tile) = the max of the two 32-key partials of that
-//       tile: exactly the emulator's groups at bq = bkv = 64. P^T, dS^T (per-key scales) are
-//       written as int8 [key][query] with 16-bit stores, dS^ (per-query scales) as int8
-//       [query][key] with byte stores; rowsum(dS) (K-smoothing correction) by one atomic per query.
-//   -- __syncthreads --
-//   (2) dV += P^T dO^, dK += dS^T Q^ (128 keys x D, contracting the 64 queries): warp w owns keys
-//       32 (w % 4)..+31 (the same rows as in phase 1, so its per-key scales stay in registers) x
-//       head columns (D / 2)(w / 4)..; fp32 accumulators in registers across Q tiles.
-//   (3) dQ_tile = dS^ K^ (64 x D), contracting each 64-key K tile separately (its own row scales
-//       and sK) into one fp32 tile: warp w owns queries 32 (w % 2)..+31 x head columns
-//       (D / 4)(w / 2)..; one float2 red.global.add per element per Q tile per 128 keys (half v4's).
-// Causal: Q tiles start at the CTA's first key; warp tiles wholly above the diagonal skip their
-// MMAs (zero P / dS), phase 2 skips warps whose keys see none of the tile's queries, phase 3 the
-// second K tile when it is wholly above the tile's last query. Interior warp tiles (no N tail,
-// wholly below the diagonal) skip the mask arithmetic. Shared memory (kStages = 2): ~200 KB at
-// D = 128, ~122 KB at D = 64 (1 CTA of 8 warps per SM); kStages = 1 at D = 64: ~97 KB with
-// __launch_bounds__(256, 2) (2 CTAs per SM, <= 128 registers).
-template <int D, int kStages>
-struct BwdV6Config {
-  static_assert(D == 64 || D == 128, "head dim 64 or 128");
-  static_assert(kStages == 1 || kStages == 2, "one or two Q-tile stages");
-  static constexpr int kWarps = 8;
-  static constexpr int kThreads = kWarps * 32;
-  static constexpr int kBkv = 2 * kTile;  // keys per CTA
-  static constexpr int kBq = kTile;       // queries per Q tile
-  static constexpr int kI8D = D + 16;     // int8 rows along the head dim: kh, vh, qh, doh
-  static constexpr int kI8K = kBkv + 16;  // int8 rows along the CTA's keys: kht, dsh
-  static constexpr int kI8Q = kBq + 16;   // int8 rows along the Q tile: qht, doht, pT, dsT
-  static constexpr int kBfD = D + 8;      // bf16 rows (elements): V, dO
-  static constexpr int Max(int a, int b) { return a > b ? a : b; }
-  static constexpr int kVBytes = Max(kBkv * kBfD * 2, kBkv * kI8D);  // bf16 V or int8 V^
-  static constexpr int kDoBytes = Max(kBq * kBfD * 2, kBq * kI8D);   // bf16 dO or int8 dO^
-  // Resident for the CTA: K^ [key][d], K^T [d][key], V / V^ [key][d].
-  static constexpr int kKh = 0;
-  static constexpr int kKht = kKh + kBkv * kI8D;
-  static constexpr int kV = kKht + D * kI8K;
-  // Q-tile stages: Q^ [q][d], Q^T [d][q], dO / dO^ [q][d], dO^T [d][q], lse, D_i, mu (f32).
-  static constexpr int kStage0 = kV + kVBytes;
-  static constexpr int kSQh = 0;
-  static constexpr int kSQht = kSQh + kBq * kI8D;
-  static constexpr int kSDo = kSQht + D * kI8Q;
-  static constexpr int kSDoht = kSDo + kDoBytes;
-  static constexpr int kSLse = kSDoht + D * kI8Q;
-  static constexpr int kSDrow = kSLse + kBq * 4;
-  static constexpr int kSMu = kSDrow + kBq * 4;
-  static constexpr int kStageBytes = kSMu + D * 4;
-  // Per Q tile: P^T, dS^T [key][q], dS^ [q][key] (int8), per-key partials 3 x 2 x kBkv
-  // (max P, max |dS|, sum dS per query half), per-query partials 2 x 4 x kBq (max |dS|, sum dS
-  // per 32-key quarter), dS row scales 2 x kBq (per K tile), Q-smoothing bias kBkv, kbar D.
-  static constexpr int kPT = kStage0 + kStages * kStageBytes;
-  static constexpr int kDsT = kPT + kBkv * kI8Q;
-  static constexpr int kDsh = kDsT + kBkv * kI8Q;
-  static constexpr int kKPart = kDsh + kBq * kI8K;
-  static constexpr int kQPart = kKPart + 3 * 2 * kBkv * 4;
-  static constexpr int kRs = kQPart + 2 * 4 * kBq * 4;
-  static constexpr int kBias = kRs + 2 * kBq * 4;
-  static constexpr int kKbar = kBias + kBkv * 4;
-  static constexpr int kBytes = kKbar + D * 4;
-  static_assert(kBytes <= 227 * 1024, "backward v6 shared memory over the sm_90 limit");
-  static_assert(kStages == 2 || 2 * kBytes <= 227 * 1024, "one stage is meant for 2 CTAs/SM");
-  static_assert(kI8D % 32 == 16 && kI8K % 32 == 16 && kI8Q % 32 == 16 && (kBfD * 2) % 32 == 16,
-                "row strides of an odd number of 16-byte chunks (conflict-free ldmatrix)");
-  static_assert(kKht % 16 == 0 && kV % 16 == 0 && kStage0 % 16 == 0 && kStageBytes % 16 == 0 &&
-                    kSQht % 16 == 0 && kSDo % 16 == 0 && kSDoht % 16 == 0 && kSLse % 16 == 0 &&
-                    kSMu % 16 == 0 && kPT % 16 == 0 && kDsT % 16 == 0 && kDsh % 16 == 0 &&
-                    kKPart % 16 == 0 && kQPart % 16 == 0 && kRs % 16 == 0 && kBias % 16 == 0 &&
-                    kKbar % 16 == 0,
-                "16-byte aligned backward v6 regions");
-};
-
-// Copies `rows` rows of `row_bytes` bytes (multiple of 16) from global (byte stride src_stride)
-// into shared memory (byte stride dst_stride) with cp.async; rows >= valid_rows are zero-filled.
-template <int kThr>
-__device__ __forceinline__ void CopyRowsZ(void* dst, int dst_stride, const void* src,
-                                          int64_t src_stride, int rows, int row_bytes,
-                                          int valid_rows) {
-  const int chunks = row_bytes / 16;
-  const uint32_t d = cuda::SmemAddr(dst);
-  const char* s = static_cast<const char*>(src);
-  for (int idx = threadIdx.x; idx < rows * chunks; idx += kThr) {
-    const int r = idx / chunks, c = idx % chunks;
-    const bool ok = r < valid_rows;
-    cuda::CpAsync16(d + r * dst_stride + c * 16, ok ? s + r * src_stride + c * 16 : s, ok);
-  }
-}
-
-// 4-byte cp.async (.ca) with zero fill when !valid (src must still be a mapped address).
-__device__ __forceinline__ void CpAsync4(uint32_t dst, const void* src, bool valid) {
-  const int src_size = valid ? 4 : 0;
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
-               "r"(src_size));
-}
-
-// acc[mi][nt] = A (16 MI x KD int8, rows at A, byte stride sa) * B^T (B: 8 NT rows x KD, byte
-// stride sb): an (16 MI) x (8 NT) warp tile, s32.
-template <int MI, int NT, int KD>
-__device__ __forceinline__ void WarpTileS8(const int8_t* A, int sa, const int8_t* B, int sb,
-                                           int32_t (&acc)[MI][NT][4]) {
-  static_assert(NT % 2 == 0, "n-blocks in pairs");
-  static_assert(KD % 32 == 0 && KD <= kMaxS8K, "s8 k-steps of 32, exact int32 sums");
-  const int lane = threadIdx.x & 31;
-#pragma unroll
-  for (int mi = 0; mi < MI; ++mi) {
-#pragma unroll
-    for (int n = 0; n < NT; ++n) acc[mi][n][0] = acc[mi][n][1] = acc[mi][n][2] = acc[mi][n][3] = 0;
-  }
-#pragma unroll
-  for (int k0 = 0; k0 < KD; k0 += 32) {
-    uint32_t a[MI][4];
-#pragma unroll
-    for (int mi = 0; mi < MI; ++mi) LdA(a[mi], A + mi * 16 * sa, sa, k0, lane);
-#pragma unroll
-    for (int n = 0; n < NT; n += 2) {
-      uint32_t b[4];
-      LdB2(b, B, sb, n * 8, k0, lane);
-#pragma unroll
-      for (int mi = 0; mi < MI; ++mi) {
-        MmaS8(acc[mi][n], a[mi], b[0], b[1]);
-        MmaS8(acc[mi][n + 1], a[mi], b[2], b[3]);
-      }
-    }
-  }
-}
-
-// The same for bf16 operands (byte strides sa, sb; KD elements), fp32.
-template <int MI, int NT, int KD>
-__device__ __forceinline__ void WarpTileBf16(const char* A, int sa, const char* B, int sb,
-                                             float (&acc)[MI][NT][4]) {
-  static_assert(NT % 2 == 0, "n-blocks in pairs");
-  const int lane = threadIdx.x & 31;
-#pragma unroll
-  for (int mi = 0; mi < MI; ++mi) cuda::ZeroAcc(acc[mi]);
-#pragma unroll
-  for (int k0 = 0; k0 < KD; k0 += 16) {
-    uint32_t a[MI][4];
-#pragma unroll
-    for (int mi = 0; mi < MI; ++mi) LdA(a[mi], A + mi * 16 * sa, sa, 2 * k0, lane);
-#pragma unroll
-    for (int n = 0; n < NT; n += 2) {
-      uint32_t b[4];
-      LdB2(b, B, sb, n * 8, 2 * k0, lane);
-#pragma unroll
-      for (int mi = 0; mi < MI; ++mi) {
-        MmaBf16(acc[mi][n], a[mi], b[0], b[1]);
-        MmaBf16(acc[mi][n + 1], a[mi], b[2], b[3]);
-      }
-    }
-  }
-}
-
-__device__ __forceinline__ uint32_t PackS8x2(int8_t lo, int8_t hi) {
-  return uint32_t(static_cast<uint8_t>(lo)) | (uint32_t(static_cast<uint8_t>(hi)) << 8);
-}
-
-// grid: (ceil(K tiles / 2), BH); block: 256. kFastExp: P = ex2.approx(x a log2e - lse log2e)
-// (else expf(a x - lse), the v4 arithmetic).
-template <int D, bool kCausal, int kStages, int kMinBlocks, bool kFastExp, int kChunk, bool kFastQ>
-__global__ void __launch_bounds__(256, kMinBlocks) SageBackwardKernelV6(BwdParams p) {
-  using C = BwdV6Config<D, kStages>;
-  constexpr int kThr = C::kThreads, kBkv = C::kBkv, kBq = C::kBq;
-  constexpr int kI8D = C::kI8D, kI8K = C::kI8K, kI8Q = C::kI8Q, kBfB = 2 * C::kBfD;
-  constexpr int kDN2 = D / 16;                 // phase 2: n-blocks per warp (D / 2 columns)
-  constexpr int kNC2 = kDN2 > kChunk ? kChunk : kDN2;  // ... per int32 chunk
-  constexpr int kDN3 = D / 32;                 // phase 3: n-blocks per warp (D / 4 columns)
-  extern __shared__ __align__(16) char smem[];
-  int8_t* s_kh = reinterpret_cast<int8_t*>(smem + C::kKh);
-  int8_t* s_kht = reinterpret_cast<int8_t*>(smem + C::kKht);
-  char* s_v = smem + C::kV;
-  int8_t* s_pt = reinterpret_cast<int8_t*>(smem + C::kPT);
-  int8_t* s_dst = reinterpret_cast<int8_t*>(smem + C::kDsT);
-  int8_t* s_dsh = reinterpret_cast<int8_t*>(smem + C::kDsh);
-  float* s_kp = reinterpret_cast<float*>(smem + C::kKPart);
-  float* s_qp = reinterpret_cast<float*>(smem + C::kQPart);
-  float* s_rs = reinterpret_cast<float*>(smem + C::kRs);
-  float* s_bias = reinterpret_cast<float*>(smem + C::kBias);
-  float* s_kbar = reinterpret_cast<float*>(smem + C::kKbar);
-
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  const int bh = blockIdx.y, kv0 = blockIdx.x * kBkv, j0 = 2 * blockIdx.x;
-  const bool has_j1 = j0 + 1 < p.ntk;
-  const int n = p.n;
-  const int64_t nd = int64_t(n) * D, npd = int64_t(p.np) * D;
-  const float tau = p.tau;
-
-  // Resident operands; rows past the padded N (the absent second K tile) are zero.
-  const int kv_rows = min(kBkv, p.np - kv0);
-  CopyRowsZ<kThr>(s_kh, kI8D, p.kh + bh * npd + int64_t(kv0) * D, D, kBkv, D, kv_rows);
-  CopyRowsZ<kThr>(s_kht, kI8K, p.kht + bh * npd + kv0, p.np, D, kv_rows, D);
-  if (p.int8_dp) {
-    CopyRowsZ<kThr>(s_v, kI8D, p.vh + bh * npd + int64_t(kv0) * D, D, kBkv, D, kv_rows);
-  } else {
-    CopyRowsZ<kThr>(s_v, kBfB, p.v + bh * nd + int64_t(kv0) * D, 2 * D, kBkv, 2 * D,
-                    min(kBkv, n - kv0));
-  }
-  if (p.smooth_q) {
-    for (int d = tid; d < D; d += kThr) s_kbar[d] = p.kbar[int64_t(bh) * D + d];
-  }
-  const float sk0 = p.sk[int64_t(bh) * p.ntk + j0];
-  const float sk1 = has_j1 ? p.sk[int64_t(bh) * p.ntk + j0 + 1] : 1.0f;
-  const float sv0 = p.sv[int64_t(bh) * p.ntk + j0];
-  const float sv1 = has_j1 ? p.sv[int64_t(bh) * p.ntk + j0 + 1] : 1.0f;
-
-  // Q tile `it` into stage `st`: Q^, Q^T, dO (or dO^), dO^T, lse, D_i (zero past N), mu.
-  auto load_stage = [&](int st, int it) {
-    char* sb = smem + C::kStage0 + st * C::kStageBytes;
-    const int r0 = it * kBq;
-    CopyRowsZ<kThr>(sb + C::kSQh, kI8D, p.qh + bh * npd + int64_t(r0) * D, D, kBq, D, kBq);
-    CopyRowsZ<kThr>(sb + C::kSQht, kI8Q, p.qht + bh * npd + r0, p.np, D, kBq, D);
-    if (p.int8_dp) {
-      CopyRowsZ<kThr>(sb + C::kSDo, kI8D, p.doh + bh * npd + int64_t(r0) * D, D, kBq, D, kBq);
-    } else {
-      CopyRowsZ<kThr>(sb + C::kSDo, kBfB, p.do_ + bh * nd + int64_t(r0) * D, 2 * D, kBq, 2 * D,
-                      min(kBq, n - r0));
-    }
-    CopyRowsZ<kThr>(sb + C::kSDoht, kI8Q, p.doht + bh * npd + r0, p.np, D, kBq, D);
-    if (tid < 2 * kBq) {
-      const int i = tid % kBq, row = r0 + i;
-      const bool ok = row < n;
-      const float* src = (tid < kBq ? p.lse : p.drow) + int64_t(bh) * n;
-      float* dst = reinterpret_cast<float*>(sb + (tid < kBq ? C::kSLse : C::kSDrow)) + i;
-      CpAsync4(cuda::SmemAddr(dst), ok ? src + row : src, ok);
-    }
-    if (p.smooth_q && tid < D / 4) {
-      cuda::CpAsync16(cuda::SmemAddr(sb + C::kSMu + 16 * tid),
-                      p.mu + (int64_t(bh) * p.ntq + it) * D + 4 * tid, true);
-    }
-  };
-
-  // Warp layouts.
-  const int kq = warp & 3, qcw = warp >> 2;
-  const int kr = 32 * kq;        // phases 1, 2: keys (CTA-local)
-  const int qc = 32 * qcw;       // phase 1: queries (tile-local)
-  const int hk = kq >> 1;        // phases 1, 2: this warp's K tile (j0 + hk)
-  const int dc2 = (D / 2) * qcw;  // phase 2: head columns
-  const int qr3 = 32 * (warp & 1), dc3 = (D / 4) * (warp >> 1);  // phase 3: queries, head columns
-  const int kw = kv0 + kr;       // first key of this warp (phases 1, 2)
-  const float skh = hk ? sk1 : sk0, svh = hk ? sv1 : sv0;
-
-  float dk[2][kDN2][4], dv[2][kDN2][4];
-#pragma unroll
-  for (int mi = 0; mi < 2; ++mi) {
-    cuda::ZeroAcc(dk[mi]);
-    cuda::ZeroAcc(dv[mi]);
-  }
-
-  const int qt_begin = kCausal ? kv0 / kBq : 0;
-  load_stage(0, qt_begin);
-  cuda::CpAsyncCommit();
-  for (int it = qt_begin; it < p.ntq; ++it) {
-    const int st = kStages == 2 ? ((it - qt_begin) & 1) : 0;
-    if (kStages == 1 && it > qt_begin) {
-      __syncthreads();  // every warp is done with the stage
-      load_stage(0, it);
-      cuda::CpAsyncCommit();
-    }
-    cuda::CpAsyncWait<0>();
-    __syncthreads();  // stage st visible; the previous tile's phases 2 and 3 are done
-    if (kStages == 2 && it + 1 < p.ntq) load_stage(st ^ 1, it + 1);
-    cuda::CpAsyncCommit();
-    const char* sb = smem + C::kStage0 + st * C::kStageBytes;
-    const int8_t* s_qh = reinterpret_cast<const int8_t*>(sb + C::kSQh);
-    const int8_t* s_qht = reinterpret_cast<const int8_t*>(sb + C::kSQht);
-    const char* s_do = sb + C::kSDo;
-    const int8_t* s_doht = reinterpret_cast<const int8_t*>(sb + C::kSDoht);
-    const float* s_lse = reinterpret_cast<const float*>(sb + C::kSLse);
-    const float* s_drow = reinterpret_cast<const float*>(sb + C::kSDrow);
-    const float* s_mu = reinterpret_cast<const float*>(sb + C::kSMu);
-    const int q0 = it * kBq, qw = q0 + qc;
-    if (p.smooth_q) {
-      if (tid < kBkv) {
-        const int key = kv0 + tid;
-        float acc = 0.0f;
-        if (key < n) {
-          const __nv_bfloat16* kc = p.k + bh * nd + int64_t(key) * D;
-          for (int d = 0; d < D; ++d) acc += s_mu[d] * (__bfloat162float(kc[d]) - s_kbar[d]);
-        }
-        s_bias[tid] = tau * acc;
-      }
-      __syncthreads();
-    }
-    const float sqi = p.sq[int64_t(bh) * p.ntq + it], sdoi = p.sdo[int64_t(bh) * p.ntq + it];
-
-    // ---- Phase 1: S^T, dP^T -> P^T, dS^T (registers, 32 keys x 32 queries per warp).
-    float pf[2][4][4], dsf[2][4][4];
-    const bool active = kw < n && qw < n && (!kCausal || kw <= qw + 31);
-    if (active) {
-      int32_t si[2][4][4];
-      WarpTileS8<2, 4, D>(s_kh + kr * kI8D, kI8D, s_qh + qc * kI8D, kI8D, si);
-      float dp[2][4][4];
-      if (p.int8_dp) {
-        int32_t di[2][4][4];
-        WarpTileS8<2, 4, D>(reinterpret_cast<const int8_t*>(s_v) + kr * kI8D, kI8D,
-                            reinterpret_cast<const int8_t*>(s_do) + qc * kI8D, kI8D, di);
-        const float sdv = sdoi * svh;
-#pragma unroll
-        for (int mi = 0; mi < 2; ++mi) {
-#pragma unroll
-          for (int nb = 0; nb < 4; ++nb) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) dp[mi][nb][e] = sdv * __int2float_rn(di[mi][nb][e]);
-          }
-        }
-      } else {
-        WarpTileBf16<2, 4, D>(s_v + kr * kBfB, kBfB, s_do + qc * kBfB, kBfB, dp);
-      }
-      const float a = tau * sqi * skh;
-      const bool interior = kw + 32 <= n && qw + 32 <= n && (!kCausal || kw + 31 <= qw);
-      const float ae = kFastExp ? a * cuda::kLog2e : a;
-#pragma unroll
-      for (int nb = 0; nb < 4; ++nb) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int ql = qc + nb * 8 + 2 * t + e;  // this thread's query column
-          const float lc = kFastExp ? s_lse[ql] * cuda::kLog2e : s_lse[ql];
-          const float dc = s_drow[ql];
-#pragma unroll
-          for (int mi = 0; mi < 2; ++mi) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              const int kl = kr + 16 * mi + g + 8 * h;
-              const int x = si[mi][nb][2 * h + e];
-              float pe;
-              if (kFastExp) {
-                const float bl = p.smooth_q ? s_bias[kl] * cuda::kLog2e : 0.0f;
-                pe = cuda::FastExp2(fmaf(ae, __int2float_rn(x), bl - lc));
-              } else {
-                float y = a * __int2float_rn(x);
-                if (p.smooth_q) y += s_bias[kl];
-                pe = expf(y - lc);
-              }
-              float ds = pe * (dp[mi][nb][2 * h + e] - dc);
-              if (!interior) {
-                const int key = kv0 + kl, q = q0 + ql;
-                const bool valid = key < n && q < n && (!kCausal || key <= q);
-                pe = valid ? pe : 0.0f;
-                ds = valid ? ds : 0.0f;
-              }
-              pf[mi][nb][2 * h + e] = pe;
-              dsf[mi][nb][2 * h + e] = ds;
-            }
-          }
-        }
-      }
-    } else {
-#pragma unroll
-      for (int mi = 0; mi < 2; ++mi) {
-        cuda::ZeroAcc(pf[mi]);
-        cuda::ZeroAcc(dsf[mi]);
-      }
-    }
-
-    // Per-key partials over this warp's 32 queries (quad shuffles) ...
-#pragma unroll
-    for (int mi = 0; mi < 2; ++mi) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float mp = 0.0f, md = 0.0f, cs = 0.0f;
-#pragma unroll
-        for (int nb = 0; nb < 4; ++nb) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            mp = fmaxf(mp, pf[mi][nb][2 * h + e]);
-            md = fmaxf(md, fabsf(dsf[mi][nb][2 * h + e]));
-            cs += dsf[mi][nb][2 * h + e];
-          }
-        }
-        mp = QuadMax(mp);
-        md = QuadMax(md);
-        if (p.smooth_q) cs = QuadSum(cs);
-        if (t == 0) {
-          const int kl = kr + 16 * mi + g + 8 * h;
-          s_kp[(0 * 2 + qcw) * kBkv + kl] = mp;
-          s_kp[(1 * 2 + qcw) * kBkv + kl] = md;
-          s_kp[(2 * 2 + qcw) * kBkv + kl] = cs;
-        }
-      }
-    }
-    // ... and per-query partials over its 32 keys (shuffles over the 8 lane groups).
-#pragma unroll
-    for (int nb = 0; nb < 4; ++nb) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        float md = 0.0f, rs = 0.0f;
-#pragma unroll
-        for (int mi = 0; mi < 2; ++mi) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            md = fmaxf(md, fabsf(dsf[mi][nb][2 * h + e]));
-            rs += dsf[mi][nb][2 * h + e];
-          }
-        }
-#pragma unroll
-        for (int o = 4; o < 32; o <<= 1) {
-          md = fmaxf(md, __shfl_xor_sync(0xffffffffu, md, o));
-          if (p.dsrow_needed) rs += __shfl_xor_sync(0xffffffffu, rs, o);
-        }
-        if (g == 0) {
-          const int ql = qc + nb * 8 + 2 * t + e;
-          s_qp[(0 * 4 + kq) * kBq + ql] = md;
-          s_qp[(1 * 4 + kq) * kBq + ql] = rs;
-        }
-      }
-    }
-    __syncthreads();  // partials complete
-
-    // Per-key scales (this thread's 4 key rows) and P^T, dS^T in int8.
-#pragma unroll
-    for (int mi = 0; mi < 2; ++mi) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int kl = kr + 16 * mi + g + 8 * h;
-        const float ip = 1.0f / GroupScale(fmaxf(s_kp[0 * kBkv + kl], s_kp[1 * kBkv + kl]));
-        const float ids = 1.0f / GroupScale(fmaxf(s_kp[2 * kBkv + kl], s_kp[3 * kBkv + kl]));
-#pragma unroll
-        for (int nb = 0; nb < 4; ++nb) {
-          const int off = kl * kI8Q + qc + nb * 8 + 2 * t;
-          if constexpr (kFastQ) {
-            *reinterpret_cast<uint16_t*>(s_pt + off) =
-                static_cast<uint16_t>(QuantPack2(pf[mi][nb][2 * h], pf[mi][nb][2 * h + 1], ip));
-            *reinterpret_cast<uint16_t*>(s_dst + off) =
-                static_cast<uint16_t>(QuantPack2(dsf[mi][nb][2 * h], dsf[mi][nb][2 * h + 1], ids));
-          } else {
-            *reinterpret_cast<uint16_t*>(s_pt + off) = static_cast<uint16_t>(PackS8x2(
-                QuantizeS8Inv(pf[mi][nb][2 * h], ip), QuantizeS8Inv(pf[mi][nb][2 * h + 1], ip)));
-            *reinterpret_cast<uint16_t*>(s_dst + off) = static_cast<uint16_t>(PackS8x2(
-                QuantizeS8Inv(dsf[mi][nb][2 * h], ids), QuantizeS8Inv(dsf[mi][nb][2 * h + 1], ids)));
-          }
-        }
-      }
-    }
-    // Per-query scales of dS in this warp's K tile, dS^ [q][key] in int8, rowsum(dS).
-    const int kq0 = kq & 2;  // first 32-key quarter of this warp's K tile
-#pragma unroll
-    for (int nb = 0; nb < 4; ++nb) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int ql = qc + nb * 8 + 2 * t + e;
-        const float rs =
-            GroupScale(fmaxf(s_qp[kq0 * kBq + ql], s_qp[(kq0 + 1) * kBq + ql]));
-        const float ri = 1.0f / rs;
-        if ((kq & 1) == 0 && g == 0) s_rs[hk * kBq + ql] = rs;
-        if (p.dsrow_needed && kq == 0 && g == 0 && q0 + ql < n) {
-          const float tot = s_qp[(1 * 4 + 0) * kBq + ql] + s_qp[(1 * 4 + 1) * kBq + ql] +
-                            s_qp[(1 * 4 + 2) * kBq + ql] + s_qp[(1 * 4 + 3) * kBq + ql];
-          atomicAdd(p.dsrow + int64_t(bh) * n + q0 + ql, tot);
-        }
-#pragma unroll
-        for (int mi = 0; mi < 2; ++mi) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            s_dsh[ql * kI8K + kr + 16 * mi + g + 8 * h] =
-                kFastQ ? static_cast<int8_t>(QuantBits(dsf[mi][nb][2 * h + e], ri) & 0xFFu)
-                       : QuantizeS8Inv(dsf[mi][nb][2 * h + e], ri);
-          }
-        }
-      }
-    }
-    __syncthreads();  // P^T, dS^T, dS^, row scales complete
-
-    // ---- Phase 2: dV += P^T dO^, dK += dS^T Q^ (32 keys x D / 2 per warp, 64 queries).
-    if (kw < n && (!kCausal || kw <= q0 + kBq - 1)) {
-      // Per-key dequantization coefficients (the scales of the quantization above).
-      float cv[2][2], ck[2][2], cm[2][2];
-#pragma unroll
-      for (int mi = 0; mi < 2; ++mi) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int kl = kr + 16 * mi + g + 8 * h;
-          cv[mi][h] = GroupScale(fmaxf(s_kp[0 * kBkv + kl], s_kp[1 * kBkv + kl])) * sdoi;
-          ck[mi][h] = tau * GroupScale(fmaxf(s_kp[2 * kBkv + kl], s_kp[3 * kBkv + kl])) * sqi;
-          cm[mi][h] = p.smooth_q ? tau * (s_kp[4 * kBkv + kl] + s_kp[5 * kBkv + kl]) : 0.0f;
-        }
-      }
-#pragma unroll
-      for (int ch = 0; ch < kDN2 / kNC2; ++ch) {
-        const int d0 = dc2 + ch * kNC2 * 8;
-        int32_t tmp[2][kNC2][4];
-        WarpTileS8<2, kNC2, kBq>(s_pt + kr * kI8Q, kI8Q, s_doht + d0 * kI8Q, kI8Q, tmp);
-#pragma unroll
-        for (int mi = 0; mi < 2; ++mi) {
-#pragma unroll
-          for (int nb = 0; nb < kNC2; ++nb) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              dv[mi][ch * kNC2 + nb][e] += cv[mi][e >> 1] * __int2float_rn(tmp[mi][nb][e]);
-            }
-          }
-        }
-        WarpTileS8<2, kNC2, kBq>(s_dst + kr * kI8Q, kI8Q, s_qht + d0 * kI8Q, kI8Q, tmp);
-#pragma unroll
-        for (int mi = 0; mi < 2; ++mi) {
-#pragma unroll
-          for (int nb = 0; nb < kNC2; ++nb) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              float x = dk[mi][ch * kNC2 + nb][e] + ck[mi][e >> 1] * __int2float_rn(tmp[mi][nb][e]);
-              if (p.smooth_q) x += cm[mi][e >> 1] * s_mu[d0 + nb * 8 + 2 * t + (e & 1)];
-              dk[mi][ch * kNC2 + nb][e] = x;
-            }
-          }
-        }
-      }
-    }
-
-    // ---- Phase 3: dQ_tile = sum over the two K tiles of dS^ K^ (32 queries x D / 4 per warp).
-    {
-      float acc[2][kDN3][4];
-#pragma unroll
-      for (int mi = 0; mi < 2; ++mi) cuda::ZeroAcc(acc[mi]);
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        if (h == 1 && (!has_j1 || (kCausal && kv0 + kTile > q0 + kBq - 1))) break;
-        int32_t tq[2][kDN3][4];
-        WarpTileS8<2, kDN3, kTile>(s_dsh + qr3 * kI8K + h * kTile, kI8K,
-                                   s_kht + dc3 * kI8K + h * kTile, kI8K, tq);
-        const float skq = h ? sk1 : sk0;
-#pragma unroll
-        for (int mi = 0; mi < 2; ++mi) {
-#pragma unroll
-          for (int hh = 0; hh < 2; ++hh) {
-            const float coef = tau * s_rs[h * kBq + qr3 + 16 * mi + g + 8 * hh] * skq;
-#pragma unroll
-            for (int nb = 0; nb < kDN3; ++nb) {
-#pragma unroll
-              for (int b = 0; b < 2; ++b) {
-                acc[mi][nb][2 * hh + b] += coef * __int2float_rn(tq[mi][nb][2 * hh + b]);
-              }
-            }
-          }
-        }
-      }
-#pragma unroll
-      for (int mi = 0; mi < 2; ++mi) {
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          const int row = q0 + qr3 + 16 * mi + g + 8 * hh;
-          if (row >= n) continue;
-          float* dst = p.dqacc + bh * nd + int64_t(row) * D + dc3 + 2 * t;
-#pragma unroll
-          for (int nb = 0; nb < kDN3; ++nb) {
-            atomicAdd(reinterpret_cast<float2*>(dst + nb * 8),
-                      make_float2(acc[mi][nb][2 * hh], acc[mi][nb][2 * hh + 1]));
-          }
-        }
-      }
-    }
-  }
-  cuda::CpAsyncWait<0>();
-
-#pragma unroll
-  for (int mi = 0; mi < 2; ++mi) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int key = kw + 16 * mi + g + 8 * h;
-      if (key >= n) continue;
-      __nv_bfloat16* dkr = p.dk + bh * nd + int64_t(key) * D + dc2 + 2 * t;
-      __nv_bfloat16* dvr = p.dv + bh * nd + int64_t(key) * D + dc2 + 2 * t;
-#pragma unroll
-      for (int nb = 0; nb < kDN2; ++nb) {
-        *reinterpret_cast<__nv_bfloat162*>(dkr + nb * 8) =
-            __floats2bfloat162_rn(dk[mi][nb][2 * h], dk[mi][nb][2 * h + 1]);
-        *reinterpret_cast<__nv_bfloat162*>(dvr + nb * 8) =
-            __floats2bfloat162_rn(dv[mi][nb][2 * h], dv[mi][nb][2 * h + 1]);
-      }
     }
   }
 }
@@ -2081,58 +1468,24 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
 //            (QuantBits: byte stores of the low byte; dS^ pairs by QuantPack2), no F2I / clamp
 //   184      sagebwd v4q = 152 + kBwdExp2 (32): P = ex2.approx(a log2e x + bias log2e - lse log2e)
 //            on every block (interior and masked)
-//   64       sagebwd v6 (SageBackwardKernelV6: 8 warps, 128 keys per CTA), P = expf(a x - lse)
-//   96       v6 + kBwdExp2 (32): P = ex2.approx(x a log2e - lse log2e)
-//   104      96 + kBwdV6FastQ (8): P^T, dS^T, dS^ codes by one FMA into the 1.5 * 2^23
-//            mantissa and PRMT packing (QuantPack2), no F2I / clamp
-//   120      104 + kBwdOcc3 (16): D = 64 with one Q-tile stage (97 KB) and
-//            __launch_bounds__(256, 2): 2 CTAs/SM at 128 registers (~600 B of spills);
-//            D = 128 (no room for 2 CTAs) runs 104
-// Built and dropped without a run (ptxas): phase-2 chunks of 2 n-blocks (kChunk = 2) left the
-// D = 128 spills as they were (28-116 B).
+// sagebwd v6 (64 / 96 / 104 / 120, SageBackwardKernelV6) was removed after its lab runs.
 // BwdProductionFor is what production calls (bwd_variant = -1) run.
-constexpr int kBwdV6 = 64;
-constexpr int kBwdV6FastQ = 8;  // with kBwdV6 (the v4 meaning of 8, kBwdInterior, is always on in v6)
 // sagebwd v4q = 184 for every shape (1.10-1.13x of v4 = 24 on all six bench shapes, lab).
 constexpr int BwdProductionFor(int /*d*/, bool /*causal*/) {
   return 24 + kBwdExp2 + kBwdFastQ;
 }
 using BwdKernel = void (*)(BwdParams);
-struct BwdLaunch {
-  BwdKernel kernel = nullptr;
-  int smem = 0;
-  int threads = 0;
-  int keys_per_cta = 0;
-};
-template <int D, bool kCausal, bool kFast, bool kFastQ = false, int kStages = 2,
-          int kMinBlocks = 1>
-BwdLaunch V6Launch() {
-  using C = BwdV6Config<D, kStages>;
-  return {SageBackwardKernelV6<D, kCausal, kStages, kMinBlocks, kFast, 4, kFastQ>, C::kBytes,
-          C::kThreads, C::kBkv};
-}
 template <int D, bool kCausal>
-BwdLaunch BwdLaunchFor(int var) {
+BwdKernel BwdKernelFor(int var) {
   switch (var) {
     case 24:
-      return {SageBackwardKernel<D, kCausal, 24>, SageConfig<D>::kBwdBytes, kThreads, kTile};
+      return SageBackwardKernel<D, kCausal, 24>;
     case 24 + kBwdFastQ:
-      return {SageBackwardKernel<D, kCausal, 24 + kBwdFastQ>, SageConfig<D>::kBwdBytes, kThreads,
-              kTile};
+      return SageBackwardKernel<D, kCausal, 24 + kBwdFastQ>;
     case 24 + kBwdExp2 + kBwdFastQ:
-      return {SageBackwardKernel<D, kCausal, 24 + kBwdExp2 + kBwdFastQ>, SageConfig<D>::kBwdBytes,
-              kThreads, kTile};
-    case kBwdV6:
-      return V6Launch<D, kCausal, false>();
-    case kBwdV6 + kBwdExp2:
-      return V6Launch<D, kCausal, true>();
-    case kBwdV6 + kBwdExp2 + kBwdV6FastQ:
-      return V6Launch<D, kCausal, true, true>();
-    case kBwdV6 + kBwdOcc3 + kBwdExp2 + kBwdV6FastQ:
-      if constexpr (D == 64) return V6Launch<D, kCausal, true, true, 1, 2>();
-      return V6Launch<D, kCausal, true, true>();
+      return SageBackwardKernel<D, kCausal, 24 + kBwdExp2 + kBwdFastQ>;
     default:
-      return {};
+      return nullptr;
   }
 }
 
@@ -2183,18 +1536,17 @@ Status BackwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_b
   p.smooth_q = opt.smooth_q;
   p.int8_dp = opt.int8_dp;
   p.tau = 1.0f / std::sqrt(static_cast<float>(D));
-  p.dsrow_needed = opt.smooth_k && opt.dq_kmean_correction;
   const int var = opt.bwd_variant < 0 ? BwdProductionFor(D, s.causal) : opt.bwd_variant;
-  const BwdLaunch L = s.causal ? BwdLaunchFor<D, true>(var) : BwdLaunchFor<D, false>(var);
-  if (L.kernel == nullptr) {
+  const BwdKernel kernel = s.causal ? BwdKernelFor<D, true>(var) : BwdKernelFor<D, false>(var);
+  if (kernel == nullptr) {
     return InvalidArgument("SageBwd CUDA: backward variant " + std::to_string(var) +
                            " is not compiled in");
   }
+  constexpr int kSmem = SageConfig<D>::kBwdBytes;
   ABLATE_CUDA_RETURN_IF_ERROR(
-      cudaFuncSetAttribute(L.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L.smem),
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
       "SageBwd backward smem attribute");
-  const unsigned grid_x = static_cast<unsigned>(CeilDiv(nt * kTile, L.keys_per_cta));
-  L.kernel<<<dim3(grid_x, bh), L.threads, L.smem, stream>>>(p);
+  kernel<<<dim3(nt, bh), kThreads, kSmem, stream>>>(p);
   ABLATE_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "SageBwd backward kernel launch");
 
   const int64_t total = rows * D;
