@@ -1,0 +1,161 @@
+// Hopper warpgroup MMA (wgmma, sm_90a) building blocks for the attention kernels: operand tiles in
+// shared memory in the layout the hardware reads, their matrix descriptors, and the m64n64 int8 /
+// bf16 instructions with the fences they need. Nothing here is used by a production kernel yet:
+// tests/gpu/wgmma_gpu_test checks every piece against a CPU GEMM (the first step of the SageBwd
+// wgmma work, kernels/bench/README.md "Next").
+//
+// Contents (namespace ablate::kernels::cuda::wgmma):
+//   GmmaTile<ROWS, ROW_BYTES>  byte offsets of a K-major operand tile (each of ROWS rows holds
+//                              ROW_BYTES contiguous bytes along K) in the swizzled layout below
+//   LoadGmmaTileAsync          global row-major -> GmmaTile by 16-byte cp.async, zero-filled tail
+//   Desc<TILE>(base, k_byte)   the 64-bit matrix descriptor of TILE's rows x the 32-byte K slice
+//                              starting at byte k_byte (one k32 int8 / k16 bf16 instruction)
+//   FenceProxyAsync, Fence, Commit, Wait<N>
+//   MmaS8(d, da, db, acc)      wgmma m64n64k32 s32 += s8 x s8 (both operands from shared memory)
+//   MmaBf16(d, da, db, acc)    wgmma m64n64k16 f32 += bf16 x bf16
+//
+// Operands (PTX ISA "Asynchronous Warpgroup Level Matrix Multiply-Accumulate"): D (64 x 64) =
+// A (64 x K) B (K x 64) where A is stored as rows of K (K-major) and B as its transpose, 64 rows
+// of K (K-major too): S = Q K^T takes A = Q tile, B = K tile, both as they come from (B, H, N, D).
+// int8 wgmma reads only K-major operands, so this is the one layout needed here.
+//
+// Shared-memory layout ("128B / 64B / 32B swizzle", W = the swizzle width in bytes): a tile is
+// ROW_BYTES / W column chunks, each a contiguous [ROWS][W] block; inside a chunk, byte c of row r
+// sits at Swizzle(r * W + c), where Swizzle XORs address bits [4, 4 + log2(W / 16)) with bits
+// [7, 7 + log2(W / 16)): the 16-byte unit u of row r moves to u ^ ((r * W / 128) % (W / 16)).
+// W is 128 when a row has 128 bytes or more (int8 D = 128, bf16 D = 64 / 128), else the row
+// length (64: int8 D = 64). Eight rows form one 8 x W "core" block of 8W bytes; the descriptor's
+// stride byte offset (SBO) is that, and its leading byte offset is unused for swizzled K-major
+// operands (encoded 1, as CUTLASS does). A chunk must start on an 8W-byte boundary (1024 for
+// W = 128) so that the swizzle phase the hardware computes from the address matches the one the
+// stores used: tiles are placed at multiples of 1024 bytes in a 1024-byte-aligned buffer.
+// Advancing K inside a chunk moves the descriptor's start address by the slice's byte offset
+// (32 bytes per instruction); the hardware applies the swizzle to the resulting addresses.
+//
+// Accumulator fragment (m64nN, 4 warps = one warpgroup, N / 2 registers per thread): with
+// w = warp % 4, g = lane / 4, t = lane % 4, register d[4j + e] holds
+//   row 16 w + g + 8 (e / 2), column 8 j + 2 t + (e % 2)
+// i.e. each warp owns 16 rows and, per block of 8 columns, the m16n8 mma.sync accumulator layout
+// (attention_common.cuh): the existing epilogues read wgmma results unchanged.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "attention/cuda/attention_common.cuh"
+
+namespace ablate::kernels::cuda::wgmma {
+
+template <int ROWS, int ROW_BYTES>
+struct GmmaTile {
+  static constexpr int kRows = ROWS;
+  static constexpr int kRowBytes = ROW_BYTES;
+  static constexpr int kW = ROW_BYTES >= 128 ? 128 : ROW_BYTES;  // swizzle width
+  static constexpr int kChunkCols = ROW_BYTES / kW;               // column chunks
+  static constexpr int kChunkBytes = ROWS * kW;
+  static constexpr int kBytes = ROWS * ROW_BYTES;
+  static constexpr int kUnitMask = kW / 16 - 1;  // 16-byte units per row, minus 1
+  static_assert(kW == 128 || kW == 64 || kW == 32, "rows of 32, 64 or a multiple of 128 bytes");
+  static_assert(ROW_BYTES % kW == 0, "rows are whole swizzle widths");
+  static_assert(ROWS % 8 == 0, "whole 8-row core blocks");
+  static_assert(kChunkBytes % 1024 == 0 || kChunkCols == 1,
+                "column chunks must stay 1024-byte aligned");
+  // Swizzle mode field of the descriptor (bits 62-63): 1 = 128B, 2 = 64B, 3 = 32B.
+  static constexpr uint64_t kMode = kW == 128 ? 1 : kW == 64 ? 2 : 3;
+
+  // Byte offset of byte `col_byte` of row `row`.
+  __host__ __device__ __forceinline__ static int ByteOffset(int row, int col_byte) {
+    const int chunk = col_byte / kW, c = col_byte % kW;
+    const int linear = row * kW + c;
+    return chunk * kChunkBytes + (linear ^ (((linear >> 7) & kUnitMask) << 4));
+  }
+};
+
+// Issues (does not commit) the 16-byte cp.async copies of rows [row0, row0 + TILE::kRows) of a
+// row-major global matrix with TILE::kRowBytes bytes per row into the tile at `smem`; rows >=
+// n_rows are zero-filled. All THREADS threads call it with their index `tid`.
+template <typename TILE, int THREADS>
+__device__ __forceinline__ void LoadGmmaTileAsync(void* smem, const void* gmem_base, int row0,
+                                                  int n_rows, int tid) {
+  constexpr int kUnits = TILE::kRowBytes / 16;
+  constexpr int kTotal = TILE::kRows * kUnits;
+  static_assert(kTotal % THREADS == 0, "tile units must split evenly over the threads");
+  const char* base = static_cast<const char*>(gmem_base);
+  const uint32_t s = SmemAddr(smem);
+#pragma unroll
+  for (int i = 0; i < kTotal / THREADS; ++i) {
+    const int idx = i * THREADS + tid;
+    const int r = idx / kUnits, u = idx % kUnits;
+    const bool valid = row0 + r < n_rows;
+    const char* src = valid ? base + (int64_t(row0 + r) * TILE::kRowBytes + u * 16) : base;
+    CpAsync16(s + TILE::ByteOffset(r, u * 16), src, valid);
+  }
+}
+
+// Descriptor of the TILE at shared address `base` (1024-byte aligned), rows 0..ROWS-1, K bytes
+// [k_byte, k_byte + 32) (k_byte a multiple of 32).
+template <typename TILE>
+__device__ __forceinline__ uint64_t Desc(uint32_t base, int k_byte) {
+  const uint32_t start =
+      base + (k_byte / TILE::kW) * TILE::kChunkBytes + (k_byte % TILE::kW);
+  uint64_t d = 0;
+  d |= uint64_t((start & 0x3FFFF) >> 4);          // bits 0-13: start address / 16
+  d |= uint64_t(1) << 16;                         // bits 16-29: leading byte offset (unused) = 1
+  d |= uint64_t((8 * TILE::kW) >> 4) << 32;       // bits 32-45: stride byte offset / 16
+  d |= TILE::kMode << 62;                         // bits 62-63: swizzle mode (base offset 0)
+  return d;
+}
+
+// Makes this thread's generic-proxy writes to shared memory (st.shared, cp.async) visible to the
+// async proxy that wgmma reads through; every writing thread runs it before the barrier that
+// precedes the wgmma.
+__device__ __forceinline__ void FenceProxyAsync() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+// Orders earlier register and shared-memory accesses of the warpgroup before the next wgmma.
+__device__ __forceinline__ void Fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void Commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+// Waits until at most N committed wgmma groups are pending; their accumulators are then valid.
+template <int N>
+__device__ __forceinline__ void Wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+// d (+)= A B for one K slice: m64n64k32, s8 x s8 -> s32. `accumulate` false: d = A B.
+__device__ __forceinline__ void MmaS8(int32_t (&d)[32], uint64_t da, uint64_t db,
+                                      bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "%32, %33, p;\n}\n"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]),
+        "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]),
+        "+r"(d[14]), "+r"(d[15]), "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]),
+        "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), "+r"(d[24]), "+r"(d[25]),
+        "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31])
+      : "l"(da), "l"(db), "r"(int(accumulate)));
+}
+
+// d (+)= A B for one K slice: m64n64k16, bf16 x bf16 -> f32 (no negation, no transposition).
+__device__ __forceinline__ void MmaBf16(float (&d)[32], uint64_t da, uint64_t db,
+                                        bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "%32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
+        "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),
+        "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(da), "l"(db), "r"(int(accumulate)));
+}
+
+}  // namespace ablate::kernels::cuda::wgmma

@@ -1,0 +1,238 @@
+// kernels/attention/cuda/wgmma.cuh on the GPU against a CPU GEMM (label gpu; skips without a GPU):
+// one warpgroup loads A (64 x K) and B (64 x K), both K-major, into GmmaTiles by cp.async, runs
+// the K slices through wgmma (MmaS8: m64n64k32 s8; MmaBf16: m64n64k16 bf16), twice (the second
+// pass accumulates: 2 A B, which checks the scale-d predicate), and writes the accumulator
+// fragments out by the documented mapping. int8 must match exactly; bf16 within fp32 summation
+// error. Tiles: int8 K = 64 (64B swizzle), int8 K = 128 (128B), bf16 K = 64 (128B), bf16 K = 128
+// (two 128B column chunks).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <type_traits>
+#include <vector>
+
+#include "attention/cuda/wgmma.cuh"
+
+namespace ablate::kernels::cuda::wgmma {
+namespace {
+
+bool HaveGpu() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) return false;
+  cudaDeviceProp prop{};
+  return cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major >= 9;
+}
+#define SKIP_WITHOUT_HOPPER() \
+  if (!HaveGpu()) GTEST_SKIP() << "no sm_90 CUDA device"
+
+constexpr int kM = 64, kN = 64, kThreads = 128;
+
+// Element type -> (tile, K per instruction, instruction).
+template <typename T, int K>
+struct Gemm;
+template <int K>
+struct Gemm<int8_t, K> {
+  using Tile = GmmaTile<64, K>;
+  using Acc = int32_t;
+  static constexpr int kSliceBytes = 32;  // k32
+  __device__ static void Mma(Acc (&d)[32], uint64_t da, uint64_t db, bool acc) {
+    MmaS8(d, da, db, acc);
+  }
+};
+template <int K>
+struct Gemm<__nv_bfloat16, K> {
+  using Tile = GmmaTile<64, 2 * K>;
+  using Acc = float;
+  static constexpr int kSliceBytes = 32;  // k16
+  __device__ static void Mma(Acc (&d)[32], uint64_t da, uint64_t db, bool acc) {
+    MmaBf16(d, da, db, acc);
+  }
+};
+
+template <typename T, int K>
+__global__ void __launch_bounds__(kThreads) GemmKernel(const T* a, const T* b,
+                                                       typename Gemm<T, K>::Acc* c) {
+  using G = Gemm<T, K>;
+  using Tile = typename G::Tile;
+  extern __shared__ __align__(1024) char smem[];
+  char* sa = smem;
+  char* sb = smem + Tile::kBytes;  // kBytes is a multiple of 1024
+  const int tid = threadIdx.x;
+  LoadGmmaTileAsync<Tile, kThreads>(sa, a, 0, kM, tid);
+  LoadGmmaTileAsync<Tile, kThreads>(sb, b, 0, kN, tid);
+  CpAsyncCommit();
+  CpAsyncWait<0>();
+  FenceProxyAsync();
+  __syncthreads();
+
+  typename G::Acc d[32];
+  for (int i = 0; i < 32; ++i) d[i] = 0;
+  const uint32_t ba = SmemAddr(sa), bb = SmemAddr(sb);
+  Fence();
+  for (int pass = 0; pass < 2; ++pass) {
+#pragma unroll
+    for (int k = 0; k < Tile::kRowBytes; k += G::kSliceBytes) {
+      G::Mma(d, Desc<Tile>(ba, k), Desc<Tile>(bb, k), pass > 0 || k > 0);
+    }
+  }
+  Commit();
+  Wait<0>();
+
+  const int w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  for (int j = 0; j < 8; ++j) {
+    for (int e = 0; e < 4; ++e) {
+      const int row = 16 * w + g + 8 * (e / 2), col = 8 * j + 2 * t + (e % 2);
+      c[row * kN + col] = d[4 * j + e];
+    }
+  }
+}
+
+uint16_t Bf16Bits(float x) {  // round to nearest even (inputs are finite)
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+float Bf16Value(uint16_t bits) {
+  const uint32_t u = uint32_t(bits) << 16;
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
+template <typename T>
+void Check(const char* what, const std::vector<T>& a, const std::vector<T>& b, int k,
+           const std::vector<double>& got) {
+  // The CPU twin: 2 A B^T in double (exact for int8).
+  double worst = 0.0;
+  int bad = 0;
+  for (int i = 0; i < kM; ++i) {
+    for (int j = 0; j < kN; ++j) {
+      double ref = 0.0, mag = 0.0;
+      for (int q = 0; q < k; ++q) {
+        double x, y;
+        if constexpr (std::is_same_v<T, int8_t>) {
+          x = a[i * k + q];
+          y = b[j * k + q];
+        } else {
+          x = Bf16Value(a[i * k + q]);
+          y = Bf16Value(b[j * k + q]);
+        }
+        ref += 2.0 * x * y;
+        mag += 2.0 * std::fabs(x * y);
+      }
+      const double err = std::fabs(got[i * kN + j] - ref);
+      // int8: exact. bf16: products are exact in fp32, 2K fp32 additions of partial sums <= mag
+      // (floored at 1e-5 mag in case the tensor cores add with fewer bits); a layout error is
+      // O(mag).
+      const double tol =
+          std::is_same_v<T, int8_t> ? 0.0 : std::max(2.0 * k * 6e-8, 1e-5) * mag;
+      worst = std::max(worst, mag > 0 ? err / mag : err);
+      if (!(err <= tol) && bad++ < 5) {  // NaN (the poison) fails too
+        ADD_FAILURE() << what << ": D[" << i << "][" << j << "] = " << got[i * kN + j]
+                      << ", CPU " << ref;
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0) << what;
+  std::printf("[wgmma] %s: %d of %d elements off, worst |err| / sum|terms| %.3g\n", what, bad,
+              kM * kN, worst);
+}
+
+template <typename T, int K>
+void RunGemm(const char* what, uint32_t seed) {
+  using G = Gemm<T, K>;
+  using Acc = typename G::Acc;
+  // Host copies: int8 values, or bf16 bit patterns (uint16_t) for __nv_bfloat16.
+  using H = std::conditional_t<std::is_same_v<T, int8_t>, int8_t, uint16_t>;
+  static_assert(sizeof(H) == sizeof(T));
+  std::mt19937 rng(seed);
+  std::vector<H> ha(kM * K), hb(kN * K);
+  if constexpr (std::is_same_v<T, int8_t>) {
+    std::uniform_int_distribution<int> u(-127, 127);
+    for (auto& x : ha) x = static_cast<int8_t>(u(rng));
+    for (auto& x : hb) x = static_cast<int8_t>(u(rng));
+  } else {
+    std::normal_distribution<float> nd(0.f, 1.f);
+    for (auto& x : ha) x = Bf16Bits(nd(rng));
+    for (auto& x : hb) x = Bf16Bits(nd(rng));
+  }
+  T *da = nullptr, *db = nullptr;
+  Acc* dc = nullptr;
+  ASSERT_EQ(cudaMalloc(&da, sizeof(T) * ha.size()), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&db, sizeof(T) * hb.size()), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dc, sizeof(Acc) * kM * kN), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(da, ha.data(), sizeof(T) * ha.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(db, hb.data(), sizeof(T) * hb.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemset(dc, 0xFF, sizeof(Acc) * kM * kN), cudaSuccess);  // poison
+  const int smem = 2 * G::Tile::kBytes;
+  auto kernel = GemmKernel<T, K>;
+  ASSERT_EQ(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+            cudaSuccess);
+  kernel<<<1, kThreads, smem>>>(da, db, dc);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<Acc> hc(kM * kN);
+  ASSERT_EQ(cudaMemcpy(hc.data(), dc, sizeof(Acc) * hc.size(), cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  cudaFree(da);
+  cudaFree(db);
+  cudaFree(dc);
+  Check(what, ha, hb, K, std::vector<double>(hc.begin(), hc.end()));
+}
+
+TEST(WgmmaGpu, S8K64Swizzle64) {
+  SKIP_WITHOUT_HOPPER();
+  RunGemm<int8_t, 64>("s8 K=64 (64B swizzle)", 1);
+}
+TEST(WgmmaGpu, S8K128Swizzle128) {
+  SKIP_WITHOUT_HOPPER();
+  RunGemm<int8_t, 128>("s8 K=128 (128B swizzle)", 2);
+}
+TEST(WgmmaGpu, Bf16K64Swizzle128) {
+  SKIP_WITHOUT_HOPPER();
+  RunGemm<__nv_bfloat16, 64>("bf16 K=64 (128B swizzle)", 3);
+}
+TEST(WgmmaGpu, Bf16K128TwoChunks) {
+  SKIP_WITHOUT_HOPPER();
+  RunGemm<__nv_bfloat16, 128>("bf16 K=128 (two 128B column chunks)", 4);
+}
+
+// The layout arithmetic itself, on the host: every byte of a tile lands once, inside the tile,
+// and 16-byte units stay whole (what cp.async and the hardware rely on).
+template <int ROWS, int ROW_BYTES>
+void ExpectBijective() {
+  using Tile = GmmaTile<ROWS, ROW_BYTES>;
+  std::vector<int> seen(Tile::kBytes, 0);
+  for (int r = 0; r < ROWS; ++r) {
+    for (int c = 0; c < ROW_BYTES; ++c) {
+      const int off = Tile::ByteOffset(r, c);
+      ASSERT_GE(off, 0);
+      ASSERT_LT(off, Tile::kBytes);
+      ++seen[off];
+      // Same 16-byte unit as the unit's first byte, at the same distance; inside its chunk.
+      ASSERT_EQ(off - Tile::ByteOffset(r, c - c % 16), c % 16);
+      ASSERT_EQ(off / Tile::kChunkBytes, c / Tile::kW);
+    }
+  }
+  for (int v : seen) ASSERT_EQ(v, 1);
+}
+
+TEST(WgmmaLayout, SwizzleIsABijectionOnWholeUnits) {
+  ExpectBijective<64, 64>();
+  ExpectBijective<64, 128>();
+  ExpectBijective<64, 256>();
+  ExpectBijective<128, 128>();
+  EXPECT_EQ((GmmaTile<64, 64>::kMode), 2u);
+  EXPECT_EQ((GmmaTile<64, 256>::kMode), 1u);
+  EXPECT_EQ((GmmaTile<64, 256>::kChunkCols), 2);
+}
+
+}  // namespace
+}  // namespace ablate::kernels::cuda::wgmma
