@@ -45,7 +45,7 @@
 // v5 variants stay compiled in for the lab (SageCudaOptions::fwd_variant). Backward: sagebwd v4q
 // = v4 (bits kBwdInterior | kBwdOcc3) + kBwdFastQ (P^T / dS^T / dS^ codes by one FMA into the
 // 1.5 * 2^23 mantissa, no F2I / clamp) + kBwdExp2 (P by ex2.approx in the log2 domain) = backward
-// variant 184 of the compiled-in variants 24 / 152 / 184 (kBwd*, BwdKernelFor; the GPU test's
+// variant 184 of the compiled-in variants 24 / 152 / 184 / 440 (kBwd*, BwdLaunchFor; the GPU test's
 // lab mode times them through SageCudaOptions::bwd_variant). mma.sync m16n8k32 s8 / m16n8k16
 // bf16 with ldmatrix fragment loads from padded tiles (row strides of an odd number of 16-byte
 // chunks: conflict-free), cp.async copies; forward: K^ / V^T double-buffered (next tile
@@ -68,6 +68,7 @@
 #include <type_traits>
 
 #include "attention/cuda/attention_common.cuh"
+#include "attention/cuda/wgmma.cuh"
 
 namespace ablate::kernels {
 namespace {
@@ -130,6 +131,33 @@ struct SageConfig {
                 "16-byte aligned backward regions");
 };
 
+// Backward shared-memory layout: SageConfig's padded tiles, or with kBwdWgmma the S / dP operands
+// (K^, V, Q^, dO) first as 1024-byte-aligned GmmaTiles (wgmma.cuh, no padding), then the other
+// regions in the same order; plus 1 KB of slack to align the dynamic shared memory base.
+template <int D, bool kWg>
+struct BwdLayout {
+  using C = SageConfig<D>;
+  using TileI8 = cuda::wgmma::GmmaTile<kTile, D>;      // K^, Q^ (V^, dO^ with int8_dp)
+  using TileBf = cuda::wgmma::GmmaTile<kTile, 2 * D>;  // V, dO (bf16)
+  static constexpr int kKh = kWg ? 0 : C::kBwdKh;
+  static constexpr int kV = kWg ? TileI8::kBytes : C::kBwdV;
+  static constexpr int kQh = kWg ? kV + TileBf::kBytes : C::kBwdQh;
+  static constexpr int kDo = kWg ? kQh + TileI8::kBytes : C::kBwdDo;
+  static constexpr int kKht = kWg ? kDo + TileBf::kBytes : C::kBwdKht;
+  static constexpr int kQht = kWg ? kKht + D * kI8T : C::kBwdQht;
+  static constexpr int kDoht = kWg ? kQht + D * kI8T : C::kBwdDoht;
+  static constexpr int kPart = kWg ? kDoht + D * kI8T : C::kBwdPart;
+  static constexpr int kPT = kPart + (C::kBwdPT - C::kBwdPart);
+  static constexpr int kDsh = kPart + (C::kBwdDsh - C::kBwdPart);
+  static constexpr int kDsT = kPart + (C::kBwdDsT - C::kBwdPart);
+  static constexpr int kVec = kPart + (C::kBwdVec - C::kBwdPart);
+  static constexpr int kMu = kPart + (C::kBwdMu - C::kBwdPart);
+  static constexpr int kBytes = kMu + 2 * D * 4 + (kWg ? 1024 : 0);
+  static_assert(kBytes <= 227 * 1024, "backward shared memory over the sm_90 limit");
+  static_assert(!kWg || (TileI8::kBytes % 1024 == 0 && TileBf::kBytes % 1024 == 0),
+                "GmmaTiles stay 1024-byte aligned");
+};
+
 // ----------------------------------------------------------------------------------------------
 // Device pieces.
 // ----------------------------------------------------------------------------------------------
@@ -186,6 +214,7 @@ constexpr int kBwdOcc3 = 16;     // D = 64: __launch_bounds__(128, 3): <= 168 re
 constexpr int kBwdExp2 = 32;     // P = ex2.approx(x a log2e - lse log2e) instead of expf(a x - lse)
                                  // (v4 lab variant 56 measured exp2f there, interior blocks only)
 constexpr int kBwdFastQ = 128;   // P^T, dS^T, dS^ codes by QuantBits / QuantPack2 (no F2I / clamp)
+constexpr int kBwdWgmma = 256;   // S = Q^ K^T and dP = dO V^T by wgmma from GmmaTiles (lab, v7a)
 template <int D, int kVar>
 constexpr int BwdMinBlocks() {
   return (D == 64 && (kVar & kBwdOcc3) != 0) ? 3 : 1;
@@ -942,25 +971,90 @@ struct BwdParams {
   float tau;
 };
 
+// Phase 1 of the backward by wgmma (kBwdWgmma, one warpgroup = the CTA's 4 warps): S = Q^ K^T
+// (s8, D / 32 x m64n64k32) and dP = dO V^T (bf16, 2D / 32 x m64n64k16; s8 scaled by sdv with
+// int8_dp) for the tile's 64 query rows x 64 keys, from the GmmaTiles of BwdLayout L. Both groups
+// are issued before the wait. The accumulators come back in the mma.sync layout the epilogue
+// reads: warp w holds rows 16w..16w+15, si[n][e] = d[4n + e] (wgmma.cuh).
+template <int D, typename L>
+__device__ __forceinline__ void PhaseOneWgmma(const int8_t* s_qh, const int8_t* s_kh,
+                                              const char* s_do, const char* s_v, bool int8_dp,
+                                              float sdv, int32_t (&si)[8][4], float (&dp)[8][4]) {
+  namespace wg = cuda::wgmma;
+  using T8 = typename L::TileI8;
+  using TB = typename L::TileBf;
+  const uint32_t qb = cuda::SmemAddr(s_qh), kb = cuda::SmemAddr(s_kh);
+  const uint32_t db = cuda::SmemAddr(s_do), vb = cuda::SmemAddr(s_v);
+  int32_t sacc[32];
+#pragma unroll
+  for (int r = 0; r < 32; ++r) sacc[r] = 0;
+  if (int8_dp) {
+    int32_t dacc[32];
+#pragma unroll
+    for (int r = 0; r < 32; ++r) dacc[r] = 0;
+    wg::Fence();
+#pragma unroll
+    for (int k = 0; k < D; k += 32) wg::MmaS8(sacc, wg::Desc<T8>(qb, k), wg::Desc<T8>(kb, k), k > 0);
+    wg::Commit();
+#pragma unroll
+    for (int k = 0; k < D; k += 32) wg::MmaS8(dacc, wg::Desc<T8>(db, k), wg::Desc<T8>(vb, k), k > 0);
+    wg::Commit();
+    wg::Wait<0>();
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dp[n][e] = sdv * __int2float_rn(dacc[4 * n + e]);
+    }
+  } else {
+    float dacc[32];
+#pragma unroll
+    for (int r = 0; r < 32; ++r) dacc[r] = 0.0f;
+    wg::Fence();
+#pragma unroll
+    for (int k = 0; k < D; k += 32) wg::MmaS8(sacc, wg::Desc<T8>(qb, k), wg::Desc<T8>(kb, k), k > 0);
+    wg::Commit();
+#pragma unroll
+    for (int k = 0; k < 2 * D; k += 32) {
+      wg::MmaBf16(dacc, wg::Desc<TB>(db, k), wg::Desc<TB>(vb, k), k > 0);
+    }
+    wg::Commit();
+    wg::Wait<0>();
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dp[n][e] = dacc[4 * n + e];
+    }
+  }
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) si[n][e] = sacc[4 * n + e];
+  }
+}
+
 // grid: (K tiles, BH); block: 128. Warp w owns keys 16w..16w+15 of the K tile for dK and dV, and
 // query rows 16w..16w+15 of each Q tile for S, dP, P, dS and dQ.
 template <int D, bool kCausal, int kVar>
 __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackwardKernel(BwdParams p) {
   constexpr bool kInt = (kVar & kBwdInterior) != 0, kFx = (kVar & kBwdExp2) != 0, kFq = (kVar & kBwdFastQ) != 0;
+  constexpr bool kWg = (kVar & kBwdWgmma) != 0;
   using C = SageConfig<D>;
+  using L = BwdLayout<D, kWg>;
   extern __shared__ __align__(16) char smem[];
-  int8_t* s_kh = reinterpret_cast<int8_t*>(smem + C::kBwdKh);
-  int8_t* s_kht = reinterpret_cast<int8_t*>(smem + C::kBwdKht);
-  char* s_v = smem + C::kBwdV;  // bf16 V [64][kBfD], or int8 V^ [64][kI8D] with int8_dp
-  int8_t* s_qh = reinterpret_cast<int8_t*>(smem + C::kBwdQh);
-  int8_t* s_qht = reinterpret_cast<int8_t*>(smem + C::kBwdQht);
-  char* s_do = smem + C::kBwdDo;  // bf16 dO [64][kBfD], or int8 dO^ [64][kI8D] with int8_dp
-  int8_t* s_doht = reinterpret_cast<int8_t*>(smem + C::kBwdDoht);
-  float* s_part = reinterpret_cast<float*>(smem + C::kBwdPart);
-  int8_t* s_pt = reinterpret_cast<int8_t*>(smem + C::kBwdPT);
-  int8_t* s_dsh = reinterpret_cast<int8_t*>(smem + C::kBwdDsh);
-  int8_t* s_dst = reinterpret_cast<int8_t*>(smem + C::kBwdDsT);
-  float* s_vec = reinterpret_cast<float*>(smem + C::kBwdVec);
+  // kWg: GmmaTiles need a 1024-byte-aligned base (L::kBytes has the slack).
+  char* const base = kWg ? smem + ((1024 - (cuda::SmemAddr(smem) & 1023)) & 1023) : smem;
+  int8_t* s_kh = reinterpret_cast<int8_t*>(base + L::kKh);
+  int8_t* s_kht = reinterpret_cast<int8_t*>(base + L::kKht);
+  char* s_v = base + L::kV;  // bf16 V [64][kBfD], or int8 V^ [64][kI8D] with int8_dp
+  int8_t* s_qh = reinterpret_cast<int8_t*>(base + L::kQh);
+  int8_t* s_qht = reinterpret_cast<int8_t*>(base + L::kQht);
+  char* s_do = base + L::kDo;  // bf16 dO [64][kBfD], or int8 dO^ [64][kI8D] with int8_dp
+  int8_t* s_doht = reinterpret_cast<int8_t*>(base + L::kDoht);
+  float* s_part = reinterpret_cast<float*>(base + L::kPart);
+  int8_t* s_pt = reinterpret_cast<int8_t*>(base + L::kPT);
+  int8_t* s_dsh = reinterpret_cast<int8_t*>(base + L::kDsh);
+  int8_t* s_dst = reinterpret_cast<int8_t*>(base + L::kDsT);
+  float* s_vec = reinterpret_cast<float*>(base + L::kVec);
   float* s_csp = s_vec;               // per key column: scale of P
   float* s_csds = s_vec + kTile;      // per key column: scale of dS
   float* s_colsum = s_vec + 2 * kTile;  // per key column: sum of dS
@@ -969,7 +1063,7 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
   float* s_lse = s_vec + 5 * kTile;
   float* s_drow = s_vec + 6 * kTile;
   float* s_cinvds = s_vec + 7 * kTile;  // per key column: 1 / scale of dS
-  float* s_mu = reinterpret_cast<float*>(smem + C::kBwdMu);
+  float* s_mu = reinterpret_cast<float*>(base + L::kMu);
   float* s_kbar = s_mu + D;
 
   const int j = blockIdx.x, bh = blockIdx.y;
@@ -978,9 +1072,22 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
   const int64_t nd = int64_t(p.n) * D, npd = int64_t(p.np) * D;
   const float tau = p.tau;
 
-  CopyRows(s_kh, C::kI8D, p.kh + bh * npd + int64_t(c0) * D, D, kTile, D);
+  using cuda::wgmma::LoadGmmaTileAsync;
+  if constexpr (kWg) {
+    LoadGmmaTileAsync<typename L::TileI8, kThreads>(s_kh, p.kh + bh * npd + int64_t(c0) * D, 0,
+                                                    kTile, threadIdx.x);
+  } else {
+    CopyRows(s_kh, C::kI8D, p.kh + bh * npd + int64_t(c0) * D, D, kTile, D);
+  }
   CopyRows(s_kht, kI8T, p.kht + bh * npd + c0, p.np, D, kTile);
-  if (p.int8_dp) {
+  if constexpr (kWg) {
+    if (p.int8_dp) {
+      LoadGmmaTileAsync<typename L::TileI8, kThreads>(s_v, p.vh + bh * npd + int64_t(c0) * D, 0,
+                                                      kTile, threadIdx.x);
+    } else {
+      LoadGmmaTileAsync<typename L::TileBf, kThreads>(s_v, p.v + bh * nd, c0, p.n, threadIdx.x);
+    }
+  } else if (p.int8_dp) {
     CopyRows(s_v, C::kI8D, p.vh + bh * npd + int64_t(c0) * D, D, kTile, D);
   } else {
     CopyBf16Rows<D>(reinterpret_cast<__nv_bfloat16*>(s_v), p.v + bh * nd, c0, p.n);
@@ -1006,11 +1113,23 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
   float lse_i = 0.0f, drow_i = 0.0f;
   auto load_q_tile = [&](int ii) {
     const int rr = ii * kTile;
-    CopyRows(s_qh, C::kI8D, p.qh + bh * npd + int64_t(rr) * D, D, kTile, D);
-    if (p.int8_dp) {
-      CopyRows(s_do, C::kI8D, p.doh + bh * npd + int64_t(rr) * D, D, kTile, D);
+    if constexpr (kWg) {
+      LoadGmmaTileAsync<typename L::TileI8, kThreads>(s_qh, p.qh + bh * npd + int64_t(rr) * D, 0,
+                                                      kTile, threadIdx.x);
+      if (p.int8_dp) {
+        LoadGmmaTileAsync<typename L::TileI8, kThreads>(
+            s_do, p.doh + bh * npd + int64_t(rr) * D, 0, kTile, threadIdx.x);
+      } else {
+        LoadGmmaTileAsync<typename L::TileBf, kThreads>(s_do, p.do_ + bh * nd, rr, p.n,
+                                                        threadIdx.x);
+      }
     } else {
-      CopyBf16Rows<D>(reinterpret_cast<__nv_bfloat16*>(s_do), p.do_ + bh * nd, rr, p.n);
+      CopyRows(s_qh, C::kI8D, p.qh + bh * npd + int64_t(rr) * D, D, kTile, D);
+      if (p.int8_dp) {
+        CopyRows(s_do, C::kI8D, p.doh + bh * npd + int64_t(rr) * D, D, kTile, D);
+      } else {
+        CopyBf16Rows<D>(reinterpret_cast<__nv_bfloat16*>(s_do), p.do_ + bh * nd, rr, p.n);
+      }
     }
     cuda::CpAsyncCommit();
     if (threadIdx.x < kTile) {
@@ -1035,6 +1154,7 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
       }
     }
     CopyWait();  // this iteration's Q^, Q^T, dO, dO^T
+    if constexpr (kWg) cuda::wgmma::FenceProxyAsync();  // cp.async writes -> wgmma's reads
     __syncthreads();
     if (p.smooth_q) {
       BlockBias<D>(p.k + bh * nd, s_mu, s_kbar, j, p.n, tau, s_bias);
@@ -1046,21 +1166,25 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
     float pf[8][4], dsf[8][4];
     {
       int32_t si[8][4];
-      WarpGemmS8<D, 8>(s_qh + warp * 16 * C::kI8D, C::kI8D, s_kh, C::kI8D, si);
       float dp[8][4];
-      if (p.int8_dp) {
-        int32_t di[8][4];
-        WarpGemmS8<D, 8>(reinterpret_cast<const int8_t*>(s_do) + warp * 16 * C::kI8D, C::kI8D,
-                         reinterpret_cast<const int8_t*>(s_v), C::kI8D, di);
-        const float sdv = sdoi * svj;
-#pragma unroll
-        for (int n = 0; n < 8; ++n) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) dp[n][e] = sdv * __int2float_rn(di[n][e]);
-        }
+      if constexpr (kWg) {
+        PhaseOneWgmma<D, L>(s_qh, s_kh, s_do, s_v, p.int8_dp, sdoi * svj, si, dp);
       } else {
-        WarpGemmBf16<D, 8>(reinterpret_cast<const __nv_bfloat16*>(s_do) + warp * 16 * C::kBfD,
-                           C::kBfD, reinterpret_cast<const __nv_bfloat16*>(s_v), C::kBfD, dp);
+        WarpGemmS8<D, 8>(s_qh + warp * 16 * C::kI8D, C::kI8D, s_kh, C::kI8D, si);
+        if (p.int8_dp) {
+          int32_t di[8][4];
+          WarpGemmS8<D, 8>(reinterpret_cast<const int8_t*>(s_do) + warp * 16 * C::kI8D, C::kI8D,
+                           reinterpret_cast<const int8_t*>(s_v), C::kI8D, di);
+          const float sdv = sdoi * svj;
+  #pragma unroll
+          for (int n = 0; n < 8; ++n) {
+  #pragma unroll
+            for (int e = 0; e < 4; ++e) dp[n][e] = sdv * __int2float_rn(di[n][e]);
+          }
+        } else {
+          WarpGemmBf16<D, 8>(reinterpret_cast<const __nv_bfloat16*>(s_do) + warp * 16 * C::kBfD,
+                             C::kBfD, reinterpret_cast<const __nv_bfloat16*>(s_v), C::kBfD, dp);
+        }
       }
       const float a = tau * sqi * skj;
       // Interior block: every (row, key) visible (no N tail, causal: wholly below the diagonal).
@@ -1468,6 +1592,8 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
 //            (QuantBits: byte stores of the low byte; dS^ pairs by QuantPack2), no F2I / clamp
 //   184      sagebwd v4q = 152 + kBwdExp2 (32): P = ex2.approx(a log2e x + bias log2e - lse log2e)
 //            on every block (interior and masked)
+//   440      v7a = 184 + kBwdWgmma (256): S and dP by wgmma from swizzled GmmaTiles (PhaseOneWgmma;
+//            not yet run on a GPU)
 // sagebwd v6 (64 / 96 / 104 / 120, SageBackwardKernelV6) was removed after its lab runs.
 // BwdProductionFor is what production calls (bwd_variant = -1) run.
 // sagebwd v4q = 184 for every shape (1.10-1.13x of v4 = 24 on all six bench shapes, lab).
@@ -1475,17 +1601,27 @@ constexpr int BwdProductionFor(int /*d*/, bool /*causal*/) {
   return 24 + kBwdExp2 + kBwdFastQ;
 }
 using BwdKernel = void (*)(BwdParams);
+struct BwdLaunch {
+  BwdKernel kernel = nullptr;
+  int smem = 0;
+};
+template <int D, bool kCausal, int kVar>
+BwdLaunch BwdLaunchOf() {
+  return {SageBackwardKernel<D, kCausal, kVar>, BwdLayout<D, (kVar & kBwdWgmma) != 0>::kBytes};
+}
 template <int D, bool kCausal>
-BwdKernel BwdKernelFor(int var) {
+BwdLaunch BwdLaunchFor(int var) {
   switch (var) {
     case 24:
-      return SageBackwardKernel<D, kCausal, 24>;
+      return BwdLaunchOf<D, kCausal, 24>();
     case 24 + kBwdFastQ:
-      return SageBackwardKernel<D, kCausal, 24 + kBwdFastQ>;
+      return BwdLaunchOf<D, kCausal, 24 + kBwdFastQ>();
     case 24 + kBwdExp2 + kBwdFastQ:
-      return SageBackwardKernel<D, kCausal, 24 + kBwdExp2 + kBwdFastQ>;
+      return BwdLaunchOf<D, kCausal, 24 + kBwdExp2 + kBwdFastQ>();
+    case 24 + kBwdExp2 + kBwdFastQ + kBwdWgmma:
+      return BwdLaunchOf<D, kCausal, 24 + kBwdExp2 + kBwdFastQ + kBwdWgmma>();
     default:
-      return nullptr;
+      return {};
   }
 }
 
@@ -1537,16 +1673,15 @@ Status BackwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_b
   p.int8_dp = opt.int8_dp;
   p.tau = 1.0f / std::sqrt(static_cast<float>(D));
   const int var = opt.bwd_variant < 0 ? BwdProductionFor(D, s.causal) : opt.bwd_variant;
-  const BwdKernel kernel = s.causal ? BwdKernelFor<D, true>(var) : BwdKernelFor<D, false>(var);
-  if (kernel == nullptr) {
+  const BwdLaunch L = s.causal ? BwdLaunchFor<D, true>(var) : BwdLaunchFor<D, false>(var);
+  if (L.kernel == nullptr) {
     return InvalidArgument("SageBwd CUDA: backward variant " + std::to_string(var) +
                            " is not compiled in");
   }
-  constexpr int kSmem = SageConfig<D>::kBwdBytes;
   ABLATE_CUDA_RETURN_IF_ERROR(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
+      cudaFuncSetAttribute(L.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L.smem),
       "SageBwd backward smem attribute");
-  kernel<<<dim3(nt, bh), kThreads, kSmem, stream>>>(p);
+  L.kernel<<<dim3(nt, bh), kThreads, L.smem, stream>>>(p);
   ABLATE_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "SageBwd backward kernel launch");
 
   const int64_t total = rows * D;
