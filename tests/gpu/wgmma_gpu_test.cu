@@ -224,6 +224,41 @@ void ExpectBijective() {
   for (int v : seen) ASSERT_EQ(v, 1);
 }
 
+// What the hardware reads for a descriptor, from the PTX ISA's canonical K-major layouts
+// (Swizzle<B,4,3> o ((8, m), (T, 2k)) : ((W / elem, SBO), (1, T)) in bytes): row r of the
+// instruction's 64 at start + (r % 8) W + (r / 8) SBO + kk for byte kk < 32 of its K slice, then
+// address bits [4, 4 + B) XORed with bits [7, 7 + B) of the shared address. Decodes the
+// descriptor's fields and checks every byte against GmmaTile::ByteOffset for each K slice.
+template <int ROWS, int ROW_BYTES>
+void ExpectDescriptorsMatchLayout() {
+  using Tile = GmmaTile<ROWS, ROW_BYTES>;
+  const uint32_t base = 0x4000;  // any 1024-byte-aligned shared address
+  for (int k0 = 0; k0 < ROW_BYTES; k0 += 32) {
+    const uint64_t d = Desc<Tile>(base, k0);
+    const uint32_t start = uint32_t(d & 0x3FFF) << 4;
+    const uint32_t sbo = uint32_t((d >> 32) & 0x3FFF) << 4;
+    const int mode = int(d >> 62);
+    ASSERT_EQ((d >> 49) & 7, 0u) << "base offset";
+    ASSERT_EQ(mode, int(Tile::kMode));
+    const int bits = mode == 1 ? 3 : mode == 2 ? 2 : 1;  // 128B, 64B, 32B
+    const int w = 16 << bits;
+    for (int r = 0; r < ROWS; ++r) {
+      for (int kk = 0; kk < 32; ++kk) {
+        uint32_t a = start + (r % 8) * w + (r / 8) * sbo + kk;
+        a ^= ((a >> 7) & ((1u << bits) - 1)) << 4;
+        ASSERT_EQ(int(a - base), Tile::ByteOffset(r, k0 + kk))
+            << "tile " << ROWS << "x" << ROW_BYTES << " slice " << k0 << " row " << r;
+      }
+    }
+  }
+}
+
+TEST(WgmmaLayout, DescriptorsAddressTheStoredLayout) {
+  ExpectDescriptorsMatchLayout<64, 64>();   // int8 D = 64
+  ExpectDescriptorsMatchLayout<64, 128>();  // int8 D = 128, bf16 D = 64
+  ExpectDescriptorsMatchLayout<64, 256>();  // bf16 D = 128
+}
+
 TEST(WgmmaLayout, SwizzleIsABijectionOnWholeUnits) {
   ExpectBijective<64, 64>();
   ExpectBijective<64, 128>();

@@ -96,7 +96,7 @@ __device__ __forceinline__ void LoadGmmaTileAsync(void* smem, const void* gmem_b
 // Descriptor of the TILE at shared address `base` (1024-byte aligned), rows 0..ROWS-1, K bytes
 // [k_byte, k_byte + 32) (k_byte a multiple of 32).
 template <typename TILE>
-__device__ __forceinline__ uint64_t Desc(uint32_t base, int k_byte) {
+__host__ __device__ __forceinline__ uint64_t Desc(uint32_t base, int k_byte) {
   const uint32_t start =
       base + (k_byte / TILE::kW) * TILE::kChunkBytes + (k_byte % TILE::kW);
   uint64_t d = 0;
