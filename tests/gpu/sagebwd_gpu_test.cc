@@ -447,9 +447,9 @@ TEST(SageBwdGpu, BwdVariantLab) {
   const char* env = std::getenv("SAGE_BWD_LAB");
   if (env == nullptr || std::string(env) != "1") GTEST_SKIP() << "set SAGE_BWD_LAB=1";
   // 24 = sagebwd v4 (the reference of the ratios), 152 = v4 with FMA-magic quantization, 184 =
-  // v4q = 152 with ex2.approx, 440 = v7a = 184 with S and dP by wgmma: every backward variant
-  // compiled in.
-  const std::vector<int> vars = {24, 152, 184, 440};
+  // v4q = 152 with ex2.approx, 440 = v7a = 184 with S and dP by wgmma, 952 = v7b = 440 with dV,
+  // dK, dQ by wgmma too: every backward variant compiled in.
+  const std::vector<int> vars = {24, 152, 184, 440, 952};
   for (int var : vars) {
     SageCudaOptions opt;
     opt.bwd_variant = var;

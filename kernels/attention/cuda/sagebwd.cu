@@ -45,7 +45,7 @@
 // v5 variants stay compiled in for the lab (SageCudaOptions::fwd_variant). Backward: sagebwd v4q
 // = v4 (bits kBwdInterior | kBwdOcc3) + kBwdFastQ (P^T / dS^T / dS^ codes by one FMA into the
 // 1.5 * 2^23 mantissa, no F2I / clamp) + kBwdExp2 (P by ex2.approx in the log2 domain) = backward
-// variant 184 of the compiled-in variants 24 / 152 / 184 / 440 (kBwd*, BwdLaunchFor; the GPU test's
+// variant 184 of the compiled-in variants 24 / 152 / 184 / 440 / 952 (kBwd*, BwdLaunchFor; the GPU test's
 // lab mode times them through SageCudaOptions::bwd_variant). mma.sync m16n8k32 s8 / m16n8k16
 // bf16 with ldmatrix fragment loads from padded tiles (row strides of an odd number of 16-byte
 // chunks: conflict-free), cp.async copies; forward: K^ / V^T double-buffered (next tile
@@ -131,31 +131,44 @@ struct SageConfig {
                 "16-byte aligned backward regions");
 };
 
-// Backward shared-memory layout: SageConfig's padded tiles, or with kBwdWgmma the S / dP operands
-// (K^, V, Q^, dO) first as 1024-byte-aligned GmmaTiles (wgmma.cuh, no padding), then the other
-// regions in the same order; plus 1 KB of slack to align the dynamic shared memory base.
-template <int D, bool kWg>
+// Backward shared-memory layout. Default: SageConfig's padded tiles. kWg (kBwdWgmma): the S / dP
+// operands (K^, V, Q^, dO) first, as 1024-byte-aligned GmmaTiles (wgmma.cuh, no padding), then
+// the other regions in SageConfig's order. kWg2 (kBwdWgmma2, with kWg): the operands of dV, dK
+// and dQ too: K^T, Q^T, dO^T [D][64] and P^T, dS^, dS^T [64][64] as 64-byte-swizzled GmmaTiles,
+// then the column partials, vectors and mu. Either wgmma layout adds 1 KB of slack to align the
+// dynamic shared memory base.
+template <int D, bool kWg, bool kWg2 = false>
 struct BwdLayout {
+  static_assert(!kWg2 || kWg, "kBwdWgmma2 builds on kBwdWgmma");
   using C = SageConfig<D>;
   using TileI8 = cuda::wgmma::GmmaTile<kTile, D>;      // K^, Q^ (V^, dO^ with int8_dp)
   using TileBf = cuda::wgmma::GmmaTile<kTile, 2 * D>;  // V, dO (bf16)
+  using TileT = cuda::wgmma::GmmaTile<D, kTile>;       // K^T, Q^T, dO^T: [D][64 tokens]
+  using TileP = cuda::wgmma::GmmaTile<kTile, kTile>;   // P^T, dS^T [key][q], dS^ [q][key]
   static constexpr int kKh = kWg ? 0 : C::kBwdKh;
   static constexpr int kV = kWg ? TileI8::kBytes : C::kBwdV;
   static constexpr int kQh = kWg ? kV + TileBf::kBytes : C::kBwdQh;
   static constexpr int kDo = kWg ? kQh + TileI8::kBytes : C::kBwdDo;
+  static constexpr int kTBytes = kWg2 ? TileT::kBytes : D * kI8T;  // one of K^T, Q^T, dO^T
   static constexpr int kKht = kWg ? kDo + TileBf::kBytes : C::kBwdKht;
-  static constexpr int kQht = kWg ? kKht + D * kI8T : C::kBwdQht;
-  static constexpr int kDoht = kWg ? kQht + D * kI8T : C::kBwdDoht;
-  static constexpr int kPart = kWg ? kDoht + D * kI8T : C::kBwdPart;
-  static constexpr int kPT = kPart + (C::kBwdPT - C::kBwdPart);
-  static constexpr int kDsh = kPart + (C::kBwdDsh - C::kBwdPart);
-  static constexpr int kDsT = kPart + (C::kBwdDsT - C::kBwdPart);
-  static constexpr int kVec = kPart + (C::kBwdVec - C::kBwdPart);
-  static constexpr int kMu = kPart + (C::kBwdMu - C::kBwdPart);
+  static constexpr int kQht = kWg ? kKht + kTBytes : C::kBwdQht;
+  static constexpr int kDoht = kWg ? kQht + kTBytes : C::kBwdDoht;
+  // Without kWg2 the rest keeps SageConfig's relative order from kRest; with it, P^T, dS^, dS^T
+  // (4 KB each, aligned) come first, then the partials, vectors and mu.
+  static constexpr int kRest = kWg ? kDoht + kTBytes : C::kBwdPart;
+  static constexpr int kPT = kWg2 ? kRest : kRest + (C::kBwdPT - C::kBwdPart);
+  static constexpr int kDsh = kWg2 ? kPT + TileP::kBytes : kRest + (C::kBwdDsh - C::kBwdPart);
+  static constexpr int kDsT = kWg2 ? kPT + 2 * TileP::kBytes : kRest + (C::kBwdDsT - C::kBwdPart);
+  static constexpr int kPart = kWg2 ? kPT + 3 * TileP::kBytes : kRest;
+  static constexpr int kVec = kWg2 ? kPart + 3 * 4 * kTile * 4 : kRest + (C::kBwdVec - C::kBwdPart);
+  static constexpr int kMu = kWg2 ? kVec + 8 * kTile * 4 : kRest + (C::kBwdMu - C::kBwdPart);
   static constexpr int kBytes = kMu + 2 * D * 4 + (kWg ? 1024 : 0);
   static_assert(kBytes <= 227 * 1024, "backward shared memory over the sm_90 limit");
   static_assert(!kWg || (TileI8::kBytes % 1024 == 0 && TileBf::kBytes % 1024 == 0),
                 "GmmaTiles stay 1024-byte aligned");
+  static_assert(!kWg2 || (kKht % 1024 == 0 && kTBytes % 1024 == 0 && kPT % 1024 == 0 &&
+                          TileP::kBytes % 1024 == 0),
+                "64B-swizzled tiles stay aligned");
 };
 
 // ----------------------------------------------------------------------------------------------
@@ -215,6 +228,7 @@ constexpr int kBwdExp2 = 32;     // P = ex2.approx(x a log2e - lse log2e) instea
                                  // (v4 lab variant 56 measured exp2f there, interior blocks only)
 constexpr int kBwdFastQ = 128;   // P^T, dS^T, dS^ codes by QuantBits / QuantPack2 (no F2I / clamp)
 constexpr int kBwdWgmma = 256;   // S = Q^ K^T and dP = dO V^T by wgmma from GmmaTiles (lab, v7a)
+constexpr int kBwdWgmma2 = 512;  // with 256: dV, dK, dQ by wgmma too (lab, v7b)
 template <int D, int kVar>
 constexpr int BwdMinBlocks() {
   return (D == 64 && (kVar & kBwdOcc3) != 0) ? 3 : 1;
@@ -1032,14 +1046,42 @@ __device__ __forceinline__ void PhaseOneWgmma(const int8_t* s_qh, const int8_t* 
   }
 }
 
+// tmp (64 x 64, s32) = A B^T for two 64 x 64-byte int8 GmmaTiles (64-byte swizzle; kBwdWgmma2:
+// P^T dO^T-slice, dS^T Q^T-slice, dS^ K^T-slice): two m64n64k32 wgmmas, the result in the
+// mma.sync layout (warp w: rows 16w..16w+15).
+__device__ __forceinline__ void WgmmaS8Tile64(const int8_t* a, const int8_t* b,
+                                              int32_t (&tmp)[8][4]) {
+  namespace wg = cuda::wgmma;
+  using TP = wg::GmmaTile<kTile, kTile>;
+  const uint32_t ab = cuda::SmemAddr(a), bb = cuda::SmemAddr(b);
+  int32_t acc[32];
+#pragma unroll
+  for (int r = 0; r < 32; ++r) acc[r] = 0;
+  wg::Fence();
+  wg::MmaS8(acc, wg::Desc<TP>(ab, 0), wg::Desc<TP>(bb, 0), false);
+  wg::MmaS8(acc, wg::Desc<TP>(ab, 32), wg::Desc<TP>(bb, 32), true);
+  wg::Commit();
+  wg::Wait<0>();
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) tmp[n][e] = acc[4 * n + e];
+  }
+}
+
 // grid: (K tiles, BH); block: 128. Warp w owns keys 16w..16w+15 of the K tile for dK and dV, and
 // query rows 16w..16w+15 of each Q tile for S, dP, P, dS and dQ.
 template <int D, bool kCausal, int kVar>
 __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackwardKernel(BwdParams p) {
   constexpr bool kInt = (kVar & kBwdInterior) != 0, kFx = (kVar & kBwdExp2) != 0, kFq = (kVar & kBwdFastQ) != 0;
-  constexpr bool kWg = (kVar & kBwdWgmma) != 0;
+  constexpr bool kWg = (kVar & kBwdWgmma) != 0, kWg2 = (kVar & kBwdWgmma2) != 0;
   using C = SageConfig<D>;
-  using L = BwdLayout<D, kWg>;
+  using L = BwdLayout<D, kWg, kWg2>;
+  // Byte offset of (row, col) in P^T, dS^T, dS^ (kI8T-padded, or 64B-swizzled with kWg2).
+  auto poff = [](int row, int col) {
+    if constexpr (kWg2) return L::TileP::ByteOffset(row, col);
+    return row * kI8T + col;
+  };
   extern __shared__ __align__(16) char smem[];
   // kWg: GmmaTiles need a 1024-byte-aligned base (L::kBytes has the slack).
   char* const base = kWg ? smem + ((1024 - (cuda::SmemAddr(smem) & 1023)) & 1023) : smem;
@@ -1079,7 +1121,12 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
   } else {
     CopyRows(s_kh, C::kI8D, p.kh + bh * npd + int64_t(c0) * D, D, kTile, D);
   }
-  CopyRows(s_kht, kI8T, p.kht + bh * npd + c0, p.np, D, kTile);
+  if constexpr (kWg2) {
+    LoadGmmaTileAsync<typename L::TileT, kThreads>(s_kht, p.kht + bh * npd + c0, 0, D,
+                                                   threadIdx.x, p.np);
+  } else {
+    CopyRows(s_kht, kI8T, p.kht + bh * npd + c0, p.np, D, kTile);
+  }
   if constexpr (kWg) {
     if (p.int8_dp) {
       LoadGmmaTileAsync<typename L::TileI8, kThreads>(s_v, p.vh + bh * npd + int64_t(c0) * D, 0,
@@ -1142,8 +1189,15 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
     const int r0 = i * kTile;
     __syncthreads();  // the previous block's shared reads are done
     load_q_tile(i);
-    CopyRows(s_qht, kI8T, p.qht + bh * npd + r0, p.np, D, kTile);
-    CopyRows(s_doht, kI8T, p.doht + bh * npd + r0, p.np, D, kTile);
+    if constexpr (kWg2) {
+      LoadGmmaTileAsync<typename L::TileT, kThreads>(s_qht, p.qht + bh * npd + r0, 0, D,
+                                                     threadIdx.x, p.np);
+      LoadGmmaTileAsync<typename L::TileT, kThreads>(s_doht, p.doht + bh * npd + r0, 0, D,
+                                                     threadIdx.x, p.np);
+    } else {
+      CopyRows(s_qht, kI8T, p.qht + bh * npd + r0, p.np, D, kTile);
+      CopyRows(s_doht, kI8T, p.doht + bh * npd + r0, p.np, D, kTile);
+    }
     if (threadIdx.x < kTile) {
       s_lse[threadIdx.x] = lse_i;
       s_drow[threadIdx.x] = drow_i;
@@ -1319,11 +1373,11 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
         for (int h = 0; h < 2; ++h) {
           const int lr = warp * 16 + g + 8 * h;
           if constexpr (kFq) {  // FMA + byte store of the low byte (no F2I, no clamp)
-            s_pt[c * kI8T + lr] = static_cast<int8_t>(QuantBits(pf[n][2 * h + b], ip) & 0xFFu);
-            s_dst[c * kI8T + lr] = static_cast<int8_t>(QuantBits(dsf[n][2 * h + b], ids) & 0xFFu);
+            s_pt[poff(c, lr)] = static_cast<int8_t>(QuantBits(pf[n][2 * h + b], ip) & 0xFFu);
+            s_dst[poff(c, lr)] = static_cast<int8_t>(QuantBits(dsf[n][2 * h + b], ids) & 0xFFu);
           } else {
-            s_pt[c * kI8T + lr] = QuantizeS8Inv(pf[n][2 * h + b], ip);
-            s_dst[c * kI8T + lr] = QuantizeS8Inv(dsf[n][2 * h + b], ids);
+            s_pt[poff(c, lr)] = QuantizeS8Inv(pf[n][2 * h + b], ip);
+            s_dst[poff(c, lr)] = QuantizeS8Inv(dsf[n][2 * h + b], ids);
           }
         }
       }
@@ -1338,10 +1392,11 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
           const uint32_t hi = static_cast<uint8_t>(QuantizeS8Inv(dsf[n][2 * h + 1], rinv[h]));
           packed = lo | (hi << 8);
         }
-        *reinterpret_cast<uint16_t*>(s_dsh + lr * kI8T + n * 8 + 2 * t) =
+        *reinterpret_cast<uint16_t*>(s_dsh + poff(lr, n * 8 + 2 * t)) =
             static_cast<uint16_t>(packed);
       }
     }
+    if constexpr (kWg2) cuda::wgmma::FenceProxyAsync();  // st.shared -> wgmma's reads
     __syncthreads();
 
     // dV, dK (this warp's 16 keys) and dQ (this warp's 16 query rows), 64 head-dim columns at a
@@ -1349,7 +1404,13 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
 #pragma unroll
     for (int ch = 0; ch < D / 64; ++ch) {
       int32_t tmp[8][4];
-      WarpGemmS8<kTile, 8>(s_pt + warp * 16 * kI8T, kI8T, s_doht + ch * 64 * kI8T, kI8T, tmp);
+      // The 64 head-dim rows ch * 64.. of K^T, Q^T, dO^T.
+      constexpr int kChBytes = kWg2 ? L::TileP::kBytes : 64 * kI8T;
+      if constexpr (kWg2) {
+        WgmmaS8Tile64(s_pt, s_doht + ch * kChBytes, tmp);
+      } else {
+        WarpGemmS8<kTile, 8>(s_pt + warp * 16 * kI8T, kI8T, s_doht + ch * 64 * kI8T, kI8T, tmp);
+      }
 #pragma unroll
       for (int n = 0; n < 8; ++n) {
 #pragma unroll
@@ -1358,7 +1419,11 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
           dv[ch * 8 + n][e] += coef * __int2float_rn(tmp[n][e]);
         }
       }
-      WarpGemmS8<kTile, 8>(s_dst + warp * 16 * kI8T, kI8T, s_qht + ch * 64 * kI8T, kI8T, tmp);
+      if constexpr (kWg2) {
+        WgmmaS8Tile64(s_dst, s_qht + ch * kChBytes, tmp);
+      } else {
+        WarpGemmS8<kTile, 8>(s_dst + warp * 16 * kI8T, kI8T, s_qht + ch * 64 * kI8T, kI8T, tmp);
+      }
 #pragma unroll
       for (int n = 0; n < 8; ++n) {
 #pragma unroll
@@ -1370,7 +1435,11 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
           dk[ch * 8 + n][e] = x;
         }
       }
-      WarpGemmS8<kTile, 8>(s_dsh + warp * 16 * kI8T, kI8T, s_kht + ch * 64 * kI8T, kI8T, tmp);
+      if constexpr (kWg2) {
+        WgmmaS8Tile64(s_dsh, s_kht + ch * kChBytes, tmp);
+      } else {
+        WarpGemmS8<kTile, 8>(s_dsh + warp * 16 * kI8T, kI8T, s_kht + ch * 64 * kI8T, kI8T, tmp);
+      }
       // dQ: 8-byte vector atomics (red.global.add.v2.f32), rows g and g + 8.
       const float c0f = tau * rscale[0] * skj, c1f = tau * rscale[1] * skj;
       const int grow0 = r0 + warp * 16 + g, grow1 = grow0 + 8;
@@ -1594,6 +1663,8 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
 //            on every block (interior and masked)
 //   440      v7a = 184 + kBwdWgmma (256): S and dP by wgmma from swizzled GmmaTiles (PhaseOneWgmma;
 //            not yet run on a GPU)
+//   952      v7b = 440 + kBwdWgmma2 (512): dV, dK, dQ by wgmma too (WgmmaS8Tile64 on 64B-swizzled
+//            P^T / dS^T / dS^ and K^T / Q^T / dO^T; not yet run on a GPU)
 // sagebwd v6 (64 / 96 / 104 / 120, SageBackwardKernelV6) was removed after its lab runs.
 // BwdProductionFor is what production calls (bwd_variant = -1) run.
 // sagebwd v4q = 184 for every shape (1.10-1.13x of v4 = 24 on all six bench shapes, lab).
@@ -1607,7 +1678,8 @@ struct BwdLaunch {
 };
 template <int D, bool kCausal, int kVar>
 BwdLaunch BwdLaunchOf() {
-  return {SageBackwardKernel<D, kCausal, kVar>, BwdLayout<D, (kVar & kBwdWgmma) != 0>::kBytes};
+  return {SageBackwardKernel<D, kCausal, kVar>,
+          BwdLayout<D, (kVar & kBwdWgmma) != 0, (kVar & kBwdWgmma2) != 0>::kBytes};
 }
 template <int D, bool kCausal>
 BwdLaunch BwdLaunchFor(int var) {
@@ -1620,6 +1692,8 @@ BwdLaunch BwdLaunchFor(int var) {
       return BwdLaunchOf<D, kCausal, 24 + kBwdExp2 + kBwdFastQ>();
     case 24 + kBwdExp2 + kBwdFastQ + kBwdWgmma:
       return BwdLaunchOf<D, kCausal, 24 + kBwdExp2 + kBwdFastQ + kBwdWgmma>();
+    case 24 + kBwdExp2 + kBwdFastQ + kBwdWgmma + kBwdWgmma2:
+      return BwdLaunchOf<D, kCausal, 24 + kBwdExp2 + kBwdFastQ + kBwdWgmma + kBwdWgmma2>();
     default:
       return {};
   }

@@ -73,11 +73,13 @@ struct GmmaTile {
 };
 
 // Issues (does not commit) the 16-byte cp.async copies of rows [row0, row0 + TILE::kRows) of a
-// row-major global matrix with TILE::kRowBytes bytes per row into the tile at `smem`; rows >=
-// n_rows are zero-filled. All THREADS threads call it with their index `tid`.
+// row-major global matrix whose rows start `src_stride` bytes apart (default: TILE::kRowBytes,
+// whole rows) into the tile at `smem`; rows >= n_rows are zero-filled. All THREADS threads call
+// it with their index `tid`.
 template <typename TILE, int THREADS>
 __device__ __forceinline__ void LoadGmmaTileAsync(void* smem, const void* gmem_base, int row0,
-                                                  int n_rows, int tid) {
+                                                  int n_rows, int tid,
+                                                  int64_t src_stride = TILE::kRowBytes) {
   constexpr int kUnits = TILE::kRowBytes / 16;
   constexpr int kTotal = TILE::kRows * kUnits;
   static_assert(kTotal % THREADS == 0, "tile units must split evenly over the threads");
@@ -88,7 +90,7 @@ __device__ __forceinline__ void LoadGmmaTileAsync(void* smem, const void* gmem_b
     const int idx = i * THREADS + tid;
     const int r = idx / kUnits, u = idx % kUnits;
     const bool valid = row0 + r < n_rows;
-    const char* src = valid ? base + (int64_t(row0 + r) * TILE::kRowBytes + u * 16) : base;
+    const char* src = valid ? base + (int64_t(row0 + r) * src_stride + u * 16) : base;
     CpAsync16(s + TILE::ByteOffset(r, u * 16), src, valid);
   }
 }
