@@ -22,6 +22,21 @@ inline float RoundToBf16(float x) {
 }
 inline double RoundToBf16(double x) { return RoundToBf16(static_cast<float>(x)); }
 
+// The 16-bit pattern of RoundToBf16(x) (a host-side bf16 buffer's element), and the float a
+// pattern stands for.
+inline uint16_t Bf16Bits(float x) {
+  const float r = RoundToBf16(x);
+  uint32_t u;
+  std::memcpy(&u, &r, 4);
+  return static_cast<uint16_t>(u >> 16);
+}
+inline float Bf16Value(uint16_t bits) {
+  const uint32_t u = uint32_t(bits) << 16;
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
 // Round half to even, as cvt.rni does; the one rounding rule of every INT8 quantizer.
 inline double RoundHalfEven(double x) { return std::nearbyint(x); }
 inline float RoundHalfEven(float x) { return std::nearbyintf(x); }

@@ -56,20 +56,6 @@ bool HaveGpu() {
 #define SKIP_WITHOUT_GPU() \
   if (!HaveGpu()) GTEST_SKIP() << "no CUDA device"
 
-// Host bf16 <-> float (round to nearest even, via the project's helper).
-uint16_t ToBf16Bits(float x) {
-  const float r = RoundToBf16(x);
-  uint32_t u;
-  std::memcpy(&u, &r, 4);
-  return static_cast<uint16_t>(u >> 16);
-}
-float FromBf16Bits(uint16_t b) {
-  const uint32_t u = uint32_t(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
 // Random normal tensor with std `sigma`, rounded to bf16, as double.
 std::vector<double> RandomBf16(int64_t n, double sigma, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -145,12 +131,12 @@ class DeviceBuffer {
 
 std::vector<uint16_t> ToBits(const std::vector<double>& x) {
   std::vector<uint16_t> b(x.size());
-  for (size_t i = 0; i < x.size(); ++i) b[i] = ToBf16Bits(static_cast<float>(x[i]));
+  for (size_t i = 0; i < x.size(); ++i) b[i] = Bf16Bits(static_cast<float>(x[i]));
   return b;
 }
 std::vector<double> FromBits(const std::vector<uint16_t>& b) {
   std::vector<double> x(b.size());
-  for (size_t i = 0; i < b.size(); ++i) x[i] = FromBf16Bits(b[i]);
+  for (size_t i = 0; i < b.size(); ++i) x[i] = Bf16Value(b[i]);
   return x;
 }
 

@@ -17,6 +17,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "ablate/bf16.h"
 #include "attention/cuda/wgmma.cuh"
 
 namespace ablate::kernels::cuda::wgmma {
@@ -91,19 +92,6 @@ __global__ void __launch_bounds__(kThreads) GemmKernel(const T* a, const T* b,
       c[row * kN + col] = d[4 * j + e];
     }
   }
-}
-
-uint16_t Bf16Bits(float x) {  // round to nearest even (inputs are finite)
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  u += 0x7FFFu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-float Bf16Value(uint16_t bits) {
-  const uint32_t u = uint32_t(bits) << 16;
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
 }
 
 template <typename T>

@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "ablate/bf16.h"
 #include "optim_test_util.h"
 #include "spectral/spectral_cpu.h"
 #include "trainer/optim/cuda/device_optimizer.h"
@@ -112,13 +113,6 @@ Diff Differ(const std::vector<float>& a, const std::vector<float>& b) {
 
 bool AllFinite(const std::vector<float>& x) {
   return std::all_of(x.begin(), x.end(), [](float v) { return std::isfinite(v); });
-}
-
-// bf16 round to nearest even of a finite float, as __float2bfloat16_rn.
-uint16_t Bf16Bits(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, sizeof(u));
-  return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
 // ---- AdamW ---------------------------------------------------------------------------------
