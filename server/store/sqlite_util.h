@@ -55,6 +55,23 @@ class Stmt {
       BindNull(i);
     }
   }
+  // A time in seconds where 0 means "not set": bound as NULL.
+  struct Time {
+    double seconds;
+  };
+  void Bind(int i, Time t) {
+    if (t.seconds == 0) {
+      BindNull(i);
+    } else {
+      Bind(i, t.seconds);
+    }
+  }
+  // Binds parameters 1, 2, ... to `vs` in order, each as Bind(i, v).
+  template <typename... Ts>
+  void BindAll(const Ts&... vs) {
+    int i = 0;
+    (Bind(++i, vs), ...);
+  }
 
   // Returns true for a row, false when done; an error otherwise.
   StatusOr<bool> Step(std::string_view what);

@@ -155,14 +155,6 @@ double WallClock() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-// 0 means "not set" in the records; NULL in the table.
-void BindTime(Stmt& st, int i, double t) {
-  if (t == 0) {
-    st.BindNull(i);
-  } else {
-    st.Bind(i, t);
-  }
-}
 double ReadTime(const Stmt& st, int col) { return st.IsNull(col) ? 0 : st.Real(col); }
 
 std::string IntsToJson(const std::vector<int>& v) { return Json(v).dump(); }
@@ -879,24 +871,11 @@ StatusOr<Store::SubmitResult> Store::SubmitSweep(SweepRecord sweep,
             "ON CONFLICT(sweep_id, config_hash) DO NOTHING"));
     const double now = w.Now();
     for (const TrialRecord& t : *shared_trials) {
-      ins.Bind(1, result->sweep_id);
-      ins.Bind(2, t.config_hash);
-      ins.Bind(3, t.config_json);
-      ins.Bind(4, AxesToJson(t.axes));
-      ins.Bind(5, t.state);
-      ins.Bind(6, t.priority);
-      ins.Bind(7, t.order_key);
-      ins.Bind(8, t.gpus);
-      ins.Bind(9, t.cpu_slots);
-      ins.Bind(10, t.attempts);
-      ins.Bind(11, t.max_attempts);
-      ins.Bind(12, t.total_steps);
-      ins.Bind(13, t.checkpoint_path);
-      ins.Bind(14, t.checkpoint_step);
-      ins.Bind(15, t.reason);
-      ins.Bind(16, t.created_at == 0 ? now : t.created_at);
-      BindTime(ins, 17, t.started_at);
-      BindTime(ins, 18, t.finished_at);
+      ins.BindAll(result->sweep_id, t.config_hash, t.config_json, AxesToJson(t.axes), t.state,
+                  t.priority, t.order_key, t.gpus, t.cpu_slots, t.attempts, t.max_attempts,
+                  t.total_steps, t.checkpoint_path, t.checkpoint_step, t.reason,
+                  t.created_at == 0 ? now : t.created_at, Stmt::Time{t.started_at},
+                  Stmt::Time{t.finished_at});
       ABLATE_RETURN_IF_ERROR(ins.Run(what + ": insert trial " + t.config_hash));
       if (w.Changes() == 0) {
         ++result->existing;
@@ -935,16 +914,8 @@ void Store::UpdateTrial(const TrialUpdate& u, Done done) {
             "finished_at = CASE WHEN ?8 IS NULL THEN finished_at ELSE nullif(?8, 0) END, "
             "priority = coalesce(?9, priority), max_attempts = coalesce(?10, max_attempts) "
             "WHERE id = ?1"));
-    st.Bind(1, u.trial_id);
-    st.Bind(2, u.state);
-    st.Bind(3, u.attempts);
-    st.Bind(4, u.checkpoint_path);
-    st.Bind(5, u.checkpoint_step);
-    st.Bind(6, u.reason);
-    st.Bind(7, u.started_at);
-    st.Bind(8, u.finished_at);
-    st.Bind(9, u.priority);
-    st.Bind(10, u.max_attempts);
+    st.BindAll(u.trial_id, u.state, u.attempts, u.checkpoint_path, u.checkpoint_step, u.reason,
+               u.started_at, u.finished_at, u.priority, u.max_attempts);
     ABLATE_RETURN_IF_ERROR(st.Run(what));
     if (w.Changes() == 0) return NotFound(what + ": no such trial");
     return Status::Ok();
@@ -967,19 +938,10 @@ void Store::InsertAttempt(const AttemptRecord& a, Done done) {
             "INSERT INTO attempts(trial_id, attempt, worker_id, gpus_json, cpu_slots, state, "
             "started_at, ended_at, exit_code, reason, log_tail, checkpoint_path, checkpoint_step) "
             "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"));
-    st.Bind(1, a.trial_id);
-    st.Bind(2, a.attempt);
-    st.Bind(3, a.worker_id);
-    st.Bind(4, IntsToJson(a.gpu_indices));
-    st.Bind(5, a.cpu_slots);
-    st.Bind(6, a.state);
-    BindTime(st, 7, a.started_at == 0 ? w.Now() : a.started_at);
-    BindTime(st, 8, a.ended_at);
-    st.Bind(9, a.exit_code);
-    st.Bind(10, a.reason);
-    st.Bind(11, a.log_tail);
-    st.Bind(12, a.checkpoint_path);
-    st.Bind(13, a.checkpoint_step);
+    st.BindAll(a.trial_id, a.attempt, a.worker_id, IntsToJson(a.gpu_indices), a.cpu_slots,
+               a.state, Stmt::Time{a.started_at == 0 ? w.Now() : a.started_at},
+               Stmt::Time{a.ended_at}, a.exit_code, a.reason, a.log_tail, a.checkpoint_path,
+               a.checkpoint_step);
     Status s = st.Run(what);
     if (s.code() == StatusCode::kAlreadyExists)
       return Status(s.code(), what + ": it exists already");
@@ -1005,15 +967,8 @@ void Store::UpdateAttempt(const AttemptUpdate& u, Done done) {
             "log_tail = coalesce(?7, log_tail), checkpoint_path = coalesce(?8, checkpoint_path), "
             "checkpoint_step = coalesce(?9, checkpoint_step) WHERE trial_id = ?1 AND attempt = "
             "?2"));
-    st.Bind(1, u.trial_id);
-    st.Bind(2, u.attempt);
-    st.Bind(3, u.state);
-    st.Bind(4, u.ended_at);
-    st.Bind(5, u.exit_code);
-    st.Bind(6, u.reason);
-    st.Bind(7, u.log_tail);
-    st.Bind(8, u.checkpoint_path);
-    st.Bind(9, u.checkpoint_step);
+    st.BindAll(u.trial_id, u.attempt, u.state, u.ended_at, u.exit_code, u.reason, u.log_tail,
+               u.checkpoint_path, u.checkpoint_step);
     ABLATE_RETURN_IF_ERROR(st.Run(what));
     if (w.Changes() == 0) return NotFound(what + ": no such attempt");
     return Status::Ok();
@@ -1035,16 +990,9 @@ void Store::UpsertWorker(const WorkerRecord& wr, Done done) {
             "state = excluded.state, registered_at = excluded.registered_at, "
             "last_seen_at = excluded.last_seen_at, failures = excluded.failures, "
             "quarantined = excluded.quarantined, draining = excluded.draining"));
-    st.Bind(1, wr.id);
-    st.Bind(2, wr.hostname);
-    st.Bind(3, wr.gpus_json.empty() ? std::string("[]") : wr.gpus_json);
-    st.Bind(4, wr.cpu_slots);
-    st.Bind(5, wr.state);
-    BindTime(st, 6, wr.registered_at);
-    BindTime(st, 7, wr.last_seen_at);
-    st.Bind(8, wr.failures);
-    st.Bind(9, wr.quarantined ? 1 : 0);
-    st.Bind(10, wr.draining ? 1 : 0);
+    st.BindAll(wr.id, wr.hostname, wr.gpus_json.empty() ? std::string("[]") : wr.gpus_json,
+               wr.cpu_slots, wr.state, Stmt::Time{wr.registered_at}, Stmt::Time{wr.last_seen_at},
+               wr.failures, wr.quarantined ? 1 : 0, wr.draining ? 1 : 0);
     return st.Run(what);
   };
   impl_->Enqueue(std::make_unique<FnOp>(std::move(apply), std::move(done)));
