@@ -11,20 +11,11 @@ set -euo pipefail
 train="${1:?usage: dp_bench.sh ABLATE_TRAIN OUT_DIR [STEPS]}"
 out="${2:?usage: dp_bench.sh ABLATE_TRAIN OUT_DIR [STEPS]}"
 steps="${3:-20}"
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 mkdir -p "$out"
 
 # A byte corpus (vocab padded to 50304): 8 MB of seeded toy sentences.
-python3 - "$out/corpus.txt" <<'PY'
-import random, sys
-r = random.Random(1)
-words = "the a cat dog man child river house moon song bread sees likes finds wants carries paints follows today again with joy in morning old red".split()
-with open(sys.argv[1], "w") as f:
-    n = 0
-    while n < 8_000_000:
-        s = " ".join(r.choice(words) for _ in range(r.randint(4, 12))) + ".\n"
-        f.write(s)
-        n += len(s)
-PY
+python3 "$here/toy_corpus.py" "$out/corpus.txt"
 
 run_ablate() {  # name gpus tokens_per_step
   local name="$1" gpus="$2" tps="$3"
