@@ -187,6 +187,16 @@ __device__ float SlotDecay(const DevSlot& s, const StepScalars& c, float lr) {
 
 enum Mode { kAdamW = 0, kRmsDirection = 1, kMomentumDirection = 2 };
 
+// w[at] <- w[at] * decay - u (and its bf16 mirror, when kept), adding u^2 to the update's squared
+// norm: the one weight write of the AdamW step and the spectral apply.
+__device__ __forceinline__ void StepWeight(float* w, __nv_bfloat16* wb, int64_t at, float decay,
+                                           float u, double& sq) {
+  const float nw = w[at] * decay - u;
+  w[at] = nw;
+  if (wb != nullptr) wb[at] = __float2bfloat16_rn(nw);
+  sq += double(u) * u;
+}
+
 // kAdamW: the AdamW group's full update. kRmsDirection / kMomentumDirection: the spectral group's
 // state update and direction, written to dir. One block per chunk.
 template <int kMode>
@@ -240,16 +250,12 @@ __global__ void __launch_bounds__(kThreads)
   } else {
     const float lr = SlotLr(s, c);
     const float decay = SlotDecay(s, c, lr);
-    float* wp = w + s.w_off + lo;
     double sq = 0;
     for (int j = 0; j < kPerThread; ++j) {
       const int i = threadIdx.x + j * kThreads;
       if (i < len) {
-        const float u = lr * (m[j] * c.ib1) / (sqrtf(v[j] * c.ib2) + c.eps);
-        const float nw = wp[i] * decay - u;
-        wp[i] = nw;
-        if (wb != nullptr) wb[s.w_off + lo + i] = __float2bfloat16_rn(nw);
-        sq += double(u) * u;
+        StepWeight(w, wb, s.w_off + lo + i, decay,
+                   lr * (m[j] * c.ib1) / (sqrtf(v[j] * c.ib2) + c.eps), sq);
       }
     }
     if (c.want_sq) {
@@ -274,17 +280,12 @@ __global__ void __launch_bounds__(kThreads)
   const float lr = SlotLr(s, c);
   const float decay = SlotDecay(s, c, lr);
   const float scale = c.p_zero ? float(lr * s.p0_factor) : lr;
-  float* wp = w + s.w_off + lo;
   const float* up = upd + s.dir_off + lo;
   double sq = 0;
   for (int j = 0; j < kPerThread; ++j) {
     const int i = threadIdx.x + j * kThreads;
     if (i < len) {
-      const float u = scale * up[i];
-      const float nw = wp[i] * decay - u;
-      wp[i] = nw;
-      if (wb != nullptr) wb[s.w_off + lo + i] = __float2bfloat16_rn(nw);
-      sq += double(u) * u;
+      StepWeight(w, wb, s.w_off + lo + i, decay, scale * up[i], sq);
     }
   }
   if (c.want_sq) {
