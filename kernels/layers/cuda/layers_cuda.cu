@@ -934,40 +934,46 @@ Status QkvSplitBackwardCuda(Tout* dqkv, const Tqk* dq, const Tqk* dk, const Tv* 
   return Launched("QkvSplitBackwardCuda");
 }
 
-template <typename T>
-Status HeadsMergeForwardCuda(T* out, const T* inp, int B, int Tn, int H, int D,
-                             cudaStream_t stream) {
-  ABLATE_RETURN_IF_ERROR(CheckSizes("HeadsMergeForwardCuda", int64_t(B) * Tn, int64_t(H) * D));
+// dst <- src permuted (B, H, Tn, D) -> (B, Tn, H, D) when kMerge, the inverse otherwise; by
+// 16-byte vectors when D and both pointers allow.
+template <bool kMerge, typename T>
+Status HeadsPermuteCuda(const char* who, T* dst, const T* src, int B, int Tn, int H, int D,
+                        cudaStream_t stream) {
+  ABLATE_RETURN_IF_ERROR(CheckSizes(who, int64_t(B) * Tn, int64_t(H) * D));
   const int64_t total = int64_t(B) * Tn * H * D;
   if (total == 0) return Status::Ok();
   constexpr int kPer = 16 / sizeof(T);
-  if (D % kPer == 0 && total < (int64_t(1) << 31) && Aligned16(out) && Aligned16(inp)) {
+  if (D % kPer == 0 && total < (int64_t(1) << 31) && Aligned16(dst) && Aligned16(src)) {
     const int total8 = int(total / kPer);
-    HeadsMergeForwardVecKernel<<<Blocks(total8, 256), 256, 0, stream>>>(
-        reinterpret_cast<uint4*>(out), reinterpret_cast<const uint4*>(inp), Tn, H, D / kPer,
-        total8);
-    return Launched("HeadsMergeForwardCuda");
+    uint4* d = reinterpret_cast<uint4*>(dst);
+    const uint4* s = reinterpret_cast<const uint4*>(src);
+    if constexpr (kMerge) {
+      HeadsMergeForwardVecKernel<<<Blocks(total8, 256), 256, 0, stream>>>(d, s, Tn, H, D / kPer,
+                                                                          total8);
+    } else {
+      HeadsMergeBackwardVecKernel<<<Blocks(total8, 256), 256, 0, stream>>>(d, s, Tn, H, D / kPer,
+                                                                           total8);
+    }
+    return Launched(who);
   }
-  HeadsMergeForwardKernel<T><<<Blocks(total, 256), 256, 0, stream>>>(out, inp, B, Tn, H, D);
-  return Launched("HeadsMergeForwardCuda");
+  if constexpr (kMerge) {
+    HeadsMergeForwardKernel<T><<<Blocks(total, 256), 256, 0, stream>>>(dst, src, B, Tn, H, D);
+  } else {
+    HeadsMergeBackwardKernel<T><<<Blocks(total, 256), 256, 0, stream>>>(dst, src, B, Tn, H, D);
+  }
+  return Launched(who);
+}
+
+template <typename T>
+Status HeadsMergeForwardCuda(T* out, const T* inp, int B, int Tn, int H, int D,
+                             cudaStream_t stream) {
+  return HeadsPermuteCuda<true>("HeadsMergeForwardCuda", out, inp, B, Tn, H, D, stream);
 }
 
 template <typename T>
 Status HeadsMergeBackwardCuda(T* dinp, const T* dout, int B, int Tn, int H, int D,
                               cudaStream_t stream) {
-  ABLATE_RETURN_IF_ERROR(CheckSizes("HeadsMergeBackwardCuda", int64_t(B) * Tn, int64_t(H) * D));
-  const int64_t total = int64_t(B) * Tn * H * D;
-  if (total == 0) return Status::Ok();
-  constexpr int kPer = 16 / sizeof(T);
-  if (D % kPer == 0 && total < (int64_t(1) << 31) && Aligned16(dinp) && Aligned16(dout)) {
-    const int total8 = int(total / kPer);
-    HeadsMergeBackwardVecKernel<<<Blocks(total8, 256), 256, 0, stream>>>(
-        reinterpret_cast<uint4*>(dinp), reinterpret_cast<const uint4*>(dout), Tn, H, D / kPer,
-        total8);
-    return Launched("HeadsMergeBackwardCuda");
-  }
-  HeadsMergeBackwardKernel<T><<<Blocks(total, 256), 256, 0, stream>>>(dinp, dout, B, Tn, H, D);
-  return Launched("HeadsMergeBackwardCuda");
+  return HeadsPermuteCuda<false>("HeadsMergeBackwardCuda", dinp, dout, B, Tn, H, D, stream);
 }
 
 template <typename Tx, typename Ty>
