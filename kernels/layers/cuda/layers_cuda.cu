@@ -323,6 +323,37 @@ __device__ __forceinline__ void CombineMaxSum(float& m, float& s, float m2, floa
 
 constexpr int kCeThreads = 512;
 
+// The end of a softmax-cross-entropy row: every thread's online (max, sum) pair combined over the
+// block (warp shuffles, then warp 0's thread 0 over the warps), lse = log(sum) + max; thread 0
+// reads the target logit (z_target()) and writes losses[r] = lse - z_target when losses is set.
+// Returns lse to every thread.
+template <typename ZTarget>
+__device__ __forceinline__ float BlockLseAndLoss(float m, float s, ZTarget z_target,
+                                                 float* losses, int64_t r) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const float m2 = __shfl_xor_sync(0xffffffffu, m, o);
+    const float s2 = __shfl_xor_sync(0xffffffffu, s, o);
+    CombineMaxSum(m, s, m2, s2);
+  }
+  __shared__ float sm[kCeThreads / 32], ss[kCeThreads / 32];
+  __shared__ float lse_shared, ztgt_shared;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) {
+    sm[warp] = m;
+    ss[warp] = s;
+  }
+  if (threadIdx.x == 0) ztgt_shared = z_target();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float M = -INFINITY, S = 0.f;
+    for (int w = 0; w < int(blockDim.x / 32); ++w) CombineMaxSum(M, S, sm[w], ss[w]);
+    lse_shared = logf(S) + M;
+    if (losses != nullptr) losses[r] = lse_shared - ztgt_shared;
+  }
+  __syncthreads();
+  return lse_shared;
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kCeThreads) SoftmaxCrossEntropyKernel(
     float* losses, T* dlogits, const T* logits, const int32_t* targets, int V, float dloss) {
@@ -339,29 +370,8 @@ __global__ void __launch_bounds__(kCeThreads) SoftmaxCrossEntropyKernel(
       s += expf(v - m);
     }
   }
-  for (int o = 16; o > 0; o >>= 1) {
-    const float m2 = __shfl_xor_sync(0xffffffffu, m, o);
-    const float s2 = __shfl_xor_sync(0xffffffffu, s, o);
-    CombineMaxSum(m, s, m2, s2);
-  }
-  __shared__ float sm[kCeThreads / 32], ss[kCeThreads / 32];
-  __shared__ float lse_shared, ztgt_shared;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) {
-    sm[warp] = m;
-    ss[warp] = s;
-  }
-  if (threadIdx.x == 0) ztgt_shared = ToF(z[tgt]);
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float M = -INFINITY, S = 0.f;
-    for (int w = 0; w < int(blockDim.x / 32); ++w) CombineMaxSum(M, S, sm[w], ss[w]);
-    lse_shared = logf(S) + M;
-    if (losses != nullptr) losses[r] = lse_shared - ztgt_shared;
-  }
-  __syncthreads();
+  const float lse = BlockLseAndLoss(m, s, [&] { return ToF(z[tgt]); }, losses, r);
   if (dlogits == nullptr) return;
-  const float lse = lse_shared;
   T* dz = dlogits + r * V;
   for (int j = threadIdx.x; j < V; j += blockDim.x) {
     const float p = expf(ToF(z[j]) - lse);
@@ -397,29 +407,9 @@ __global__ void __launch_bounds__(kCeThreads)
 #pragma unroll
     for (int q = 0; q < 8; ++q) s += expf(x[q] - m);
   }
-  for (int o = 16; o > 0; o >>= 1) {
-    const float m2 = __shfl_xor_sync(0xffffffffu, m, o);
-    const float s2 = __shfl_xor_sync(0xffffffffu, s, o);
-    CombineMaxSum(m, s, m2, s2);
-  }
-  __shared__ float sm[kCeThreads / 32], ss[kCeThreads / 32];
-  __shared__ float lse_shared, ztgt_shared;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) {
-    sm[warp] = m;
-    ss[warp] = s;
-  }
-  if (threadIdx.x == 0) ztgt_shared = __bfloat162float(logits[r * V + tgt]);
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float M = -INFINITY, S = 0.f;
-    for (int w = 0; w < int(blockDim.x / 32); ++w) CombineMaxSum(M, S, sm[w], ss[w]);
-    lse_shared = logf(S) + M;
-    if (losses != nullptr) losses[r] = lse_shared - ztgt_shared;
-  }
-  __syncthreads();
+  const float lse =
+      BlockLseAndLoss(m, s, [&] { return __bfloat162float(logits[r * V + tgt]); }, losses, r);
   if (dlogits == nullptr) return;
-  const float lse = lse_shared;
   uint4* dz = reinterpret_cast<uint4*>(dlogits + r * V);
   for (int j = threadIdx.x; j < nv; j += blockDim.x) {
     const uint4 u = z[j];
