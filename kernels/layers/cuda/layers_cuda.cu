@@ -476,6 +476,19 @@ __global__ void ClipKernel(float* x, size_t n, const double* sumsq, double max_n
 }
 
 // ---------------------------------------------------------------------------------------------
+// Element i of a (B, Tn, 3, H, D) qkv tensor (C = H * D): which of q, k, v (0, 1, 2) it belongs
+// to and its index in that tensor's (B, H, Tn, D) layout.
+__device__ __forceinline__ int64_t QkvHeadsIndex(int64_t i, int64_t C, int Tn, int H, int D,
+                                                 int* which) {
+  const int64_t bt = i / (3 * C);
+  const int64_t rem = i - bt * 3 * C;
+  *which = int(rem / C);
+  const int64_t hc = rem - *which * C;
+  const int h = int(hc / D), d = int(hc - int64_t(h) * D);
+  const int64_t b = bt / Tn, t = bt - b * Tn;
+  return ((b * H + h) * Tn + t) * D + d;
+}
+
 template <typename Tin, typename Tqk, typename Tv>
 __global__ void QkvSplitForwardKernel(Tqk* q, Tqk* k, Tv* v, const Tin* qkv, int B, int Tn, int H,
                                       int D) {
@@ -483,13 +496,8 @@ __global__ void QkvSplitForwardKernel(Tqk* q, Tqk* k, Tv* v, const Tin* qkv, int
   const int64_t total = int64_t(B) * Tn * 3 * C;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t bt = i / (3 * C);
-    const int64_t rem = i - bt * 3 * C;
-    const int which = int(rem / C);
-    const int64_t hc = rem - which * C;
-    const int h = int(hc / D), d = int(hc - int64_t(h) * D);
-    const int64_t b = bt / Tn, t = bt - b * Tn;
-    const int64_t dst = ((b * H + h) * Tn + t) * D + d;
+    int which;
+    const int64_t dst = QkvHeadsIndex(i, C, Tn, H, D, &which);
     const float x = ToF(qkv[i]);
     if (which == 0) {
       q[dst] = FromF<Tqk>(x);
@@ -508,13 +516,8 @@ __global__ void QkvSplitBackwardKernel(Tout* dqkv, const Tqk* dq, const Tqk* dk,
   const int64_t total = int64_t(B) * Tn * 3 * C;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t bt = i / (3 * C);
-    const int64_t rem = i - bt * 3 * C;
-    const int which = int(rem / C);
-    const int64_t hc = rem - which * C;
-    const int h = int(hc / D), d = int(hc - int64_t(h) * D);
-    const int64_t b = bt / Tn, t = bt - b * Tn;
-    const int64_t src = ((b * H + h) * Tn + t) * D + d;
+    int which;
+    const int64_t src = QkvHeadsIndex(i, C, Tn, H, D, &which);
     const float g = which == 0 ? ToF(dq[src]) : which == 1 ? ToF(dk[src]) : ToF(dv[src]);
     dqkv[i] = FromF<Tout>(g);
   }
