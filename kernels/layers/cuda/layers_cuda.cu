@@ -808,58 +808,54 @@ Status RopeBackwardCuda(float* dinp, bool accumulate, const Tdout* dout, const f
   return Launched("RopeBackwardCuda");
 }
 
+// The elementwise launchers' common path: the size check, nothing to launch for n == 0, 256-thread
+// blocks over n elements, the launch error as a Status naming the launcher.
+template <typename... KArgs, typename... Args>
+Status LaunchOverElements(const char* who, int64_t n, cudaStream_t stream,
+                          void (*kernel)(KArgs...), Args... args) {
+  ABLATE_RETURN_IF_ERROR(CheckSizes(who, n));
+  if (n == 0) return Status::Ok();
+  kernel<<<Blocks(n, 256), 256, 0, stream>>>(args...);
+  return Launched(who);
+}
+
 template <typename Tin, typename Tout>
 Status GeluForwardCuda(Tout* out, const Tin* inp, int64_t n, cudaStream_t stream) {
-  ABLATE_RETURN_IF_ERROR(CheckSizes("GeluForwardCuda", n));
-  if (n == 0) return Status::Ok();
-  GeluForwardKernel<Tin, Tout><<<Blocks(n, 256), 256, 0, stream>>>(out, inp, n);
-  return Launched("GeluForwardCuda");
+  return LaunchOverElements("GeluForwardCuda", n, stream,
+                            GeluForwardKernel<Tin, Tout>, out, inp, n);
 }
 template <typename Tin, typename Tout>
 Status Relu2ForwardCuda(Tout* out, const Tin* inp, int64_t n, cudaStream_t stream) {
-  ABLATE_RETURN_IF_ERROR(CheckSizes("Relu2ForwardCuda", n));
-  if (n == 0) return Status::Ok();
-  Relu2ForwardKernel<Tin, Tout><<<Blocks(n, 256), 256, 0, stream>>>(out, inp, n);
-  return Launched("Relu2ForwardCuda");
+  return LaunchOverElements("Relu2ForwardCuda", n, stream,
+                            Relu2ForwardKernel<Tin, Tout>, out, inp, n);
 }
 template <typename T>
 Status GeluBackwardCuda(T* dinp, bool accumulate, const T* inp, const T* dout, int64_t n,
                         cudaStream_t stream) {
-  ABLATE_RETURN_IF_ERROR(CheckSizes("GeluBackwardCuda", n));
-  if (n == 0) return Status::Ok();
-  GeluBackwardKernel<T><<<Blocks(n, 256), 256, 0, stream>>>(dinp, accumulate, inp, dout, n);
-  return Launched("GeluBackwardCuda");
+  return LaunchOverElements("GeluBackwardCuda", n, stream,
+                            GeluBackwardKernel<T>, dinp, accumulate, inp, dout, n);
 }
 template <typename T>
 Status Relu2BackwardCuda(T* dinp, bool accumulate, const T* inp, const T* dout, int64_t n,
                          cudaStream_t stream) {
-  ABLATE_RETURN_IF_ERROR(CheckSizes("Relu2BackwardCuda", n));
-  if (n == 0) return Status::Ok();
-  Relu2BackwardKernel<T><<<Blocks(n, 256), 256, 0, stream>>>(dinp, accumulate, inp, dout, n);
-  return Launched("Relu2BackwardCuda");
+  return LaunchOverElements("Relu2BackwardCuda", n, stream,
+                            Relu2BackwardKernel<T>, dinp, accumulate, inp, dout, n);
 }
 
 Status ResidualForwardCuda(float* out, const float* inp1, const float* inp2, int64_t n,
                            cudaStream_t stream) {
-  ABLATE_RETURN_IF_ERROR(CheckSizes("ResidualForwardCuda", n));
-  if (n == 0) return Status::Ok();
-  ResidualForwardKernel<<<Blocks(n, 256), 256, 0, stream>>>(out, inp1, inp2, n);
-  return Launched("ResidualForwardCuda");
+  return LaunchOverElements("ResidualForwardCuda", n, stream,
+                            ResidualForwardKernel, out, inp1, inp2, n);
 }
 Status ResidualBackwardCuda(float* dinp1, float* dinp2, const float* dout, int64_t n,
                             cudaStream_t stream) {
-  ABLATE_RETURN_IF_ERROR(CheckSizes("ResidualBackwardCuda", n));
-  if (n == 0) return Status::Ok();
-  ResidualBackwardKernel<<<Blocks(n, 256), 256, 0, stream>>>(dinp1, dinp2, dout, n);
-  return Launched("ResidualBackwardCuda");
+  return LaunchOverElements("ResidualBackwardCuda", n, stream,
+                            ResidualBackwardKernel, dinp1, dinp2, dout, n);
 }
 
 template <typename Tin, typename Tout>
 Status CastCuda(Tout* out, const Tin* inp, int64_t n, cudaStream_t stream) {
-  ABLATE_RETURN_IF_ERROR(CheckSizes("CastCuda", n));
-  if (n == 0) return Status::Ok();
-  CastKernel<Tin, Tout><<<Blocks(n, 256), 256, 0, stream>>>(out, inp, n);
-  return Launched("CastCuda");
+  return LaunchOverElements("CastCuda", n, stream, CastKernel<Tin, Tout>, out, inp, n);
 }
 
 template <typename T>
