@@ -11,6 +11,9 @@
 // Output: a markdown table on stdout and a JSON file (--json, default attention_bench.json):
 //   {"device": ..., "results": [{"impl", "B", "H", "N", "D", "causal", "pass", "ms", "tflops"}]}
 // Usage: ablate-attention-bench [--json PATH] [--iters N] [--warmup N] [--impl fpa|sage|all]
+//          [--shape B,H,N,D] [--causal yes|no] [--sage-bwd-variant N]
+// --shape / --causal restrict the run to one shape / one masking (for a profiler such as ncu);
+// --sage-bwd-variant runs a compiled-in SageBwd backward lab variant instead of production.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -111,7 +114,13 @@ double TimeMs(const std::function<void()>& fn, int warmup, int iters, cudaStream
 
 int main(int argc, char** argv) {
   std::string json_path = "attention_bench.json", impl = "all";
-  int iters = 30, warmup = 5;
+  int iters = 30, warmup = 5, sage_bwd_variant = -1;
+  int only_causal = -1;  // -1: both, 0: non-causal only, 1: causal only
+  struct Sh { int B, H, N, D; };
+  std::vector<Sh> shapes = {{4, 16, 2048, 128}, {2, 16, 8192, 128}, {8, 16, 1024, 64}};
+  const char* usage =
+      "usage: %s [--json PATH] [--iters N>=20] [--warmup N] [--impl fpa|sage|all] "
+      "[--shape B,H,N,D] [--causal yes|no] [--sage-bwd-variant N]\n";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -125,13 +134,33 @@ int main(int argc, char** argv) {
     else if (a == "--iters") iters = std::max(20, std::atoi(next().c_str()));
     else if (a == "--warmup") warmup = std::max(1, std::atoi(next().c_str()));
     else if (a == "--impl") impl = next();
-    else {
-      std::fprintf(stderr,
-                   "usage: %s [--json PATH] [--iters N>=20] [--warmup N] [--impl fpa|sage|all]\n",
-                   argv[0]);
+    else if (a == "--sage-bwd-variant") sage_bwd_variant = std::atoi(next().c_str());
+    else if (a == "--causal") {
+      const std::string c = next();
+      if (c != "yes" && c != "no") {
+        std::fprintf(stderr, "--causal takes yes or no, not '%s'\n", c.c_str());
+        return 2;
+      }
+      only_causal = c == "yes" ? 1 : 0;
+    } else if (a == "--shape") {
+      const std::string v = next();
+      Sh sh{};
+      char tail = 0;
+      if (std::sscanf(v.c_str(), "%d,%d,%d,%d%c", &sh.B, &sh.H, &sh.N, &sh.D, &tail) != 4 ||
+          sh.B < 1 || sh.H < 1 || sh.N < 1 || (sh.D != 64 && sh.D != 128)) {
+        std::fprintf(stderr, "--shape takes B,H,N,D (positive, D 64 or 128), not '%s'\n",
+                     v.c_str());
+        return 2;
+      }
+      shapes = {sh};
+    } else {
+      std::fprintf(stderr, usage, argv[0]);
       return 2;
     }
   }
+#if !ABLATE_BENCH_HAVE_SAGE
+  (void)sage_bwd_variant;
+#endif
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
     std::fprintf(stderr, "no CUDA device\n");
@@ -142,12 +171,11 @@ int main(int argc, char** argv) {
   cudaStream_t stream;
   CHECK_CUDA(cudaStreamCreate(&stream));
 
-  struct Sh { int B, H, N, D; };
-  const std::vector<Sh> shapes = {{4, 16, 2048, 128}, {2, 16, 8192, 128}, {8, 16, 1024, 64}};
   std::vector<Result> results;
 
   for (const Sh& sh : shapes) {
     for (bool causal : {false, true}) {
+      if (only_causal >= 0 && causal != (only_causal == 1)) continue;
       AttnShape s;
       s.B = sh.B;
       s.H = sh.H;
@@ -161,7 +189,8 @@ int main(int argc, char** argv) {
       CHECK_CUDA(cudaMalloc(&lse, rows * 4));
       size_t ws_bytes = ablate::kernels::cuda::FpaWorkspaceBytes(s);
 #if ABLATE_BENCH_HAVE_SAGE
-      const ablate::kernels::SageCudaOptions sopt;
+      ablate::kernels::SageCudaOptions sopt;
+      sopt.bwd_variant = sage_bwd_variant;
       ws_bytes = std::max(ws_bytes, ablate::kernels::SageWorkspaceBytes(s, sopt));
 #endif
       void* ws;

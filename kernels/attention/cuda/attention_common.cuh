@@ -54,6 +54,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "ablate/status.h"
 
@@ -277,6 +278,16 @@ template <int NT>
 __device__ __forceinline__ void ZeroAcc(float (&acc)[NT][4]) {
 #pragma unroll
   for (int i = 0; i < NT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+}
+
+// f(std::integral_constant<int, I>{}) for I = 0..N-1, in order: a loop whose index is a constant
+// expression in the body (register-array indices, `if constexpr` on the step).
+template <int N, int I = 0, typename F>
+__device__ __forceinline__ void StaticFor(F&& f) {
+  if constexpr (I < N) {
+    f(std::integral_constant<int, I>{});
+    StaticFor<N, I + 1>(f);
+  }
 }
 
 // ----------------------------------------------------------------------------------------------

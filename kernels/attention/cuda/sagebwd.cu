@@ -42,17 +42,19 @@
 // (SageForwardKernelV5 with kFastS: 4 warps x 32 rows, 128-row CTAs, P~^ packed from registers
 // into s8 A fragments, V^T stored in the permuted key order FwdKeyOfSlot; causal D = 64: 8 warps
 // x 16 rows), chosen by FwdProductionFor; the v3/v4 forward (SageForwardKernel) and the other
-// v5 variants stay compiled in for the lab (SageCudaOptions::fwd_variant). Backward: sagebwd v4q
+// v5 variants stay compiled in for the lab (SageCudaOptions::fwd_variant). Backward: sagebwd v7
 // = v4 (bits kBwdInterior | kBwdOcc3) + kBwdFastQ (P^T / dS^T / dS^ codes by one FMA into the
-// 1.5 * 2^23 mantissa, no F2I / clamp) + kBwdExp2 (P by ex2.approx in the log2 domain) = backward
-// variant 184 of the compiled-in variants 24 / 152 / 184 / 440 / 952 (kBwd*, BwdLaunchFor; the GPU test's
-// lab mode times them through SageCudaOptions::bwd_variant). mma.sync m16n8k32 s8 / m16n8k16
-// bf16 with ldmatrix fragment loads from padded tiles (row strides of an odd number of 16-byte
-// chunks: conflict-free), cp.async copies; forward: K^ / V^T double-buffered (next tile
-// prefetched during the current one; v5 also); backward: Q^ / dO / lse / D_i of a Q tile loaded
-// at the top of its iteration (v3's one-ahead prefetch, 16-byte dQ atomics and S32ToF32
-// conversion were 2-6% slower together and are gone); quantization kernels with 16-byte loads
-// and stores in both orientations. No wgmma / TMA yet.
+// 1.5 * 2^23 mantissa, no F2I / clamp) + kBwdExp2 (P by ex2.approx in the log2 domain) + all five
+// products by wgmma (sm_90a, wgmma.cuh: S and dP from the swizzled Q^ / K^ / dO / V tiles, dV /
+// dK / dQ from the P^T / dS^T / dS^ tiles the kernel writes, two of those in flight at a time) +
+// column scale partials by a reduce-scatter = backward variant 4024 of the compiled-in variants
+// 24 / 184 / 1464 / 1976 / 4024 (kBwd*, BwdLaunchFor; the GPU test's lab mode times them through
+// SageCudaOptions::bwd_variant). Forward: mma.sync m16n8k32 s8 with ldmatrix fragment loads
+// from padded tiles (row strides of an odd number of 16-byte chunks: conflict-free), cp.async
+// copies, K^ / V^T double-buffered (next tile prefetched during the current one); backward: Q^ /
+// dO / lse / D_i of a Q tile loaded at the top of its iteration (v3's one-ahead prefetch, 16-byte
+// dQ atomics and S32ToF32 conversion were 2-6% slower together and are gone); quantization
+// kernels with 16-byte loads and stores in both orientations. No TMA yet.
 //
 // Backward lab, sagebwd v6 (fpa.cu's backward v2 structure: 8 warps, 128 keys per CTA): measured
 // 0.76-0.88x of v4 in its best build and removed (kernels/bench/README.md, Variants, names the
@@ -229,9 +231,37 @@ constexpr int kBwdExp2 = 32;     // P = ex2.approx(x a log2e - lse log2e) instea
 constexpr int kBwdFastQ = 128;   // P^T, dS^T, dS^ codes by QuantBits / QuantPack2 (no F2I / clamp)
 constexpr int kBwdWgmma = 256;   // S = Q^ K^T and dP = dO V^T by wgmma from GmmaTiles (lab, v7a)
 constexpr int kBwdWgmma2 = 512;  // with 256: dV, dK, dQ by wgmma too (lab, v7b)
+constexpr int kBwdColRs = 1024;  // column partials by ColumnReduceScatter (14 shuffles, not 48)
+constexpr int kBwdWgPipe = 2048;  // with 512: dV / dK / dQ wgmma two in flight (epilogue overlap)
 template <int D, int kVar>
 constexpr int BwdMinBlocks() {
   return (D == 64 && (kVar & kBwdOcc3) != 0) ? 3 : 1;
+}
+
+// Reduce-scatter over the 8 lanes that share t (lane bits 2..4 = g) of 16 per-thread values v[k]
+// (k = 2n + b: accumulator column 8n + 2t + b): each level keeps the half of the values its lane
+// bit selects and folds in the partner's copy of that half, so 8 + 4 + 2 shuffles replace the
+// 3 x 16 of a butterfly per value. Returns, in r[0..1], the reduction of columns 8g + 2t + {0,1}.
+template <typename Op>
+__device__ __forceinline__ void ColumnReduceScatter(const float (&v)[16], int lane, Op op,
+                                                    float (&r)[2]) {
+  float a[8], b[4];
+  const bool h2 = (lane >> 4) & 1, h1 = (lane >> 3) & 1, h0 = (lane >> 2) & 1;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const float keep = h2 ? v[8 + i] : v[i], give = h2 ? v[i] : v[8 + i];
+    a[i] = op(keep, __shfl_xor_sync(0xffffffffu, give, 16));
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float keep = h1 ? a[4 + i] : a[i], give = h1 ? a[i] : a[4 + i];
+    b[i] = op(keep, __shfl_xor_sync(0xffffffffu, give, 8));
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const float keep = h0 ? b[2 + i] : b[i], give = h0 ? b[i] : b[2 + i];
+    r[i] = op(keep, __shfl_xor_sync(0xffffffffu, give, 4));
+  }
 }
 
 // Fragment loads by ldmatrix from the padded tiles: every row stride used here (kI8D, kI8T,
@@ -990,28 +1020,35 @@ struct BwdParams {
 // int8_dp) for the tile's 64 query rows x 64 keys, from the GmmaTiles of BwdLayout L. Both groups
 // are issued before the wait. The accumulators come back in the mma.sync layout the epilogue
 // reads: warp w holds rows 16w..16w+15, si[n][e] = d[4n + e] (wgmma.cuh).
+// Descriptor of the TILE that starts `tile_byte` bytes into the kernel's aligned shared buffer
+// (whose DescLo is `dlo`), K slice at byte k_byte: one add (wgmma.cuh, DescLo).
+template <typename TILE>
+__device__ __forceinline__ uint64_t TileDesc(uint32_t dlo, int tile_byte, int k_byte = 0) {
+  return cuda::wgmma::DescFromLo<TILE>(
+      dlo + uint32_t((tile_byte >> 4) + int(cuda::wgmma::DescStep<TILE>(k_byte))));
+}
+
 template <int D, typename L>
-__device__ __forceinline__ void PhaseOneWgmma(const int8_t* s_qh, const int8_t* s_kh,
-                                              const char* s_do, const char* s_v, bool int8_dp,
-                                              float sdv, int32_t (&si)[8][4], float (&dp)[8][4]) {
+__device__ __forceinline__ void PhaseOneWgmma(uint32_t dlo, bool int8_dp, float sdv,
+                                              int32_t (&si)[8][4], float (&dp)[8][4]) {
   namespace wg = cuda::wgmma;
   using T8 = typename L::TileI8;
   using TB = typename L::TileBf;
-  const uint32_t qb = cuda::SmemAddr(s_qh), kb = cuda::SmemAddr(s_kh);
-  const uint32_t db = cuda::SmemAddr(s_do), vb = cuda::SmemAddr(s_v);
   int32_t sacc[32];
+  wg::Fence();
+  wg::MmaS8First(sacc, TileDesc<T8>(dlo, L::kQh), TileDesc<T8>(dlo, L::kKh));
 #pragma unroll
-  for (int r = 0; r < 32; ++r) sacc[r] = 0;
+  for (int k = 32; k < D; k += 32) {
+    wg::MmaS8(sacc, TileDesc<T8>(dlo, L::kQh, k), TileDesc<T8>(dlo, L::kKh, k), true);
+  }
+  wg::Commit();
   if (int8_dp) {
     int32_t dacc[32];
+    wg::MmaS8First(dacc, TileDesc<T8>(dlo, L::kDo), TileDesc<T8>(dlo, L::kV));
 #pragma unroll
-    for (int r = 0; r < 32; ++r) dacc[r] = 0;
-    wg::Fence();
-#pragma unroll
-    for (int k = 0; k < D; k += 32) wg::MmaS8(sacc, wg::Desc<T8>(qb, k), wg::Desc<T8>(kb, k), k > 0);
-    wg::Commit();
-#pragma unroll
-    for (int k = 0; k < D; k += 32) wg::MmaS8(dacc, wg::Desc<T8>(db, k), wg::Desc<T8>(vb, k), k > 0);
+    for (int k = 32; k < D; k += 32) {
+      wg::MmaS8(dacc, TileDesc<T8>(dlo, L::kDo, k), TileDesc<T8>(dlo, L::kV, k), true);
+    }
     wg::Commit();
     wg::Wait<0>();
 #pragma unroll
@@ -1021,15 +1058,10 @@ __device__ __forceinline__ void PhaseOneWgmma(const int8_t* s_qh, const int8_t* 
     }
   } else {
     float dacc[32];
+    wg::MmaBf16First(dacc, TileDesc<TB>(dlo, L::kDo), TileDesc<TB>(dlo, L::kV));
 #pragma unroll
-    for (int r = 0; r < 32; ++r) dacc[r] = 0.0f;
-    wg::Fence();
-#pragma unroll
-    for (int k = 0; k < D; k += 32) wg::MmaS8(sacc, wg::Desc<T8>(qb, k), wg::Desc<T8>(kb, k), k > 0);
-    wg::Commit();
-#pragma unroll
-    for (int k = 0; k < 2 * D; k += 32) {
-      wg::MmaBf16(dacc, wg::Desc<TB>(db, k), wg::Desc<TB>(vb, k), k > 0);
+    for (int k = 32; k < 2 * D; k += 32) {
+      wg::MmaBf16(dacc, TileDesc<TB>(dlo, L::kDo, k), TileDesc<TB>(dlo, L::kV, k), true);
     }
     wg::Commit();
     wg::Wait<0>();
@@ -1047,19 +1079,16 @@ __device__ __forceinline__ void PhaseOneWgmma(const int8_t* s_qh, const int8_t* 
 }
 
 // tmp (64 x 64, s32) = A B^T for two 64 x 64-byte int8 GmmaTiles (64-byte swizzle; kBwdWgmma2:
-// P^T dO^T-slice, dS^T Q^T-slice, dS^ K^T-slice): two m64n64k32 wgmmas, the result in the
-// mma.sync layout (warp w: rows 16w..16w+15).
-__device__ __forceinline__ void WgmmaS8Tile64(const int8_t* a, const int8_t* b,
+// P^T dO^T-slice, dS^T Q^T-slice, dS^ K^T-slice) at a_byte / b_byte of the shared buffer: two
+// m64n64k32 wgmmas, the result in the mma.sync layout (warp w: rows 16w..16w+15).
+__device__ __forceinline__ void WgmmaS8Tile64(uint32_t dlo, int a_byte, int b_byte,
                                               int32_t (&tmp)[8][4]) {
   namespace wg = cuda::wgmma;
   using TP = wg::GmmaTile<kTile, kTile>;
-  const uint32_t ab = cuda::SmemAddr(a), bb = cuda::SmemAddr(b);
   int32_t acc[32];
-#pragma unroll
-  for (int r = 0; r < 32; ++r) acc[r] = 0;
   wg::Fence();
-  wg::MmaS8(acc, wg::Desc<TP>(ab, 0), wg::Desc<TP>(bb, 0), false);
-  wg::MmaS8(acc, wg::Desc<TP>(ab, 32), wg::Desc<TP>(bb, 32), true);
+  wg::MmaS8First(acc, TileDesc<TP>(dlo, a_byte), TileDesc<TP>(dlo, b_byte));
+  wg::MmaS8(acc, TileDesc<TP>(dlo, a_byte, 32), TileDesc<TP>(dlo, b_byte, 32), true);
   wg::Commit();
   wg::Wait<0>();
 #pragma unroll
@@ -1075,13 +1104,11 @@ template <int D, bool kCausal, int kVar>
 __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackwardKernel(BwdParams p) {
   constexpr bool kInt = (kVar & kBwdInterior) != 0, kFx = (kVar & kBwdExp2) != 0, kFq = (kVar & kBwdFastQ) != 0;
   constexpr bool kWg = (kVar & kBwdWgmma) != 0, kWg2 = (kVar & kBwdWgmma2) != 0;
+  constexpr bool kWgPipe = kWg2 && (kVar & kBwdWgPipe) != 0;
   using C = SageConfig<D>;
   using L = BwdLayout<D, kWg, kWg2>;
   // Byte offset of (row, col) in P^T, dS^T, dS^ (kI8T-padded, or 64B-swizzled with kWg2).
-  auto poff = [](int row, int col) {
-    if constexpr (kWg2) return L::TileP::ByteOffset(row, col);
-    return row * kI8T + col;
-  };
+
   extern __shared__ __align__(16) char smem[];
   // kWg: GmmaTiles need a 1024-byte-aligned base (L::kBytes has the slack).
   char* const base = kWg ? smem + ((1024 - (cuda::SmemAddr(smem) & 1023)) & 1023) : smem;
@@ -1110,26 +1137,45 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
 
   const int j = blockIdx.x, bh = blockIdx.y;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  // Byte offsets of this thread's stores into P^T / dS^T [key][q] (key c = 8n + 2t + b, query
+  // row 16w + g + 8h) and dS^ [q][key] (row 16w + g + 8h, keys 8n + 2t, +1), padded (kI8T) or
+  // 64B-swizzled with kWg2, where the swizzle term is fixed per thread and the rest is a constant
+  // (the per-store XOR / shifts of GmmaTile::ByteOffset folded by hand; equal to it for every
+  // thread, n, b, h: 16-byte unit u of row r sits at u ^ ((r / 2) % 4)).
+  const int pt_base = kWg2 ? 128 * t + (((warp ^ t) & 3) << 4) + g : 2 * t * kI8T + warp * 16 + g;
+  const int dsh_base = (warp * 16 + g) * (kWg2 ? kTile : kI8T) + 2 * t;
+  const int dsh_sw = ((g >> 1) & 3) << 4;
+  auto pt_off = [&](int n, int b, int h) {
+    if constexpr (kWg2) return pt_base + n * 512 + b * 64 + 8 * h;
+    return pt_base + (n * 8 + b) * kI8T + 8 * h;
+  };
+  auto dsh_off = [&](int n, int h) {
+    if constexpr (kWg2) return dsh_base + h * 512 + (n & 1) * 8 + (((n >> 1) << 4) ^ dsh_sw);
+    return dsh_base + 8 * h * kI8T + n * 8;
+  };
   const int c0 = j * kTile;
   const int64_t nd = int64_t(p.n) * D, npd = int64_t(p.np) * D;
   const float tau = p.tau;
 
+  // The address word of the wgmma descriptors of every tile in the buffer (kWg).
+  const uint32_t dlo = kWg ? cuda::wgmma::DescLo(cuda::SmemAddr(base)) : 0u;
+
   using cuda::wgmma::LoadGmmaTileAsync;
   if constexpr (kWg) {
-    LoadGmmaTileAsync<typename L::TileI8, kThreads>(s_kh, p.kh + bh * npd + int64_t(c0) * D, 0,
+    LoadGmmaTileAsync<typename L::TileI8, kThreads, false>(s_kh, p.kh + bh * npd + int64_t(c0) * D, 0,
                                                     kTile, threadIdx.x);
   } else {
     CopyRows(s_kh, C::kI8D, p.kh + bh * npd + int64_t(c0) * D, D, kTile, D);
   }
   if constexpr (kWg2) {
-    LoadGmmaTileAsync<typename L::TileT, kThreads>(s_kht, p.kht + bh * npd + c0, 0, D,
+    LoadGmmaTileAsync<typename L::TileT, kThreads, false>(s_kht, p.kht + bh * npd + c0, 0, D,
                                                    threadIdx.x, p.np);
   } else {
     CopyRows(s_kht, kI8T, p.kht + bh * npd + c0, p.np, D, kTile);
   }
   if constexpr (kWg) {
     if (p.int8_dp) {
-      LoadGmmaTileAsync<typename L::TileI8, kThreads>(s_v, p.vh + bh * npd + int64_t(c0) * D, 0,
+      LoadGmmaTileAsync<typename L::TileI8, kThreads, false>(s_v, p.vh + bh * npd + int64_t(c0) * D, 0,
                                                       kTile, threadIdx.x);
     } else {
       LoadGmmaTileAsync<typename L::TileBf, kThreads>(s_v, p.v + bh * nd, c0, p.n, threadIdx.x);
@@ -1161,10 +1207,10 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
   auto load_q_tile = [&](int ii) {
     const int rr = ii * kTile;
     if constexpr (kWg) {
-      LoadGmmaTileAsync<typename L::TileI8, kThreads>(s_qh, p.qh + bh * npd + int64_t(rr) * D, 0,
+      LoadGmmaTileAsync<typename L::TileI8, kThreads, false>(s_qh, p.qh + bh * npd + int64_t(rr) * D, 0,
                                                       kTile, threadIdx.x);
       if (p.int8_dp) {
-        LoadGmmaTileAsync<typename L::TileI8, kThreads>(
+        LoadGmmaTileAsync<typename L::TileI8, kThreads, false>(
             s_do, p.doh + bh * npd + int64_t(rr) * D, 0, kTile, threadIdx.x);
       } else {
         LoadGmmaTileAsync<typename L::TileBf, kThreads>(s_do, p.do_ + bh * nd, rr, p.n,
@@ -1190,9 +1236,9 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
     __syncthreads();  // the previous block's shared reads are done
     load_q_tile(i);
     if constexpr (kWg2) {
-      LoadGmmaTileAsync<typename L::TileT, kThreads>(s_qht, p.qht + bh * npd + r0, 0, D,
+      LoadGmmaTileAsync<typename L::TileT, kThreads, false>(s_qht, p.qht + bh * npd + r0, 0, D,
                                                      threadIdx.x, p.np);
-      LoadGmmaTileAsync<typename L::TileT, kThreads>(s_doht, p.doht + bh * npd + r0, 0, D,
+      LoadGmmaTileAsync<typename L::TileT, kThreads, false>(s_doht, p.doht + bh * npd + r0, 0, D,
                                                      threadIdx.x, p.np);
     } else {
       CopyRows(s_qht, kI8T, p.qht + bh * npd + r0, p.np, D, kTile);
@@ -1222,7 +1268,7 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
       int32_t si[8][4];
       float dp[8][4];
       if constexpr (kWg) {
-        PhaseOneWgmma<D, L>(s_qh, s_kh, s_do, s_v, p.int8_dp, sdoi * svj, si, dp);
+        PhaseOneWgmma<D, L>(dlo, p.int8_dp, sdoi * svj, si, dp);
       } else {
         WarpGemmS8<D, 8>(s_qh + warp * 16 * C::kI8D, C::kI8D, s_kh, C::kI8D, si);
         if (p.int8_dp) {
@@ -1323,6 +1369,28 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
       if (t == 0 && grow < p.n) atomicAdd(p.dsrow + int64_t(bh) * p.n + grow, rs);
     }
     // Column partials over this warp's 16 rows (its two rows, then the 8 groups: lane bits 2..4).
+    if constexpr ((kVar & kBwdColRs) != 0) {
+      float vp[16], vds[16], vcs[16];
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+#pragma unroll
+        for (int b = 0; b < 2; ++b) {
+          vp[2 * n + b] = fmaxf(pf[n][b], pf[n][2 + b]);
+          vds[2 * n + b] = fmaxf(fabsf(dsf[n][b]), fabsf(dsf[n][2 + b]));
+          vcs[2 * n + b] = dsf[n][b] + dsf[n][2 + b];
+        }
+      }
+      const auto fmax = [](float x, float y) { return fmaxf(x, y); };
+      const auto fadd = [](float x, float y) { return x + y; };
+      float rp[2], rds[2], rcs[2];
+      ColumnReduceScatter(vp, lane, fmax, rp);
+      ColumnReduceScatter(vds, lane, fmax, rds);
+      ColumnReduceScatter(vcs, lane, fadd, rcs);
+      const int c = 8 * g + 2 * t;
+      *reinterpret_cast<float2*>(s_part + (0 * 4 + warp) * kTile + c) = make_float2(rp[0], rp[1]);
+      *reinterpret_cast<float2*>(s_part + (1 * 4 + warp) * kTile + c) = make_float2(rds[0], rds[1]);
+      *reinterpret_cast<float2*>(s_part + (2 * 4 + warp) * kTile + c) = make_float2(rcs[0], rcs[1]);
+    } else {
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
 #pragma unroll
@@ -1343,6 +1411,7 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
           s_part[(2 * 4 + warp) * kTile + c] = cs;
         }
       }
+    }
     }
     __syncthreads();
     if (threadIdx.x < kTile) {
@@ -1371,19 +1440,17 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
         const float ip = s_cinvp[c], ids = s_cinvds[c];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const int lr = warp * 16 + g + 8 * h;
           if constexpr (kFq) {  // FMA + byte store of the low byte (no F2I, no clamp)
-            s_pt[poff(c, lr)] = static_cast<int8_t>(QuantBits(pf[n][2 * h + b], ip) & 0xFFu);
-            s_dst[poff(c, lr)] = static_cast<int8_t>(QuantBits(dsf[n][2 * h + b], ids) & 0xFFu);
+            s_pt[pt_off(n, b, h)] = static_cast<int8_t>(QuantBits(pf[n][2 * h + b], ip) & 0xFFu);
+            s_dst[pt_off(n, b, h)] = static_cast<int8_t>(QuantBits(dsf[n][2 * h + b], ids) & 0xFFu);
           } else {
-            s_pt[poff(c, lr)] = QuantizeS8Inv(pf[n][2 * h + b], ip);
-            s_dst[poff(c, lr)] = QuantizeS8Inv(dsf[n][2 * h + b], ids);
+            s_pt[pt_off(n, b, h)] = QuantizeS8Inv(pf[n][2 * h + b], ip);
+            s_dst[pt_off(n, b, h)] = QuantizeS8Inv(dsf[n][2 * h + b], ids);
           }
         }
       }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int lr = warp * 16 + g + 8 * h;
         uint32_t packed;
         if constexpr (kFq) {  // two FMAs + one PRMT
           packed = QuantPack2(dsf[n][2 * h], dsf[n][2 * h + 1], rinv[h]);
@@ -1392,70 +1459,123 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
           const uint32_t hi = static_cast<uint8_t>(QuantizeS8Inv(dsf[n][2 * h + 1], rinv[h]));
           packed = lo | (hi << 8);
         }
-        *reinterpret_cast<uint16_t*>(s_dsh + poff(lr, n * 8 + 2 * t)) =
-            static_cast<uint16_t>(packed);
+        *reinterpret_cast<uint16_t*>(s_dsh + dsh_off(n, h)) = static_cast<uint16_t>(packed);
       }
     }
     if constexpr (kWg2) cuda::wgmma::FenceProxyAsync();  // st.shared -> wgmma's reads
     __syncthreads();
 
     // dV, dK (this warp's 16 keys) and dQ (this warp's 16 query rows), 64 head-dim columns at a
-    // time to bound the live int32 accumulators.
-#pragma unroll
-    for (int ch = 0; ch < D / 64; ++ch) {
-      int32_t tmp[8][4];
-      // The 64 head-dim rows ch * 64.. of K^T, Q^T, dO^T.
-      constexpr int kChBytes = kWg2 ? L::TileP::kBytes : 64 * kI8T;
-      if constexpr (kWg2) {
-        WgmmaS8Tile64(s_pt, s_doht + ch * kChBytes, tmp);
-      } else {
-        WarpGemmS8<kTile, 8>(s_pt + warp * 16 * kI8T, kI8T, s_doht + ch * 64 * kI8T, kI8T, tmp);
-      }
+    // time to bound the live int32 accumulators. The epilogues read the chunk's int32 products
+    // through at(n, e) (the m16n8 / m64n64 accumulator layouts agree per warp).
+    const float c0f = tau * rscale[0] * skj, c1f = tau * rscale[1] * skj;
+    const int grow0 = r0 + warp * 16 + g, grow1 = grow0 + 8;
+    const auto epi_dv = [&](auto ch_c, const auto& at) {
+      constexpr int ch = decltype(ch_c)::value;
 #pragma unroll
       for (int n = 0; n < 8; ++n) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const float coef = s_csp[kr[e >> 1]] * sdoi;
-          dv[ch * 8 + n][e] += coef * __int2float_rn(tmp[n][e]);
+          dv[ch * 8 + n][e] += coef * __int2float_rn(at(n, e));
         }
       }
-      if constexpr (kWg2) {
-        WgmmaS8Tile64(s_dst, s_qht + ch * kChBytes, tmp);
-      } else {
-        WarpGemmS8<kTile, 8>(s_dst + warp * 16 * kI8T, kI8T, s_qht + ch * 64 * kI8T, kI8T, tmp);
-      }
+    };
+    const auto epi_dk = [&](auto ch_c, const auto& at) {
+      constexpr int ch = decltype(ch_c)::value;
 #pragma unroll
       for (int n = 0; n < 8; ++n) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int key = kr[e >> 1];
           const float coef = tau * s_csds[key] * sqi;
-          float x = dk[ch * 8 + n][e] + coef * __int2float_rn(tmp[n][e]);
+          float x = dk[ch * 8 + n][e] + coef * __int2float_rn(at(n, e));
           if (p.smooth_q) x += (tau * s_colsum[key]) * s_mu[ch * 64 + n * 8 + 2 * t + (e & 1)];
           dk[ch * 8 + n][e] = x;
         }
       }
-      if constexpr (kWg2) {
-        WgmmaS8Tile64(s_dsh, s_kht + ch * kChBytes, tmp);
-      } else {
-        WarpGemmS8<kTile, 8>(s_dsh + warp * 16 * kI8T, kI8T, s_kht + ch * 64 * kI8T, kI8T, tmp);
-      }
-      // dQ: 8-byte vector atomics (red.global.add.v2.f32), rows g and g + 8.
-      const float c0f = tau * rscale[0] * skj, c1f = tau * rscale[1] * skj;
-      const int grow0 = r0 + warp * 16 + g, grow1 = grow0 + 8;
+    };
+    // dQ: 8-byte vector atomics (red.global.add.v2.f32), rows g and g + 8. All 32 values are
+    // scaled first and the atomics issued back to back under one row test each (an atomic per
+    // branch, its source registers reused by the next conversion, stalled on every one).
+    const auto epi_dq = [&](auto ch_c, const auto& at) {
+      constexpr int ch = decltype(ch_c)::value;
       float* dst0 = p.dqacc + bh * nd + int64_t(grow0) * D + ch * 64 + 2 * t;
       float* dst1 = dst0 + 8 * D;
+      float2 v0[8], v1[8];
 #pragma unroll
       for (int n = 0; n < 8; ++n) {
-        if (grow0 < p.n) {
-          atomicAdd(reinterpret_cast<float2*>(dst0 + n * 8),
-                    make_float2(c0f * __int2float_rn(tmp[n][0]), c0f * __int2float_rn(tmp[n][1])));
-        }
-        if (grow1 < p.n) {
-          atomicAdd(reinterpret_cast<float2*>(dst1 + n * 8),
-                    make_float2(c1f * __int2float_rn(tmp[n][2]), c1f * __int2float_rn(tmp[n][3])));
-        }
+        v0[n] = make_float2(c0f * __int2float_rn(at(n, 0)), c0f * __int2float_rn(at(n, 1)));
+        v1[n] = make_float2(c1f * __int2float_rn(at(n, 2)), c1f * __int2float_rn(at(n, 3)));
       }
+      if (grow0 < p.n) {
+#pragma unroll
+        for (int n = 0; n < 8; ++n) atomicAdd(reinterpret_cast<float2*>(dst0 + n * 8), v0[n]);
+      }
+      if (grow1 < p.n) {
+#pragma unroll
+        for (int n = 0; n < 8; ++n) atomicAdd(reinterpret_cast<float2*>(dst1 + n * 8), v1[n]);
+      }
+    };
+    // The 64 head-dim rows ch * 64.. of K^T, Q^T, dO^T start ch * kChBytes into their tiles.
+    constexpr int kChBytes = kWg2 ? L::TileP::kBytes : 64 * kI8T;
+    if constexpr (kWgPipe) {
+      // Six (d128) / three (d64) products in flight two at a time: step s = 3 ch + kind (dV, dK,
+      // dQ); the epilogue of step s runs while step s + 1's wgmma does.
+      namespace wg = cuda::wgmma;
+      using TP = typename L::TileP;
+      constexpr int kAOf[3] = {L::kPT, L::kDsT, L::kDsh};
+      constexpr int kBOf[3] = {L::kDoht, L::kQht, L::kKht};
+      int32_t acc[2][32];
+      const auto issue = [&](auto s_c) {
+        constexpr int st = decltype(s_c)::value, kind = st % 3, ch = st / 3;
+        constexpr int ab = kAOf[kind], bb = kBOf[kind] + ch * kChBytes;
+        wg::Fence();
+        wg::MmaS8(acc[st & 1], TileDesc<TP>(dlo, ab), TileDesc<TP>(dlo, bb), false);
+        wg::MmaS8(acc[st & 1], TileDesc<TP>(dlo, ab, 32), TileDesc<TP>(dlo, bb, 32), true);
+        wg::Commit();
+      };
+      constexpr int kSteps = 3 * (D / 64);
+      issue(std::integral_constant<int, 0>{});
+      issue(std::integral_constant<int, 1>{});
+      cuda::StaticFor<kSteps>([&](auto s_c) {
+        constexpr int st = decltype(s_c)::value, kind = st % 3;
+        if constexpr (st + 1 < kSteps) {
+          wg::Wait<1>();
+        } else {
+          wg::Wait<0>();
+        }
+        const auto at = [&](int n, int e) { return acc[st & 1][4 * n + e]; };
+        const std::integral_constant<int, st / 3> ch_c{};
+        if constexpr (kind == 0) epi_dv(ch_c, at);
+        if constexpr (kind == 1) epi_dk(ch_c, at);
+        if constexpr (kind == 2) epi_dq(ch_c, at);
+        if constexpr (st + 2 < kSteps) issue(std::integral_constant<int, st + 2>{});
+      });
+    } else {
+      cuda::StaticFor<D / 64>([&](auto ch_c) {
+        constexpr int ch = decltype(ch_c)::value;
+        int32_t tmp[8][4];
+        if constexpr (kWg2) {
+          WgmmaS8Tile64(dlo, L::kPT, L::kDoht + ch * kChBytes, tmp);
+        } else {
+          WarpGemmS8<kTile, 8>(s_pt + warp * 16 * kI8T, kI8T, s_doht + ch * 64 * kI8T, kI8T, tmp);
+        }
+        const auto at = [&](int n, int e) { return tmp[n][e]; };
+        epi_dv(ch_c, at);
+        if constexpr (kWg2) {
+          WgmmaS8Tile64(dlo, L::kDsT, L::kQht + ch * kChBytes, tmp);
+        } else {
+          WarpGemmS8<kTile, 8>(s_dst + warp * 16 * kI8T, kI8T, s_qht + ch * 64 * kI8T, kI8T, tmp);
+        }
+        epi_dk(ch_c, at);
+        if constexpr (kWg2) {
+          WgmmaS8Tile64(dlo, L::kDsh, L::kKht + ch * kChBytes, tmp);
+        } else {
+          WarpGemmS8<kTile, 8>(s_dsh + warp * 16 * kI8T, kI8T, s_kht + ch * 64 * kI8T, kI8T, tmp);
+        }
+        epi_dq(ch_c, at);
+      });
     }
   }
 #pragma unroll
@@ -1657,19 +1777,22 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
 //   24       sagebwd v4 (SageBackwardKernel, bits kBwdInterior | kBwdOcc3: 4 warps, 64 keys per
 //            CTA, 3 CTAs/SM at D = 64). The other v2-v4 bit combinations of the v4 lab are no
 //            longer compiled in (git history; their figures stay in the bench notes).
-//   152      v4 + kBwdFastQ (128): P^T, dS^T, dS^ codes by one FMA into the 1.5 * 2^23 mantissa
-//            (QuantBits: byte stores of the low byte; dS^ pairs by QuantPack2), no F2I / clamp
-//   184      sagebwd v4q = 152 + kBwdExp2 (32): P = ex2.approx(a log2e x + bias log2e - lse log2e)
-//            on every block (interior and masked)
-//   440      v7a = 184 + kBwdWgmma (256): S and dP by wgmma from swizzled GmmaTiles (PhaseOneWgmma;
-//            not yet run on a GPU)
-//   952      v7b = 440 + kBwdWgmma2 (512): dV, dK, dQ by wgmma too (WgmmaS8Tile64 on 64B-swizzled
-//            P^T / dS^T / dS^ and K^T / Q^T / dO^T; not yet run on a GPU)
-// sagebwd v6 (64 / 96 / 104 / 120, SageBackwardKernelV6) was removed after its lab runs.
-// BwdProductionFor is what production calls (bwd_variant = -1) run.
-// sagebwd v4q = 184 for every shape (1.10-1.13x of v4 = 24 on all six bench shapes, lab).
+//   184      sagebwd v4q = 24 + kBwdFastQ (128: P^T, dS^T, dS^ codes by one FMA into the 1.5 * 2^23
+//            mantissa, no F2I / clamp) + kBwdExp2 (32: P = ex2.approx(a log2e x + bias log2e -
+//            lse log2e)); every product by mma.sync
+//   1464     184 + kBwdWgmma (256: S and dP by wgmma from swizzled GmmaTiles, PhaseOneWgmma) +
+//            kBwdColRs (1024: column partials by ColumnReduceScatter)
+//   1976     1464 + kBwdWgmma2 (512: dV, dK, dQ by wgmma too, WgmmaS8Tile64 on 64B-swizzled
+//            P^T / dS^T / dS^ and K^T / Q^T / dO^T)
+//   4024     sagebwd v7 = 1976 + kBwdWgPipe (2048: the dV / dK / dQ wgmmas two in flight, each
+//            epilogue overlapping the next product)
+// Measured and no longer compiled in: 152 (= 184 without kBwdExp2), 440 / 952 (= 1464 / 1976
+// without kBwdColRs), 1208 (= 184 + kBwdColRs); sagebwd v6 (64 / 96 / 104 / 120,
+// SageBackwardKernelV6).
+// BwdProductionFor is what production calls (bwd_variant = -1) run: sagebwd v7 = 4024 for every
+// shape (1.22-1.28x of v4q = 184 on all six bench shapes, lab).
 constexpr int BwdProductionFor(int /*d*/, bool /*causal*/) {
-  return 24 + kBwdExp2 + kBwdFastQ;
+  return 24 + kBwdExp2 + kBwdFastQ + kBwdWgmma + kBwdWgmma2 + kBwdColRs + kBwdWgPipe;
 }
 using BwdKernel = void (*)(BwdParams);
 struct BwdLaunch {
@@ -1683,17 +1806,20 @@ BwdLaunch BwdLaunchOf() {
 }
 template <int D, bool kCausal>
 BwdLaunch BwdLaunchFor(int var) {
+  constexpr int kV4q = 24 + kBwdExp2 + kBwdFastQ;
+  constexpr int kV7a = kV4q + kBwdWgmma + kBwdColRs;
+  constexpr int kV7b = kV7a + kBwdWgmma2;
   switch (var) {
     case 24:
       return BwdLaunchOf<D, kCausal, 24>();
-    case 24 + kBwdFastQ:
-      return BwdLaunchOf<D, kCausal, 24 + kBwdFastQ>();
-    case 24 + kBwdExp2 + kBwdFastQ:
-      return BwdLaunchOf<D, kCausal, 24 + kBwdExp2 + kBwdFastQ>();
-    case 24 + kBwdExp2 + kBwdFastQ + kBwdWgmma:
-      return BwdLaunchOf<D, kCausal, 24 + kBwdExp2 + kBwdFastQ + kBwdWgmma>();
-    case 24 + kBwdExp2 + kBwdFastQ + kBwdWgmma + kBwdWgmma2:
-      return BwdLaunchOf<D, kCausal, 24 + kBwdExp2 + kBwdFastQ + kBwdWgmma + kBwdWgmma2>();
+    case kV4q:
+      return BwdLaunchOf<D, kCausal, kV4q>();
+    case kV7a:
+      return BwdLaunchOf<D, kCausal, kV7a>();
+    case kV7b:
+      return BwdLaunchOf<D, kCausal, kV7b>();
+    case kV7b + kBwdWgPipe:
+      return BwdLaunchOf<D, kCausal, kV7b + kBwdWgPipe>();
     default:
       return {};
   }

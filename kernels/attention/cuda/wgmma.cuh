@@ -1,8 +1,7 @@
 // Hopper warpgroup MMA (wgmma, sm_90a) building blocks for the attention kernels: operand tiles in
 // shared memory in the layout the hardware reads, their matrix descriptors, and the m64n64 int8 /
-// bf16 instructions with the fences they need. Nothing here is used by a production kernel yet:
-// tests/gpu/wgmma_gpu_test checks every piece against a CPU GEMM (the first step of the SageBwd
-// wgmma work, kernels/bench/README.md "Next").
+// bf16 instructions with the fences they need, used by the SageBwd v7 backward (sagebwd.cu);
+// tests/gpu/wgmma_gpu_test checks every piece against a CPU GEMM.
 //
 // Contents (namespace ablate::kernels::cuda::wgmma):
 //   GmmaTile<ROWS, ROW_BYTES>  byte offsets of a K-major operand tile (each of ROWS rows holds
@@ -13,6 +12,9 @@
 //   FenceProxyAsync, Fence, Commit, Wait<N>
 //   MmaS8(d, da, db, acc)      wgmma m64n64k32 s32 += s8 x s8 (both operands from shared memory)
 //   MmaBf16(d, da, db, acc)    wgmma m64n64k16 f32 += bf16 x bf16
+//   MmaS8First / MmaBf16First  the same for the first K slice, d write-only (no zeroing needed)
+//   DescStep<TILE>(k_byte)     what Desc<TILE>(base, k_byte) adds to Desc<TILE>(base, 0)
+//   DescLo / DescFromLo<TILE>  the descriptor's address word and the tile type's fixed word
 //
 // Operands (PTX ISA "Asynchronous Warpgroup Level Matrix Multiply-Accumulate"): D (64 x 64) =
 // A (64 x K) B (K x 64) where A is stored as rows of K (K-major) and B as its transpose, 64 rows
@@ -75,38 +77,67 @@ struct GmmaTile {
 // Issues (does not commit) the 16-byte cp.async copies of rows [row0, row0 + TILE::kRows) of a
 // row-major global matrix whose rows start `src_stride` bytes apart (default: TILE::kRowBytes,
 // whole rows) into the tile at `smem`; rows >= n_rows are zero-filled. All THREADS threads call
-// it with their index `tid`.
-template <typename TILE, int THREADS>
+// it with their index `tid`. Thread tid copies 16-byte unit tid % U of rows tid / U + i R
+// (U units per row, R = THREADS / U rows per pass): R is a multiple of the 8-row swizzle period,
+// so pass i is pass 0 moved by i R rows in both memories, and the per-copy address work is two
+// adds (the swizzle is computed once).
+// kGuard false: the caller guarantees rows [row0, row0 + ROWS) all exist (n_rows is ignored), and
+// no bounds test is compiled.
+template <typename TILE, int THREADS, bool kGuard = true>
 __device__ __forceinline__ void LoadGmmaTileAsync(void* smem, const void* gmem_base, int row0,
                                                   int n_rows, int tid,
                                                   int64_t src_stride = TILE::kRowBytes) {
   constexpr int kUnits = TILE::kRowBytes / 16;
-  constexpr int kTotal = TILE::kRows * kUnits;
-  static_assert(kTotal % THREADS == 0, "tile units must split evenly over the threads");
+  constexpr int kPassRows = THREADS / kUnits;
+  static_assert(THREADS % kUnits == 0 && kPassRows % 8 == 0 && TILE::kRows % kPassRows == 0,
+                "whole rows per pass, a whole number of swizzle periods per pass");
+  const int rt = tid / kUnits, u = tid % kUnits;
   const char* base = static_cast<const char*>(gmem_base);
-  const uint32_t s = SmemAddr(smem);
+  const char* src = base + (int64_t(row0 + rt) * src_stride + u * 16);
+  const int64_t step = int64_t(kPassRows) * src_stride;
+  const uint32_t s = SmemAddr(smem) + TILE::ByteOffset(rt, u * 16);
 #pragma unroll
-  for (int i = 0; i < kTotal / THREADS; ++i) {
-    const int idx = i * THREADS + tid;
-    const int r = idx / kUnits, u = idx % kUnits;
-    const bool valid = row0 + r < n_rows;
-    const char* src = valid ? base + (int64_t(row0 + r) * src_stride + u * 16) : base;
-    CpAsync16(s + TILE::ByteOffset(r, u * 16), src, valid);
+  for (int i = 0; i < TILE::kRows / kPassRows; ++i) {
+    if constexpr (kGuard) {
+      const bool valid = row0 + rt + i * kPassRows < n_rows;
+      CpAsync16(s + i * kPassRows * TILE::kW, valid ? src + i * step : base, valid);
+    } else {
+      CpAsync16(s + i * kPassRows * TILE::kW, src + i * step, true);
+    }
   }
+}
+
+// Descriptor words (PTX ISA "Matrix Descriptor Format"): the low word holds the start address / 16
+// (bits 0-13) and the leading byte offset (bits 16-29, unused for swizzled K-major operands:
+// encoded 1, as CUTLASS does); the high word the stride byte offset / 16 (bits 32-45: one 8-row
+// core block, 8 W bytes) and the swizzle mode (bits 62-63), fixed per tile type. Shared addresses
+// are below 2^18, so the start field of DescLo(base) + offset / 16 is that of base + offset for
+// any 16-byte multiple `offset` inside shared memory: a kernel keeps one DescLo of its buffer and
+// builds every tile's descriptor with one add.
+__host__ __device__ __forceinline__ uint32_t DescLo(uint32_t base) {
+  return ((base & 0x3FFFF) >> 4) | (1u << 16);
+}
+template <typename TILE>
+__host__ __device__ __forceinline__ uint64_t DescFromLo(uint32_t lo) {
+  constexpr uint32_t kHi = ((8 * TILE::kW) >> 4) | (uint32_t(TILE::kMode) << 30);
+  return (uint64_t(kHi) << 32) | lo;
 }
 
 // Descriptor of the TILE at shared address `base` (1024-byte aligned), rows 0..ROWS-1, K bytes
 // [k_byte, k_byte + 32) (k_byte a multiple of 32).
 template <typename TILE>
 __host__ __device__ __forceinline__ uint64_t Desc(uint32_t base, int k_byte) {
-  const uint32_t start =
-      base + (k_byte / TILE::kW) * TILE::kChunkBytes + (k_byte % TILE::kW);
-  uint64_t d = 0;
-  d |= uint64_t((start & 0x3FFFF) >> 4);          // bits 0-13: start address / 16
-  d |= uint64_t(1) << 16;                         // bits 16-29: leading byte offset (unused) = 1
-  d |= uint64_t((8 * TILE::kW) >> 4) << 32;       // bits 32-45: stride byte offset / 16
-  d |= TILE::kMode << 62;                         // bits 62-63: swizzle mode (base offset 0)
-  return d;
+  const uint32_t start = base + (k_byte / TILE::kW) * TILE::kChunkBytes + (k_byte % TILE::kW);
+  return DescFromLo<TILE>(DescLo(start));
+}
+
+// Desc<TILE>(base, k_byte) - Desc<TILE>(base, 0): descriptors of one tile differ only in the start
+// address field, so a kernel builds each tile's descriptor once and adds this constant per K slice
+// (or per column chunk: Desc(base + bytes, 0) = Desc(base, 0) + bytes / 16 for a 16-byte multiple
+// that keeps the 1024-byte alignment).
+template <typename TILE>
+__host__ __device__ constexpr uint64_t DescStep(int k_byte) {
+  return uint64_t(((k_byte / TILE::kW) * TILE::kChunkBytes + k_byte % TILE::kW) >> 4);
 }
 
 // Makes this thread's generic-proxy writes to shared memory (st.shared, cp.async) visible to the
@@ -143,6 +174,21 @@ __device__ __forceinline__ void MmaS8(int32_t (&d)[32], uint64_t da, uint64_t db
       : "l"(da), "l"(db), "r"(int(accumulate)));
 }
 
+// d = A B for the first K slice (scale-d 0): d is write-only, so the caller does not zero it.
+__device__ __forceinline__ void MmaS8First(int32_t (&d)[32], uint64_t da, uint64_t db) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "%32, %33, 0;\n"
+      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3]), "=r"(d[4]), "=r"(d[5]), "=r"(d[6]),
+        "=r"(d[7]), "=r"(d[8]), "=r"(d[9]), "=r"(d[10]), "=r"(d[11]), "=r"(d[12]), "=r"(d[13]),
+        "=r"(d[14]), "=r"(d[15]), "=r"(d[16]), "=r"(d[17]), "=r"(d[18]), "=r"(d[19]),
+        "=r"(d[20]), "=r"(d[21]), "=r"(d[22]), "=r"(d[23]), "=r"(d[24]), "=r"(d[25]),
+        "=r"(d[26]), "=r"(d[27]), "=r"(d[28]), "=r"(d[29]), "=r"(d[30]), "=r"(d[31])
+      : "l"(da), "l"(db));
+}
+
 // d (+)= A B for one K slice: m64n64k16, bf16 x bf16 -> f32 (no negation, no transposition).
 __device__ __forceinline__ void MmaBf16(float (&d)[32], uint64_t da, uint64_t db,
                                         bool accumulate) {
@@ -158,6 +204,21 @@ __device__ __forceinline__ void MmaBf16(float (&d)[32], uint64_t da, uint64_t db
         "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),
         "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
       : "l"(da), "l"(db), "r"(int(accumulate)));
+}
+
+// d = A B for the first K slice, bf16 (the MmaS8First of MmaBf16).
+__device__ __forceinline__ void MmaBf16First(float (&d)[32], uint64_t da, uint64_t db) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "%32, %33, 0, 1, 1, 0, 0;\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]),
+        "=f"(d[7]), "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]),
+        "=f"(d[14]), "=f"(d[15]), "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]),
+        "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23]), "=f"(d[24]), "=f"(d[25]),
+        "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31])
+      : "l"(da), "l"(db));
 }
 
 }  // namespace ablate::kernels::cuda::wgmma
