@@ -2,8 +2,8 @@
 // one warpgroup loads A (64 x K) and B (64 x K), both K-major, into GmmaTiles by cp.async, runs
 // the K slices through wgmma (MmaS8: m64n64k32 s8; MmaBf16: m64n64k16 bf16), twice (the second
 // pass accumulates: 2 A B, which checks the scale-d predicate), and writes the accumulator
-// fragments out by the documented mapping. int8 must match exactly; bf16 within fp32 summation
-// error. Tiles: int8 K = 64 (64B swizzle), int8 K = 128 (128B), bf16 K = 64 (128B), bf16 K = 128
+// fragments out by the documented mapping; MmaS8RS takes A from registers in the mma.sync
+// fragment layout instead. int8 must match exactly; bf16 within fp32 summation error. Tiles: int8 K = 64 (64B swizzle), int8 K = 128 (128B), bf16 K = 64 (128B), bf16 K = 128
 // (two 128B column chunks).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -96,6 +96,51 @@ __global__ void __launch_bounds__(kThreads) GemmKernel(const T* a, const T* b,
   }
 }
 
+// MmaS8RS: A from registers in the documented fragment layout (per warp, the mma.sync m16n8k32
+// A fragment of its 16 rows), B from a GmmaTile; two passes as above.
+template <int K>
+__global__ void __launch_bounds__(kThreads) RsGemmKernel(const int8_t* a, const int8_t* b,
+                                                         int32_t* c) {
+  using Tile = GmmaTile<64, K>;
+  extern __shared__ __align__(16) char smem_raw[];
+  char* const sb = smem_raw + ((1024 - (SmemAddr(smem_raw) & 1023)) & 1023);
+  const int tid = threadIdx.x;
+  LoadGmmaTileAsync<Tile, kThreads>(sb, b, 0, kN, tid);
+  CpAsyncCommit();
+  CpAsyncWait<0>();
+  FenceProxyAsync();
+  __syncthreads();
+  const int w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  auto word = [&](int row, int byte) {
+    uint32_t v;
+    memcpy(&v, a + row * K + byte, 4);
+    return v;
+  };
+  uint32_t frag[K / 32][4];
+  for (int s = 0; s < K / 32; ++s) {
+    frag[s][0] = word(16 * w + g, 32 * s + 4 * t);
+    frag[s][1] = word(16 * w + g + 8, 32 * s + 4 * t);
+    frag[s][2] = word(16 * w + g, 32 * s + 16 + 4 * t);
+    frag[s][3] = word(16 * w + g + 8, 32 * s + 16 + 4 * t);
+  }
+  int32_t d[32];
+  for (int i = 0; i < 32; ++i) d[i] = 0;
+  const uint32_t bb = SmemAddr(sb);
+  Fence();
+  for (int pass = 0; pass < 2; ++pass) {
+#pragma unroll
+    for (int s = 0; s < K / 32; ++s) MmaS8RS(d, frag[s], Desc<Tile>(bb, 32 * s), pass > 0 || s > 0);
+  }
+  Commit();
+  Wait<0>();
+  for (int j = 0; j < 8; ++j) {
+    for (int e = 0; e < 4; ++e) {
+      const int row = 16 * w + g + 8 * (e / 2), col = 8 * j + 2 * t + (e % 2);
+      c[row * kN + col] = d[4 * j + e];
+    }
+  }
+}
+
 template <typename T>
 void Check(const char* what, const std::vector<T>& a, const std::vector<T>& b, int k,
            const std::vector<double>& got) {
@@ -135,8 +180,9 @@ void Check(const char* what, const std::vector<T>& a, const std::vector<T>& b, i
               kM * kN, worst);
 }
 
+// register_a: int8 only, RsGemmKernel (A from registers) instead of GemmKernel.
 template <typename T, int K>
-void RunGemm(const char* what, uint32_t seed) {
+void RunGemm(const char* what, uint32_t seed, bool register_a = false) {
   using G = Gemm<T, K>;
   using Acc = typename G::Acc;
   // Host copies: int8 values, or bf16 bit patterns (uint16_t) for __nv_bfloat16.
@@ -163,6 +209,9 @@ void RunGemm(const char* what, uint32_t seed) {
   ASSERT_EQ(cudaMemset(dc, 0xFF, sizeof(Acc) * kM * kN), cudaSuccess);  // poison
   const int smem = 2 * G::Tile::kBytes + 1024;
   auto kernel = GemmKernel<T, K>;
+  if constexpr (std::is_same_v<T, int8_t>) {
+    if (register_a) kernel = RsGemmKernel<K>;
+  }
   ASSERT_EQ(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
             cudaSuccess);
   kernel<<<1, kThreads, smem>>>(da, db, dc);
@@ -184,6 +233,14 @@ TEST(WgmmaGpu, S8K64Swizzle64) {
 TEST(WgmmaGpu, S8K128Swizzle128) {
   SKIP_WITHOUT_HOPPER();
   RunGemm<int8_t, 128>("s8 K=128 (128B swizzle)", 2);
+}
+TEST(WgmmaGpu, S8RegisterAK64) {
+  SKIP_WITHOUT_HOPPER();
+  RunGemm<int8_t, 64>("s8 A from registers, K=64", 5, true);
+}
+TEST(WgmmaGpu, S8RegisterAK128) {
+  SKIP_WITHOUT_HOPPER();
+  RunGemm<int8_t, 128>("s8 A from registers, K=128", 6, true);
 }
 TEST(WgmmaGpu, Bf16K64Swizzle128) {
   SKIP_WITHOUT_HOPPER();

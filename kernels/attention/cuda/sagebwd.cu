@@ -1,9 +1,9 @@
-// SageBwd INT8 attention, forward and backward, for sm_90 (mma.sync only): the CUDA twin of the
-// CPU emulator in attention/sagebwd_cpu.cc (ALGORITHMS.md §1.2). Host API: sagebwd_cuda.h.
+// SageBwd INT8 attention, forward and backward, for sm_90a (wgmma and mma.sync): the CUDA twin
+// of the CPU emulator in attention/sagebwd_cpu.cc (ALGORITHMS.md §1.2). Host API: sagebwd_cuda.h.
 //
 // Layout: q, k, v, o, do, dq, dk, dv (B, H, N, D) bf16 row-major; lse (B, H, N) f32. Tiles
 // (quantization groups and the emulator's bq / bkv): Bq = Bkv = 64 (kSageBq, kSageBkv). The
-// backward runs 4 warps per CTA, each warp owning 16 rows of a 64-row tile; the forward (v5)
+// backward runs 4 warps per CTA, each warp owning 16 rows of a 64-row tile; the forward (v5 / v6)
 // runs 128 query rows = two 64-row Q groups per CTA (see SageForwardKernelV5).
 //
 // Quantization scheme (the emulator's; s = max|X| / 127 over the group, all-zero group: s = 1;
@@ -38,11 +38,12 @@
 // 2 CTAs (8 warps) per SM; ~66 KB at D = 64 with __launch_bounds__(128, 3) (<= 168 registers):
 // 3 CTAs per SM.
 //
-// Kernel-lab variant: sagebwd v5 (kernels/bench/README.md, Variants): forward v5c
-// (SageForwardKernelV5 with kFastS: 4 warps x 32 rows, 128-row CTAs, P~^ packed from registers
-// into s8 A fragments, V^T stored in the permuted key order FwdKeyOfSlot; causal D = 64: 8 warps
-// x 16 rows), chosen by FwdProductionFor; the v3/v4 forward (SageForwardKernel) and the other
-// v5 variants stay compiled in for the lab (SageCudaOptions::fwd_variant). Backward: sagebwd v7
+// Kernel-lab variant: sagebwd v6 forward (kernels/bench/README.md, Variants): SageForwardKernelV5
+// with kFastS and kWg: 8 warps = two warpgroups x 64 rows, 128-row CTAs, S = Q^ K^T by wgmma from
+// swizzled tiles, P~^ packed from registers into s8 A fragments and multiplied by V^T through
+// wgmma with A from registers (V^T stored in the permuted key order FwdKeyOfSlot), chosen by
+// FwdProductionFor; the v3/v4 forward (SageForwardKernel) and the v5 variants (mma.sync) stay
+// compiled in for the lab (SageCudaOptions::fwd_variant). Backward: sagebwd v7
 // = v4 (bits kBwdInterior | kBwdOcc3) + kBwdFastQ (P^T / dS^T / dS^ codes by one FMA into the
 // 1.5 * 2^23 mantissa, no F2I / clamp) + kBwdExp2 (P by ex2.approx in the log2 domain) + all five
 // products by wgmma (sm_90a, wgmma.cuh: S and dP from the swizzled Q^ / K^ / dO / V tiles, dV /
@@ -713,18 +714,32 @@ __global__ void __launch_bounds__(kThreads) SageForwardKernel(FwdParams p) {
 // key order is permuted to match: FwdKeyOfSlot); l += exp(rowmax - m_new) * rowsum; O += s_P s_V
 // (P^ V^). Tiles with no masked entry for the warp (interior) skip the mask arithmetic; causal
 // tiles past a warp's last row are skipped by that warp; causal CTAs run heaviest first.
+// Descriptor of the TILE that starts `tile_byte` bytes into the kernel's aligned shared buffer
+// (whose DescLo is `dlo`), K slice at byte k_byte: one add (wgmma.cuh, DescLo).
+template <typename TILE>
+__device__ __forceinline__ uint64_t TileDesc(uint32_t dlo, int tile_byte, int k_byte = 0) {
+  return cuda::wgmma::DescFromLo<TILE>(
+      dlo + uint32_t((tile_byte >> 4) + int(cuda::wgmma::DescStep<TILE>(k_byte))));
+}
+
 constexpr int kFwdRows = 128;
-template <int D, int MW>
+// kWg (v6 forward, MW = 1): the same regions as GmmaTiles (wgmma.cuh): Q^ as two [64][D] int8
+// tiles (one per warpgroup), each stage a [64][D] K^ tile and a [D][64] V^T tile, all 1024-byte
+// aligned in a buffer whose base the kernel aligns (kBytes has the slack).
+template <int D, int MW, bool kWg = false>
 struct FwdV5Config {
+  static_assert(!kWg || MW == 1, "the wgmma forward has one 16-row block per warp");
+  using TileI8 = cuda::wgmma::GmmaTile<kTile, D>;  // Q^ group, K^
+  using TileT = cuda::wgmma::GmmaTile<D, kTile>;   // V^T [D][64 keys]
   static constexpr int kWarps = kFwdRows / (16 * MW);
   static constexpr int kThreadsV5 = kWarps * 32;
   static constexpr int kI8D = D + 16;
   static constexpr int kQh = 0;                                 // Q^ [128][kI8D]
-  static constexpr int kStage0 = kQh + kFwdRows * kI8D;         // 2 x (K^ [64][kI8D], V^T [D][kI8T])
-  static constexpr int kVh = kTile * kI8D;                      // V^T offset inside a stage
-  static constexpr int kStage = kTile * kI8D + D * kI8T;
+  static constexpr int kStage0 = kQh + (kWg ? 2 * TileI8::kBytes : kFwdRows * kI8D);
+  static constexpr int kVh = kWg ? TileI8::kBytes : kTile * kI8D;  // V^T offset inside a stage
+  static constexpr int kStage = kWg ? TileI8::kBytes + TileT::kBytes : kTile * kI8D + D * kI8T;
   static constexpr int kF32 = kStage0 + 2 * kStage;             // bias [2][64], mu [2][D], kbar [D]
-  static constexpr int kBytes = kF32 + (2 * kTile + 3 * D) * 4;
+  static constexpr int kBytes = kF32 + (2 * kTile + 3 * D) * 4 + (kWg ? 1024 : 0);
   static constexpr int kMinBlocks = (MW == 1) ? (D == 64 ? 2 : 1) : 2;
   static_assert(kBytes * kMinBlocks <= 227 * 1024, "forward v5 shared memory over the sm_90 limit");
   static_assert(kStage0 % 16 == 0 && kVh % 16 == 0 && kStage % 16 == 0 && kF32 % 16 == 0,
@@ -739,14 +754,27 @@ __device__ __forceinline__ uint32_t PackLowBytes(uint32_t a, uint32_t b, uint32_
 // kFastS (v5c): interior tiles without Q-smoothing take the row max over the raw int32 sums
 // (as floats in the mantissa of 1.5 * 2^23) and scale only the differences; the P^ V^ sums are
 // folded into O by two FMAs on the same mantissa form.
-template <int D, bool kCausal, bool kSmoothQ, int MW, bool kFastS>
-__global__ void __launch_bounds__(FwdV5Config<D, MW>::kThreadsV5, FwdV5Config<D, MW>::kMinBlocks)
+// kWg (v6 forward): S = Q^ K^T by wgmma from the GmmaTiles (one warpgroup per 64-row Q group)
+// and P^ V^ by wgmma with P^ from registers (MmaS8RS: the packed A fragments as they are; V^T
+// keeps the permuted key order); the skip and mask decisions are per warpgroup (wgmma is
+// collective over its four warps).
+// kWgMode 2 (v6b): no skip, and the mask test per CTA, so that every branch around a wgmma is
+// uniform by construction (ptxas serializes wgmmas under branches it cannot prove uniform); the
+// tiles a warpgroup could skip are computed fully masked (P = 0, alpha = 1: no change).
+template <int D, bool kCausal, bool kSmoothQ, int MW, bool kFastS, int kWgMode = 0>
+__global__ void __launch_bounds__(FwdV5Config<D, MW, (kWgMode > 0)>::kThreadsV5,
+                                  FwdV5Config<D, MW, (kWgMode > 0)>::kMinBlocks)
     SageForwardKernelV5(FwdParams p) {
-  using C = FwdV5Config<D, MW>;
+  constexpr bool kWg = kWgMode > 0;
+  using C = FwdV5Config<D, MW, kWg>;
   using cuda::FastExp2;
   using cuda::kLog2e;
+  namespace wg = cuda::wgmma;
   constexpr int kNtO = D / 8;
-  extern __shared__ __align__(16) char smem[];
+  extern __shared__ __align__(16) char smem_raw[];
+  char* const smem =
+      kWg ? smem_raw + ((1024 - (cuda::SmemAddr(smem_raw) & 1023)) & 1023) : smem_raw;
+  const uint32_t dlo = kWg ? wg::DescLo(cuda::SmemAddr(smem)) : 0u;
   int8_t* s_qh = reinterpret_cast<int8_t*>(smem + C::kQh);
   int8_t* s_stage = reinterpret_cast<int8_t*>(smem + C::kStage0);
   float* s_bias = reinterpret_cast<float*>(smem + C::kF32);  // [2][64], log2 domain
@@ -761,11 +789,23 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW>::kThreadsV5, FwdV5Config<D,
   const int wrow = warp * 16 * MW;  // first row of this warp inside the CTA
   const int wr0 = r0 + wrow;        // ... in the sequence
   const int grp = wrow / kTile;     // quantization group (Q tile 2 bx + grp)
-  const bool wvalid = wr0 < p.n;
-  const int wlast = min(wr0 + 16 * MW, p.n) - 1;
+  // kWg: validity, the causal skip and the mask test per warpgroup (its 64 rows), else per warp.
+  const int urow0 = kWg ? r0 + (warp / 4) * kTile : wr0;
+  const int urows = kWg ? kTile : 16 * MW;
+  const bool wvalid = urow0 < p.n;
+  const int wlast = min(urow0 + urows, p.n) - 1;
 
   // Q^ rows present in the padded workspace (64 or 128) + stage 0 <- K tile 0: one group.
-  CopyRows(s_qh, C::kI8D, p.qh + bh * npd + int64_t(r0) * D, D, min(kFwdRows, p.np - r0), D);
+  if constexpr (kWg) {
+    using T8 = typename C::TileI8;
+    for (int gq = 0; gq < 2 && r0 + gq * kTile < p.np; ++gq) {
+      wg::LoadGmmaTileAsync<T8, C::kThreadsV5, false>(
+          s_qh + gq * T8::kBytes, p.qh + bh * npd + int64_t(r0 + gq * kTile) * D, 0, kTile,
+          threadIdx.x);
+    }
+  } else {
+    CopyRows(s_qh, C::kI8D, p.qh + bh * npd + int64_t(r0) * D, D, min(kFwdRows, p.np - r0), D);
+  }
   if (kSmoothQ) {
     for (int idx = threadIdx.x; idx < 2 * D; idx += blockDim.x) {
       const int qt = 2 * bx + idx / D;
@@ -790,17 +830,24 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW>::kThreadsV5, FwdV5Config<D,
 
   const int last_row = min(r0 + kFwdRows, p.n) - 1;
   const int last = kCausal ? min(p.ntk - 1, last_row / kTile) : p.ntk - 1;
-  CopyRows(s_stage, C::kI8D, p.kh + bh * npd, D, kTile, D);
-  CopyRows(s_stage + C::kVh, kI8T, p.vht + bh * npd, p.np, D, kTile);
+  // Stage <- K^ tile / V^T columns starting at token c.
+  auto load_stage = [&](int8_t* st, int c) {
+    if constexpr (kWg) {
+      wg::LoadGmmaTileAsync<typename C::TileI8, C::kThreadsV5, false>(
+          st, p.kh + bh * npd + int64_t(c) * D, 0, kTile, threadIdx.x);
+      wg::LoadGmmaTileAsync<typename C::TileT, C::kThreadsV5, false>(
+          st + C::kVh, p.vht + bh * npd + c, 0, D, threadIdx.x, p.np);
+    } else {
+      CopyRows(st, C::kI8D, p.kh + bh * npd + int64_t(c) * D, D, kTile, D);
+      CopyRows(st + C::kVh, kI8T, p.vht + bh * npd + c, p.np, D, kTile);
+    }
+  };
+  load_stage(s_stage, 0);
   cuda::CpAsyncCommit();
   for (int j = 0; j <= last; ++j) {
     const int c0 = j * kTile;
     __syncthreads();  // previous tile's reads of the stage refilled below (and s_bias) are done
-    if (j < last) {
-      int8_t* nx = s_stage + ((j + 1) & 1) * C::kStage;
-      CopyRows(nx, C::kI8D, p.kh + bh * npd + int64_t(c0 + kTile) * D, D, kTile, D);
-      CopyRows(nx + C::kVh, kI8T, p.vht + bh * npd + c0 + kTile, p.np, D, kTile);
-    }
+    if (j < last) load_stage(s_stage + ((j + 1) & 1) * C::kStage, c0 + kTile);
     cuda::CpAsyncCommit();  // possibly empty group: keeps the wait count uniform
     if (kSmoothQ && threadIdx.x < 2 * kTile) {
       // bias[grp][c] = tau * mu_grp . (K_c - kbar) * log2 e (0 past N).
@@ -814,19 +861,42 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW>::kThreadsV5, FwdV5Config<D,
       s_bias[threadIdx.x] = p.tau * b * kLog2e;
     }
     cuda::CpAsyncWait<1>();  // tile j (and Q^) landed for this thread
+    if constexpr (kWg) wg::FenceProxyAsync();  // cp.async writes -> wgmma's reads
     __syncthreads();
-    if (!wvalid || (kCausal && c0 > wlast)) continue;  // warp-uniform; no barrier below
+    if constexpr (kWgMode != 2) {
+      if (!wvalid || (kCausal && c0 > wlast)) continue;  // warp(group)-uniform; no barrier below
+    }
     const int8_t* s_khj = s_stage + (j & 1) * C::kStage;
     const int8_t* s_vhtj = s_khj + C::kVh;
+    const int stage_byte = C::kStage0 + (j & 1) * C::kStage;  // kWg: descriptor offsets
     const float a = p.tau * sq * p.sk[int64_t(bh) * p.ntk + j] * kLog2e;
     const float svj = p.sv[int64_t(bh) * p.ntk + j] * (1.0f / 127.0f);
-    const bool need_mask = c0 + kTile > p.n || (kCausal && c0 + kTile - 1 > wr0);
+    const bool need_mask =
+        c0 + kTile > p.n || (kCausal && c0 + kTile - 1 > (kWgMode == 2 ? r0 : urow0));
 
     auto body = [&](auto mask_tag) {
       constexpr bool kMask = decltype(mask_tag)::value;
       constexpr bool kFast = !kMask && !kSmoothQ && kFastS;
       // S = Q^ K^T for the warp's MW row blocks (each K^ fragment feeds MW MMAs).
       int32_t si[MW][8][4];
+      if constexpr (kWg) {
+        using T8 = typename C::TileI8;
+        const int q_byte = C::kQh + grp * T8::kBytes;
+        int32_t sacc[32];
+        wg::Fence();
+        wg::MmaS8First(sacc, TileDesc<T8>(dlo, q_byte), TileDesc<T8>(dlo, stage_byte));
+#pragma unroll
+        for (int k = 32; k < D; k += 32) {
+          wg::MmaS8(sacc, TileDesc<T8>(dlo, q_byte, k), TileDesc<T8>(dlo, stage_byte, k), true);
+        }
+        wg::Commit();
+        wg::Wait<0>();
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) si[0][n][e] = sacc[4 * n + e];
+        }
+      } else {
 #pragma unroll
       for (int mb = 0; mb < MW; ++mb) {
 #pragma unroll
@@ -847,6 +917,7 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW>::kThreadsV5, FwdV5Config<D,
             MmaS8(si[mb][n + 1], qa[mb], b[2], b[3]);
           }
         }
+      }
       }
       uint32_t pa[MW][2][4];  // P~^ as s8 A fragments (k = the permuted key order), 2 k-steps
       float alpha[MW][2], coef[MW][2];
@@ -936,6 +1007,44 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW>::kThreadsV5, FwdV5Config<D,
       float cb[MW][2];
 #pragma unroll
       for (int mb = 0; mb < MW; ++mb) cb[mb][0] = -coef[mb][0] * 12582912.0f, cb[mb][1] = -coef[mb][1] * 12582912.0f;
+      if constexpr (kWg) {
+        // O = alpha O + s_P s_V (P^ V^), 64 output columns (one [64][64] V^T slice) per wgmma
+        // pair, all slices issued before the first wait; folded as below.
+        using TT = typename C::TileT;
+        constexpr int kCh = D / 64;
+        int32_t pv[kCh][32];
+#pragma unroll
+        for (int ch = 0; ch < kCh; ++ch) {
+#pragma unroll
+          for (int r = 0; r < 32; ++r) pv[ch][r] = 0;
+        }
+        wg::Fence();  // the pa registers were just written
+#pragma unroll
+        for (int ch = 0; ch < kCh; ++ch) {
+          const int v_byte = stage_byte + C::kVh + ch * 64 * kTile;
+          wg::MmaS8RS(pv[ch], pa[0][0], TileDesc<TT>(dlo, v_byte, 0), false);
+          wg::MmaS8RS(pv[ch], pa[0][1], TileDesc<TT>(dlo, v_byte, 32), true);
+          wg::Commit();
+        }
+        cuda::StaticFor<kCh>([&](auto ch_c) {
+          constexpr int ch = decltype(ch_c)::value;
+          wg::Wait<kCh - 1 - ch>();
+#pragma unroll
+          for (int n = 0; n < 8; ++n) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int h = e >> 1;
+              float& o = acc[0][ch * 8 + n][e];
+              if constexpr (kFastS) {
+                o = fmaf(coef[0][h], __int_as_float(0x4B400000 + pv[ch][4 * n + e]),
+                         fmaf(o, alpha[0][h], cb[0][h]));
+              } else {
+                o = o * alpha[0][h] + coef[0][h] * S32ToF32(pv[ch][4 * n + e]);
+              }
+            }
+          }
+        });
+      } else {
       // O = alpha O + s_P s_V (P^ V^), 16 output columns at a time.
 #pragma unroll
       for (int n = 0; n < kNtO; n += 2) {
@@ -973,6 +1082,7 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW>::kThreadsV5, FwdV5Config<D,
             }
           }
         }
+      }
       }
     };
     if (need_mask) {
@@ -1020,14 +1130,6 @@ struct BwdParams {
 // int8_dp) for the tile's 64 query rows x 64 keys, from the GmmaTiles of BwdLayout L. Both groups
 // are issued before the wait. The accumulators come back in the mma.sync layout the epilogue
 // reads: warp w holds rows 16w..16w+15, si[n][e] = d[4n + e] (wgmma.cuh).
-// Descriptor of the TILE that starts `tile_byte` bytes into the kernel's aligned shared buffer
-// (whose DescLo is `dlo`), K slice at byte k_byte: one add (wgmma.cuh, DescLo).
-template <typename TILE>
-__device__ __forceinline__ uint64_t TileDesc(uint32_t dlo, int tile_byte, int k_byte = 0) {
-  return cuda::wgmma::DescFromLo<TILE>(
-      dlo + uint32_t((tile_byte >> 4) + int(cuda::wgmma::DescStep<TILE>(k_byte))));
-}
-
 template <int D, typename L>
 __device__ __forceinline__ void PhaseOneWgmma(uint32_t dlo, bool int8_dp, float sdv,
                                               int32_t (&si)[8][4], float (&dp)[8][4]) {
@@ -1688,18 +1790,20 @@ Status LaunchQuantize(const AttnShape& s, const __nv_bfloat16* x, int shift_mode
 
 // Forward variants compiled in (SageCudaOptions::fwd_variant): 3 = sagebwd v3/v4 forward
 // (SageForwardKernel), 5 = v5a (SageForwardKernelV5, 8 warps x 16 rows), 6 = v5b (4 warps x 32
-// rows), 7 = v5c (v5b + kFastS), 8 = v5a + kFastS. FwdProductionFor is what production calls
-// run (measured: kernels/bench/README.md).
-constexpr int FwdProductionFor(int d, bool causal) { return d == 64 && causal ? 8 : 7; }
+// rows), 7 = v5c (v5b + kFastS), 8 = v5a + kFastS, 9 = v6 = 8 with S and P^ V^ by wgmma (kWg),
+// 10 = v6b = 9 with CTA-uniform branches (kWgMode 2).
+// FwdProductionFor is what production calls run (measured: kernels/bench/README.md): v6 for
+// every shape (1.08-1.15x of v5c / 8 in the forward lab).
+constexpr int FwdProductionFor(int /*d*/, bool /*causal*/) { return 10; }
 
-template <int D, int MW, bool kFastS>
+template <int D, int MW, bool kFastS, int kWgMode = 0>
 Status LaunchForwardV5(const AttnShape& s, const FwdParams& p, bool smooth_q, cudaStream_t stream) {
-  using C = FwdV5Config<D, MW>;
+  using C = FwdV5Config<D, MW, (kWgMode > 0)>;
   using K = void (*)(FwdParams);
-  K kernel = s.causal ? (smooth_q ? SageForwardKernelV5<D, true, true, MW, kFastS>
-                                  : SageForwardKernelV5<D, true, false, MW, kFastS>)
-                      : (smooth_q ? SageForwardKernelV5<D, false, true, MW, kFastS>
-                                  : SageForwardKernelV5<D, false, false, MW, kFastS>);
+  K kernel = s.causal ? (smooth_q ? SageForwardKernelV5<D, true, true, MW, kFastS, kWgMode>
+                                  : SageForwardKernelV5<D, true, false, MW, kFastS, kWgMode>)
+                      : (smooth_q ? SageForwardKernelV5<D, false, true, MW, kFastS, kWgMode>
+                                  : SageForwardKernelV5<D, false, false, MW, kFastS, kWgMode>);
   ABLATE_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kBytes),
       "SageBwd forward v5 smem attribute");
@@ -1726,7 +1830,7 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
     return st;
   }
   const int fvar = opt.fwd_variant < 0 ? FwdProductionFor(D, s.causal) : opt.fwd_variant;
-  if (fvar != 3 && (fvar < 5 || fvar > 8)) {
+  if (fvar != 3 && (fvar < 5 || fvar > 10)) {
     return InvalidArgument("SageBwd CUDA: forward variant " + std::to_string(fvar) +
                            " is not compiled in");
   }
@@ -1764,6 +1868,8 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
   if (fvar == 6) return LaunchForwardV5<D, 2, false>(s, p, opt.smooth_q, stream);
   if (fvar == 7) return LaunchForwardV5<D, 2, true>(s, p, opt.smooth_q, stream);
   if (fvar == 8) return LaunchForwardV5<D, 1, true>(s, p, opt.smooth_q, stream);
+  if (fvar == 9) return LaunchForwardV5<D, 1, true, 1>(s, p, opt.smooth_q, stream);
+  if (fvar == 10) return LaunchForwardV5<D, 1, true, 2>(s, p, opt.smooth_q, stream);
   constexpr int kSmem = SageConfig<D>::kFwdBytes;
   auto kernel = s.causal ? SageForwardKernel<D, true> : SageForwardKernel<D, false>;
   ABLATE_CUDA_RETURN_IF_ERROR(
