@@ -1893,7 +1893,8 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
 //   4024     sagebwd v7 = 1976 + kBwdWgPipe (2048: the dV / dK / dQ wgmmas two in flight, each
 //            epilogue overlapping the next product)
 // Measured and no longer compiled in: 152 (= 184 without kBwdExp2), 440 / 952 (= 1464 / 1976
-// without kBwdColRs), 1208 (= 184 + kBwdColRs); sagebwd v6 (64 / 96 / 104 / 120,
+// without kBwdColRs), 1208 (= 184 + kBwdColRs), 8120 (= 4024 + the next Q tile's Q^ / dO
+// copied right after phase 1: 0.94-0.99x of 4024); sagebwd v6 (64 / 96 / 104 / 120,
 // SageBackwardKernelV6).
 // BwdProductionFor is what production calls (bwd_variant = -1) run: sagebwd v7 = 4024 for every
 // shape (1.22-1.28x of v4q = 184 on all six bench shapes, lab).
