@@ -1894,8 +1894,8 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
 //            epilogue overlapping the next product)
 // Measured and no longer compiled in: 152 (= 184 without kBwdExp2), 440 / 952 (= 1464 / 1976
 // without kBwdColRs), 1208 (= 184 + kBwdColRs), 8120 (= 4024 + the next Q tile's Q^ / dO
-// copied right after phase 1: 0.94-0.99x of 4024); sagebwd v6 (64 / 96 / 104 / 120,
-// SageBackwardKernelV6).
+// copied right after phase 1: 0.94-0.99x of 4024), 1976 / 4024 with 4 CTAs/SM at d64
+// (0.87-0.96x: spills); sagebwd v6 (64 / 96 / 104 / 120, SageBackwardKernelV6).
 // BwdProductionFor is what production calls (bwd_variant = -1) run: sagebwd v7 = 4024 for every
 // shape (1.22-1.28x of v4q = 184 on all six bench shapes, lab).
 constexpr int BwdProductionFor(int /*d*/, bool /*causal*/) {
