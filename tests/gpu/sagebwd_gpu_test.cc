@@ -30,6 +30,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -422,6 +423,43 @@ TEST(SageBwdGpu, TimingReport) {
   }
 }
 
+// The lab's timing: `call(var)` for each variant of `vars`, 3 warm-up calls each, then `reps`
+// rounds that time one call of every variant in turn (CUDA events on the default stream, so the
+// variants see the same clocks and caches); prints one table row per variant: the median ms,
+// TOPS for `flops`, and the ratio to the first variant's median.
+void TimeVariantsInterleaved(const AttnShape& s, const std::vector<int>& vars, int reps,
+                             double flops, const std::function<Status(int)>& call) {
+  for (int var : vars) {
+    for (int w = 0; w < 3; ++w) ASSERT_TRUE(call(var).ok()) << "variant " << var;
+  }
+  CUDA_OK(cudaDeviceSynchronize());
+  cudaEvent_t e0, e1;
+  CUDA_OK(cudaEventCreate(&e0));
+  CUDA_OK(cudaEventCreate(&e1));
+  std::vector<std::vector<float>> t(vars.size());
+  for (int r = 0; r < reps; ++r) {
+    for (size_t vi = 0; vi < vars.size(); ++vi) {
+      CUDA_OK(cudaEventRecord(e0));
+      ASSERT_TRUE(call(vars[vi]).ok()) << "variant " << vars[vi];
+      CUDA_OK(cudaEventRecord(e1));
+      CUDA_OK(cudaEventSynchronize(e1));
+      float ms = 0;
+      CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
+      t[vi].push_back(ms);
+    }
+  }
+  CUDA_OK(cudaEventDestroy(e0));
+  CUDA_OK(cudaEventDestroy(e1));
+  double base = 0;
+  for (size_t vi = 0; vi < vars.size(); ++vi) {
+    std::sort(t[vi].begin(), t[vi].end());
+    const double med = t[vi][t[vi].size() / 2];
+    if (vi == 0) base = med;
+    std::printf("| B%d H%d N%d d%d | %s | %d | %.3f | %.1f | %.3f |\n", s.B, s.H, s.N, s.D,
+                s.causal ? "yes" : "no", vars[vi], med, flops / med * 1e-9, base / med);
+  }
+}
+
 // Kernel lab (kernels/bench/README.md, Variants): runs only with SAGE_BWD_LAB=1 in the
 // environment. For each compiled-in backward variant (SageCudaOptions::bwd_variant, the kBwd*
 // bits of sagebwd.cu): the emulator check at tails / causal for both head dims and the options,
@@ -491,38 +529,8 @@ TEST(SageBwdGpu, BwdVariantLab) {
         return SageBackwardCuda(s, o2, bf(q), bf(k), bf(v), bf(o), bf(dO), lse.as<float>(),
                                 bf(dq), bf(dk), bf(dv), ws.as<void>(), wsb, nullptr);
       };
-      for (int var : vars) {
-        for (int w = 0; w < 3; ++w) ASSERT_TRUE(bwd(var).ok());
-      }
-      CUDA_OK(cudaDeviceSynchronize());
-      cudaEvent_t e0, e1;
-      CUDA_OK(cudaEventCreate(&e0));
-      CUDA_OK(cudaEventCreate(&e1));
-      const int reps = 15;
-      std::vector<std::vector<float>> t(vars.size());
-      for (int r = 0; r < reps; ++r) {
-        for (size_t vi = 0; vi < vars.size(); ++vi) {
-          CUDA_OK(cudaEventRecord(e0));
-          ASSERT_TRUE(bwd(vars[vi]).ok());
-          CUDA_OK(cudaEventRecord(e1));
-          CUDA_OK(cudaEventSynchronize(e1));
-          float ms = 0;
-          CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
-          t[vi].push_back(ms);
-        }
-      }
-      CUDA_OK(cudaEventDestroy(e0));
-      CUDA_OK(cudaEventDestroy(e1));
-      const double flops =
-          2.5 * 4.0 * s.B * s.H * double(s.N) * s.N * s.D * (causal ? 0.5 : 1.0);
-      double base = 0;
-      for (size_t vi = 0; vi < vars.size(); ++vi) {
-        std::sort(t[vi].begin(), t[vi].end());
-        const double med = t[vi][t[vi].size() / 2];
-        if (vi == 0) base = med;
-        std::printf("| B%d H%d N%d d%d | %s | %d | %.3f | %.1f | %.3f |\n", s.B, s.H, s.N, s.D,
-                    causal ? "yes" : "no", vars[vi], med, flops / med * 1e-9, base / med);
-      }
+      const double flops = 2.5 * 4.0 * s.B * s.H * double(s.N) * s.N * s.D * (causal ? 0.5 : 1.0);
+      TimeVariantsInterleaved(s, vars, 15, flops, bwd);
     }
   }
 }
@@ -579,37 +587,8 @@ TEST(SageBwdGpu, FwdVariantLab) {
         return SageForwardCuda(s, o2, bf(q), bf(k), bf(v), bf(o), lse.as<float>(), ws.as<void>(),
                                wsb, nullptr);
       };
-      for (int var : vars) {
-        for (int w = 0; w < 3; ++w) ASSERT_TRUE(fwd(var).ok());
-      }
-      CUDA_OK(cudaDeviceSynchronize());
-      cudaEvent_t e0, e1;
-      CUDA_OK(cudaEventCreate(&e0));
-      CUDA_OK(cudaEventCreate(&e1));
-      const int reps = 21;
-      std::vector<std::vector<float>> t(vars.size());
-      for (int r = 0; r < reps; ++r) {
-        for (size_t vi = 0; vi < vars.size(); ++vi) {
-          CUDA_OK(cudaEventRecord(e0));
-          ASSERT_TRUE(fwd(vars[vi]).ok());
-          CUDA_OK(cudaEventRecord(e1));
-          CUDA_OK(cudaEventSynchronize(e1));
-          float ms = 0;
-          CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
-          t[vi].push_back(ms);
-        }
-      }
-      CUDA_OK(cudaEventDestroy(e0));
-      CUDA_OK(cudaEventDestroy(e1));
       const double flops = 4.0 * s.B * s.H * double(s.N) * s.N * s.D * (causal ? 0.5 : 1.0);
-      double base = 0;
-      for (size_t vi = 0; vi < vars.size(); ++vi) {
-        std::sort(t[vi].begin(), t[vi].end());
-        const double med = t[vi][t[vi].size() / 2];
-        if (vi == 0) base = med;
-        std::printf("| B%d H%d N%d d%d | %s | %d | %.3f | %.1f | %.3f |\n", s.B, s.H, s.N, s.D,
-                    causal ? "yes" : "no", vars[vi], med, flops / med * 1e-9, base / med);
-      }
+      TimeVariantsInterleaved(s, vars, 21, flops, fwd);
     }
   }
 }
