@@ -141,6 +141,53 @@ __global__ void __launch_bounds__(kThreads) RsGemmKernel(const int8_t* a, const 
   }
 }
 
+// MmaBf16RSTransB: A (64 x 64 bf16, row-major in global) from registers, B stored [K][N] (N
+// contiguous) in a GmmaTile whose rows are K, read MN-major through DescMN; two passes.
+__global__ void __launch_bounds__(kThreads) RsBf16MnKernel(const __nv_bfloat16* a,
+                                                           const __nv_bfloat16* b_kn, float* c) {
+  constexpr int K = 64;
+  using Tile = GmmaTile<K, 2 * kN>;  // K rows of N bf16 (128 bytes)
+  extern __shared__ __align__(16) char smem_raw[];
+  char* const sb = smem_raw + ((1024 - (SmemAddr(smem_raw) & 1023)) & 1023);
+  const int tid = threadIdx.x;
+  LoadGmmaTileAsync<Tile, kThreads>(sb, b_kn, 0, K, tid);
+  CpAsyncCommit();
+  CpAsyncWait<0>();
+  FenceProxyAsync();
+  __syncthreads();
+  const int w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  auto word = [&](int row, int col) {  // two bf16 at (row, col), (row, col + 1)
+    uint32_t v;
+    memcpy(&v, a + row * K + col, 4);
+    return v;
+  };
+  uint32_t frag[K / 16][4];
+  for (int s = 0; s < K / 16; ++s) {
+    frag[s][0] = word(16 * w + g, 16 * s + 2 * t);
+    frag[s][1] = word(16 * w + g + 8, 16 * s + 2 * t);
+    frag[s][2] = word(16 * w + g, 16 * s + 8 + 2 * t);
+    frag[s][3] = word(16 * w + g + 8, 16 * s + 8 + 2 * t);
+  }
+  float d[32];
+  for (int i = 0; i < 32; ++i) d[i] = 0.f;
+  const uint32_t bb = SmemAddr(sb);
+  Fence();
+  for (int pass = 0; pass < 2; ++pass) {
+#pragma unroll
+    for (int s = 0; s < K / 16; ++s) {
+      MmaBf16RSTransB(d, frag[s], DescMN<Tile>(bb, 16 * s), pass > 0 || s > 0);
+    }
+  }
+  Commit();
+  Wait<0>();
+  for (int j = 0; j < 8; ++j) {
+    for (int e = 0; e < 4; ++e) {
+      const int row = 16 * w + g + 8 * (e / 2), col = 8 * j + 2 * t + (e % 2);
+      c[row * kN + col] = d[4 * j + e];
+    }
+  }
+}
+
 template <typename T>
 void Check(const char* what, const std::vector<T>& a, const std::vector<T>& b, int k,
            const std::vector<double>& got) {
@@ -241,6 +288,42 @@ TEST(WgmmaGpu, S8RegisterAK64) {
 TEST(WgmmaGpu, S8RegisterAK128) {
   SKIP_WITHOUT_HOPPER();
   RunGemm<int8_t, 128>("s8 A from registers, K=128", 6, true);
+}
+TEST(WgmmaGpu, Bf16RegisterAMnMajorB) {
+  SKIP_WITHOUT_HOPPER();
+  constexpr int K = 64;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<uint16_t> ha(kM * K), hb_kn(K * kN), hb_nk(kN * K);
+  for (auto& x : ha) x = Bf16Bits(nd(rng));
+  for (int k = 0; k < K; ++k) {
+    for (int n = 0; n < kN; ++n) {
+      hb_kn[k * kN + n] = Bf16Bits(nd(rng));
+      hb_nk[n * K + k] = hb_kn[k * kN + n];  // the [N][K] form Check multiplies
+    }
+  }
+  __nv_bfloat16 *da = nullptr, *db = nullptr;
+  float* dc = nullptr;
+  ASSERT_EQ(cudaMalloc(&da, 2 * ha.size()), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&db, 2 * hb_kn.size()), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dc, sizeof(float) * kM * kN), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(da, ha.data(), 2 * ha.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(db, hb_kn.data(), 2 * hb_kn.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemset(dc, 0xFF, sizeof(float) * kM * kN), cudaSuccess);  // poison
+  const int smem = GmmaTile<K, 2 * kN>::kBytes + 1024;
+  ASSERT_EQ(cudaFuncSetAttribute(RsBf16MnKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+            cudaSuccess);
+  RsBf16MnKernel<<<1, kThreads, smem>>>(da, db, dc);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<float> hc(kM * kN);
+  ASSERT_EQ(cudaMemcpy(hc.data(), dc, sizeof(float) * hc.size(), cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  cudaFree(da);
+  cudaFree(db);
+  cudaFree(dc);
+  Check("bf16 A from registers, B MN-major, K=64", ha, hb_nk, K,
+        std::vector<double>(hc.begin(), hc.end()));
 }
 TEST(WgmmaGpu, Bf16K64Swizzle128) {
   SKIP_WITHOUT_HOPPER();

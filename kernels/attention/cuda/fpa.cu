@@ -1,11 +1,11 @@
-// FPA: exact bf16 flash attention, forward and backward, FlashAttention-2 structure with
-// mma.sync m16n8k16 (bf16 in, fp32 accumulate). Kernel-lab variant in production: fpa v4
-// (kernels/bench/README.md "Variants"): backward v2b; forward v2 (d64), v2 + rescale skip
-// (non-causal d128: O *= alpha skipped when no row of the warp's 16-row half got a new max), v1
-// (causal d128). The d128 forwards v1, v2 and their rescale-skip forms are selectable by
-// FPA_FWD_VARIANT (see LaunchForward). Round 3's lab forwards (v3: 8 warps x 16 rows, K/V
-// triple-buffered; v2 with Bkv = 32) and the v1 backward measured slower and were removed
-// (kernels/bench/README.md names the commit that has them).
+// FPA: exact bf16 flash attention, forward and backward (bf16 in, fp32 accumulate). Kernel-lab
+// variant in production: fpa v5 (kernels/bench/README.md "Variants"): forward by wgmma (sm_90a,
+// FpaForwardKernelWg: two warpgroups x 64 query rows, P from registers, V read MN-major, two
+// CTAs per SM); backward v2b, FlashAttention-2 structure with mma.sync m16n8k16. The mma.sync
+// forwards v1, v2 and their rescale-skip forms stay selectable by FPA_FWD_VARIANT (see
+// LaunchForward). Round 3's lab forwards (v3: 8 warps x 16 rows, K/V triple-buffered; v2 with
+// Bkv = 32) and the v1 backward measured slower and were removed (kernels/bench/README.md names
+// the commit that has them).
 //
 // Layout: q, k, v, o, do, dq, dk, dv (B, H, N, D) bf16 row-major; lse (B, H, N) fp32, natural log.
 // S = tau Q K^T, tau = 1/sqrt(D); the softmax runs in base 2 on S * tau * log2(e).
@@ -39,6 +39,7 @@
 
 #include "attention/cuda/attention_common.cuh"
 #include "attention/cuda/fpa_cuda.h"
+#include "attention/cuda/wgmma.cuh"
 
 namespace ablate::kernels::cuda {
 namespace {
@@ -459,6 +460,182 @@ __global__ void __launch_bounds__(128, 2) FpaForwardKernelV2(FwdParams p) {
 }
 
 // ----------------------------------------------------------------------------------------------
+// Forward by wgmma (lab variant 8): 8 warps = two warpgroups x 64 query rows (Bq = 128), Bkv = 64,
+// K / V double-buffered by cp.async into 128B-swizzled GmmaTiles; S = Q K^T by wgmma from shared
+// memory (one warpgroup per 64-row Q half), the online softmax of v2 per warp (16 rows), O += P V
+// by wgmma with P from registers (the v2 A fragments as they are) and V read MN-major (stored
+// [key][d]: MmaBf16RSTransB / DescMN), O accumulated in the wgmma registers. The mask test is per
+// CTA and no warp skips a tile, so every branch around a wgmma is uniform (ptxas serializes
+// wgmmas under branches it cannot prove uniform).
+// ----------------------------------------------------------------------------------------------
+// Descriptor of the TILE `tile_byte` bytes into the aligned shared buffer whose DescLo is dlo, K
+// slice at byte k_byte (wgmma.cuh: one add).
+template <typename TILE>
+__device__ __forceinline__ uint64_t TileDesc(uint32_t dlo, int tile_byte, int k_byte = 0) {
+  return wgmma::DescFromLo<TILE>(dlo + uint32_t((tile_byte >> 4) + int(wgmma::DescStep<TILE>(k_byte))));
+}
+
+template <int D>
+struct FpaFwdWgConfig {
+  static constexpr int kThreads = 256;
+  static constexpr int kBq = 128, kBkv = 64;
+  using Tile = wgmma::GmmaTile<64, 2 * D>;  // 64 rows of D bf16: a Q half, a K or a V tile
+  static constexpr int kQ = 0;              // Q halves 0 and 1
+  static constexpr int kStage0 = 2 * Tile::kBytes;
+  static constexpr int kStage = 2 * Tile::kBytes;  // K, then V
+  static constexpr int kSmem = kStage0 + 2 * kStage + 1024;  // + alignment slack
+  static constexpr int kMinBlocks = D == 64 ? 2 : 1;
+};
+
+// kMinBlocks2 (lab variant 9): two CTAs per SM at d128 too (<= 128 registers).
+template <int D, bool kCausal, bool kMinBlocks2 = false>
+__global__ void __launch_bounds__(256, kMinBlocks2 ? 2 : FpaFwdWgConfig<D>::kMinBlocks)
+    FpaForwardKernelWg(FwdParams p) {
+  using Cfg = FpaFwdWgConfig<D>;
+  using Tile = typename Cfg::Tile;
+  namespace wg = wgmma;
+  constexpr int kBq = Cfg::kBq, kBkv = Cfg::kBkv, kCh = D / 64, kDT = D / 8;
+  extern __shared__ __align__(128) char smem_raw[];
+  char* const smem = smem_raw + ((1024 - (SmemAddr(smem_raw) & 1023)) & 1023);
+  const uint32_t sbase = SmemAddr(smem), dlo = wg::DescLo(sbase);
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int N = p.N;
+  const int qt = kCausal ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
+  const int q0 = qt * kBq;
+  const int64_t head = int64_t(blockIdx.y) * N * D;
+  const bf16* q = p.q + head;
+  const bf16* k = p.k + head;
+  const bf16* v = p.v + head;
+  const int n_kv_total = CeilDiv(N, kBkv);
+  const int n_kv = kCausal ? min(n_kv_total, (min(q0 + kBq, N) - 1) / kBkv + 1) : n_kv_total;
+  const int row_w = q0 + 16 * warp;                        // this warp's 16 rows
+  const int q_byte = Cfg::kQ + (warp / 4) * Tile::kBytes;  // its warpgroup's Q half
+
+  wg::LoadGmmaTileAsync<Tile, Cfg::kThreads>(smem + Cfg::kQ, q, q0, N, tid);
+  wg::LoadGmmaTileAsync<Tile, Cfg::kThreads>(smem + Cfg::kQ + Tile::kBytes, q, q0 + 64, N, tid);
+  auto load_kv = [&](int stage, int key0) {
+    char* st = smem + Cfg::kStage0 + stage * Cfg::kStage;
+    wg::LoadGmmaTileAsync<Tile, Cfg::kThreads>(st, k, key0, N, tid);
+    wg::LoadGmmaTileAsync<Tile, Cfg::kThreads>(st + Tile::kBytes, v, key0, N, tid);
+  };
+  load_kv(0, 0);
+  CpAsyncCommit();
+
+  float o[kCh][32];
+#pragma unroll
+  for (int ch = 0; ch < kCh; ++ch) {
+#pragma unroll
+    for (int r = 0; r < 32; ++r) o[ch][r] = 0.f;
+  }
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // [h], base-2 scaled
+
+  for (int j = 0; j < n_kv; ++j) {
+    CpAsyncWait<0>();
+    wg::FenceProxyAsync();  // cp.async writes -> wgmma's reads
+    __syncthreads();        // tile j visible; every warp is done with tile j - 1's stage
+    if (j + 1 < n_kv) load_kv((j + 1) & 1, (j + 1) * kBkv);
+    CpAsyncCommit();
+    const int k0 = j * kBkv;
+    const int st_byte = Cfg::kStage0 + (j & 1) * Cfg::kStage;
+
+    // S = Q K^T (64 x 64 per warpgroup, 16 x 64 per warp).
+    float sacc[32];
+    wg::Fence();
+    wg::MmaBf16First(sacc, TileDesc<Tile>(dlo, q_byte), TileDesc<Tile>(dlo, st_byte));
+#pragma unroll
+    for (int kb = 32; kb < 2 * D; kb += 32) {
+      wg::MmaBf16(sacc, TileDesc<Tile>(dlo, q_byte, kb), TileDesc<Tile>(dlo, st_byte, kb), true);
+    }
+    wg::Commit();
+    wg::Wait<0>();
+    float s[8][4];
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[n][e] = sacc[4 * n + e];
+    }
+    if ((k0 + kBkv > N) || (kCausal && k0 + kBkv - 1 > q0)) {  // per CTA
+      ApplyMask(s, row_w, k0, lane, [N](int r, int c) { return c >= N || (kCausal && c > r); });
+    }
+
+    // Online softmax (base 2) per row half; O rescaled in the wgmma accumulators.
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nb = 0; nb < 8; ++nb) mx = fmaxf(mx, fmaxf(s[nb][2 * h], s[nb][2 * h + 1]));
+      mx = QuadMax(mx) * p.scale_log2;
+      const float m_new = fmaxf(m[h], mx);
+      const float m_use = m_new == -INFINITY ? 0.f : m_new;  // a row with no valid key yet
+      const float alpha = FastExp2(m[h] - m_use);
+      m[h] = m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int nb = 0; nb < 8; ++nb) {
+#pragma unroll
+        for (int e = 2 * h; e < 2 * h + 2; ++e) {
+          s[nb][e] = FastExp2(fmaf(s[nb][e], p.scale_log2, -m_use));
+          sum += s[nb][e];
+        }
+      }
+      l[h] = l[h] * alpha + sum;
+#pragma unroll
+      for (int ch = 0; ch < kCh; ++ch) {
+#pragma unroll
+        for (int nb = 0; nb < 8; ++nb) {
+          o[ch][4 * nb + 2 * h] *= alpha;
+          o[ch][4 * nb + 2 * h + 1] *= alpha;
+        }
+      }
+    }
+
+    // O += P V: P as bf16 A fragments (16 keys per k-step), V MN-major, 64 columns per wgmma.
+    uint32_t pa[4][4];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      pa[kk][0] = PackBf16x2(s[2 * kk][0], s[2 * kk][1]);
+      pa[kk][1] = PackBf16x2(s[2 * kk][2], s[2 * kk][3]);
+      pa[kk][2] = PackBf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      pa[kk][3] = PackBf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+    }
+    wg::Fence();  // O was rescaled and pa written by this thread
+#pragma unroll
+    for (int ch = 0; ch < kCh; ++ch) {
+      const uint32_t vb = sbase + st_byte + Tile::kBytes + ch * Tile::kChunkBytes;
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        wg::MmaBf16RSTransB(o[ch], pa[kk], wg::DescMN<Tile>(vb, 16 * kk), true);
+      }
+    }
+    wg::Commit();
+    wg::Wait<0>();
+  }
+  CpAsyncWait<0>();
+
+  // Normalize, store O and the natural-log LSE (as v2).
+  const int g = lane >> 2, t = lane & 3;
+  float inv[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float lsum = QuadSum(l[h]);
+    inv[h] = lsum > 0.f ? 1.f / lsum : 0.f;
+    const int row = row_w + g + 8 * h;
+    if (t == 0 && row < N) p.lse[int64_t(blockIdx.y) * N + row] = (m[h] + __log2f(lsum)) * kLn2;
+  }
+  float acc[kDT][4];
+#pragma unroll
+  for (int ch = 0; ch < kCh; ++ch) {
+#pragma unroll
+    for (int nb = 0; nb < 8; ++nb) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[ch * 8 + nb][e] = o[ch][4 * nb + e] * inv[e >> 1];
+    }
+  }
+  StoreAccBf16<kDT>(p.o + head, D, row_w, N, lane, acc, 1.f);
+}
+
+// ----------------------------------------------------------------------------------------------
 // Backward.
 // ----------------------------------------------------------------------------------------------
 
@@ -808,16 +985,12 @@ Status CheckPtr(const void* ptr, const char* name, const char* who) {
     if (!_s.ok()) return _s;            \
   } while (0)
 
-// Which forward kernel runs. Production (kernel-lab variant "fpa v4"): the v2 forward (Bq = 128,
-// 32 rows per warp) for d64; at d128 lab variant kFwd128Production<kCausal>: 6 = v2 with the
-// rescale skip non-causal (+4-5% over v2), 1 = v1 causal (v2 measured 5-12% slower there: half as
-// many CTAs for the triangle, 84-96 B spills; v1 + skip -1-3%; round 3's v3 / Bkv = 32 / triple-
-// buffered forwards measured slower and were removed, see kernels/bench/README.md). Lab switch
-// (d128 only, read once per process): FPA_FWD_VARIANT = 1 (v1: Bq = 64, 2 stages), 2 (v2),
-// 6 (v2 + rescale skip), 7 (v1 + rescale skip); unset or 0 = production.
-template <bool kCausal>
-constexpr int kFwd128Production = kCausal ? 1 : 6;
-
+// Which forward kernel runs. Production (kernel-lab variant "fpa v5"): the wgmma forward with two
+// CTAs per SM (FpaForwardKernelWg<D, kCausal, true>, lab variant 9) for every shape: 1.23-1.65x
+// the mma.sync forwards it replaced (kernels/bench/README.md). Lab switch (read once per process):
+// FPA_FWD_VARIANT = 1 (v1: Bq = 64, 2 stages; d128), 2 (v2; d128), 6 (v2 + rescale skip; d128),
+// 7 (v1 + rescale skip; d128), 8 (wgmma, one CTA per SM at d128), 9 (production); unset or 0 =
+// production; the mma.sync forward at d64 (v2) is variant 2 there.
 int FwdLabVariant() {
   static const int v = [] {
     const char* e = std::getenv("FPA_FWD_VARIANT");
@@ -839,19 +1012,26 @@ Status LaunchFwdKernel(Kernel kernel, int bq, int threads, int smem, const AttnS
 
 template <int D, bool kCausal>
 Status LaunchForward(const AttnShapeCuda& s, const FwdParams& p, cudaStream_t stream) {
-  if constexpr (D == 64) {
-    using Cfg2 = FpaFwdV2Config<D>;
-    return LaunchFwdKernel(FpaForwardKernelV2<D, kCausal>, Cfg2::kBq, Cfg2::kThreads, Cfg2::kSmem,
-                           s, p, stream);
-  } else {
-    const int lab = FwdLabVariant();
-    switch (lab == 0 ? kFwd128Production<kCausal> : lab) {
+  const int lab = FwdLabVariant();
+  using CW = FpaFwdWgConfig<D>;
+  switch (lab == 0 ? 9 : lab) {
+    case 9:
+      return LaunchFwdKernel(FpaForwardKernelWg<D, kCausal, true>, CW::kBq, CW::kThreads,
+                             CW::kSmem, s, p, stream);
+    case 8:
+      return LaunchFwdKernel(FpaForwardKernelWg<D, kCausal>, CW::kBq, CW::kThreads, CW::kSmem, s,
+                             p, stream);
+    case 2:
+      return LaunchFwdKernel(FpaForwardKernelV2<D, kCausal>, FpaFwdV2Config<D>::kBq,
+                             FpaFwdV2Config<D>::kThreads, FpaFwdV2Config<D>::kSmem, s, p, stream);
+    default:
+      break;
+  }
+  if constexpr (D == 128) {
+    switch (lab) {
       case 1:
         return LaunchFwdKernel(FpaForwardKernel<D, kCausal>, FpaConfig<D>::kBq, kThreads,
                                FpaConfig<D>::kFwdSmem, s, p, stream);
-      case 2:
-        return LaunchFwdKernel(FpaForwardKernelV2<D, kCausal>, FpaFwdV2Config<D>::kBq,
-                               FpaFwdV2Config<D>::kThreads, FpaFwdV2Config<D>::kSmem, s, p, stream);
       case 6: {
         using C6 = FpaFwdV2Config<D>;
         return LaunchFwdKernel(FpaForwardKernelV2<D, kCausal, 64, 2, true>, C6::kBq, C6::kThreads,
@@ -861,9 +1041,11 @@ Status LaunchForward(const AttnShapeCuda& s, const FwdParams& p, cudaStream_t st
         return LaunchFwdKernel(FpaForwardKernel<D, kCausal, true>, FpaConfig<D>::kBq, kThreads,
                                FpaConfig<D>::kFwdSmem, s, p, stream);
       default:
-        return InvalidArgument("FpaForwardCuda: unknown FPA_FWD_VARIANT " + std::to_string(lab));
+        break;
     }
   }
+  return InvalidArgument("FpaForwardCuda: unknown FPA_FWD_VARIANT " + std::to_string(lab) +
+                         " for D = " + std::to_string(D));
 }
 
 template <int D, bool kCausal>

@@ -14,6 +14,7 @@
 //   MmaBf16(d, da, db, acc)    wgmma m64n64k16 f32 += bf16 x bf16
 //   MmaS8First / MmaBf16First  the same for the first K slice, d write-only (no zeroing needed)
 //   MmaS8RS(d, a, db, acc)     MmaS8 with A from registers (the mma.sync A fragment per warp)
+//   MmaBf16RSTransB, DescMN    bf16 with A from registers and B MN-major (stored [K][N])
 //   DescStep<TILE>(k_byte)     what Desc<TILE>(base, k_byte) adds to Desc<TILE>(base, 0)
 //   DescLo / DescFromLo<TILE>  the descriptor's address word and the tile type's fixed word
 //
@@ -192,6 +193,36 @@ __device__ __forceinline__ void MmaS8RS(int32_t (&d)[32], const uint32_t (&a)[4]
         "+r"(d[14]), "+r"(d[15]), "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]),
         "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), "+r"(d[24]), "+r"(d[25]),
         "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(int(accumulate)));
+}
+
+// Descriptor of an MN-major B operand (bf16 only: stored [K][N], N contiguous, as a GmmaTile
+// whose rows are K) for an N of one swizzle width (64 bf16 = 128 bytes), rows [k_row, k_row + 16)
+// of the tile at `base`: the 8-row core groups along K are 8 W bytes apart; that stride goes into
+// both offset fields, so the descriptor holds whichever of the two the hardware reads for
+// MN-major operands (with a single swizzle atom along N the other is not used).
+template <typename TILE>
+__host__ __device__ __forceinline__ uint64_t DescMN(uint32_t base, int k_row) {
+  static_assert(TILE::kW == 128, "128-byte swizzle");
+  constexpr uint32_t kGroup = (8 * TILE::kW) >> 4;
+  return DescFromLo<TILE>(((((base + k_row * TILE::kW) & 0x3FFFF) >> 4)) | (kGroup << 16));
+}
+
+// d (+)= A B, bf16 m64n64k16, A (64 x 16) from registers (per warp the mma.sync m16n8k16 A
+// fragment of rows 16 w .. 16 w + 15), B MN-major (imm-trans-b 1; DescMN).
+__device__ __forceinline__ void MmaBf16RSTransB(float (&d)[32], const uint32_t (&a)[4],
+                                                uint64_t db, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
+        "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),
+        "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(int(accumulate)));
 }
 
