@@ -71,6 +71,29 @@ struct FwdParams {
   float scale_log2;  // tau * log2(e)
 };
 
+// A forward CTA's share of the work: its Q tile (causal: the last tiles, which see the most keys,
+// are scheduled first), its head's q / k / v, and how many K/V tiles it visits.
+struct FwdCtaTiles {
+  int q0;        // first query row
+  int64_t head;  // offset of this (b, h) in q, k, v, o
+  const bf16 *q, *k, *v;
+  int n_kv;      // K/V tiles to visit (causal: up to the CTA's last row)
+};
+template <int D, bool kCausal, int kBq, int kBkv>
+__device__ __forceinline__ FwdCtaTiles ForwardCtaTiles(const FwdParams& p) {
+  FwdCtaTiles c;
+  const int N = p.N;
+  const int qt = kCausal ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
+  c.q0 = qt * kBq;
+  c.head = int64_t(blockIdx.y) * N * D;
+  c.q = p.q + c.head;
+  c.k = p.k + c.head;
+  c.v = p.v + c.head;
+  const int n_kv_total = CeilDiv(N, kBkv);
+  c.n_kv = kCausal ? min(n_kv_total, (min(c.q0 + kBq, N) - 1) / kBkv + 1) : n_kv_total;
+  return c;
+}
+
 struct BwdParams {
   const bf16* q;
   const bf16* k;
@@ -130,16 +153,10 @@ __global__ void __launch_bounds__(kThreads) FpaForwardKernel(FwdParams p) {
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int N = p.N;
-  // Causal: the last Q tiles have the most K tiles; start them first.
-  const int qt = kCausal ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
-  const int q0 = qt * kBq;
-  const int64_t head = int64_t(blockIdx.y) * N * D;
-  const bf16* q = p.q + head;
-  const bf16* k = p.k + head;
-  const bf16* v = p.v + head;
-
-  const int n_kv_total = CeilDiv(N, kBkv);
-  const int n_kv = kCausal ? min(n_kv_total, (min(q0 + kBq, N) - 1) / kBkv + 1) : n_kv_total;
+  const FwdCtaTiles cta = ForwardCtaTiles<D, kCausal, kBq, kBkv>(p);
+  const int q0 = cta.q0, n_kv = cta.n_kv;
+  const int64_t head = cta.head;
+  const bf16 *q = cta.q, *k = cta.k, *v = cta.v;
 
   LoadTileAsync<QTile, kThreads>(qs, q, q0, N, tid);
   LoadTileAsync<KvTile, kThreads>(ks, k, 0, N, tid);
@@ -298,15 +315,10 @@ __global__ void __launch_bounds__(128, 2) FpaForwardKernelV2(FwdParams p) {
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int N = p.N;
-  const int qt = kCausal ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
-  const int q0 = qt * kBq;
-  const int64_t head = int64_t(blockIdx.y) * N * D;
-  const bf16* q = p.q + head;
-  const bf16* k = p.k + head;
-  const bf16* v = p.v + head;
-
-  const int n_kv_total = CeilDiv(N, kBkv);
-  const int n_kv = kCausal ? min(n_kv_total, (min(q0 + kBq, N) - 1) / kBkv + 1) : n_kv_total;
+  const FwdCtaTiles cta = ForwardCtaTiles<D, kCausal, kBq, kBkv>(p);
+  const int q0 = cta.q0, n_kv = cta.n_kv;
+  const int64_t head = cta.head;
+  const bf16 *q = cta.q, *k = cta.k, *v = cta.v;
 
   LoadTileAsync<QTile, kThr>(qs, q, q0, N, tid);
   LoadTileAsync<KvTile, kThr>(ks, k, 0, N, tid);
@@ -501,14 +513,10 @@ __global__ void __launch_bounds__(256, kMinBlocks2 ? 2 : FpaFwdWgConfig<D>::kMin
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int N = p.N;
-  const int qt = kCausal ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
-  const int q0 = qt * kBq;
-  const int64_t head = int64_t(blockIdx.y) * N * D;
-  const bf16* q = p.q + head;
-  const bf16* k = p.k + head;
-  const bf16* v = p.v + head;
-  const int n_kv_total = CeilDiv(N, kBkv);
-  const int n_kv = kCausal ? min(n_kv_total, (min(q0 + kBq, N) - 1) / kBkv + 1) : n_kv_total;
+  const FwdCtaTiles cta = ForwardCtaTiles<D, kCausal, kBq, kBkv>(p);
+  const int q0 = cta.q0, n_kv = cta.n_kv;
+  const int64_t head = cta.head;
+  const bf16 *q = cta.q, *k = cta.k, *v = cta.v;
   const int row_w = q0 + 16 * warp;                        // this warp's 16 rows
   const int q_byte = Cfg::kQ + (warp / 4) * Tile::kBytes;  // its warpgroup's Q half
 
