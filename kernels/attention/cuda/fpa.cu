@@ -480,13 +480,6 @@ __global__ void __launch_bounds__(128, 2) FpaForwardKernelV2(FwdParams p) {
 // CTA and no warp skips a tile, so every branch around a wgmma is uniform (ptxas serializes
 // wgmmas under branches it cannot prove uniform).
 // ----------------------------------------------------------------------------------------------
-// Descriptor of the TILE `tile_byte` bytes into the aligned shared buffer whose DescLo is dlo, K
-// slice at byte k_byte (wgmma.cuh: one add).
-template <typename TILE>
-__device__ __forceinline__ uint64_t TileDesc(uint32_t dlo, int tile_byte, int k_byte = 0) {
-  return wgmma::DescFromLo<TILE>(dlo + uint32_t((tile_byte >> 4) + int(wgmma::DescStep<TILE>(k_byte))));
-}
-
 template <int D>
 struct FpaFwdWgConfig {
   static constexpr int kThreads = 256;
@@ -550,10 +543,11 @@ __global__ void __launch_bounds__(256, kMinBlocks2 ? 2 : FpaFwdWgConfig<D>::kMin
     // S = Q K^T (64 x 64 per warpgroup, 16 x 64 per warp).
     float sacc[32];
     wg::Fence();
-    wg::MmaBf16First(sacc, TileDesc<Tile>(dlo, q_byte), TileDesc<Tile>(dlo, st_byte));
+    wg::MmaBf16First(sacc, wg::TileDesc<Tile>(dlo, q_byte), wg::TileDesc<Tile>(dlo, st_byte));
 #pragma unroll
     for (int kb = 32; kb < 2 * D; kb += 32) {
-      wg::MmaBf16(sacc, TileDesc<Tile>(dlo, q_byte, kb), TileDesc<Tile>(dlo, st_byte, kb), true);
+      wg::MmaBf16(sacc, wg::TileDesc<Tile>(dlo, q_byte, kb), wg::TileDesc<Tile>(dlo, st_byte, kb),
+                  true);
     }
     wg::Commit();
     wg::Wait<0>();

@@ -76,6 +76,8 @@
 namespace ablate::kernels {
 namespace {
 
+using cuda::wgmma::TileDesc;
+
 using cuda::CeilDiv;
 using cuda::CudaStatus;
 using cuda::MmaBf16;
@@ -714,13 +716,6 @@ __global__ void __launch_bounds__(kThreads) SageForwardKernel(FwdParams p) {
 // key order is permuted to match: FwdKeyOfSlot); l += exp(rowmax - m_new) * rowsum; O += s_P s_V
 // (P^ V^). Tiles with no masked entry for the warp (interior) skip the mask arithmetic; causal
 // tiles past a warp's last row are skipped by that warp; causal CTAs run heaviest first.
-// Descriptor of the TILE that starts `tile_byte` bytes into the kernel's aligned shared buffer
-// (whose DescLo is `dlo`), K slice at byte k_byte: one add (wgmma.cuh, DescLo).
-template <typename TILE>
-__device__ __forceinline__ uint64_t TileDesc(uint32_t dlo, int tile_byte, int k_byte = 0) {
-  return cuda::wgmma::DescFromLo<TILE>(
-      dlo + uint32_t((tile_byte >> 4) + int(cuda::wgmma::DescStep<TILE>(k_byte))));
-}
 
 constexpr int kFwdRows = 128;
 // kWg (v6 forward, MW = 1): the same regions as GmmaTiles (wgmma.cuh): Q^ as two [64][D] int8

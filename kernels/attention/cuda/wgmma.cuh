@@ -18,6 +18,7 @@
 //   MmaBf16RSTransB, DescMN    bf16 with A from registers and B MN-major (stored [K][N])
 //   DescStep<TILE>(k_byte)     what Desc<TILE>(base, k_byte) adds to Desc<TILE>(base, 0)
 //   DescLo / DescFromLo<TILE>  the descriptor's address word and the tile type's fixed word
+//   TileDesc<TILE>(dlo, off, k) a tile's descriptor from its buffer's DescLo and byte offset
 //
 // Operands (PTX ISA "Asynchronous Warpgroup Level Matrix Multiply-Accumulate"): D (64 x 64) =
 // A (64 x K) B (K x 64) where A is stored as rows of K (K-major) and B as its transpose, 64 rows
@@ -141,6 +142,13 @@ __host__ __device__ __forceinline__ uint64_t Desc(uint32_t base, int k_byte) {
 template <typename TILE>
 __host__ __device__ constexpr uint64_t DescStep(int k_byte) {
   return uint64_t(((k_byte / TILE::kW) * TILE::kChunkBytes + k_byte % TILE::kW) >> 4);
+}
+
+// Descriptor of the TILE that starts `tile_byte` bytes into a kernel's 1024-byte-aligned shared
+// buffer whose DescLo is `dlo`, K slice at byte k_byte: one add (the kernels keep only dlo).
+template <typename TILE>
+__device__ __forceinline__ uint64_t TileDesc(uint32_t dlo, int tile_byte, int k_byte = 0) {
+  return DescFromLo<TILE>(dlo + uint32_t((tile_byte >> 4) + int(DescStep<TILE>(k_byte))));
 }
 
 // Makes this thread's generic-proxy writes to shared memory (st.shared, cp.async) visible to the
