@@ -489,12 +489,13 @@ struct FpaFwdWgConfig {
   static constexpr int kStage0 = 2 * Tile::kBytes;
   static constexpr int kStage = 2 * Tile::kBytes;  // K, then V
   static constexpr int kSmem = kStage0 + 2 * kStage + 1024;  // + alignment slack
-  static constexpr int kMinBlocks = D == 64 ? 2 : 1;
+  // Two CTAs per SM (128 registers at d128, 0 spills): 1.27x one CTA of the same kernel at d128
+  // (lab variant 8, removed after its run).
+  static constexpr int kMinBlocks = 2;
 };
 
-// kMinBlocks2 (lab variant 9): two CTAs per SM at d128 too (<= 128 registers).
-template <int D, bool kCausal, bool kMinBlocks2 = false>
-__global__ void __launch_bounds__(256, kMinBlocks2 ? 2 : FpaFwdWgConfig<D>::kMinBlocks)
+template <int D, bool kCausal>
+__global__ void __launch_bounds__(256, FpaFwdWgConfig<D>::kMinBlocks)
     FpaForwardKernelWg(FwdParams p) {
   using Cfg = FpaFwdWgConfig<D>;
   using Tile = typename Cfg::Tile;
@@ -988,11 +989,10 @@ Status CheckPtr(const void* ptr, const char* name, const char* who) {
   } while (0)
 
 // Which forward kernel runs. Production (kernel-lab variant "fpa v5"): the wgmma forward with two
-// CTAs per SM (FpaForwardKernelWg<D, kCausal, true>, lab variant 9) for every shape: 1.23-1.65x
-// the mma.sync forwards it replaced (kernels/bench/README.md). Lab switch (read once per process):
-// FPA_FWD_VARIANT = 1 (v1: Bq = 64, 2 stages; d128), 2 (v2; d128), 6 (v2 + rescale skip; d128),
-// 7 (v1 + rescale skip; d128), 8 (wgmma, one CTA per SM at d128), 9 (production); unset or 0 =
-// production; the mma.sync forward at d64 (v2) is variant 2 there.
+// CTAs per SM (FpaForwardKernelWg, lab variant 9) for every shape: 1.57-1.75x the mma.sync
+// forwards it replaced at d128, 1.22x at d64 (kernels/bench/README.md). Lab switch (read once per
+// process): FPA_FWD_VARIANT = 1 (v1: Bq = 64, 2 stages; d128), 2 (v2), 6 (v2 + rescale skip;
+// d128), 7 (v1 + rescale skip; d128), 9 (production); unset or 0 = production.
 int FwdLabVariant() {
   static const int v = [] {
     const char* e = std::getenv("FPA_FWD_VARIANT");
@@ -1018,9 +1018,6 @@ Status LaunchForward(const AttnShapeCuda& s, const FwdParams& p, cudaStream_t st
   using CW = FpaFwdWgConfig<D>;
   switch (lab == 0 ? 9 : lab) {
     case 9:
-      return LaunchFwdKernel(FpaForwardKernelWg<D, kCausal, true>, CW::kBq, CW::kThreads,
-                             CW::kSmem, s, p, stream);
-    case 8:
       return LaunchFwdKernel(FpaForwardKernelWg<D, kCausal>, CW::kBq, CW::kThreads, CW::kSmem, s,
                              p, stream);
     case 2:

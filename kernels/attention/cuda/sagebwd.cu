@@ -749,18 +749,16 @@ __device__ __forceinline__ uint32_t PackLowBytes(uint32_t a, uint32_t b, uint32_
 // kFastS (v5c): interior tiles without Q-smoothing take the row max over the raw int32 sums
 // (as floats in the mantissa of 1.5 * 2^23) and scale only the differences; the P^ V^ sums are
 // folded into O by two FMAs on the same mantissa form.
-// kWg (v6 forward): S = Q^ K^T by wgmma from the GmmaTiles (one warpgroup per 64-row Q group)
-// and P^ V^ by wgmma with P^ from registers (MmaS8RS: the packed A fragments as they are; V^T
-// keeps the permuted key order); the skip and mask decisions are per warpgroup (wgmma is
-// collective over its four warps).
-// kWgMode 2 (v6b): no skip, and the mask test per CTA, so that every branch around a wgmma is
-// uniform by construction (ptxas serializes wgmmas under branches it cannot prove uniform); the
-// tiles a warpgroup could skip are computed fully masked (P = 0, alpha = 1: no change).
-template <int D, bool kCausal, bool kSmoothQ, int MW, bool kFastS, int kWgMode = 0>
-__global__ void __launch_bounds__(FwdV5Config<D, MW, (kWgMode > 0)>::kThreadsV5,
-                                  FwdV5Config<D, MW, (kWgMode > 0)>::kMinBlocks)
+// kWg (v6 forward, MW = 1): S = Q^ K^T by wgmma from the GmmaTiles (one warpgroup per 64-row Q
+// group) and P^ V^ by wgmma with P^ from registers (MmaS8RS: the packed A fragments as they are;
+// V^T keeps the permuted key order). No warp skips a tile and the mask test is per CTA, so every
+// branch around a wgmma is uniform by construction (ptxas serializes wgmmas under branches it
+// cannot prove uniform: a per-warpgroup version, lab variant 9, measured 3-5% slower); the tiles
+// a warpgroup could skip are computed fully masked (P = 0, alpha = 1: no change).
+template <int D, bool kCausal, bool kSmoothQ, int MW, bool kFastS, bool kWg = false>
+__global__ void __launch_bounds__(FwdV5Config<D, MW, kWg>::kThreadsV5,
+                                  FwdV5Config<D, MW, kWg>::kMinBlocks)
     SageForwardKernelV5(FwdParams p) {
-  constexpr bool kWg = kWgMode > 0;
   using C = FwdV5Config<D, MW, kWg>;
   using cuda::FastExp2;
   using cuda::kLog2e;
@@ -784,11 +782,9 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, (kWgMode > 0)>::kThreadsV5,
   const int wrow = warp * 16 * MW;  // first row of this warp inside the CTA
   const int wr0 = r0 + wrow;        // ... in the sequence
   const int grp = wrow / kTile;     // quantization group (Q tile 2 bx + grp)
-  // kWg: validity, the causal skip and the mask test per warpgroup (its 64 rows), else per warp.
-  const int urow0 = kWg ? r0 + (warp / 4) * kTile : wr0;
-  const int urows = kWg ? kTile : 16 * MW;
-  const bool wvalid = urow0 < p.n;
-  const int wlast = min(urow0 + urows, p.n) - 1;
+  // Rows of this warp in the sequence (kWg: of its warpgroup, which shares one Q group).
+  const bool wvalid = (kWg ? r0 + (warp / 4) * kTile : wr0) < p.n;
+  const int wlast = min(wr0 + 16 * MW, p.n) - 1;
 
   // Q^ rows present in the padded workspace (64 or 128) + stage 0 <- K tile 0: one group.
   if constexpr (kWg) {
@@ -858,8 +854,8 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, (kWgMode > 0)>::kThreadsV5,
     cuda::CpAsyncWait<1>();  // tile j (and Q^) landed for this thread
     if constexpr (kWg) wg::FenceProxyAsync();  // cp.async writes -> wgmma's reads
     __syncthreads();
-    if constexpr (kWgMode != 2) {
-      if (!wvalid || (kCausal && c0 > wlast)) continue;  // warp(group)-uniform; no barrier below
+    if constexpr (!kWg) {
+      if (!wvalid || (kCausal && c0 > wlast)) continue;  // warp-uniform; no barrier below
     }
     const int8_t* s_khj = s_stage + (j & 1) * C::kStage;
     const int8_t* s_vhtj = s_khj + C::kVh;
@@ -867,7 +863,7 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, (kWgMode > 0)>::kThreadsV5,
     const float a = p.tau * sq * p.sk[int64_t(bh) * p.ntk + j] * kLog2e;
     const float svj = p.sv[int64_t(bh) * p.ntk + j] * (1.0f / 127.0f);
     const bool need_mask =
-        c0 + kTile > p.n || (kCausal && c0 + kTile - 1 > (kWgMode == 2 ? r0 : urow0));
+        c0 + kTile > p.n || (kCausal && c0 + kTile - 1 > (kWg ? r0 : wr0));
 
     auto body = [&](auto mask_tag) {
       constexpr bool kMask = decltype(mask_tag)::value;
@@ -1785,20 +1781,20 @@ Status LaunchQuantize(const AttnShape& s, const __nv_bfloat16* x, int shift_mode
 
 // Forward variants compiled in (SageCudaOptions::fwd_variant): 3 = sagebwd v3/v4 forward
 // (SageForwardKernel), 5 = v5a (SageForwardKernelV5, 8 warps x 16 rows), 6 = v5b (4 warps x 32
-// rows), 7 = v5c (v5b + kFastS), 8 = v5a + kFastS, 9 = v6 = 8 with S and P^ V^ by wgmma (kWg),
-// 10 = v6b = 9 with CTA-uniform branches (kWgMode 2).
-// FwdProductionFor is what production calls run (measured: kernels/bench/README.md): v6 for
-// every shape (1.08-1.15x of v5c / 8 in the forward lab).
+// rows), 7 = v5c (v5b + kFastS), 8 = v5a + kFastS, 10 = v6 = 8 with S and P^ V^ by wgmma (kWg;
+// 9, its per-warpgroup-branch form, measured slower and was removed). FwdProductionFor is what
+// production calls run (measured: kernels/bench/README.md): v6 for every shape (1.10-1.20x of
+// v5c in the forward lab).
 constexpr int FwdProductionFor(int /*d*/, bool /*causal*/) { return 10; }
 
-template <int D, int MW, bool kFastS, int kWgMode = 0>
+template <int D, int MW, bool kFastS, bool kWg = false>
 Status LaunchForwardV5(const AttnShape& s, const FwdParams& p, bool smooth_q, cudaStream_t stream) {
-  using C = FwdV5Config<D, MW, (kWgMode > 0)>;
+  using C = FwdV5Config<D, MW, kWg>;
   using K = void (*)(FwdParams);
-  K kernel = s.causal ? (smooth_q ? SageForwardKernelV5<D, true, true, MW, kFastS, kWgMode>
-                                  : SageForwardKernelV5<D, true, false, MW, kFastS, kWgMode>)
-                      : (smooth_q ? SageForwardKernelV5<D, false, true, MW, kFastS, kWgMode>
-                                  : SageForwardKernelV5<D, false, false, MW, kFastS, kWgMode>);
+  K kernel = s.causal ? (smooth_q ? SageForwardKernelV5<D, true, true, MW, kFastS, kWg>
+                                  : SageForwardKernelV5<D, true, false, MW, kFastS, kWg>)
+                      : (smooth_q ? SageForwardKernelV5<D, false, true, MW, kFastS, kWg>
+                                  : SageForwardKernelV5<D, false, false, MW, kFastS, kWg>);
   ABLATE_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kBytes),
       "SageBwd forward v5 smem attribute");
@@ -1825,7 +1821,7 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
     return st;
   }
   const int fvar = opt.fwd_variant < 0 ? FwdProductionFor(D, s.causal) : opt.fwd_variant;
-  if (fvar != 3 && (fvar < 5 || fvar > 10)) {
+  if (fvar != 3 && (fvar < 5 || fvar > 8) && fvar != 10) {
     return InvalidArgument("SageBwd CUDA: forward variant " + std::to_string(fvar) +
                            " is not compiled in");
   }
@@ -1863,8 +1859,7 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
   if (fvar == 6) return LaunchForwardV5<D, 2, false>(s, p, opt.smooth_q, stream);
   if (fvar == 7) return LaunchForwardV5<D, 2, true>(s, p, opt.smooth_q, stream);
   if (fvar == 8) return LaunchForwardV5<D, 1, true>(s, p, opt.smooth_q, stream);
-  if (fvar == 9) return LaunchForwardV5<D, 1, true, 1>(s, p, opt.smooth_q, stream);
-  if (fvar == 10) return LaunchForwardV5<D, 1, true, 2>(s, p, opt.smooth_q, stream);
+  if (fvar == 10) return LaunchForwardV5<D, 1, true, true>(s, p, opt.smooth_q, stream);
   constexpr int kSmem = SageConfig<D>::kFwdBytes;
   auto kernel = s.causal ? SageForwardKernel<D, true> : SageForwardKernel<D, false>;
   ABLATE_CUDA_RETURN_IF_ERROR(
