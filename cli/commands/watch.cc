@@ -260,20 +260,19 @@ StatusOr<WatchOutcome> Watch(Client& client, const WatchOptions& options, const 
     if (!got_any) {
       // Before any snapshot, an unreachable coordinator is tried a few times over ~2 s (a first
       // connection can fail transiently on a loaded host), then reported; after one, a lost
-      // connection is a restart to ride out for up to --timeout (below).
+      // connection is a restart to ride out for up to --timeout.
       if (++first_contact_failures >= kFirstContactAttempts) return st;
-      std::this_thread::sleep_for(std::chrono::duration<double>(backoff_s));
-      backoff_s *= 2;
-      continue;
+    } else {
+      const double now = io.now();
+      if (lost_since < 0) {
+        lost_since = now;
+        *io.err << "lost the connection to " << client.options().coordinator
+                << "; reconnecting for up to " << FormatDuration(client.options().timeout_s)
+                << "\n";
+        redraw.Forget();
+      }
+      if (now - lost_since > client.options().timeout_s) return st;
     }
-    const double now = io.now();
-    if (lost_since < 0) {
-      lost_since = now;
-      *io.err << "lost the connection to " << client.options().coordinator
-              << "; reconnecting for up to " << FormatDuration(client.options().timeout_s) << "\n";
-      redraw.Forget();
-    }
-    if (now - lost_since > client.options().timeout_s) return st;
     std::this_thread::sleep_for(std::chrono::duration<double>(backoff_s));
     backoff_s = std::min(backoff_s * 2, 5.0);
   }

@@ -90,7 +90,6 @@ void ApplyGramFactor(const T* o, int m, int n, const T* f, T* out) {
     Gemm(false, false, m, n, m, T(1), f, m, o, n, T(0), out, n);
 }
 
-
 // Coupled Newton route: F = G^{-e} as a product of chained roots.
 template <typename T>
 Status CoupledNewtonGramPower(const T* g, int r, double e, int iters, T* f, PsiStats* stats) {
@@ -190,7 +189,6 @@ StatusOr<PsiMethod> ResolvePsiMethod(double p, const PsiOptions& opt) {
   }
   return method;
 }
-
 
 const char* PsiMethodName(PsiMethod m) {
   switch (m) {
