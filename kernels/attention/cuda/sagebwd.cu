@@ -381,19 +381,7 @@ __device__ __forceinline__ void BlockBias(const __nv_bfloat16* k, const float* m
   }
 }
 
-// Block-wide max over kThreads threads (red: >= 32 floats of shared scratch).
-__device__ __forceinline__ float BlockMax(float x, float* red) {
-  for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  __syncthreads();
-  if (lane == 0) red[warp] = x;
-  __syncthreads();
-  float r = 0.0f;
-  for (int w = 0; w < int(blockDim.x >> 5); ++w) r = fmaxf(r, red[w]);
-  return r;
-}
-
-// Key order of the forward's V^T (perm16 in QuantizeTileKernel, forward v5): within each run of
+// Key order of the forward's V^T (QuantJob::perm16, forward v5): within each run of
 // 16 keys, byte slot 4t + b holds key 2t + b (b < 2) or 8 + 2t + b - 2 (b >= 2). That is the
 // order in which an s32 m16n8 accumulator fragment (lane t: columns 2t, 2t + 1 of n-blocks
 // 2h, 2h + 1) lands in the s8 m16n8k32 A fragment (lane t: k bytes 4t..4t+3 of each 16-run), so
@@ -407,140 +395,219 @@ __host__ __device__ constexpr int FwdKeyOfSlot(int slot) {
 // Quantization kernels.
 // ----------------------------------------------------------------------------------------------
 
-// kbar[bh][d] = mean over the N tokens of k[bh][:, d] (double sums). grid: BH, block: D/2 x 16:
-// thread (cp, part) sums columns 2cp, 2cp+1 over rows part, part + 16, ...; parts are combined
-// in shared memory (double).
-constexpr int kKMeanParts = 16;
+// Partial K sums for the K mean: kpart[bh][part][d] = sum of k[bh][r][d] over the rows of part
+// `part` (rows_per_part consecutive rows; double sums). grid: (parts, BH), block: D/2 x 16: thread
+// (cp, lane16) sums columns 2cp, 2cp+1 over rows lane16, lane16 + 16, ... of the part; the 16 are
+// combined in shared memory. QuantizeKernel's K tiles add the parts up (kbar = sum / N), so the
+// mean costs no separate pass over BH blocks only (one block per head filled a third of the SMs).
+constexpr int kKMeanLanes = 16;
+constexpr int kKMeanMaxParts = 16;
 template <int D>
-__global__ void __launch_bounds__(D / 2 * kKMeanParts) KMeanKernel(
-    const __nv_bfloat16* __restrict__ k, int n, float* __restrict__ kbar) {
-  __shared__ double part[kKMeanParts][D];
-  const int bh = blockIdx.x, cp = threadIdx.x % (D / 2), pr = threadIdx.x / (D / 2);
+__global__ void __launch_bounds__(D / 2 * kKMeanLanes) KMeanPartKernel(
+    const __nv_bfloat16* __restrict__ k, int n, int rows_per_part, double* __restrict__ kpart) {
+  __shared__ double part[kKMeanLanes][D];
+  const int pi = blockIdx.x, bh = blockIdx.y, cp = threadIdx.x % (D / 2), lr = threadIdx.x / (D / 2);
+  const int rend = min(n, (pi + 1) * rows_per_part);
   const __nv_bfloat16* kb = k + int64_t(bh) * n * D + 2 * cp;
   double s0 = 0.0, s1 = 0.0;
 #pragma unroll 4
-  for (int r = pr; r < n; r += kKMeanParts) {
+  for (int r = pi * rows_per_part + lr; r < rend; r += kKMeanLanes) {
     const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(kb + int64_t(r) * D));
     s0 += v.x;
     s1 += v.y;
   }
-  part[pr][2 * cp] = s0;
-  part[pr][2 * cp + 1] = s1;
+  part[lr][2 * cp] = s0;
+  part[lr][2 * cp + 1] = s1;
   __syncthreads();
   for (int d = threadIdx.x; d < D; d += blockDim.x) {
     double s = 0.0;
 #pragma unroll
-    for (int q = 0; q < kKMeanParts; ++q) s += part[q][d];
-    kbar[int64_t(bh) * D + d] = static_cast<float>(s / n);
+    for (int q = 0; q < kKMeanLanes; ++q) s += part[q][d];
+    kpart[(int64_t(bh) * gridDim.x + pi) * D + d] = s;
   }
 }
 
-// Quantizes one 64-row tile (grid: tiles, BH; block: 256) of x (BH, N, D) bf16:
-//   shift_mode 0: X;  1: X - shift[bh] (D);  2: X - mu, mu = the tile's mean over its valid rows
-//   (written to mu_out (BH, tiles, D)).
-// Writes xh (BH, Np, D) and xht (BH, D, Np) int8 (padded rows 0) and scale (BH, tiles).
-// 16-byte loads (8 bf16) and 16-byte stores in both orientations (the transpose is read from the
-// fp32 shared tile, stride D + 1: conflict-free column reads).
-template <int D>
-__global__ void __launch_bounds__(256) QuantizeTileKernel(
-    const __nv_bfloat16* __restrict__ x, int n, int np, int shift_mode,
-    const float* __restrict__ shift, float* __restrict__ mu_out, int8_t* __restrict__ xh,
-    int8_t* __restrict__ xht, float* __restrict__ scale, bool perm16) {
-  __shared__ float tile[kTile][D + 1];
-  __shared__ float sh[D];
-  __shared__ float red[32];
+// One tensor's tiles for QuantizeKernel.
+struct QuantJob {
+  const __nv_bfloat16* x;  // (BH, N, D)
+  int8_t* xh;              // (BH, Np, D) row-major codes, or nullptr when no kernel reads them
+  int8_t* xht;             // (BH, D, Np) transposed codes
+  float* scale;            // (BH, tiles)
+  int mode;                // 0: X; 1: X - kbar (the K mean, from kpart); 2: X - the tile's mean
+  bool perm16;             // xht in the forward's permuted key order (FwdKeyOfSlot)
+};
+struct QuantParams {
+  QuantJob job[3];  // blockIdx.z picks one
+  const double* kpart;  // mode 1: (BH, kparts, D) partial sums (KMeanPartKernel)
+  int kparts;
+  float* kbar;  // mode 1: (BH, D) written by each head's tile 0
+  float* mu;    // mode 2: (BH, tiles, D)
+  // Backward prep (kPrep, job 0 = dO): drow = rowsum(dO o O); dsrow and dqacc zeroed.
+  const __nv_bfloat16* o;
+  float *drow, *dsrow, *dqacc;
+  int n, np;
+};
+
+// Quantizes one 64-row tile of a job's tensor (grid: tiles, BH, jobs; block: 256) with one scale
+// per tile (GroupScale of the tile's max |X - shift|; padded rows are 0): writes the row-major
+// codes (when xh is set), the transposed codes and the scale; mode 2 also the tile mean (mu).
+// Register-resident: thread (c8, rg) holds 16-byte column chunk c8 (8 values) of kPer rows, all
+// loads issued up front; the transpose goes through 64 x D bytes of shared memory (16-byte
+// chunks XOR-swizzled by column: 4-way store conflicts at most), read back as 16-byte runs.
+// The thread's rows are the kPer consecutive slots sbase.. of its transposed run, so their codes
+// for one column pack into one 32-bit (D 128) / 16-bit (D 64) store; with perm16, slot s of a
+// 16-key run holds key FwdKeyOfSlot(s).
+// kPrep (the backward's dO): also drow[row] = sum_d dO O (fp32; the kC8 threads of a row are
+// adjacent lanes, combined by shuffles), dsrow[row] = 0 and the fp32 dQ accumulator rows zeroed
+// (the backward kernel adds into both).
+template <int D, bool kPrep>
+__global__ void __launch_bounds__(256) QuantizeKernel(QuantParams p) {
+  constexpr int kC8 = D / 8;             // 16-byte chunks of a bf16 row
+  constexpr int kGroups = 256 / kC8;     // row groups (16 / 32)
+  constexpr int kPer = kTile / kGroups;  // rows per thread (4 / 2)
+  static_assert(kPer == 2 || kPer == 4, "row groups");
+  constexpr int kPartBytes = kGroups * D * 8, kTBytes = D * kTile;
+  __shared__ __align__(16) char s_buf[kPartBytes > kTBytes ? kPartBytes : kTBytes];
+  __shared__ float s_shift[D];
+  __shared__ float s_red[8];
+  double* s_part = reinterpret_cast<double*>(s_buf);  // mode 2: [kGroups][D] column sums
+  int8_t* s_t = reinterpret_cast<int8_t*>(s_buf);     // [D][64] transposed codes
+  const QuantJob& J = p.job[blockIdx.z];
   const int ti = blockIdx.x, bh = blockIdx.y, tiles = gridDim.x;
-  const int r0 = ti * kTile, nr = min(kTile, n - r0);
-  const __nv_bfloat16* xb = x + int64_t(bh) * n * D;
-  constexpr int kC8 = D / 8;  // 16-byte chunks of a bf16 row
-  for (int idx = threadIdx.x; idx < kTile * kC8; idx += blockDim.x) {
-    const int r = idx / kC8, c = (idx % kC8) * 8;
-    int4 raw = make_int4(0, 0, 0, 0);
-    if (r < nr) raw = *reinterpret_cast<const int4*>(xb + int64_t(r0 + r) * D + c);
+  const int r0 = ti * kTile, nr = min(kTile, p.n - r0);
+  const int c8 = threadIdx.x % kC8, rg = threadIdx.x / kC8, sbase = rg * kPer;
+  int rows[kPer];
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    rows[k] = J.perm16 ? (sbase & ~15) + FwdKeyOfSlot((sbase & 15) + k) : sbase + k;
+  }
+  const int64_t xrow0 = int64_t(bh) * p.n + r0;  // (bh, token r0) row of the (BH, N, D) tensors
+  float v[kPer][8];
+  float dot[kPer];
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    int4 raw = make_int4(0, 0, 0, 0), oraw = make_int4(0, 0, 0, 0);
+    if (rows[k] < nr) {
+      raw = *reinterpret_cast<const int4*>(J.x + (xrow0 + rows[k]) * D + c8 * 8);
+      if constexpr (kPrep) oraw = *reinterpret_cast<const int4*>(p.o + (xrow0 + rows[k]) * D + c8 * 8);
+    }
     const __nv_bfloat162* h2 = reinterpret_cast<const __nv_bfloat162*>(&raw);
+    const __nv_bfloat162* o2 = reinterpret_cast<const __nv_bfloat162*>(&oraw);
+    dot[k] = 0.0f;
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const float2 f = __bfloat1622float2(h2[e]);
-      tile[r][c + 2 * e] = f.x;
-      tile[r][c + 2 * e + 1] = f.y;
+      v[k][2 * e] = f.x;
+      v[k][2 * e + 1] = f.y;
+      if constexpr (kPrep) {
+        const float2 of = __bfloat1622float2(o2[e]);
+        dot[k] += f.x * of.x + f.y * of.y;
+      }
+    }
+  }
+  if constexpr (kPrep) {
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+#pragma unroll
+      for (int o = kC8 / 2; o > 0; o >>= 1) dot[k] += __shfl_xor_sync(0xffffffffu, dot[k], o);
+      if (rows[k] < nr) {
+        if (c8 == 0) {
+          p.drow[xrow0 + rows[k]] = dot[k];
+          p.dsrow[xrow0 + rows[k]] = 0.0f;
+        }
+        float4* dq = reinterpret_cast<float4*>(p.dqacc + (xrow0 + rows[k]) * D + c8 * 8);
+        dq[0] = dq[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+    }
+  }
+  if (J.mode != 0) {
+    if (J.mode == 1) {
+      if (threadIdx.x < D) {
+        double s = 0.0;
+        for (int q = 0; q < p.kparts; ++q) s += p.kpart[(int64_t(bh) * p.kparts + q) * D + threadIdx.x];
+        const float kb = static_cast<float>(s / p.n);
+        s_shift[threadIdx.x] = kb;
+        if (ti == 0) p.kbar[int64_t(bh) * D + threadIdx.x] = kb;
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        double cs = 0.0;
+#pragma unroll
+        for (int k = 0; k < kPer; ++k) cs += rows[k] < nr ? double(v[k][i]) : 0.0;
+        s_part[rg * D + c8 * 8 + i] = cs;
+      }
+      __syncthreads();
+      if (threadIdx.x < D) {
+        double s = 0.0;
+        for (int q = 0; q < kGroups; ++q) s += s_part[q * D + threadIdx.x];
+        const float mu = static_cast<float>(s / nr);
+        s_shift[threadIdx.x] = mu;
+        p.mu[(int64_t(bh) * tiles + ti) * D + threadIdx.x] = mu;
+      }
+    }
+    __syncthreads();  // s_shift complete; s_part (aliasing s_t) read
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[k][i] = rows[k] < nr ? v[k][i] - s_shift[c8 * 8 + i] : 0.0f;
+    }
+  }
+  float m = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) m = fmaxf(m, fabsf(v[k][i]));
+  }
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if ((threadIdx.x & 31) == 0) s_red[threadIdx.x >> 5] = m;
+  __syncthreads();
+#pragma unroll
+  for (int w = 0; w < 8; ++w) m = fmaxf(m, s_red[w]);
+  const float s = GroupScale(m), inv = 1.0f / s;
+  if (threadIdx.x == 0) J.scale[int64_t(bh) * tiles + ti] = s;
+  uint32_t code[kPer][2];  // the 8 codes of each row, 4 per word
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+#pragma unroll
+    for (int w = 0; w < 2; ++w) {
+      uint32_t x4 = 0;
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        x4 |= uint32_t(static_cast<uint8_t>(QuantizeS8Inv(v[k][4 * w + b], inv))) << (8 * b);
+      }
+      code[k][w] = x4;
+    }
+  }
+  const int64_t hrow0 = int64_t(bh) * p.np + r0;  // (bh, token r0) row of the padded codes
+  if (J.xh != nullptr) {
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      *reinterpret_cast<uint2*>(J.xh + (hrow0 + rows[k]) * D + c8 * 8) = make_uint2(code[k][0], code[k][1]);
+    }
+  }
+  // Byte b of column c's run: the code of slot sbase + k, k = 0..kPer-1, packed (slot order).
+  const auto chunk_of = [](int c, int unit) { return c * kTile + ((unit ^ ((c >> 3) & 3)) << 4); };
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int c = c8 * 8 + i, sh = 8 * (i & 3), w = i >> 2;
+    uint32_t packed = 0;
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) packed |= ((code[k][w] >> sh) & 0xFFu) << (8 * k);
+    int8_t* dst = s_t + chunk_of(c, sbase >> 4) + (sbase & 15);
+    if constexpr (kPer == 4) {
+      *reinterpret_cast<uint32_t*>(dst) = packed;
+    } else {
+      *reinterpret_cast<uint16_t*>(dst) = static_cast<uint16_t>(packed);
     }
   }
   __syncthreads();
-  if (shift_mode != 0) {
-    for (int c = threadIdx.x; c < D; c += blockDim.x) {
-      float s = 0.0f;
-      if (shift_mode == 1) {
-        s = shift[int64_t(bh) * D + c];
-      } else {
-        double acc = 0.0;
-        for (int r = 0; r < nr; ++r) acc += tile[r][c];
-        s = static_cast<float>(acc / nr);
-        mu_out[(int64_t(bh) * tiles + ti) * D + c] = s;
-      }
-      sh[c] = s;
-    }
-    __syncthreads();
-  }
-  float m = 0.0f;
-  for (int idx = threadIdx.x; idx < kTile * D; idx += blockDim.x) {
-    const int r = idx / D, c = idx % D;
-    const float v = r < nr ? tile[r][c] - (shift_mode != 0 ? sh[c] : 0.0f) : 0.0f;
-    tile[r][c] = v;
-    m = fmaxf(m, fabsf(v));
-  }
-  const float s = GroupScale(BlockMax(m, red));  // BlockMax syncs: the tile is complete
-  const float inv = 1.0f / s;
-  if (threadIdx.x == 0) scale[int64_t(bh) * tiles + ti] = s;
-  // Row-major: 16 bytes = 16 columns of one row per store.
-  constexpr int kC16 = D / 16;
-  int8_t* xhb = xh + (int64_t(bh) * np + r0) * D;
-  for (int idx = threadIdx.x; idx < kTile * kC16; idx += blockDim.x) {
-    const int r = idx / kC16, c = (idx % kC16) * 16;
-    uint32_t w[4];
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      uint32_t x4 = 0;
-#pragma unroll
-      for (int b = 0; b < 4; ++b) {
-        x4 |= uint32_t(static_cast<uint8_t>(QuantizeS8Inv(tile[r][c + 4 * q + b], inv))) << (8 * b);
-      }
-      w[q] = x4;
-    }
-    *reinterpret_cast<int4*>(xhb + int64_t(r) * D + c) = make_int4(w[0], w[1], w[2], w[3]);
-  }
-  // Transposed: 16 bytes = 16 rows of one column per store (4 threads per 64-byte column run).
-  int8_t* xhtb = xht + int64_t(bh) * D * np + r0;
+  int8_t* xhtb = J.xht + int64_t(bh) * D * p.np + r0;
   for (int idx = threadIdx.x; idx < D * (kTile / 16); idx += blockDim.x) {
-    const int rq = idx % (kTile / 16), c = idx / (kTile / 16);
-    uint32_t w[4];
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      uint32_t x4 = 0;
-#pragma unroll
-      for (int b = 0; b < 4; ++b) {
-        const int slot = 4 * q + b;  // byte slot of the 16-row run; perm16: key FwdKeyOfSlot
-        const int r = rq * 16 + (perm16 ? FwdKeyOfSlot(slot) : slot);
-        x4 |= uint32_t(static_cast<uint8_t>(QuantizeS8Inv(tile[r][c], inv))) << (8 * b);
-      }
-      w[q] = x4;
-    }
-    *reinterpret_cast<int4*>(xhtb + int64_t(c) * np + rq * 16) = make_int4(w[0], w[1], w[2], w[3]);
+    const int c = idx >> 2, unit = idx & 3;
+    *reinterpret_cast<int4*>(xhtb + int64_t(c) * p.np + 16 * unit) =
+        *reinterpret_cast<const int4*>(s_t + chunk_of(c, unit));
   }
-}
-
-// drow[row] = sum_d dO * O (one warp per row).
-template <int D>
-__global__ void RowDotKernel(const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* __restrict__ b,
-                             int64_t rows, float* __restrict__ out) {
-  const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  const int lane = threadIdx.x & 31;
-  if (row >= rows) return;
-  float s = 0.0f;
-  for (int d = lane; d < D; d += 32) {
-    s += __bfloat162float(a[row * D + d]) * __bfloat162float(b[row * D + d]);
-  }
-  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-  if (lane == 0) out[row] = s;
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -1687,18 +1754,28 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
   }
 }
 
-// dq = dqacc (+ tau * rowsum(dS) * kbar with the K-mean correction), to bf16.
+// dq = dqacc (+ tau * rowsum(dS) * kbar with the K-mean correction), to bf16; four elements
+// (16-byte load, 8-byte store) per thread.
 template <int D>
-__global__ void DqFinalizeKernel(const float* __restrict__ dqacc, const float* __restrict__ dsrow,
-                                 const float* __restrict__ kbar, int n, int64_t total,
+__global__ void DqFinalizeKernel(const float4* __restrict__ dqacc, const float* __restrict__ dsrow,
+                                 const float* __restrict__ kbar, int n, int64_t total4,
                                  bool correct, float tau, __nv_bfloat16* __restrict__ dq) {
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= total) return;
-  const int64_t row = idx / D;  // (bh, token)
-  const int d = static_cast<int>(idx % D);
-  float x = dqacc[idx];
-  if (correct) x += (tau * dsrow[row]) * kbar[(row / n) * D + d];
-  dq[idx] = __float2bfloat16_rn(x);
+  if (idx >= total4) return;
+  const int64_t row = idx / (D / 4);  // (bh, token)
+  const int d = static_cast<int>(idx % (D / 4)) * 4;
+  float4 x = dqacc[idx];
+  if (correct) {
+    const float c = tau * dsrow[row];
+    const float4 kb = *reinterpret_cast<const float4*>(kbar + (row / n) * D + d);
+    x.x += c * kb.x;
+    x.y += c * kb.y;
+    x.z += c * kb.z;
+    x.w += c * kb.w;
+  }
+  __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(dq + idx * 4);
+  out[0] = __floats2bfloat162_rn(x.x, x.y);
+  out[1] = __floats2bfloat162_rn(x.z, x.w);
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -1709,6 +1786,7 @@ __global__ void DqFinalizeKernel(const float* __restrict__ dqacc, const float* _
 struct Workspace {
   int8_t *qh, *qht, *kh, *kht, *vh, *vht, *doh, *doht;
   float *sq, *sk, *sv, *sdo, *kbar, *mu, *drow, *dsrow, *dqacc;
+  double* kpart;
   size_t bytes;
 };
 
@@ -1741,6 +1819,7 @@ Workspace CarveWorkspace(const AttnShape& s, char* base) {
   w.drow = reinterpret_cast<float*>(take(4 * size_t(bh * s.N)));
   w.dsrow = reinterpret_cast<float*>(take(4 * size_t(bh * s.N)));
   w.dqacc = reinterpret_cast<float*>(take(4 * size_t(bh * s.N * s.D)));
+  w.kpart = reinterpret_cast<double*>(take(8 * size_t(bh * kKMeanMaxParts * s.D)));
   w.bytes = off;
   return w;
 }
@@ -1768,15 +1847,11 @@ Status CheckArgs(const AttnShape& s, void* workspace, size_t workspace_bytes,
   return Status::Ok();
 }
 
-// Quantizes x (BH, N, D) per 64-row tile into xh / xht / scale.
-template <int D>
-Status LaunchQuantize(const AttnShape& s, const __nv_bfloat16* x, int shift_mode,
-                      const float* shift, float* mu_out, int8_t* xh, int8_t* xht, float* scale,
-                      cudaStream_t stream, bool perm16 = false) {
-  const int nt = CeilDiv(s.N, kTile);
-  QuantizeTileKernel<D><<<dim3(nt, s.B * s.H), 256, 0, stream>>>(
-      x, s.N, nt * kTile, shift_mode, shift, mu_out, xh, xht, scale, perm16);
-  return CudaStatus(cudaGetLastError(), "SageBwd QuantizeTileKernel launch");
+// QuantizeKernel over `jobs` tensors (grid: tiles, BH, jobs).
+template <int D, bool kPrep>
+Status LaunchQuantize(const AttnShape& s, const QuantParams& qp, int jobs, cudaStream_t stream) {
+  QuantizeKernel<D, kPrep><<<dim3(CeilDiv(s.N, kTile), s.B * s.H, jobs), 256, 0, stream>>>(qp);
+  return CudaStatus(cudaGetLastError(), "SageBwd QuantizeKernel launch");
 }
 
 // Forward variants compiled in (SageCudaOptions::fwd_variant): 3 = sagebwd v3/v4 forward
@@ -1808,34 +1883,33 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
                    const __nv_bfloat16* k, const __nv_bfloat16* v, __nv_bfloat16* o, float* lse,
                    const Workspace& w, cudaStream_t stream) {
   const int bh = s.B * s.H, nt = CeilDiv(s.N, kTile);
-  if (opt.smooth_k) {
-    KMeanKernel<D><<<bh, D / 2 * kKMeanParts, 0, stream>>>(k, s.N, w.kbar);
-    ABLATE_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "SageBwd KMeanKernel launch");
-  } else {
-    ABLATE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(w.kbar, 0, sizeof(float) * bh * D, stream),
-                                "SageBwd kbar memset");
-  }
-  if (Status st = LaunchQuantize<D>(s, k, opt.smooth_k ? 1 : 0, w.kbar, nullptr, w.kh, w.kht,
-                                    w.sk, stream);
-      !st.ok()) {
-    return st;
-  }
   const int fvar = opt.fwd_variant < 0 ? FwdProductionFor(D, s.causal) : opt.fwd_variant;
   if (fvar != 3 && (fvar < 5 || fvar > 8) && fvar != 10) {
     return InvalidArgument("SageBwd CUDA: forward variant " + std::to_string(fvar) +
                            " is not compiled in");
   }
-  // v5 reads V^T in the permuted key order (FwdKeyOfSlot); v3 in token order.
-  if (Status st = LaunchQuantize<D>(s, v, 0, nullptr, nullptr, w.vh, w.vht, w.sv, stream,
-                                    /*perm16=*/fvar != 3);
-      !st.ok()) {
-    return st;
+  QuantParams qp{};
+  qp.n = s.N;
+  qp.np = nt * kTile;
+  qp.kbar = w.kbar;
+  qp.mu = w.mu;
+  if (opt.smooth_k) {  // K mean: partial sums over up to 16 row ranges per head
+    qp.kparts = std::min(kKMeanMaxParts, CeilDiv(s.N, 256));
+    qp.kpart = w.kpart;
+    const int rows_per_part = CeilDiv(s.N, qp.kparts);
+    KMeanPartKernel<D><<<dim3(qp.kparts, bh), D / 2 * kKMeanLanes, 0, stream>>>(
+        k, s.N, rows_per_part, w.kpart);
+    ABLATE_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "SageBwd KMeanPartKernel launch");
+  } else {
+    ABLATE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(w.kbar, 0, sizeof(float) * bh * D, stream),
+                                "SageBwd kbar memset");
   }
-  if (Status st = LaunchQuantize<D>(s, q, opt.smooth_q ? 2 : 0, nullptr, w.mu, w.qh, w.qht, w.sq,
-                                    stream);
-      !st.ok()) {
-    return st;
-  }
+  // K (minus its mean), V (V^ only with int8_dp; V^T in the v5+ forwards' permuted key order),
+  // Q (minus its tile means with smooth_q) in one launch.
+  qp.job[0] = {k, w.kh, w.kht, w.sk, opt.smooth_k ? 1 : 0, false};
+  qp.job[1] = {v, opt.int8_dp ? w.vh : nullptr, w.vht, w.sv, 0, fvar != 3};
+  qp.job[2] = {q, w.qh, w.qht, w.sq, opt.smooth_q ? 2 : 0, false};
+  if (Status st = LaunchQuantize<D, false>(s, qp, 3, stream); !st.ok()) return st;
 
   FwdParams p;
   p.k = k;
@@ -1929,15 +2003,16 @@ Status BackwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_b
                     const Workspace& w, cudaStream_t stream) {
   const int bh = s.B * s.H, nt = CeilDiv(s.N, kTile);
   const int64_t rows = int64_t(bh) * s.N;
-  Status st = LaunchQuantize<D>(s, do_, 0, nullptr, nullptr, w.doh, w.doht, w.sdo, stream);
-  if (!st.ok()) return st;
-  RowDotKernel<D><<<static_cast<unsigned>((rows * 32 + 255) / 256), 256, 0, stream>>>(do_, o, rows,
-                                                                                     w.drow);
-  ABLATE_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "SageBwd RowDotKernel launch");
-  ABLATE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(w.dsrow, 0, sizeof(float) * rows, stream),
-                              "SageBwd dsrow memset");
-  ABLATE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(w.dqacc, 0, sizeof(float) * rows * D, stream),
-                              "SageBwd dq accumulator memset");
+  // dO^ (row-major codes only with int8_dp), D_i = rowsum(dO o O), dsrow and dqacc zeroed.
+  QuantParams qp{};
+  qp.n = s.N;
+  qp.np = nt * kTile;
+  qp.job[0] = {do_, opt.int8_dp ? w.doh : nullptr, w.doht, w.sdo, 0, false};
+  qp.o = o;
+  qp.drow = w.drow;
+  qp.dsrow = w.dsrow;
+  qp.dqacc = w.dqacc;
+  if (Status st = LaunchQuantize<D, true>(s, qp, 1, stream); !st.ok()) return st;
 
   BwdParams p;
   p.k = k;
@@ -1981,9 +2056,10 @@ Status BackwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_b
   L.kernel<<<dim3(nt, bh), kThreads, L.smem, stream>>>(p);
   ABLATE_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "SageBwd backward kernel launch");
 
-  const int64_t total = rows * D;
-  DqFinalizeKernel<D><<<static_cast<unsigned>((total + 255) / 256), 256, 0, stream>>>(
-      w.dqacc, w.dsrow, w.kbar, s.N, total, opt.smooth_k && opt.dq_kmean_correction, p.tau, dq);
+  const int64_t total4 = rows * D / 4;
+  DqFinalizeKernel<D><<<static_cast<unsigned>((total4 + 255) / 256), 256, 0, stream>>>(
+      reinterpret_cast<const float4*>(w.dqacc), w.dsrow, w.kbar, s.N, total4,
+      opt.smooth_k && opt.dq_kmean_correction, p.tau, dq);
   return CudaStatus(cudaGetLastError(), "SageBwd DqFinalizeKernel launch");
 }
 

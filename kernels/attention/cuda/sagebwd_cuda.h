@@ -20,7 +20,11 @@
 // 256-byte aligned, in this order):
 //   qh, qht, kh, kht, vh, vht, doh, doht : int8 (BH, Np, D) / transposes (BH, D, Np)
 //   sq (BH, tq) f32, sk (BH, tk), sv (BH, tk), sdo (BH, tq), kbar (BH, D), mu (BH, tq, D),
-//   drow (BH, N) f32 = rowsum(dO o O), dsrow (BH, N) f32 = rowsum(dS), dqacc (BH, N, D) f32.
+//   drow (BH, N) f32 = rowsum(dO o O), dsrow (BH, N) f32 = rowsum(dS), dqacc (BH, N, D) f32,
+//   kpart (BH, 16, D) f64 = partial K sums over up to 16 row ranges (the K mean's first pass).
+// Launches: forward = K-mean parts (smooth_k), one quantization launch for K, V and Q, the
+// attention kernel; backward = one launch quantizing dO with D_i and the zeroed dsrow / dqacc,
+// the attention kernel, the dQ conversion.
 // dQ is accumulated with fp32 atomicAdd into dqacc (one CTA per K tile), then converted to bf16
 // (plus the K-smoothing correction) by a final kernel; dK and dV are owned by one CTA each.
 //
