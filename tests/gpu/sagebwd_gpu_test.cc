@@ -465,16 +465,20 @@ void TimeVariantsInterleaved(const AttnShape& s, const std::vector<int>& vars, i
 // bits of sagebwd.cu): the emulator check at tails / causal for both head dims and the options,
 // then the median time of the backward launcher (same inputs for every variant, after one
 // forward) on the benchmark shapes, the variants interleaved call by call; ratios against the
-// first variant of the list (184 = sagebwd v4q, production before wgmma).
+// first variant of the list (4024, sagebwd v7).
 TEST(SageBwdGpu, BwdVariantLab) {
   SKIP_WITHOUT_GPU();
   const char* env = std::getenv("SAGE_BWD_LAB");
   if (env == nullptr || std::string(env) != "1") GTEST_SKIP() << "set SAGE_BWD_LAB=1";
-  // 184 = v4q (mma.sync; the reference of the ratios), 1464 = 184 with S and dP by wgmma and the
-  // column partials by ColumnReduceScatter, 1976 = 1464 with dV, dK, dQ by wgmma too, 4024 =
-  // sagebwd v7 (production) = 1976 with two of those wgmmas in flight (24 = v4 is compiled in too;
-  // its figures are in the bench notes).
-  const std::vector<int> vars = {184, 1464, 1976, 4024};
+  // 4024 = sagebwd v7 (all five products by wgmma, two of the dV / dK / dQ wgmmas in flight),
+  // 12216 = 4024 waiting for Q^T / dO^T only before phase 2, 44984 = 12216 with the column
+  // inverse scales read as one 16-byte load per column pair (production at d128 non-causal),
+  // 77752 / 110520 = 12216 / 44984 with dQ added by bulk reductions from shared memory (110520:
+  // production elsewhere).
+  // Also compiled in (figures
+  // in the bench notes): 24 = v4, 184 = v4q (mma.sync), 1464 = 184 with S and dP by wgmma and
+  // the column partials by ColumnReduceScatter, 1976 = 1464 with dV, dK, dQ by wgmma too.
+  const std::vector<int> vars = {4024, 12216, 44984, 77752, 110520};
   for (int var : vars) {
     SageCudaOptions opt;
     opt.bwd_variant = var;

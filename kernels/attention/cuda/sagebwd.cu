@@ -122,8 +122,8 @@ struct SageConfig {
   static constexpr int kBwdPT = kBwdPart + 3 * 4 * kTile * 4;
   static constexpr int kBwdDsh = kBwdPT + kTile * kI8T;
   static constexpr int kBwdDsT = kBwdDsh + kTile * kI8T;
-  static constexpr int kBwdVec = kBwdDsT + kTile * kI8T;  // 8 vectors of 64 f32
-  static constexpr int kBwdMu = kBwdVec + 8 * kTile * 4;
+  static constexpr int kBwdVec = kBwdDsT + kTile * kI8T;  // 10 vectors of 64 f32
+  static constexpr int kBwdMu = kBwdVec + 10 * kTile * 4;
   static constexpr int kBwdBytes = kBwdMu + 2 * D * 4;
   static_assert(kFwdBytes <= 227 * 1024, "forward shared memory over the sm_90 limit");
   static_assert(kBwdBytes <= 227 * 1024, "backward shared memory over the sm_90 limit");
@@ -142,7 +142,7 @@ struct SageConfig {
 // and dQ too: K^T, Q^T, dO^T [D][64] and P^T, dS^, dS^T [64][64] as 64-byte-swizzled GmmaTiles,
 // then the column partials, vectors and mu. Either wgmma layout adds 1 KB of slack to align the
 // dynamic shared memory base.
-template <int D, bool kWg, bool kWg2 = false>
+template <int D, bool kWg, bool kWg2 = false, bool kDqStage = false>
 struct BwdLayout {
   static_assert(!kWg2 || kWg, "kBwdWgmma2 builds on kBwdWgmma");
   using C = SageConfig<D>;
@@ -166,8 +166,12 @@ struct BwdLayout {
   static constexpr int kDsT = kWg2 ? kPT + 2 * TileP::kBytes : kRest + (C::kBwdDsT - C::kBwdPart);
   static constexpr int kPart = kWg2 ? kPT + 3 * TileP::kBytes : kRest;
   static constexpr int kVec = kWg2 ? kPart + 3 * 4 * kTile * 4 : kRest + (C::kBwdVec - C::kBwdPart);
-  static constexpr int kMu = kWg2 ? kVec + 8 * kTile * 4 : kRest + (C::kBwdMu - C::kBwdPart);
-  static constexpr int kBytes = kMu + 2 * D * 4 + (kWg ? 1024 : 0);
+  static constexpr int kMu = kWg2 ? kVec + 10 * kTile * 4 : kRest + (C::kBwdMu - C::kBwdPart);
+  // kDqStage (kBwdBulkDq): the dQ staging rows [64][kDqStride] f32 (a 64-column chunk).
+  static constexpr int kDqStride = 72;  // floats; 288-byte rows: 16-byte aligned, 2-way stores
+  static constexpr int kDqSt = (kMu + 2 * D * 4 + 15) / 16 * 16;
+  static constexpr int kBytes = (kDqStage ? kDqSt + kTile * kDqStride * 4 : kMu + 2 * D * 4) +
+                                (kWg ? 1024 : 0);
   static_assert(kBytes <= 227 * 1024, "backward shared memory over the sm_90 limit");
   static_assert(!kWg || (TileI8::kBytes % 1024 == 0 && TileBf::kBytes % 1024 == 0),
                 "GmmaTiles stay 1024-byte aligned");
@@ -236,6 +240,13 @@ constexpr int kBwdWgmma = 256;   // S = Q^ K^T and dP = dO V^T by wgmma from Gmm
 constexpr int kBwdWgmma2 = 512;  // with 256: dV, dK, dQ by wgmma too (lab, v7b)
 constexpr int kBwdColRs = 1024;  // column partials by ColumnReduceScatter (14 shuffles, not 48)
 constexpr int kBwdWgPipe = 2048;  // with 512: dV / dK / dQ wgmma two in flight (epilogue overlap)
+// (4096 was v7's next-Q-tile prefetch, measured slower and removed.)
+constexpr int kBwdSplitWait = 8192;  // with 512: Q^T / dO^T (phase 2 only) waited for after phase 1
+// (16384 loaded the next Q tile's lse, D_i and scales one iteration ahead: 0.98-1.02x, removed.)
+constexpr int kBwdColVec = 32768;  // with 8192: the per-column 1 / scale of P and dS interleaved,
+                                   // one 16-byte shared load per column pair in the quantization
+constexpr int kBwdBulkDq = 65536;  // with 2048: dQ partials staged in shared memory (per warp, its
+                                   // 16 rows) and added by bulk reductions, not red.global
 template <int D, int kVar>
 constexpr int BwdMinBlocks() {
   return (D == 64 && (kVar & kBwdOcc3) != 0) ? 3 : 1;
@@ -1265,8 +1276,11 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
   constexpr bool kInt = (kVar & kBwdInterior) != 0, kFx = (kVar & kBwdExp2) != 0, kFq = (kVar & kBwdFastQ) != 0;
   constexpr bool kWg = (kVar & kBwdWgmma) != 0, kWg2 = (kVar & kBwdWgmma2) != 0;
   constexpr bool kWgPipe = kWg2 && (kVar & kBwdWgPipe) != 0;
+  constexpr bool kSplitWait = kWg2 && (kVar & kBwdSplitWait) != 0;
+  constexpr bool kColVec = kSplitWait && (kVar & kBwdColVec) != 0;
+  constexpr bool kBulkDq = kWgPipe && (kVar & kBwdBulkDq) != 0;
   using C = SageConfig<D>;
-  using L = BwdLayout<D, kWg, kWg2>;
+  using L = BwdLayout<D, kWg, kWg2, kBulkDq>;
   // Byte offset of (row, col) in P^T, dS^T, dS^ (kI8T-padded, or 64B-swizzled with kWg2).
 
   extern __shared__ __align__(16) char smem[];
@@ -1292,6 +1306,7 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
   float* s_lse = s_vec + 5 * kTile;
   float* s_drow = s_vec + 6 * kTile;
   float* s_cinvds = s_vec + 7 * kTile;  // per key column: 1 / scale of dS
+  float* s_cinv2 = s_vec + 8 * kTile;   // kColVec: per key column (1 / scale of P, of dS)
   float* s_mu = reinterpret_cast<float*>(base + L::kMu);
   float* s_kbar = s_mu + D;
 
@@ -1413,7 +1428,12 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
         s_mu[d] = p.mu[(int64_t(bh) * p.ntq + i) * D + d];
       }
     }
-    CopyWait();  // this iteration's Q^, Q^T, dO, dO^T
+    if constexpr (kSplitWait) {
+      cuda::CpAsyncCommit();  // group 2: Q^T, dO^T, waited for before phase 2
+      cuda::CpAsyncWait<1>();  // group 1 (load_q_tile): Q^, dO
+    } else {
+      CopyWait();  // this iteration's Q^, Q^T, dO, dO^T
+    }
     if constexpr (kWg) cuda::wgmma::FenceProxyAsync();  // cp.async writes -> wgmma's reads
     __syncthreads();
     if (p.smooth_q) {
@@ -1589,15 +1609,22 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
       s_colsum[c] = cs;
       s_cinvp[c] = 1.0f / sp;
       s_cinvds[c] = 1.0f / sds;
+      if constexpr (kColVec) {
+        reinterpret_cast<float2*>(s_cinv2)[c] = make_float2(1.0f / sp, 1.0f / sds);
+      }
     }
     __syncthreads();
     // int8 P^T [key][q], dS^T [key][q] (column scales) and dS^ [q][key] (row scales).
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
+      // kColVec: (1/s_P, 1/s_dS) of columns 8n + 2t and 8n + 2t + 1 in one 16-byte load.
+      float4 inv4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if constexpr (kColVec) inv4 = reinterpret_cast<const float4*>(s_cinv2)[n * 4 + t];
 #pragma unroll
       for (int b = 0; b < 2; ++b) {
         const int c = n * 8 + 2 * t + b;
-        const float ip = s_cinvp[c], ids = s_cinvds[c];
+        const float ip = kColVec ? (b ? inv4.z : inv4.x) : s_cinvp[c];
+        const float ids = kColVec ? (b ? inv4.w : inv4.y) : s_cinvds[c];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           if constexpr (kFq) {  // FMA + byte store of the low byte (no F2I, no clamp)
@@ -1622,7 +1649,8 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
         *reinterpret_cast<uint16_t*>(s_dsh + dsh_off(n, h)) = static_cast<uint16_t>(packed);
       }
     }
-    if constexpr (kWg2) cuda::wgmma::FenceProxyAsync();  // st.shared -> wgmma's reads
+    if constexpr (kSplitWait) cuda::CpAsyncWait<0>();  // Q^T, dO^T landed (this thread's)
+    if constexpr (kWg2) cuda::wgmma::FenceProxyAsync();  // st.shared, cp.async -> wgmma's reads
     __syncthreads();
 
     // dV, dK (this warp's 16 keys) and dQ (this warp's 16 query rows), 64 head-dim columns at a
@@ -1668,13 +1696,39 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
         v0[n] = make_float2(c0f * __int2float_rn(at(n, 0)), c0f * __int2float_rn(at(n, 1)));
         v1[n] = make_float2(c1f * __int2float_rn(at(n, 2)), c1f * __int2float_rn(at(n, 3)));
       }
-      if (grow0 < p.n) {
+      if constexpr (kBulkDq) {
+        // The warp's 16 rows x 64 columns into its staging rows (once its previous bulk reads
+        // are done), then lanes 0..15 add one 256-byte row each into dqacc.
+        namespace wg = cuda::wgmma;
+        float* st = reinterpret_cast<float*>(base + L::kDqSt);
+        if (lane < 16) wg::BulkWaitRead<0>();
+        __syncwarp();
+        float* s0 = st + (warp * 16 + g) * L::kDqStride + 2 * t;
+        float* s1 = s0 + 8 * L::kDqStride;
 #pragma unroll
-        for (int n = 0; n < 8; ++n) atomicAdd(reinterpret_cast<float2*>(dst0 + n * 8), v0[n]);
-      }
-      if (grow1 < p.n) {
+        for (int n = 0; n < 8; ++n) {
+          *reinterpret_cast<float2*>(s0 + n * 8) = v0[n];
+          *reinterpret_cast<float2*>(s1 + n * 8) = v1[n];
+        }
+        wg::FenceProxyAsync();
+        __syncwarp();
+        if (lane < 16) {
+          const int row = warp * 16 + lane;
+          if (r0 + row < p.n) {
+            wg::BulkReduceAddF32(p.dqacc + bh * nd + int64_t(r0 + row) * D + ch * 64,
+                                 cuda::SmemAddr(st + row * L::kDqStride), 64 * 4);
+          }
+          wg::BulkCommit();
+        }
+      } else {
+        if (grow0 < p.n) {
 #pragma unroll
-        for (int n = 0; n < 8; ++n) atomicAdd(reinterpret_cast<float2*>(dst1 + n * 8), v1[n]);
+          for (int n = 0; n < 8; ++n) atomicAdd(reinterpret_cast<float2*>(dst0 + n * 8), v0[n]);
+        }
+        if (grow1 < p.n) {
+#pragma unroll
+          for (int n = 0; n < 8; ++n) atomicAdd(reinterpret_cast<float2*>(dst1 + n * 8), v1[n]);
+        }
       }
     };
     // The 64 head-dim rows ch * 64.. of K^T, Q^T, dO^T start ch * kChBytes into their tiles.
@@ -1737,6 +1791,9 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
         epi_dq(ch_c, at);
       });
     }
+  }
+  if constexpr (kBulkDq) {
+    if (lane < 16) cuda::wgmma::BulkWait<0>();  // staging reads and dqacc writes complete
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -1956,14 +2013,27 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
 //            P^T / dS^T / dS^ and K^T / Q^T / dO^T)
 //   4024     sagebwd v7 = 1976 + kBwdWgPipe (2048: the dV / dK / dQ wgmmas two in flight, each
 //            epilogue overlapping the next product)
+//   12216    sagebwd v7b = 4024 + kBwdSplitWait (8192: the phase-2-only Q^T / dO^T copies waited
+//            for after phase 1, not before it): 1.01-1.02x of 4024
+//   44984    12216 + kBwdColVec (32768: the quantization's per-column 1 / scales as one 16-byte
+//            load per column pair): 1.03-1.04x of 4024 at d128; 0.99x at d64 (168 registers:
+//            16 bytes of spills)
+//   77752    12216 + kBwdBulkDq (65536: each warp's dQ rows staged in shared memory and added
+//            into dqacc by bulk reductions, cp.reduce.async.bulk, instead of red.global):
+//            1.05-1.09x of 4024 at d64, 1.01-1.04x at d128
+//   110520   44984 + kBwdBulkDq: 1.07-1.10x of 4024 at d64; at d128 1.05x causal, 1.01-1.02x
+//            non-causal (44984: 1.03x there)
 // Measured and no longer compiled in: 152 (= 184 without kBwdExp2), 440 / 952 (= 1464 / 1976
 // without kBwdColRs), 1208 (= 184 + kBwdColRs), 8120 (= 4024 + the next Q tile's Q^ / dO
 // copied right after phase 1: 0.94-0.99x of 4024), 1976 / 4024 with 4 CTAs/SM at d64
-// (0.87-0.96x: spills); sagebwd v6 (64 / 96 / 104 / 120, SageBackwardKernelV6).
-// BwdProductionFor is what production calls (bwd_variant = -1) run: sagebwd v7 = 4024 for every
-// shape (1.22-1.28x of v4q = 184 on all six bench shapes, lab).
-constexpr int BwdProductionFor(int /*d*/, bool /*causal*/) {
-  return 24 + kBwdExp2 + kBwdFastQ + kBwdWgmma + kBwdWgmma2 + kBwdColRs + kBwdWgPipe;
+// (0.87-0.96x: spills); 28600 (= 12216 + the next Q tile's lse, D_i and scales loaded one
+// iteration ahead: 0.98-1.02x of 12216); sagebwd v6 (64 / 96 / 104 / 120, SageBackwardKernelV6).
+// BwdProductionFor is what production calls (bwd_variant = -1) run (sagebwd v8): 110520, except
+// 44984 for d128 non-causal (kernels/bench/README.md, Variants).
+constexpr int BwdProductionFor(int d, bool causal) {
+  constexpr int kV7 = 24 + kBwdExp2 + kBwdFastQ + kBwdWgmma + kBwdWgmma2 + kBwdColRs + kBwdWgPipe;
+  constexpr int kV8 = kV7 + kBwdSplitWait + kBwdColVec;
+  return d == 128 && !causal ? kV8 : kV8 + kBwdBulkDq;
 }
 using BwdKernel = void (*)(BwdParams);
 struct BwdLaunch {
@@ -1973,7 +2043,8 @@ struct BwdLaunch {
 template <int D, bool kCausal, int kVar>
 BwdLaunch BwdLaunchOf() {
   return {SageBackwardKernel<D, kCausal, kVar>,
-          BwdLayout<D, (kVar & kBwdWgmma) != 0, (kVar & kBwdWgmma2) != 0>::kBytes};
+          BwdLayout<D, (kVar & kBwdWgmma) != 0, (kVar & kBwdWgmma2) != 0,
+                    (kVar & kBwdWgPipe) != 0 && (kVar & kBwdBulkDq) != 0>::kBytes};
 }
 template <int D, bool kCausal>
 BwdLaunch BwdLaunchFor(int var) {
@@ -1991,6 +2062,14 @@ BwdLaunch BwdLaunchFor(int var) {
       return BwdLaunchOf<D, kCausal, kV7b>();
     case kV7b + kBwdWgPipe:
       return BwdLaunchOf<D, kCausal, kV7b + kBwdWgPipe>();
+    case kV7b + kBwdWgPipe + kBwdSplitWait:
+      return BwdLaunchOf<D, kCausal, kV7b + kBwdWgPipe + kBwdSplitWait>();
+    case kV7b + kBwdWgPipe + kBwdSplitWait + kBwdColVec:
+      return BwdLaunchOf<D, kCausal, kV7b + kBwdWgPipe + kBwdSplitWait + kBwdColVec>();
+    case kV7b + kBwdWgPipe + kBwdSplitWait + kBwdBulkDq:
+      return BwdLaunchOf<D, kCausal, kV7b + kBwdWgPipe + kBwdSplitWait + kBwdBulkDq>();
+    case kV7b + kBwdWgPipe + kBwdSplitWait + kBwdColVec + kBwdBulkDq:
+      return BwdLaunchOf<D, kCausal, kV7b + kBwdWgPipe + kBwdSplitWait + kBwdColVec + kBwdBulkDq>();
     default:
       return {};
   }

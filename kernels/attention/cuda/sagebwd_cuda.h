@@ -25,8 +25,9 @@
 // Launches: forward = K-mean parts (smooth_k), one quantization launch for K, V and Q, the
 // attention kernel; backward = one launch quantizing dO with D_i and the zeroed dsrow / dqacc,
 // the attention kernel, the dQ conversion.
-// dQ is accumulated with fp32 atomicAdd into dqacc (one CTA per K tile), then converted to bf16
-// (plus the K-smoothing correction) by a final kernel; dK and dV are owned by one CTA each.
+// dQ is accumulated in fp32 into dqacc (one CTA per K tile; atomicAdd, or bulk reductions from
+// shared memory), then converted to bf16 (plus the K-smoothing correction) by a final kernel; dK
+// and dV are owned by one CTA each.
 //
 // Launchers are asynchronous on `stream` (no host synchronization); errors from the launch are
 // converted to Status; errors from the kernels themselves surface at the caller's next sync.

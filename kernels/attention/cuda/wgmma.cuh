@@ -157,6 +157,27 @@ __device__ __forceinline__ uint64_t TileDesc(uint32_t dlo, int tile_byte, int k_
 __device__ __forceinline__ void FenceProxyAsync() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
+// Bulk (TMA-engine) element-wise fp32 add of `bytes` (a multiple of 16; both addresses 16-byte
+// aligned) from shared memory into global memory, tracked by this thread's bulk async-group: the
+// caller runs FenceProxyAsync after writing the source, BulkCommit after issuing, and
+// BulkWaitRead<0> before overwriting the source (BulkWait<0> for the global writes themselves).
+__device__ __forceinline__ void BulkReduceAddF32(float* gdst, uint32_t ssrc, uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
+                   gdst),
+               "r"(ssrc), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void BulkCommit() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void BulkWaitRead() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+template <int N>
+__device__ __forceinline__ void BulkWait() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
 // Orders earlier register and shared-memory accesses of the warpgroup before the next wgmma.
 __device__ __forceinline__ void Fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void Commit() {
