@@ -474,11 +474,12 @@ TEST(SageBwdGpu, BwdVariantLab) {
   // 12216 = 4024 waiting for Q^T / dO^T only before phase 2, 44984 = 12216 with the column
   // inverse scales read as one 16-byte load per column pair (production at d128 non-causal),
   // 77752 / 110520 = 12216 / 44984 with dQ added by bulk reductions from shared memory (110520:
-  // production elsewhere).
-  // Also compiled in (figures
-  // in the bench notes): 24 = v4, 184 = v4q (mma.sync), 1464 = 184 with S and dP by wgmma and
-  // the column partials by ColumnReduceScatter, 1976 = 1464 with dV, dK, dQ by wgmma too.
-  const std::vector<int> vars = {4024, 12216, 44984, 77752, 110520};
+  // production at d64 non-causal), 176056 / 241592 = 44984 / 110520 with the grid in
+  // longest-first order across heads (241592: production causal). Also compiled in (figures in
+  // the bench notes): 24 = v4, 184 = v4q (mma.sync), 1464 = 184 with S and dP by wgmma and the
+  // column partials by ColumnReduceScatter, 1976 = 1464 with dV, dK, dQ by wgmma too, 12216,
+  // 77752.
+  const std::vector<int> vars = {4024, 44984, 110520, 176056, 241592};
   for (int var : vars) {
     SageCudaOptions opt;
     opt.bwd_variant = var;
@@ -542,7 +543,8 @@ TEST(SageBwdGpu, BwdVariantLab) {
 // Forward kernel lab: runs only with SAGE_FWD_LAB=1. Forward variants of the list
 // (SageCudaOptions::fwd_variant; compiled in: 3 = v3/v4 forward, 5 = v5a 8 warps x 16 rows, 6 =
 // v5b 4 warps x 32 rows, 7 = v5c = v5b + fast interior logits, 8 = v5a + fast interior logits,
-// 10 = v6 = 8 with S and P^ V^ by wgmma, production) against the
+// 10 = v6 = 8 with S and P^ V^ by wgmma, production non-causal; 11 = 10 with the grid in
+// longest-first order across heads, production causal) against the
 // emulator (forward and the backward that follows it), then the median forward-launcher time
 // (quantization included) on the benchmark shapes, variants interleaved; ratios against the
 // first of the list.
@@ -550,7 +552,7 @@ TEST(SageBwdGpu, FwdVariantLab) {
   SKIP_WITHOUT_GPU();
   const char* env = std::getenv("SAGE_FWD_LAB");
   if (env == nullptr || std::string(env) != "1") GTEST_SKIP() << "set SAGE_FWD_LAB=1";
-  const std::vector<int> vars = {7, 10};
+  const std::vector<int> vars = {10, 11};
   for (int var : vars) {
     SageCudaOptions opt;
     opt.fwd_variant = var;

@@ -247,6 +247,8 @@ constexpr int kBwdColVec = 32768;  // with 8192: the per-column 1 / scale of P a
                                    // one 16-byte shared load per column pair in the quantization
 constexpr int kBwdBulkDq = 65536;  // with 2048: dQ partials staged in shared memory (per warp, its
                                    // 16 rows) and added by bulk reductions, not red.global
+constexpr int kBwdLpt = 131072;  // grid (BH, K tiles): causal CTAs in longest-first order across
+                                 // all heads (K tile 0 of every head first), not head by head
 template <int D, int kVar>
 constexpr int BwdMinBlocks() {
   return (D == 64 && (kVar & kBwdOcc3) != 0) ? 3 : 1;
@@ -833,7 +835,10 @@ __device__ __forceinline__ uint32_t PackLowBytes(uint32_t a, uint32_t b, uint32_
 // branch around a wgmma is uniform by construction (ptxas serializes wgmmas under branches it
 // cannot prove uniform: a per-warpgroup version, lab variant 9, measured 3-5% slower); the tiles
 // a warpgroup could skip are computed fully masked (P = 0, alpha = 1: no change).
-template <int D, bool kCausal, bool kSmoothQ, int MW, bool kFastS, bool kWg = false>
+// kLptF (lab variant 11, with kWg): grid (BH, row blocks), so causal CTAs run longest-first
+// across all heads rather than head by head.
+template <int D, bool kCausal, bool kSmoothQ, int MW, bool kFastS, bool kWg = false,
+          bool kLptF = false>
 __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg>::kThreadsV5,
                                   FwdV5Config<D, MW, kWg>::kMinBlocks)
     SageForwardKernelV5(FwdParams p) {
@@ -852,8 +857,9 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg>::kThreadsV5,
   float* s_mu = s_bias + 2 * kTile;                           // [2][D]
   float* s_kbar = s_mu + 2 * D;
 
-  const int bx = kCausal ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
-  const int bh = blockIdx.y;
+  const int rb = kLptF ? int(blockIdx.y) : int(blockIdx.x);  // row block, heaviest first
+  const int bx = kCausal ? int(kLptF ? gridDim.y : gridDim.x) - 1 - rb : rb;
+  const int bh = kLptF ? blockIdx.x : blockIdx.y;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int r0 = bx * kFwdRows;
   const int64_t nd = int64_t(p.n) * D, npd = int64_t(p.np) * D;
@@ -1310,7 +1316,8 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
   float* s_mu = reinterpret_cast<float*>(base + L::kMu);
   float* s_kbar = s_mu + D;
 
-  const int j = blockIdx.x, bh = blockIdx.y;
+  constexpr bool kLpt = (kVar & kBwdLpt) != 0;
+  const int j = kLpt ? blockIdx.y : blockIdx.x, bh = kLpt ? blockIdx.x : blockIdx.y;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   // Byte offsets of this thread's stores into P^T / dS^T [key][q] (key c = 8n + 2t + b, query
   // row 16w + g + 8h) and dS^ [q][key] (row 16w + g + 8h, keys 8n + 2t, +1), padded (kI8T) or
@@ -1914,24 +1921,26 @@ Status LaunchQuantize(const AttnShape& s, const QuantParams& qp, int jobs, cudaS
 // Forward variants compiled in (SageCudaOptions::fwd_variant): 3 = sagebwd v3/v4 forward
 // (SageForwardKernel), 5 = v5a (SageForwardKernelV5, 8 warps x 16 rows), 6 = v5b (4 warps x 32
 // rows), 7 = v5c (v5b + kFastS), 8 = v5a + kFastS, 10 = v6 = 8 with S and P^ V^ by wgmma (kWg;
-// 9, its per-warpgroup-branch form, measured slower and was removed). FwdProductionFor is what
-// production calls run (measured: kernels/bench/README.md): v6 for every shape (1.10-1.20x of
-// v5c in the forward lab).
-constexpr int FwdProductionFor(int /*d*/, bool /*causal*/) { return 10; }
+// 9, its per-warpgroup-branch form, measured slower and was removed), 11 = 10 + kLptF (grid in
+// longest-first order across heads: causal 1.04-1.11x of 10, non-causal 0.99x). FwdProductionFor
+// is what production calls run (measured: kernels/bench/README.md): v6 = 10 (1.10-1.20x of v5c
+// in the forward lab), with kLptF (11) when causal.
+constexpr int FwdProductionFor(int /*d*/, bool causal) { return causal ? 11 : 10; }
 
-template <int D, int MW, bool kFastS, bool kWg = false>
+template <int D, int MW, bool kFastS, bool kWg = false, bool kLptF = false>
 Status LaunchForwardV5(const AttnShape& s, const FwdParams& p, bool smooth_q, cudaStream_t stream) {
   using C = FwdV5Config<D, MW, kWg>;
   using K = void (*)(FwdParams);
-  K kernel = s.causal ? (smooth_q ? SageForwardKernelV5<D, true, true, MW, kFastS, kWg>
-                                  : SageForwardKernelV5<D, true, false, MW, kFastS, kWg>)
-                      : (smooth_q ? SageForwardKernelV5<D, false, true, MW, kFastS, kWg>
-                                  : SageForwardKernelV5<D, false, false, MW, kFastS, kWg>);
+  K kernel = s.causal ? (smooth_q ? SageForwardKernelV5<D, true, true, MW, kFastS, kWg, kLptF>
+                                  : SageForwardKernelV5<D, true, false, MW, kFastS, kWg, kLptF>)
+                      : (smooth_q ? SageForwardKernelV5<D, false, true, MW, kFastS, kWg, kLptF>
+                                  : SageForwardKernelV5<D, false, false, MW, kFastS, kWg, kLptF>);
   ABLATE_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kBytes),
       "SageBwd forward v5 smem attribute");
   const unsigned grid_x = static_cast<unsigned>(CeilDiv(s.N, kFwdRows));
-  kernel<<<dim3(grid_x, s.B * s.H), C::kThreadsV5, C::kBytes, stream>>>(p);
+  const dim3 grid = kLptF ? dim3(s.B * s.H, grid_x) : dim3(grid_x, s.B * s.H);
+  kernel<<<grid, C::kThreadsV5, C::kBytes, stream>>>(p);
   return CudaStatus(cudaGetLastError(), "SageBwd forward v5 kernel launch");
 }
 
@@ -1941,7 +1950,7 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
                    const Workspace& w, cudaStream_t stream) {
   const int bh = s.B * s.H, nt = CeilDiv(s.N, kTile);
   const int fvar = opt.fwd_variant < 0 ? FwdProductionFor(D, s.causal) : opt.fwd_variant;
-  if (fvar != 3 && (fvar < 5 || fvar > 8) && fvar != 10) {
+  if (fvar != 3 && (fvar < 5 || fvar > 8) && fvar != 10 && fvar != 11) {
     return InvalidArgument("SageBwd CUDA: forward variant " + std::to_string(fvar) +
                            " is not compiled in");
   }
@@ -1991,6 +2000,7 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
   if (fvar == 7) return LaunchForwardV5<D, 2, true>(s, p, opt.smooth_q, stream);
   if (fvar == 8) return LaunchForwardV5<D, 1, true>(s, p, opt.smooth_q, stream);
   if (fvar == 10) return LaunchForwardV5<D, 1, true, true>(s, p, opt.smooth_q, stream);
+  if (fvar == 11) return LaunchForwardV5<D, 1, true, true, true>(s, p, opt.smooth_q, stream);
   constexpr int kSmem = SageConfig<D>::kFwdBytes;
   auto kernel = s.causal ? SageForwardKernel<D, true> : SageForwardKernel<D, false>;
   ABLATE_CUDA_RETURN_IF_ERROR(
@@ -2028,23 +2038,29 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
 // copied right after phase 1: 0.94-0.99x of 4024), 1976 / 4024 with 4 CTAs/SM at d64
 // (0.87-0.96x: spills); 28600 (= 12216 + the next Q tile's lse, D_i and scales loaded one
 // iteration ahead: 0.98-1.02x of 12216); sagebwd v6 (64 / 96 / 104 / 120, SageBackwardKernelV6).
-// BwdProductionFor is what production calls (bwd_variant = -1) run (sagebwd v8): 110520, except
-// 44984 for d128 non-causal (kernels/bench/README.md, Variants).
+//   176056 / 241592  44984 / 110520 + kBwdLpt (131072: grid (BH, K tiles), so causal CTAs run
+//            longest-first across every head): causal 1.07-1.16x of 4024 (d128 N2048 1.10x, d64
+//            1.16x); non-causal neutral at d128, 0.96-1.04x at d64 (less L2 reuse of Q tiles)
+// BwdProductionFor is what production calls (bwd_variant = -1) run (sagebwd v8): causal 241592;
+// non-causal 44984 at d128, 110520 at d64 (kernels/bench/README.md, Variants).
 constexpr int BwdProductionFor(int d, bool causal) {
   constexpr int kV7 = 24 + kBwdExp2 + kBwdFastQ + kBwdWgmma + kBwdWgmma2 + kBwdColRs + kBwdWgPipe;
   constexpr int kV8 = kV7 + kBwdSplitWait + kBwdColVec;
-  return d == 128 && !causal ? kV8 : kV8 + kBwdBulkDq;
+  if (causal) return kV8 + kBwdBulkDq + kBwdLpt;
+  return d == 128 ? kV8 : kV8 + kBwdBulkDq;
 }
 using BwdKernel = void (*)(BwdParams);
 struct BwdLaunch {
   BwdKernel kernel = nullptr;
   int smem = 0;
+  bool lpt = false;  // grid (BH, K tiles) instead of (K tiles, BH)
 };
 template <int D, bool kCausal, int kVar>
 BwdLaunch BwdLaunchOf() {
   return {SageBackwardKernel<D, kCausal, kVar>,
           BwdLayout<D, (kVar & kBwdWgmma) != 0, (kVar & kBwdWgmma2) != 0,
-                    (kVar & kBwdWgPipe) != 0 && (kVar & kBwdBulkDq) != 0>::kBytes};
+                    (kVar & kBwdWgPipe) != 0 && (kVar & kBwdBulkDq) != 0>::kBytes,
+          (kVar & kBwdLpt) != 0};
 }
 template <int D, bool kCausal>
 BwdLaunch BwdLaunchFor(int var) {
@@ -2070,6 +2086,11 @@ BwdLaunch BwdLaunchFor(int var) {
       return BwdLaunchOf<D, kCausal, kV7b + kBwdWgPipe + kBwdSplitWait + kBwdBulkDq>();
     case kV7b + kBwdWgPipe + kBwdSplitWait + kBwdColVec + kBwdBulkDq:
       return BwdLaunchOf<D, kCausal, kV7b + kBwdWgPipe + kBwdSplitWait + kBwdColVec + kBwdBulkDq>();
+    case kV7b + kBwdWgPipe + kBwdSplitWait + kBwdColVec + kBwdBulkDq + kBwdLpt:
+      return BwdLaunchOf<D, kCausal,
+                         kV7b + kBwdWgPipe + kBwdSplitWait + kBwdColVec + kBwdBulkDq + kBwdLpt>();
+    case kV7b + kBwdWgPipe + kBwdSplitWait + kBwdColVec + kBwdLpt:
+      return BwdLaunchOf<D, kCausal, kV7b + kBwdWgPipe + kBwdSplitWait + kBwdColVec + kBwdLpt>();
     default:
       return {};
   }
@@ -2132,7 +2153,8 @@ Status BackwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_b
   ABLATE_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(L.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L.smem),
       "SageBwd backward smem attribute");
-  L.kernel<<<dim3(nt, bh), kThreads, L.smem, stream>>>(p);
+  const dim3 grid = L.lpt ? dim3(bh, nt) : dim3(nt, bh);
+  L.kernel<<<grid, kThreads, L.smem, stream>>>(p);
   ABLATE_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "SageBwd backward kernel launch");
 
   const int64_t total4 = rows * D / 4;
