@@ -56,23 +56,41 @@ struct Gemm<__nv_bfloat16, K> {
   }
 };
 
+// The dynamic shared-memory base aligned to 1024 bytes: the swizzle phase is taken from address
+// bits, so the tests align it as the kernels do (+1 KB of launch slack).
+__device__ char* AlignedSmem(char* raw) {
+  return raw + ((1024 - (SmemAddr(raw) & 1023)) & 1023);
+}
+// Waits for this thread's tile copies and makes them visible to wgmma (async proxy) block-wide.
+__device__ void WaitStagedTiles() {
+  CpAsyncCommit();
+  CpAsyncWait<0>();
+  FenceProxyAsync();
+  __syncthreads();
+}
+// Writes a 64 x 64 accumulator (m64nNk layout: warp w holds rows 16w..16w+15) to c, row-major.
+template <typename Acc>
+__device__ void StoreAcc(const Acc (&d)[32], Acc* c) {
+  const int tid = threadIdx.x, w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  for (int j = 0; j < 8; ++j) {
+    for (int e = 0; e < 4; ++e) {
+      const int row = 16 * w + g + 8 * (e / 2), col = 8 * j + 2 * t + (e % 2);
+      c[row * kN + col] = d[4 * j + e];
+    }
+  }
+}
+
 template <typename T, int K>
 __global__ void __launch_bounds__(kThreads) GemmKernel(const T* a, const T* b,
                                                        typename Gemm<T, K>::Acc* c) {
   using G = Gemm<T, K>;
   using Tile = typename G::Tile;
   extern __shared__ __align__(16) char smem_raw[];
-  // The swizzle phase is taken from address bits: align the base as the kernels do (+1 KB).
-  char* const smem = smem_raw + ((1024 - (SmemAddr(smem_raw) & 1023)) & 1023);
-  char* sa = smem;
-  char* sb = smem + Tile::kBytes;  // kBytes is a multiple of 1024
-  const int tid = threadIdx.x;
-  LoadGmmaTileAsync<Tile, kThreads>(sa, a, 0, kM, tid);
-  LoadGmmaTileAsync<Tile, kThreads>(sb, b, 0, kN, tid);
-  CpAsyncCommit();
-  CpAsyncWait<0>();
-  FenceProxyAsync();
-  __syncthreads();
+  char* const sa = AlignedSmem(smem_raw);
+  char* const sb = sa + Tile::kBytes;  // kBytes is a multiple of 1024
+  LoadGmmaTileAsync<Tile, kThreads>(sa, a, 0, kM, threadIdx.x);
+  LoadGmmaTileAsync<Tile, kThreads>(sb, b, 0, kN, threadIdx.x);
+  WaitStagedTiles();
 
   typename G::Acc d[32];
   for (int i = 0; i < 32; ++i) d[i] = 0;
@@ -86,14 +104,7 @@ __global__ void __launch_bounds__(kThreads) GemmKernel(const T* a, const T* b,
   }
   Commit();
   Wait<0>();
-
-  const int w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-  for (int j = 0; j < 8; ++j) {
-    for (int e = 0; e < 4; ++e) {
-      const int row = 16 * w + g + 8 * (e / 2), col = 8 * j + 2 * t + (e % 2);
-      c[row * kN + col] = d[4 * j + e];
-    }
-  }
+  StoreAcc(d, c);
 }
 
 // MmaS8RS: A from registers in the documented fragment layout (per warp, the mma.sync m16n8k32
@@ -103,14 +114,10 @@ __global__ void __launch_bounds__(kThreads) RsGemmKernel(const int8_t* a, const 
                                                          int32_t* c) {
   using Tile = GmmaTile<64, K>;
   extern __shared__ __align__(16) char smem_raw[];
-  char* const sb = smem_raw + ((1024 - (SmemAddr(smem_raw) & 1023)) & 1023);
-  const int tid = threadIdx.x;
-  LoadGmmaTileAsync<Tile, kThreads>(sb, b, 0, kN, tid);
-  CpAsyncCommit();
-  CpAsyncWait<0>();
-  FenceProxyAsync();
-  __syncthreads();
-  const int w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  char* const sb = AlignedSmem(smem_raw);
+  LoadGmmaTileAsync<Tile, kThreads>(sb, b, 0, kN, threadIdx.x);
+  WaitStagedTiles();
+  const int tid = threadIdx.x, w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   auto word = [&](int row, int byte) {
     uint32_t v;
     memcpy(&v, a + row * K + byte, 4);
@@ -133,12 +140,7 @@ __global__ void __launch_bounds__(kThreads) RsGemmKernel(const int8_t* a, const 
   }
   Commit();
   Wait<0>();
-  for (int j = 0; j < 8; ++j) {
-    for (int e = 0; e < 4; ++e) {
-      const int row = 16 * w + g + 8 * (e / 2), col = 8 * j + 2 * t + (e % 2);
-      c[row * kN + col] = d[4 * j + e];
-    }
-  }
+  StoreAcc(d, c);
 }
 
 // MmaBf16RSTransB: A (64 x 64 bf16, row-major in global) from registers, B stored [K][N] (N
@@ -148,14 +150,10 @@ __global__ void __launch_bounds__(kThreads) RsBf16MnKernel(const __nv_bfloat16* 
   constexpr int K = 64;
   using Tile = GmmaTile<K, 2 * kN>;  // K rows of N bf16 (128 bytes)
   extern __shared__ __align__(16) char smem_raw[];
-  char* const sb = smem_raw + ((1024 - (SmemAddr(smem_raw) & 1023)) & 1023);
-  const int tid = threadIdx.x;
-  LoadGmmaTileAsync<Tile, kThreads>(sb, b_kn, 0, K, tid);
-  CpAsyncCommit();
-  CpAsyncWait<0>();
-  FenceProxyAsync();
-  __syncthreads();
-  const int w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  char* const sb = AlignedSmem(smem_raw);
+  LoadGmmaTileAsync<Tile, kThreads>(sb, b_kn, 0, K, threadIdx.x);
+  WaitStagedTiles();
+  const int tid = threadIdx.x, w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   auto word = [&](int row, int col) {  // two bf16 at (row, col), (row, col + 1)
     uint32_t v;
     memcpy(&v, a + row * K + col, 4);
@@ -180,12 +178,7 @@ __global__ void __launch_bounds__(kThreads) RsBf16MnKernel(const __nv_bfloat16* 
   }
   Commit();
   Wait<0>();
-  for (int j = 0; j < 8; ++j) {
-    for (int e = 0; e < 4; ++e) {
-      const int row = 16 * w + g + 8 * (e / 2), col = 8 * j + 2 * t + (e % 2);
-      c[row * kN + col] = d[4 * j + e];
-    }
-  }
+  StoreAcc(d, c);
 }
 
 template <typename T>
