@@ -128,6 +128,21 @@ __device__ __forceinline__ void StoreAccBf16(bf16* out, int D, int row0, int n_r
   }
 }
 
+// The 1 / l of a warp's two accumulator rows (row0 + g, row0 + g + 8; 0 for a row with no
+// visible key) from the quad partial sums l, and their natural-log LSE (m: the log2-domain
+// running max) written to lse[row] for rows < n_rows: the forward kernels' epilogue.
+__device__ __forceinline__ void FinishRows(const float (&m)[2], const float (&l)[2], int row0,
+                                           int n_rows, int lane, float* lse, float (&inv)[2]) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float lsum = QuadSum(l[h]);
+    inv[h] = lsum > 0.f ? 1.f / lsum : 0.f;
+    const int row = row0 + g + 8 * h;
+    if (t == 0 && row < n_rows) lse[row] = (m[h] + __log2f(lsum)) * kLn2;
+  }
+}
+
 // ----------------------------------------------------------------------------------------------
 // Forward.
 // ----------------------------------------------------------------------------------------------
@@ -251,17 +266,8 @@ __global__ void __launch_bounds__(kThreads) FpaForwardKernel(FwdParams p) {
   CpAsyncWait<0>();
 
   // Normalize, store O and the natural-log LSE.
-  const int g = lane >> 2, t = lane & 3;
   float inv[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const float lsum = QuadSum(l[h]);
-    inv[h] = lsum > 0.f ? 1.f / lsum : 0.f;
-    const int row = row_w + g + 8 * h;
-    if (t == 0 && row < N) {
-      p.lse[int64_t(blockIdx.y) * N + row] = (m[h] + __log2f(lsum)) * kLn2;
-    }
-  }
+  FinishRows(m, l, row_w, N, lane, p.lse + int64_t(blockIdx.y) * N, inv);
 #pragma unroll
   for (int nb = 0; nb < kDT; ++nb) {
     o[nb][0] *= inv[0];
@@ -447,19 +453,10 @@ __global__ void __launch_bounds__(128, 2) FpaForwardKernelV2(FwdParams p) {
   CpAsyncWait<0>();
 
   // Normalize, store O and the natural-log LSE.
-  const int g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int mi = 0; mi < 2; ++mi) {
     float inv[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float lsum = QuadSum(l[mi][h]);
-      inv[h] = lsum > 0.f ? 1.f / lsum : 0.f;
-      const int row = row_w + 16 * mi + g + 8 * h;
-      if (t == 0 && row < N) {
-        p.lse[int64_t(blockIdx.y) * N + row] = (m[mi][h] + __log2f(lsum)) * kLn2;
-      }
-    }
+    FinishRows(m[mi], l[mi], row_w + 16 * mi, N, lane, p.lse + int64_t(blockIdx.y) * N, inv);
 #pragma unroll
     for (int nb = 0; nb < kDT; ++nb) {
       o[mi][nb][0] *= inv[0];
@@ -616,16 +613,9 @@ __global__ void __launch_bounds__(256, FpaFwdWgConfig<D>::kMinBlocks)
   }
   CpAsyncWait<0>();
 
-  // Normalize, store O and the natural-log LSE (as v2).
-  const int g = lane >> 2, t = lane & 3;
+  // Normalize, store O and the natural-log LSE.
   float inv[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const float lsum = QuadSum(l[h]);
-    inv[h] = lsum > 0.f ? 1.f / lsum : 0.f;
-    const int row = row_w + g + 8 * h;
-    if (t == 0 && row < N) p.lse[int64_t(blockIdx.y) * N + row] = (m[h] + __log2f(lsum)) * kLn2;
-  }
+  FinishRows(m, l, row_w, N, lane, p.lse + int64_t(blockIdx.y) * N, inv);
   float acc[kDT][4];
 #pragma unroll
   for (int ch = 0; ch < kCh; ++ch) {
