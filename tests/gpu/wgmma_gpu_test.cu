@@ -68,6 +68,25 @@ __device__ void WaitStagedTiles() {
   FenceProxyAsync();
   __syncthreads();
 }
+// The register-A operand of a warpgroup wgmma from a row-major 64-row matrix in global memory
+// (row_bytes per row), as S slices of 32 bytes (s8 k32 / bf16 k16): per warp, the mma.sync A
+// fragment of its 16 rows (the same byte layout for both element types).
+template <int S>
+__device__ void LoadAFragments(const void* a, int row_bytes, uint32_t (&frag)[S][4]) {
+  const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const char* base = static_cast<const char*>(a);
+  auto word = [&](int row, int byte) {
+    uint32_t v;
+    memcpy(&v, base + row * row_bytes + byte, 4);
+    return v;
+  };
+  for (int s = 0; s < S; ++s) {
+    frag[s][0] = word(16 * w + g, 32 * s + 4 * t);
+    frag[s][1] = word(16 * w + g + 8, 32 * s + 4 * t);
+    frag[s][2] = word(16 * w + g, 32 * s + 16 + 4 * t);
+    frag[s][3] = word(16 * w + g + 8, 32 * s + 16 + 4 * t);
+  }
+}
 // Writes a 64 x 64 accumulator (m64nNk layout: warp w holds rows 16w..16w+15) to c, row-major.
 template <typename Acc>
 __device__ void StoreAcc(const Acc (&d)[32], Acc* c) {
@@ -117,19 +136,8 @@ __global__ void __launch_bounds__(kThreads) RsGemmKernel(const int8_t* a, const 
   char* const sb = AlignedSmem(smem_raw);
   LoadGmmaTileAsync<Tile, kThreads>(sb, b, 0, kN, threadIdx.x);
   WaitStagedTiles();
-  const int tid = threadIdx.x, w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-  auto word = [&](int row, int byte) {
-    uint32_t v;
-    memcpy(&v, a + row * K + byte, 4);
-    return v;
-  };
   uint32_t frag[K / 32][4];
-  for (int s = 0; s < K / 32; ++s) {
-    frag[s][0] = word(16 * w + g, 32 * s + 4 * t);
-    frag[s][1] = word(16 * w + g + 8, 32 * s + 4 * t);
-    frag[s][2] = word(16 * w + g, 32 * s + 16 + 4 * t);
-    frag[s][3] = word(16 * w + g + 8, 32 * s + 16 + 4 * t);
-  }
+  LoadAFragments(a, K, frag);
   int32_t d[32];
   for (int i = 0; i < 32; ++i) d[i] = 0;
   const uint32_t bb = SmemAddr(sb);
@@ -153,19 +161,8 @@ __global__ void __launch_bounds__(kThreads) RsBf16MnKernel(const __nv_bfloat16* 
   char* const sb = AlignedSmem(smem_raw);
   LoadGmmaTileAsync<Tile, kThreads>(sb, b_kn, 0, K, threadIdx.x);
   WaitStagedTiles();
-  const int tid = threadIdx.x, w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-  auto word = [&](int row, int col) {  // two bf16 at (row, col), (row, col + 1)
-    uint32_t v;
-    memcpy(&v, a + row * K + col, 4);
-    return v;
-  };
   uint32_t frag[K / 16][4];
-  for (int s = 0; s < K / 16; ++s) {
-    frag[s][0] = word(16 * w + g, 16 * s + 2 * t);
-    frag[s][1] = word(16 * w + g + 8, 16 * s + 2 * t);
-    frag[s][2] = word(16 * w + g, 16 * s + 8 + 2 * t);
-    frag[s][3] = word(16 * w + g + 8, 16 * s + 8 + 2 * t);
-  }
+  LoadAFragments(a, 2 * K, frag);
   float d[32];
   for (int i = 0; i < 32; ++i) d[i] = 0.f;
   const uint32_t bb = SmemAddr(sb);
