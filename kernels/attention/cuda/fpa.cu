@@ -128,6 +128,24 @@ __device__ __forceinline__ void StoreAccBf16(bf16* out, int D, int row0, int n_r
   }
 }
 
+// Online-softmax step for row half h (rows g, g + 8) of a warp's 16 x (8 NT) raw logits s: the
+// running log2-domain max m moves to max(m, scale_log2 * rowmax); returns alpha = exp2(m_old -
+// m_use), the rescale of the row's earlier sums, and sets m_use, the offset the caller subtracts
+// (0 for a row with no valid key yet).
+template <int NT>
+__device__ __forceinline__ float OnlineRowMax(const float (&s)[NT][4], int h, float scale_log2,
+                                              float& m, float& m_use) {
+  float mx = -INFINITY;
+#pragma unroll
+  for (int nb = 0; nb < NT; ++nb) mx = fmaxf(mx, fmaxf(s[nb][2 * h], s[nb][2 * h + 1]));
+  mx = QuadMax(mx) * scale_log2;
+  const float m_new = fmaxf(m, mx);
+  m_use = m_new == -INFINITY ? 0.f : m_new;
+  const float alpha = FastExp2(m - m_use);
+  m = m_new;
+  return alpha;
+}
+
 // The 1 / l of a warp's two accumulator rows (row0 + g, row0 + g + 8; 0 for a row with no
 // visible key) from the quad partial sums l, and their natural-log LSE (m: the log2-domain
 // running max) written to lse[row] for rows < n_rows: the forward kernels' epilogue.
@@ -223,14 +241,8 @@ __global__ void __launch_bounds__(kThreads) FpaForwardKernel(FwdParams p) {
     // Online softmax (base 2).
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int nb = 0; nb < kNT; ++nb) mx = fmaxf(mx, fmaxf(s[nb][2 * h], s[nb][2 * h + 1]));
-      mx = QuadMax(mx) * p.scale_log2;
-      const float m_new = fmaxf(m[h], mx);
-      const float m_use = m_new == -INFINITY ? 0.f : m_new;  // a row with no valid key yet
-      const float alpha = FastExp2(m[h] - m_use);
-      m[h] = m_new;
+      float m_use;
+      const float alpha = OnlineRowMax(s, h, p.scale_log2, m[h], m_use);
       float sum = 0.f;
 #pragma unroll
       for (int nb = 0; nb < kNT; ++nb) {
@@ -398,16 +410,8 @@ __global__ void __launch_bounds__(128, 2) FpaForwardKernelV2(FwdParams p) {
     for (int mi = 0; mi < 2; ++mi) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        float mx = -INFINITY;
-#pragma unroll
-        for (int nb = 0; nb < kNT; ++nb) {
-          mx = fmaxf(mx, fmaxf(s[mi][nb][2 * h], s[mi][nb][2 * h + 1]));
-        }
-        mx = QuadMax(mx) * p.scale_log2;
-        const float m_new = fmaxf(m[mi][h], mx);
-        const float m_use = m_new == -INFINITY ? 0.f : m_new;  // a row with no valid key yet
-        const float alpha = FastExp2(m[mi][h] - m_use);
-        m[mi][h] = m_new;
+        float m_use;
+        const float alpha = OnlineRowMax(s[mi], h, p.scale_log2, m[mi][h], m_use);
         float sum = 0.f;
 #pragma unroll
         for (int nb = 0; nb < kNT; ++nb) {
@@ -562,14 +566,8 @@ __global__ void __launch_bounds__(256, FpaFwdWgConfig<D>::kMinBlocks)
     // Online softmax (base 2) per row half; O rescaled in the wgmma accumulators.
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int nb = 0; nb < 8; ++nb) mx = fmaxf(mx, fmaxf(s[nb][2 * h], s[nb][2 * h + 1]));
-      mx = QuadMax(mx) * p.scale_log2;
-      const float m_new = fmaxf(m[h], mx);
-      const float m_use = m_new == -INFINITY ? 0.f : m_new;  // a row with no valid key yet
-      const float alpha = FastExp2(m[h] - m_use);
-      m[h] = m_new;
+      float m_use;
+      const float alpha = OnlineRowMax(s, h, p.scale_log2, m[h], m_use);
       float sum = 0.f;
 #pragma unroll
       for (int nb = 0; nb < 8; ++nb) {
