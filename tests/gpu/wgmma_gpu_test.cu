@@ -127,7 +127,8 @@ __global__ void __launch_bounds__(kThreads) GemmKernel(const T* a, const T* b,
 }
 
 // MmaS8RS: A from registers in the documented fragment layout (per warp, the mma.sync m16n8k32
-// A fragment of its 16 rows), B from a GmmaTile; two passes as above.
+// A fragment of its 16 rows), B from a GmmaTile; two passes as above, the first slice by
+// MmaS8RSFirst into poisoned accumulators.
 template <int K>
 __global__ void __launch_bounds__(kThreads) RsGemmKernel(const int8_t* a, const int8_t* b,
                                                          int32_t* c) {
@@ -139,12 +140,18 @@ __global__ void __launch_bounds__(kThreads) RsGemmKernel(const int8_t* a, const 
   uint32_t frag[K / 32][4];
   LoadAFragments(a, K, frag);
   int32_t d[32];
-  for (int i = 0; i < 32; ++i) d[i] = 0;
+  for (int i = 0; i < 32; ++i) d[i] = 0x1234567;  // MmaS8RSFirst must overwrite, not add
   const uint32_t bb = SmemAddr(sb);
   Fence();
   for (int pass = 0; pass < 2; ++pass) {
 #pragma unroll
-    for (int s = 0; s < K / 32; ++s) MmaS8RS(d, frag[s], Desc<Tile>(bb, 32 * s), pass > 0 || s > 0);
+    for (int s = 0; s < K / 32; ++s) {
+      if (pass == 0 && s == 0) {
+        MmaS8RSFirst(d, frag[s], Desc<Tile>(bb, 0));
+      } else {
+        MmaS8RS(d, frag[s], Desc<Tile>(bb, 32 * s), true);
+      }
+    }
   }
   Commit();
   Wait<0>();

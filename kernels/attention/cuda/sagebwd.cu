@@ -408,6 +408,23 @@ __host__ __device__ constexpr int FwdKeyOfSlot(int slot) {
 // Quantization kernels.
 // ----------------------------------------------------------------------------------------------
 
+// *armed == kDqArmed <=> dsrow and dqacc are zero: set by a v5+ forward after zeroing them, read
+// by the backward's prep launch, cleared by the dQ conversion after the backward kernel added into
+// them (clearing it in the backward kernel itself cost that kernel 3-4%: its code changed).
+constexpr int kDqArmed = 0x5A6E4451;
+
+// Zeroes dsrow and dqacc for rows [r0, r0 + rows) of head bh (all threads of the CTA).
+template <int D>
+__device__ __forceinline__ void ZeroDqRows(float* dsrow, float* dqacc, int64_t bh, int n, int r0,
+                                           int rows, int tid, int nthreads) {
+  const int nr = min(rows, n - r0);
+  if (nr <= 0) return;
+  float4* dq = reinterpret_cast<float4*>(dqacc + (bh * n + r0) * D);
+  const float4 z = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int i = tid; i < nr * (D / 4); i += nthreads) __stcs(dq + i, z);  // streaming: no L2 claim
+  for (int i = tid; i < nr; i += nthreads) __stcs(dsrow + bh * n + r0 + i, 0.0f);
+}
+
 // Partial K sums for the K mean: kpart[bh][part][d] = sum of k[bh][r][d] over the rows of part
 // `part` (rows_per_part consecutive rows; double sums). grid: (parts, BH), block: D/2 x 16: thread
 // (cp, lane16) sums columns 2cp, 2cp+1 over rows lane16, lane16 + 16, ... of the part; the 16 are
@@ -455,9 +472,11 @@ struct QuantParams {
   int kparts;
   float* kbar;  // mode 1: (BH, D) written by each head's tile 0
   float* mu;    // mode 2: (BH, tiles, D)
-  // Backward prep (kPrep, job 0 = dO): drow = rowsum(dO o O); dsrow and dqacc zeroed.
+  // Backward prep (kPrep, job 0 = dO): drow = rowsum(dO o O); dsrow and dqacc zeroed unless
+  // *armed == kDqArmed (the forward zeroed them).
   const __nv_bfloat16* o;
   float *drow, *dsrow, *dqacc;
+  const int* armed;
   int n, np;
 };
 
@@ -472,9 +491,11 @@ struct QuantParams {
 // 16-key run holds key FwdKeyOfSlot(s).
 // kPrep (the backward's dO): also drow[row] = sum_d dO O (fp32; the kC8 threads of a row are
 // adjacent lanes, combined by shuffles), dsrow[row] = 0 and the fp32 dQ accumulator rows zeroed
-// (the backward kernel adds into both).
+// (the backward kernel adds into both) unless the forward armed them.
+// D = 64 forward launch: at most 40 registers (6 blocks per SM instead of 5 at 48): 46.0 -> 43.6
+// us at B16 H12 N1024 (ncu, H200); the prep launch keeps 48 (40 spilled and measured no better).
 template <int D, bool kPrep>
-__global__ void __launch_bounds__(256) QuantizeKernel(QuantParams p) {
+__global__ void __launch_bounds__(256, (D == 64 && !kPrep) ? 6 : 1) QuantizeKernel(QuantParams p) {
   constexpr int kC8 = D / 8;             // 16-byte chunks of a bf16 row
   constexpr int kGroups = 256 / kC8;     // row groups (16 / 32)
   constexpr int kPer = kTile / kGroups;  // rows per thread (4 / 2)
@@ -519,6 +540,7 @@ __global__ void __launch_bounds__(256) QuantizeKernel(QuantParams p) {
     }
   }
   if constexpr (kPrep) {
+    const bool zero = *p.armed != kDqArmed;
 #pragma unroll
     for (int k = 0; k < kPer; ++k) {
 #pragma unroll
@@ -526,10 +548,12 @@ __global__ void __launch_bounds__(256) QuantizeKernel(QuantParams p) {
       if (rows[k] < nr) {
         if (c8 == 0) {
           p.drow[xrow0 + rows[k]] = dot[k];
-          p.dsrow[xrow0 + rows[k]] = 0.0f;
+          if (zero) p.dsrow[xrow0 + rows[k]] = 0.0f;
         }
-        float4* dq = reinterpret_cast<float4*>(p.dqacc + (xrow0 + rows[k]) * D + c8 * 8);
-        dq[0] = dq[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (zero) {
+          float4* dq = reinterpret_cast<float4*>(p.dqacc + (xrow0 + rows[k]) * D + c8 * 8);
+          dq[0] = dq[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
       }
     }
   }
@@ -633,6 +657,13 @@ struct FwdParams {
   const float *sq, *sk, *sv, *kbar, *mu;
   __nv_bfloat16* o;
   float* lse;
+  // The v5+ forwards zero the backward's accumulators for their rows (dsrow, dqacc: (BH, N) and
+  // (BH, N, D)) and set *armed = kDqArmed, so the backward's memory-bound prep launch skips that
+  // pass. Measured (ncu, H200): the forward kernel +5.4 us (B16 H12 N1024 d64 causal), +8.3 us
+  // (B4 H16 N2048 d128), +16 us (B2 H16 N8192 d128 causal) with the stores at its start (at its
+  // end: +6.0 / +12.7 / +23.6), the prep launch -11 / -13.9 us (first two). nullptr: not zeroed.
+  float *dsrow, *dqacc;
+  int* armed;
   int n, np, ntq, ntk;
   bool smooth_q;
   float tau;
@@ -919,6 +950,10 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg>::kThreadsV5,
   };
   load_stage(s_stage, 0);
   cuda::CpAsyncCommit();
+  if (p.dqacc != nullptr) {
+    ZeroDqRows<D>(p.dsrow, p.dqacc, bh, p.n, r0, kFwdRows, threadIdx.x, C::kThreadsV5);
+    if (rb == 0 && bh == 0 && threadIdx.x == 0) *p.armed = kDqArmed;
+  }
   for (int j = 0; j <= last; ++j) {
     const int c0 = j * kTile;
     __syncthreads();  // previous tile's reads of the stage refilled below (and s_bias) are done
@@ -1088,16 +1123,11 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg>::kThreadsV5,
         using TT = typename C::TileT;
         constexpr int kCh = D / 64;
         int32_t pv[kCh][32];
-#pragma unroll
-        for (int ch = 0; ch < kCh; ++ch) {
-#pragma unroll
-          for (int r = 0; r < 32; ++r) pv[ch][r] = 0;
-        }
         wg::Fence();  // the pa registers were just written
 #pragma unroll
         for (int ch = 0; ch < kCh; ++ch) {
           const int v_byte = stage_byte + C::kVh + ch * 64 * kTile;
-          wg::MmaS8RS(pv[ch], pa[0][0], TileDesc<TT>(dlo, v_byte, 0), false);
+          wg::MmaS8RSFirst(pv[ch], pa[0][0], TileDesc<TT>(dlo, v_byte, 0));
           wg::MmaS8RS(pv[ch], pa[0][1], TileDesc<TT>(dlo, v_byte, 32), true);
           wg::Commit();
         }
@@ -1820,11 +1850,14 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
 
 // dq = dqacc (+ tau * rowsum(dS) * kbar with the K-mean correction), to bf16; four elements
 // (16-byte load, 8-byte store) per thread.
+// Also clears *armed (dqacc is no longer zero).
 template <int D>
 __global__ void DqFinalizeKernel(const float4* __restrict__ dqacc, const float* __restrict__ dsrow,
                                  const float* __restrict__ kbar, int n, int64_t total4,
-                                 bool correct, float tau, __nv_bfloat16* __restrict__ dq) {
+                                 bool correct, float tau, __nv_bfloat16* __restrict__ dq,
+                                 int* __restrict__ armed) {
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx == 0) *armed = 0;
   if (idx >= total4) return;
   const int64_t row = idx / (D / 4);  // (bh, token)
   const int d = static_cast<int>(idx % (D / 4)) * 4;
@@ -1851,6 +1884,7 @@ struct Workspace {
   int8_t *qh, *qht, *kh, *kht, *vh, *vht, *doh, *doht;
   float *sq, *sk, *sv, *sdo, *kbar, *mu, *drow, *dsrow, *dqacc;
   double* kpart;
+  int* armed;  // kDqArmed: dsrow and dqacc are zero (a v5+ forward zeroed them)
   size_t bytes;
 };
 
@@ -1884,6 +1918,7 @@ Workspace CarveWorkspace(const AttnShape& s, char* base) {
   w.dsrow = reinterpret_cast<float*>(take(4 * size_t(bh * s.N)));
   w.dqacc = reinterpret_cast<float*>(take(4 * size_t(bh * s.N * s.D)));
   w.kpart = reinterpret_cast<double*>(take(8 * size_t(bh * kKMeanMaxParts * s.D)));
+  w.armed = reinterpret_cast<int*>(take(sizeof(int)));
   w.bytes = off;
   return w;
 }
@@ -1989,6 +2024,9 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
   p.mu = w.mu;
   p.o = o;
   p.lse = lse;
+  p.dsrow = w.dsrow;
+  p.dqacc = w.dqacc;
+  p.armed = w.armed;
   p.n = s.N;
   p.np = nt * kTile;
   p.ntq = nt;
@@ -2112,6 +2150,7 @@ Status BackwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_b
   qp.drow = w.drow;
   qp.dsrow = w.dsrow;
   qp.dqacc = w.dqacc;
+  qp.armed = w.armed;
   if (Status st = LaunchQuantize<D, true>(s, qp, 1, stream); !st.ok()) return st;
 
   BwdParams p;
@@ -2160,7 +2199,7 @@ Status BackwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_b
   const int64_t total4 = rows * D / 4;
   DqFinalizeKernel<D><<<static_cast<unsigned>((total4 + 255) / 256), 256, 0, stream>>>(
       reinterpret_cast<const float4*>(w.dqacc), w.dsrow, w.kbar, s.N, total4,
-      opt.smooth_k && opt.dq_kmean_correction, p.tau, dq);
+      opt.smooth_k && opt.dq_kmean_correction, p.tau, dq, w.armed);
   return CudaStatus(cudaGetLastError(), "SageBwd DqFinalizeKernel launch");
 }
 

@@ -21,9 +21,13 @@
 //   qh, qht, kh, kht, vh, vht, doh, doht : int8 (BH, Np, D) / transposes (BH, D, Np)
 //   sq (BH, tq) f32, sk (BH, tk), sv (BH, tk), sdo (BH, tq), kbar (BH, D), mu (BH, tq, D),
 //   drow (BH, N) f32 = rowsum(dO o O), dsrow (BH, N) f32 = rowsum(dS), dqacc (BH, N, D) f32,
-//   kpart (BH, 16, D) f64 = partial K sums over up to 16 row ranges (the K mean's first pass).
+//   kpart (BH, 16, D) f64 = partial K sums over up to 16 row ranges (the K mean's first pass),
+//   armed (one int): set by the forward kernel after it zeroed dsrow and dqacc, cleared by the
+//   backward's dQ conversion (after the backward kernel added into them).
 // Launches: forward = K-mean parts (smooth_k), one quantization launch for K, V and Q, the
-// attention kernel; backward = one launch quantizing dO with D_i and the zeroed dsrow / dqacc,
+// attention kernel (which also zeroes dsrow / dqacc for the backward: its stores are free in a
+// compute-bound kernel); backward = one launch quantizing dO with D_i (and zeroing dsrow / dqacc
+// itself unless the forward armed them: a second backward after one forward stays correct),
 // the attention kernel, the dQ conversion.
 // dQ is accumulated in fp32 into dqacc (one CTA per K tile; atomicAdd, or bulk reductions from
 // shared memory), then converted to bf16 (plus the K-smoothing correction) by a final kernel; dK
