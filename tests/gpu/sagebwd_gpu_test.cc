@@ -8,7 +8,8 @@
 //       double near rounding midpoints flips rare int8 codes, which shows up as outliers in L2).
 //   (b) ExactMatch: exact FpaForward/FpaBackward<double>, sigma 1, N in {128, 1000, 4096},
 //       D in {64, 128}, causal and not: cosine >= 0.999, rel L2 <= 0.03 for O, dQ, dK, dV.
-//   (c) PoisonedOutputs: outputs pre-filled with NaN are fully overwritten with finite values.
+//   (c) PoisonedOutputs: outputs pre-filled with NaN are fully overwritten with finite values;
+//       RepeatedBackward: a second backward after one forward gives the first one's gradients.
 //   (d) SigmaTrend: error vs exact over sigma_Q = sigma_K in {1, 3, 5, 8, 10}, printed; dQ error
 //       must grow (loosely).
 //   (e) Variants: smooth_q, int8_dp, dq_kmean_correction = false, smooth_k = false against the
@@ -141,10 +142,11 @@ std::vector<double> FromBits(const std::vector<uint16_t>& b) {
   return x;
 }
 
-// Runs the GPU forward and backward. poison: fill outputs with NaN bits first.
+// Runs the GPU forward and backward. poison: fill outputs with NaN bits first. backward_calls:
+// how many times the backward runs after the one forward (the last call's outputs are returned).
 void RunGpu(const AttnShape& s, const SageCudaOptions& opt, const std::vector<double>& q,
             const std::vector<double>& k, const std::vector<double>& v,
-            const std::vector<double>& dout, bool poison, GpuResult* r) {
+            const std::vector<double>& dout, bool poison, GpuResult* r, int backward_calls = 1) {
   const int64_t n = s.numel(), rows = s.rows();
   const size_t tb = sizeof(uint16_t) * n;
   DeviceBuffer dq_, dk_, dv_, dd_, d_o, d_lse, d_dq, d_dk, d_dv, ws;
@@ -179,12 +181,14 @@ void RunGpu(const AttnShape& s, const SageCudaOptions& opt, const std::vector<do
                               ws.as<void>(), wsb, stream);
   ASSERT_TRUE(st.ok()) << st.ToString();
   CUDA_OK(cudaStreamSynchronize(stream));
-  st = SageBackwardCuda(s, opt, dq_.as<__nv_bfloat16>(), dk_.as<__nv_bfloat16>(),
-                        dv_.as<__nv_bfloat16>(), d_o.as<__nv_bfloat16>(), dd_.as<__nv_bfloat16>(),
-                        d_lse.as<float>(), d_dq.as<__nv_bfloat16>(), d_dk.as<__nv_bfloat16>(),
-                        d_dv.as<__nv_bfloat16>(), ws.as<void>(), wsb, stream);
-  ASSERT_TRUE(st.ok()) << st.ToString();
-  CUDA_OK(cudaStreamSynchronize(stream));
+  for (int call = 0; call < backward_calls; ++call) {
+    st = SageBackwardCuda(s, opt, dq_.as<__nv_bfloat16>(), dk_.as<__nv_bfloat16>(),
+                          dv_.as<__nv_bfloat16>(), d_o.as<__nv_bfloat16>(), dd_.as<__nv_bfloat16>(),
+                          d_lse.as<float>(), d_dq.as<__nv_bfloat16>(), d_dk.as<__nv_bfloat16>(),
+                          d_dv.as<__nv_bfloat16>(), ws.as<void>(), wsb, stream);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    CUDA_OK(cudaStreamSynchronize(stream));
+  }
   CUDA_OK(cudaGetLastError());
   CUDA_OK(cudaStreamDestroy(stream));
 
@@ -327,6 +331,30 @@ TEST(SageBwdGpu, PoisonedOutputs) {
           EXPECT_EQ(nonfinite(g.dv), 0) << "dV " << Describe(s, opt);
         }
       }
+    }
+  }
+}
+
+// The forward zeroes the backward's fp32 dQ accumulator and marks the workspace ("armed"); the
+// backward after it skips its own zeroing. A second backward after one forward must zero it
+// again: its dQ equals the first one's (up to the order of the fp32 additions), not twice it.
+TEST(SageBwdGpu, RepeatedBackward) {
+  SKIP_WITHOUT_GPU();
+  for (int d : {64, 128}) {
+    for (bool causal : {false, true}) {
+      const AttnShape s{2, 2, 190, d, causal};
+      const SageCudaOptions opt;
+      const Inputs in = MakeInputs(s, 1.0, 41 + d);
+      GpuResult once, twice;
+      RunGpu(s, opt, in.q, in.k, in.v, in.dout, /*poison=*/true, &once, 1);
+      RunGpu(s, opt, in.q, in.k, in.v, in.dout, /*poison=*/true, &twice, 2);
+      if (::testing::Test::HasFatalFailure()) return;
+      const Stats dq = Compare(twice.dq, once.dq), dk = Compare(twice.dk, once.dk),
+                  dv = Compare(twice.dv, once.dv);
+      EXPECT_LE(dq.e.rel_l2, 1e-3) << "dQ " << Describe(s, opt);
+      EXPECT_GE(dq.e.cosine, 0.999999) << "dQ " << Describe(s, opt);
+      EXPECT_EQ(dk.max_abs, 0.0) << "dK " << Describe(s, opt);
+      EXPECT_EQ(dv.max_abs, 0.0) << "dV " << Describe(s, opt);
     }
   }
 }
