@@ -149,7 +149,7 @@ __global__ void __launch_bounds__(kThreads) RsGemmKernel(const int8_t* a, const 
       if (pass == 0 && s == 0) {
         MmaS8RSFirst(d, frag[s], Desc<Tile>(bb, 0));
       } else {
-        MmaS8RS(d, frag[s], Desc<Tile>(bb, 32 * s), true);
+        MmaS8RS(d, frag[s], Desc<Tile>(bb, 32 * s));
       }
     }
   }

@@ -42,20 +42,23 @@
 // with kFastS and kWg: 8 warps = two warpgroups x 64 rows, 128-row CTAs, S = Q^ K^T by wgmma from
 // swizzled tiles, P~^ packed from registers into s8 A fragments and multiplied by V^T through
 // wgmma with A from registers (V^T stored in the permuted key order FwdKeyOfSlot), chosen by
-// FwdProductionFor; the v3/v4 forward (SageForwardKernel) and the v5 variants (mma.sync) stay
-// compiled in for the lab (SageCudaOptions::fwd_variant). Backward: sagebwd v7
-// = v4 (bits kBwdInterior | kBwdOcc3) + kBwdFastQ (P^T / dS^T / dS^ codes by one FMA into the
-// 1.5 * 2^23 mantissa, no F2I / clamp) + kBwdExp2 (P by ex2.approx in the log2 domain) + all five
-// products by wgmma (sm_90a, wgmma.cuh: S and dP from the swizzled Q^ / K^ / dO / V tiles, dV /
-// dK / dQ from the P^T / dS^T / dS^ tiles the kernel writes, two of those in flight at a time) +
-// column scale partials by a reduce-scatter = backward variant 4024 of the compiled-in variants
-// 24 / 184 / 1464 / 1976 / 4024 (kBwd*, BwdLaunchFor; the GPU test's lab mode times them through
-// SageCudaOptions::bwd_variant). Forward: mma.sync m16n8k32 s8 with ldmatrix fragment loads
+// FwdProductionFor (11 = the same with the causal grid longest-first); the v3/v4 forward
+// (SageForwardKernel) and the v5 variants (mma.sync) stay compiled in for the lab
+// (SageCudaOptions::fwd_variant). Backward: sagebwd v8 = v4 (bits kBwdInterior | kBwdOcc3) +
+// kBwdFastQ (P^T / dS^T / dS^ codes by one FMA into the 1.5 * 2^23 mantissa, no F2I / clamp) +
+// kBwdExp2 (P by ex2.approx in the log2 domain) + all five products by wgmma (sm_90a, wgmma.cuh:
+// S and dP from the swizzled Q^ / K^ / dO / V tiles, dV / dK / dQ from the P^T / dS^T / dS^
+// tiles the kernel writes, two of those in flight at a time) + column scale partials by a
+// reduce-scatter (= v7, 4024) + the bits of BwdProductionFor (late phase-2 waits, vector column
+// scales, bulk dQ reductions, longest-first causal grid); the compiled-in variants are
+// BwdCompiled (the GPU test's lab mode times them through SageCudaOptions::bwd_variant). The
+// quantization is two launches (K-mean parts, then K / V / Q) in the forward and one (dO with
+// D_i) in the backward; the forward kernel zeroes the backward's dQ accumulator. Lab forward
+// v3: mma.sync m16n8k32 s8 with ldmatrix fragment loads
 // from padded tiles (row strides of an odd number of 16-byte chunks: conflict-free), cp.async
 // copies, K^ / V^T double-buffered (next tile prefetched during the current one); backward: Q^ /
 // dO / lse / D_i of a Q tile loaded at the top of its iteration (v3's one-ahead prefetch, 16-byte
-// dQ atomics and S32ToF32 conversion were 2-6% slower together and are gone); quantization
-// kernels with 16-byte loads and stores in both orientations. No TMA yet.
+// dQ atomics and S32ToF32 conversion were 2-6% slower together and are gone). No TMA yet.
 //
 // Backward lab, sagebwd v6 (fpa.cu's backward v2 structure: 8 warps, 128 keys per CTA): measured
 // 0.76-0.88x of v4 in its best build and removed (kernels/bench/README.md, Variants, names the
@@ -428,8 +431,8 @@ __device__ __forceinline__ void ZeroDqRows(float* dsrow, float* dqacc, int64_t b
 // Partial K sums for the K mean: kpart[bh][part][d] = sum of k[bh][r][d] over the rows of part
 // `part` (rows_per_part consecutive rows; double sums). grid: (parts, BH), block: D/2 x 16: thread
 // (cp, lane16) sums columns 2cp, 2cp+1 over rows lane16, lane16 + 16, ... of the part; the 16 are
-// combined in shared memory. QuantizeKernel's K tiles add the parts up (kbar = sum / N), so the
-// mean costs no separate pass over BH blocks only (one block per head filled a third of the SMs).
+// combined in shared memory. QuantizeKernel's K tiles add the parts up (kbar = sum / N). Parts
+// rather than one block per head: BH blocks alone filled a third of the SMs.
 constexpr int kKMeanLanes = 16;
 constexpr int kKMeanMaxParts = 16;
 template <int D>
@@ -545,17 +548,9 @@ __global__ void __launch_bounds__(256, (D == 64 && !kPrep) ? 6 : 1) QuantizeKern
     for (int k = 0; k < kPer; ++k) {
 #pragma unroll
       for (int o = kC8 / 2; o > 0; o >>= 1) dot[k] += __shfl_xor_sync(0xffffffffu, dot[k], o);
-      if (rows[k] < nr) {
-        if (c8 == 0) {
-          p.drow[xrow0 + rows[k]] = dot[k];
-          if (zero) p.dsrow[xrow0 + rows[k]] = 0.0f;
-        }
-        if (zero) {
-          float4* dq = reinterpret_cast<float4*>(p.dqacc + (xrow0 + rows[k]) * D + c8 * 8);
-          dq[0] = dq[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        }
-      }
+      if (rows[k] < nr && c8 == 0) p.drow[xrow0 + rows[k]] = dot[k];
     }
+    if (zero) ZeroDqRows<D>(p.dsrow, p.dqacc, bh, p.n, r0, kTile, threadIdx.x, blockDim.x);
   }
   if (J.mode != 0) {
     if (J.mode == 1) {
@@ -661,7 +656,8 @@ struct FwdParams {
   // (BH, N, D)) and set *armed = kDqArmed, so the backward's memory-bound prep launch skips that
   // pass. Measured (ncu, H200): the forward kernel +5.4 us (B16 H12 N1024 d64 causal), +8.3 us
   // (B4 H16 N2048 d128), +16 us (B2 H16 N8192 d128 causal) with the stores at its start (at its
-  // end: +6.0 / +12.7 / +23.6), the prep launch -11 / -13.9 us (first two). nullptr: not zeroed.
+  // end: +6.0 / +12.7 / +23.6), the prep launch -11 / -13.9 us (first two). The v3 forward
+  // (SageForwardKernel) ignores these fields (the backward then zeroes).
   float *dsrow, *dqacc;
   int* armed;
   int n, np, ntq, ntk;
@@ -950,10 +946,8 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg>::kThreadsV5,
   };
   load_stage(s_stage, 0);
   cuda::CpAsyncCommit();
-  if (p.dqacc != nullptr) {
-    ZeroDqRows<D>(p.dsrow, p.dqacc, bh, p.n, r0, kFwdRows, threadIdx.x, C::kThreadsV5);
-    if (rb == 0 && bh == 0 && threadIdx.x == 0) *p.armed = kDqArmed;
-  }
+  ZeroDqRows<D>(p.dsrow, p.dqacc, bh, p.n, r0, kFwdRows, threadIdx.x, C::kThreadsV5);
+  if (rb == 0 && bh == 0 && threadIdx.x == 0) *p.armed = kDqArmed;
   for (int j = 0; j <= last; ++j) {
     const int c0 = j * kTile;
     __syncthreads();  // previous tile's reads of the stage refilled below (and s_bias) are done
@@ -1128,7 +1122,7 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg>::kThreadsV5,
         for (int ch = 0; ch < kCh; ++ch) {
           const int v_byte = stage_byte + C::kVh + ch * 64 * kTile;
           wg::MmaS8RSFirst(pv[ch], pa[0][0], TileDesc<TT>(dlo, v_byte, 0));
-          wg::MmaS8RS(pv[ch], pa[0][1], TileDesc<TT>(dlo, v_byte, 32), true);
+          wg::MmaS8RS(pv[ch], pa[0][1], TileDesc<TT>(dlo, v_byte, 32));
           wg::Commit();
         }
         cuda::StaticFor<kCh>([&](auto ch_c) {
@@ -1725,8 +1719,6 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
     // branch, its source registers reused by the next conversion, stalled on every one).
     const auto epi_dq = [&](auto ch_c, const auto& at) {
       constexpr int ch = decltype(ch_c)::value;
-      float* dst0 = p.dqacc + bh * nd + int64_t(grow0) * D + ch * 64 + 2 * t;
-      float* dst1 = dst0 + 8 * D;
       float2 v0[8], v1[8];
 #pragma unroll
       for (int n = 0; n < 8; ++n) {
@@ -1758,6 +1750,8 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
           wg::BulkCommit();
         }
       } else {
+        float* dst0 = p.dqacc + bh * nd + int64_t(grow0) * D + ch * 64 + 2 * t;
+        float* dst1 = dst0 + 8 * D;
         if (grow0 < p.n) {
 #pragma unroll
           for (int n = 0; n < 8; ++n) atomicAdd(reinterpret_cast<float2*>(dst0 + n * 8), v0[n]);
@@ -2082,8 +2076,8 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
 // BwdProductionFor is what production calls (bwd_variant = -1) run (sagebwd v8): causal 241592;
 // non-causal 44984 at d128, 110520 at d64 (kernels/bench/README.md, Variants).
 constexpr int BwdProductionFor(int d, bool causal) {
-  constexpr int kV7 = 24 + kBwdExp2 + kBwdFastQ + kBwdWgmma + kBwdWgmma2 + kBwdColRs + kBwdWgPipe;
-  constexpr int kV8 = kV7 + kBwdSplitWait + kBwdColVec;
+  constexpr int kV8 = 24 + kBwdExp2 + kBwdFastQ + kBwdWgmma + kBwdWgmma2 + kBwdColRs + kBwdWgPipe +
+                      kBwdSplitWait + kBwdColVec;
   if (causal) return kV8 + kBwdBulkDq + kBwdLpt;
   return d == 128 ? kV8 : kV8 + kBwdBulkDq;
 }
@@ -2100,38 +2094,27 @@ BwdLaunch BwdLaunchOf() {
                     (kVar & kBwdWgPipe) != 0 && (kVar & kBwdBulkDq) != 0>::kBytes,
           (kVar & kBwdLpt) != 0};
 }
+// The backward variants compiled in (the list above), one instantiation per head dim and mask.
+template <int... V>
+struct BwdVariantList {};
+constexpr int kBwdV4q = 24 + kBwdExp2 + kBwdFastQ;                                  // 184
+constexpr int kBwdV7a = kBwdV4q + kBwdWgmma + kBwdColRs;                             // 1464
+constexpr int kBwdV7b = kBwdV7a + kBwdWgmma2;                                        // 1976
+constexpr int kBwdV7 = kBwdV7b + kBwdWgPipe;                                         // 4024
+constexpr int kBwdV7s = kBwdV7 + kBwdSplitWait;                                      // 12216
+using BwdCompiled =
+    BwdVariantList<24, kBwdV4q, kBwdV7a, kBwdV7b, kBwdV7, kBwdV7s, kBwdV7s + kBwdColVec,
+                   kBwdV7s + kBwdBulkDq, kBwdV7s + kBwdColVec + kBwdBulkDq,
+                   kBwdV7s + kBwdColVec + kBwdBulkDq + kBwdLpt, kBwdV7s + kBwdColVec + kBwdLpt>;
+template <int D, bool kCausal, int... V>
+BwdLaunch BwdLaunchIn(int var, BwdVariantList<V...>) {
+  BwdLaunch r{};
+  (void)((var == V ? (r = BwdLaunchOf<D, kCausal, V>(), true) : false) || ...);
+  return r;
+}
 template <int D, bool kCausal>
 BwdLaunch BwdLaunchFor(int var) {
-  constexpr int kV4q = 24 + kBwdExp2 + kBwdFastQ;
-  constexpr int kV7a = kV4q + kBwdWgmma + kBwdColRs;
-  constexpr int kV7b = kV7a + kBwdWgmma2;
-  switch (var) {
-    case 24:
-      return BwdLaunchOf<D, kCausal, 24>();
-    case kV4q:
-      return BwdLaunchOf<D, kCausal, kV4q>();
-    case kV7a:
-      return BwdLaunchOf<D, kCausal, kV7a>();
-    case kV7b:
-      return BwdLaunchOf<D, kCausal, kV7b>();
-    case kV7b + kBwdWgPipe:
-      return BwdLaunchOf<D, kCausal, kV7b + kBwdWgPipe>();
-    case kV7b + kBwdWgPipe + kBwdSplitWait:
-      return BwdLaunchOf<D, kCausal, kV7b + kBwdWgPipe + kBwdSplitWait>();
-    case kV7b + kBwdWgPipe + kBwdSplitWait + kBwdColVec:
-      return BwdLaunchOf<D, kCausal, kV7b + kBwdWgPipe + kBwdSplitWait + kBwdColVec>();
-    case kV7b + kBwdWgPipe + kBwdSplitWait + kBwdBulkDq:
-      return BwdLaunchOf<D, kCausal, kV7b + kBwdWgPipe + kBwdSplitWait + kBwdBulkDq>();
-    case kV7b + kBwdWgPipe + kBwdSplitWait + kBwdColVec + kBwdBulkDq:
-      return BwdLaunchOf<D, kCausal, kV7b + kBwdWgPipe + kBwdSplitWait + kBwdColVec + kBwdBulkDq>();
-    case kV7b + kBwdWgPipe + kBwdSplitWait + kBwdColVec + kBwdBulkDq + kBwdLpt:
-      return BwdLaunchOf<D, kCausal,
-                         kV7b + kBwdWgPipe + kBwdSplitWait + kBwdColVec + kBwdBulkDq + kBwdLpt>();
-    case kV7b + kBwdWgPipe + kBwdSplitWait + kBwdColVec + kBwdLpt:
-      return BwdLaunchOf<D, kCausal, kV7b + kBwdWgPipe + kBwdSplitWait + kBwdColVec + kBwdLpt>();
-    default:
-      return {};
-  }
+  return BwdLaunchIn<D, kCausal>(var, BwdCompiled{});
 }
 
 template <int D>

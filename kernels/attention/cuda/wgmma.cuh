@@ -14,8 +14,8 @@
 //   MmaS8(d, da, db, acc)      wgmma m64n64k32 s32 += s8 x s8 (both operands from shared memory)
 //   MmaBf16(d, da, db, acc)    wgmma m64n64k16 f32 += bf16 x bf16
 //   MmaS8First / MmaBf16First  the same for the first K slice, d write-only (no zeroing needed)
-//   MmaS8RS(d, a, db, acc)     MmaS8 with A from registers (the mma.sync A fragment per warp)
-//   MmaS8RSFirst(d, a, db)     MmaS8RS for the first K slice, d write-only
+//   MmaS8RS(d, a, db)          d += A B with A from registers (the mma.sync A fragment per warp)
+//   MmaS8RSFirst(d, a, db)     d = A B, the same for the first K slice (d write-only)
 //   MmaBf16RSTransB, DescMN    bf16 with A from registers and B MN-major (stored [K][N])
 //   DescStep<TILE>(k_byte)     what Desc<TILE>(base, k_byte) adds to Desc<TILE>(base, 0)
 //   DescLo / DescFromLo<TILE>  the descriptor's address word and the tile type's fixed word
@@ -207,24 +207,22 @@ __device__ __forceinline__ void MmaS8(int32_t (&d)[32], uint64_t da, uint64_t db
       : "l"(da), "l"(db), "r"(int(accumulate)));
 }
 
-// d (+)= A B for one K slice with A from registers: m64n64k32 s8, a[0..3] this thread's A
+// d += A B for one K slice with A from registers: m64n64k32 s8, a[0..3] this thread's A
 // fragment, which per warp is the mma.sync m16n8k32 A fragment of rows 16 w .. 16 w + 15
 // (attention_common.cuh): a[0] = row 16 w + g, bytes 4 t .. 4 t + 3; a[1] = row + 8, same bytes;
 // a[2] / a[3] = the same rows, bytes 16 + 4 t .. (w = warp % 4, g = lane / 4, t = lane % 4).
-__device__ __forceinline__ void MmaS8RS(int32_t (&d)[32], const uint32_t (&a)[4], uint64_t db,
-                                        bool accumulate) {
+__device__ __forceinline__ void MmaS8RS(int32_t (&d)[32], const uint32_t (&a)[4], uint64_t db) {
   asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8 "
       "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-      "{%32, %33, %34, %35}, %36, p;\n}\n"
+      "{%32, %33, %34, %35}, %36, 1;\n"
       : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]),
         "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]),
         "+r"(d[14]), "+r"(d[15]), "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]),
         "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), "+r"(d[24]), "+r"(d[25]),
         "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(int(accumulate)));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
 }
 // d = A B with A from registers for the first K slice, d write-only (MmaS8First of MmaS8RS).
 __device__ __forceinline__ void MmaS8RSFirst(int32_t (&d)[32], const uint32_t (&a)[4], uint64_t db) {
