@@ -1,8 +1,10 @@
-// Shared device pieces of the attention kernels (fpa.cu, sagebwd.cu), sm_80+ instructions only
-// (cp.async, ldmatrix, mma.sync); built for sm_90a.
+// Shared device pieces of the attention kernels (fpa.cu, sagebwd.cu), sm_80+ instructions
+// (cp.async, ldmatrix, mma.sync) plus sm_90's griddepcontrol; built for sm_90a.
 //
 // Contents (namespace ablate::kernels::cuda):
 //   host:    CudaStatus(err, what)        cudaError_t -> Status, once, at the launcher's edge
+//   pdl:     LaunchKernel(..., pdl), GridDepWait / GridDepLaunchDependents (programmatic
+//            dependent launch: a kernel's blocks start during its predecessor's tail)
 //   smem:    SwizzledTile<ROWS, ROW_BYTES> byte offsets of a row-major tile in shared memory whose
 //                                          16-byte chunks are XOR-swizzled (bank-conflict-free
 //                                          ldmatrix and 16-byte cp.async; see below)
@@ -55,6 +57,7 @@
 #include <cstdint>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "ablate/status.h"
 
@@ -77,6 +80,38 @@ inline Status CudaStatus(cudaError_t err, const char* what) {
     ::ablate::Status _st = ::ablate::kernels::cuda::CudaStatus((expr), (what)); \
     if (!_st.ok()) return _st;                                           \
   } while (0)
+
+// ----------------------------------------------------------------------------------------------
+// Programmatic dependent launch (sm_90). A kernel launched by LaunchKernel(..., pdl = true) may
+// start while the kernel before it on the stream is still running (from the moment every block of
+// that kernel has run GridDepLaunchDependents(), or exited): its blocks fill the SMs the earlier
+// kernel's tail leaves idle and run their independent prologue. It must call GridDepWait() before
+// it reads anything the earlier kernel writes or writes anything that kernel reads; GridDepWait
+// returns once the earlier kernel has completed and its writes are visible. Both are no-ops in a
+// kernel launched without the attribute. A kernel launched with pdl = true that never waits would
+// race: only kernels that wait are launched that way.
+// ----------------------------------------------------------------------------------------------
+__device__ __forceinline__ void GridDepWait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void GridDepLaunchDependents() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+
+// cudaLaunchKernelEx with the programmatic-stream-serialization attribute when `pdl`.
+template <typename... KernelArgs, typename... Args>
+cudaError_t LaunchKernel(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem,
+                         cudaStream_t stream, bool pdl, Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr = {};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
 
 // Rounds x up to a multiple of a (a > 0).
 constexpr int64_t RoundUp(int64_t x, int64_t a) { return (x + a - 1) / a * a; }

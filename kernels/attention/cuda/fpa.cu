@@ -630,14 +630,23 @@ __global__ void __launch_bounds__(256, FpaFwdWgConfig<D>::kMinBlocks)
 // Backward.
 // ----------------------------------------------------------------------------------------------
 
-// Dv[row] = sum_d dO[row][d] * O[row][d] (fp32), one warp per row.
+// Dv[row] = sum_d dO[row][d] * O[row][d] (fp32), one warp per row; zeroes the row of the fp32
+// dQ accumulator.
 template <int D>
 __global__ void __launch_bounds__(256) FpaBwdPreprocessKernel(const bf16* o, const bf16* do_,
-                                                              float* dvec, int64_t rows) {
+                                                              float* dvec, float* dq_acc,
+                                                              int64_t rows) {
+  GridDepLaunchDependents();  // the main kernel (pdl) waits for this grid's completion
   const int64_t row = int64_t(blockIdx.x) * 8 + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (row >= rows) return;
   constexpr int kPer = D / 32;  // 2 or 4 elements per lane
+  float* zrow = dq_acc + row * D + lane * kPer;
+  if constexpr (kPer == 4) {
+    *reinterpret_cast<float4*>(zrow) = make_float4(0.f, 0.f, 0.f, 0.f);
+  } else {
+    *reinterpret_cast<float2*>(zrow) = make_float2(0.f, 0.f);
+  }
   const bf16* orow = o + row * D + lane * kPer;
   const bf16* drow = do_ + row * D + lane * kPer;
   float acc = 0.f;
@@ -655,6 +664,7 @@ __global__ void __launch_bounds__(256) FpaBwdPreprocessKernel(const bf16* o, con
 // dq[i] = bf16(tau * dq_acc[i]), 4 elements per thread.
 __global__ void __launch_bounds__(256) FpaBwdPostprocessKernel(const float* dq_acc, bf16* dq,
                                                                int64_t n4, float tau) {
+  GridDepWait();  // dq_acc: the main kernel (pdl)
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n4) return;
   const float4 a = reinterpret_cast<const float4*>(dq_acc)[i];
@@ -709,6 +719,7 @@ struct FpaBwdV2Config {
 
 template <int D, bool kCausal>
 __global__ void __launch_bounds__(256, 1) FpaBackwardKernelV2(BwdParams p) {
+  GridDepLaunchDependents();  // the postprocess launch waits for this grid's completion
   using Cfg = FpaBwdV2Config<D>;
   constexpr int kThr = Cfg::kThreads;
   constexpr int kBkv = Cfg::kBkv, kBq = Cfg::kBq;
@@ -760,6 +771,9 @@ __global__ void __launch_bounds__(256, 1) FpaBackwardKernelV2(BwdParams p) {
   LoadTileAsync<KTile, kThr>(vs, p.v + head, kv0, N, tid);
   LoadTileAsync<QTile, kThr>(qs, q, qt_begin * kBq, N, tid);
   LoadTileAsync<QTile, kThr>(dos, dO, qt_begin * kBq, N, tid);
+  // Launched as a dependent of the preprocess launch (pdl): K, V, Q, dO above are older; D and
+  // the zeroed dQ accumulator are its.
+  GridDepWait();
   load_rowvecs(0, qt_begin, tid);
   CpAsyncCommit();
 
@@ -1040,22 +1054,22 @@ Status LaunchBackward(const AttnShapeCuda& s, const BwdParams& p, const bf16* o,
                       cudaStream_t stream) {
   const int64_t rows = s.rows();
   FpaBwdPreprocessKernel<D><<<unsigned((rows + 7) / 8), 256, 0, stream>>>(
-      o, p.do_, const_cast<float*>(p.dvec), rows);
+      o, p.do_, const_cast<float*>(p.dvec), p.dq_acc, rows);
   ABLATE_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "FpaBackwardCuda: preprocess launch");
-  ABLATE_CUDA_RETURN_IF_ERROR(
-      cudaMemsetAsync(p.dq_acc, 0, size_t(s.numel()) * sizeof(float), stream),
-      "FpaBackwardCuda: zero dQ accumulator");
   using Cfg2 = FpaBwdV2Config<D>;
   auto kernel = FpaBackwardKernelV2<D, kCausal>;
   ABLATE_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg2::kSmem),
       "FpaBackwardCuda: cudaFuncSetAttribute");
+  // The main and postprocess launches are programmatic dependents of the one before each.
   const dim3 grid(CeilDiv(s.N, Cfg2::kBkv), s.B * s.H);
-  kernel<<<grid, Cfg2::kThreads, Cfg2::kSmem, stream>>>(p);
-  ABLATE_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "FpaBackwardCuda: main launch");
+  ABLATE_CUDA_RETURN_IF_ERROR(
+      LaunchKernel(kernel, grid, dim3(Cfg2::kThreads), Cfg2::kSmem, stream, /*pdl=*/true, p),
+      "FpaBackwardCuda: main launch");
   const int64_t n4 = s.numel() / 4;  // D is a multiple of 4
-  FpaBwdPostprocessKernel<<<unsigned((n4 + 255) / 256), 256, 0, stream>>>(p.dq_acc, dq, n4, p.tau);
-  return CudaStatus(cudaGetLastError(), "FpaBackwardCuda: postprocess launch");
+  return CudaStatus(LaunchKernel(FpaBwdPostprocessKernel, dim3(unsigned((n4 + 255) / 256)),
+                                 dim3(256), 0, stream, /*pdl=*/true, p.dq_acc, dq, n4, p.tau),
+                    "FpaBackwardCuda: postprocess launch");
 }
 
 constexpr size_t kAlign = 256;

@@ -252,6 +252,8 @@ constexpr int kBwdBulkDq = 65536;  // with 2048: dQ partials staged in shared me
                                    // 16 rows) and added by bulk reductions, not red.global
 constexpr int kBwdLpt = 131072;  // grid (BH, K tiles): causal CTAs in longest-first order across
                                  // all heads (K tile 0 of every head first), not head by head
+// (262144 converted dQ in the backward kernel, the last contributor per Q tile writing its dq
+// after an acq_rel counter: 0.78-0.98x, removed; kernels/bench/README.md.)
 template <int D, int kVar>
 constexpr int BwdMinBlocks() {
   return (D == 64 && (kVar & kBwdOcc3) != 0) ? 3 : 1;
@@ -509,6 +511,7 @@ __global__ void __launch_bounds__(256, (D == 64 && !kPrep) ? 6 : 1) QuantizeKern
   __shared__ float s_red[8];
   double* s_part = reinterpret_cast<double*>(s_buf);  // mode 2: [kGroups][D] column sums
   int8_t* s_t = reinterpret_cast<int8_t*>(s_buf);     // [D][64] transposed codes
+  cuda::GridDepLaunchDependents();  // the kernel after it (pdl) waits for its completion
   const QuantJob& J = p.job[blockIdx.z];
   const int ti = blockIdx.x, bh = blockIdx.y, tiles = gridDim.x;
   const int r0 = ti * kTile, nr = min(kTile, p.n - r0);
@@ -655,9 +658,12 @@ struct FwdParams {
   // The v5+ forwards zero the backward's accumulators for their rows (dsrow, dqacc: (BH, N) and
   // (BH, N, D)) and set *armed = kDqArmed, so the backward's memory-bound prep launch skips that
   // pass. Measured (ncu, H200): the forward kernel +5.4 us (B16 H12 N1024 d64 causal), +8.3 us
-  // (B4 H16 N2048 d128), +16 us (B2 H16 N8192 d128 causal) with the stores at its start (at its
-  // end: +6.0 / +12.7 / +23.6), the prep launch -11 / -13.9 us (first two). The v3 forward
-  // (SageForwardKernel) ignores these fields (the backward then zeroes).
+  // (B4 H16 N2048 d128), +16 us (B2 H16 N8192 d128 causal) with the stores after its first
+  // copies were issued (at its end: +6.0 / +12.7 / +23.6), the prep launch -11 / -13.9 us (first
+  // two). Since the launch is a programmatic dependent of the quantize launch, the stores come
+  // before its GridDepWait (they overlap the quantize launch's tail): forward launcher -2.5 us at
+  // the first shape (event-timed), the kernel alone +0.4 / +4.4 us under ncu (serialized, no
+  // overlap). The v3 forward (SageForwardKernel) ignores these fields (the backward then zeroes).
   float *dsrow, *dqacc;
   int* armed;
   int n, np, ntq, ntk;
@@ -897,6 +903,12 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg>::kThreadsV5,
   const bool wvalid = (kWg ? r0 + (warp / 4) * kTile : wr0) < p.n;
   const int wlast = min(wr0 + 16 * MW, p.n) - 1;
 
+  // Launched as a dependent of the quantize launch (pdl): the stores that do not depend on it
+  // first (they overlap its tail), then wait for its codes and scales.
+  ZeroDqRows<D>(p.dsrow, p.dqacc, bh, p.n, r0, kFwdRows, threadIdx.x, C::kThreadsV5);
+  if (rb == 0 && bh == 0 && threadIdx.x == 0) *p.armed = kDqArmed;
+  cuda::GridDepWait();
+
   // Q^ rows present in the padded workspace (64 or 128) + stage 0 <- K tile 0: one group.
   if constexpr (kWg) {
     using T8 = typename C::TileI8;
@@ -946,8 +958,6 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg>::kThreadsV5,
   };
   load_stage(s_stage, 0);
   cuda::CpAsyncCommit();
-  ZeroDqRows<D>(p.dsrow, p.dqacc, bh, p.n, r0, kFwdRows, threadIdx.x, C::kThreadsV5);
-  if (rb == 0 && bh == 0 && threadIdx.x == 0) *p.armed = kDqArmed;
   for (int j = 0; j <= last; ++j) {
     const int c0 = j * kTile;
     __syncthreads();  // previous tile's reads of the stage refilled below (and s_bias) are done
@@ -1340,6 +1350,7 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
   float* s_mu = reinterpret_cast<float*>(base + L::kMu);
   float* s_kbar = s_mu + D;
 
+  cuda::GridDepLaunchDependents();  // DqFinalizeKernel waits for this grid's completion
   constexpr bool kLpt = (kVar & kBwdLpt) != 0;
   const int j = kLpt ? blockIdx.y : blockIdx.x, bh = kLpt ? blockIdx.x : blockIdx.y;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -1437,6 +1448,9 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
       drow_i = ok ? p.drow[int64_t(bh) * p.n + rr + threadIdx.x] : 0.0f;
     }
   };
+  // Launched as a dependent of the prep launch (pdl): the K-tile copies above read the forward's
+  // outputs only; dO^T / dO^, D_i, the scales of dO and the zeroed dsrow / dqacc are the prep's.
+  cuda::GridDepWait();
   for (int i = i0; i < p.ntq; ++i) {
     const int r0 = i * kTile;
     __syncthreads();  // the previous block's shared reads are done
@@ -1850,6 +1864,7 @@ __global__ void DqFinalizeKernel(const float4* __restrict__ dqacc, const float* 
                                  const float* __restrict__ kbar, int n, int64_t total4,
                                  bool correct, float tau, __nv_bfloat16* __restrict__ dq,
                                  int* __restrict__ armed) {
+  cuda::GridDepWait();  // dqacc, dsrow: the backward kernel (pdl)
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx == 0) *armed = 0;
   if (idx >= total4) return;
@@ -1969,8 +1984,9 @@ Status LaunchForwardV5(const AttnShape& s, const FwdParams& p, bool smooth_q, cu
       "SageBwd forward v5 smem attribute");
   const unsigned grid_x = static_cast<unsigned>(CeilDiv(s.N, kFwdRows));
   const dim3 grid = kLptF ? dim3(s.B * s.H, grid_x) : dim3(grid_x, s.B * s.H);
-  kernel<<<grid, C::kThreadsV5, C::kBytes, stream>>>(p);
-  return CudaStatus(cudaGetLastError(), "SageBwd forward v5 kernel launch");
+  return CudaStatus(cuda::LaunchKernel(kernel, grid, dim3(C::kThreadsV5), C::kBytes, stream,
+                                       /*pdl=*/true, p),
+                    "SageBwd forward v5 kernel launch");
 }
 
 template <int D>
@@ -2000,7 +2016,10 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
                                 "SageBwd kbar memset");
   }
   // K (minus its mean), V (V^ only with int8_dp; V^T in the v5+ forwards' permuted key order),
-  // Q (minus its tile means with smooth_q) in one launch.
+  // Q (minus its tile means with smooth_q) in one launch. K first: its tiles then read K from L2
+  // right after KMeanPartKernel. (Measured and dropped: K last and this launch a programmatic
+  // dependent of KMeanPartKernel's, with smaller K-mean blocks, so that V and Q run beside the
+  // mean: both launches are bandwidth-bound and the forward did not move.)
   qp.job[0] = {k, w.kh, w.kht, w.sk, opt.smooth_k ? 1 : 0, false};
   qp.job[1] = {v, opt.int8_dp ? w.vh : nullptr, w.vht, w.sv, 0, fvar != 3};
   qp.job[2] = {q, w.qh, w.qht, w.sq, opt.smooth_q ? 2 : 0, false};
@@ -2175,15 +2194,20 @@ Status BackwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_b
   ABLATE_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(L.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L.smem),
       "SageBwd backward smem attribute");
+  // Both launches below are programmatic dependents of the one before (each waits before it
+  // reads what that one writes).
   const dim3 grid = L.lpt ? dim3(bh, nt) : dim3(nt, bh);
-  L.kernel<<<grid, kThreads, L.smem, stream>>>(p);
-  ABLATE_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "SageBwd backward kernel launch");
+  ABLATE_CUDA_RETURN_IF_ERROR(
+      cuda::LaunchKernel(L.kernel, grid, dim3(kThreads), L.smem, stream, /*pdl=*/true, p),
+      "SageBwd backward kernel launch");
 
   const int64_t total4 = rows * D / 4;
-  DqFinalizeKernel<D><<<static_cast<unsigned>((total4 + 255) / 256), 256, 0, stream>>>(
-      reinterpret_cast<const float4*>(w.dqacc), w.dsrow, w.kbar, s.N, total4,
-      opt.smooth_k && opt.dq_kmean_correction, p.tau, dq, w.armed);
-  return CudaStatus(cudaGetLastError(), "SageBwd DqFinalizeKernel launch");
+  return CudaStatus(
+      cuda::LaunchKernel(DqFinalizeKernel<D>, dim3(static_cast<unsigned>((total4 + 255) / 256)),
+                         dim3(256), 0, stream, /*pdl=*/true,
+                         reinterpret_cast<const float4*>(w.dqacc), w.dsrow, w.kbar, s.N,
+                         total4, opt.smooth_k && opt.dq_kmean_correction, p.tau, dq, w.armed),
+      "SageBwd DqFinalizeKernel launch");
 }
 
 }  // namespace
