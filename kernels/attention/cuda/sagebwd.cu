@@ -252,8 +252,8 @@ constexpr int kBwdBulkDq = 65536;  // with 2048: dQ partials staged in shared me
                                    // 16 rows) and added by bulk reductions, not red.global
 constexpr int kBwdLpt = 131072;  // grid (BH, K tiles): causal CTAs in longest-first order across
                                  // all heads (K tile 0 of every head first), not head by head
-// (262144 converted dQ in the backward kernel, the last contributor per Q tile writing its dq
-// after an acq_rel counter: 0.78-0.98x, removed; kernels/bench/README.md.)
+// (Measured, not kept: dQ converted in the backward kernel by the last contributor per Q tile,
+// found by an acq_rel counter per tile: 0.78-0.98x; docs/gpu/2026-11-21-h200-pdl.)
 template <int D, int kVar>
 constexpr int BwdMinBlocks() {
   return (D == 64 && (kVar & kBwdOcc3) != 0) ? 3 : 1;
