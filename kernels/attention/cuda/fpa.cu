@@ -101,7 +101,7 @@ struct BwdParams {
   const bf16* do_;
   const float* lse;
   const float* dvec;  // (B, H, N) rowsum(dO o O)
-  float* dq_acc;      // (B, H, N, D) fp32, pre-zeroed; unscaled sum of dS K
+  float* dq_acc;      // (B, H, N, D) fp32, zeroed by FpaBwdPreprocessKernel; unscaled sum of dS K
   bf16* dk;
   bf16* dv;
   int N;
