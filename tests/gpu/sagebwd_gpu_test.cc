@@ -15,9 +15,9 @@
 //   (e) Variants: smooth_q, int8_dp, dq_kmean_correction = false, smooth_k = false against the
 //       emulator with the same options.
 //   (f) BwdVariantLab (only with SAGE_BWD_LAB=1): every compiled-in backward variant
-//       in the lab list (SageCudaOptions::bwd_variant: 184 = v4q on mma.sync, 1464 / 1976 / 4024 =
-//       the wgmma steps up to sagebwd v7, production) against the emulator, then their backward
-//       times side by side on the benchmark shapes (kernel lab, kernels/bench/README.md).
+//       in the lab list (SageCudaOptions::bwd_variant: the sagebwd v8 production variants and the
+//       warp-specialized 503736) against the emulator, then their backward times side by side on
+//       the benchmark shapes (kernel lab, kernels/bench/README.md).
 //   (g) FwdVariantLab (only with SAGE_FWD_LAB=1): the same for the forward variants
 //       (SageCudaOptions::fwd_variant), forward-launcher times.
 // Every comparison prints cosine, rel L2 and max abs diff, so a failure shows which tensor broke.
@@ -507,7 +507,9 @@ TEST(SageBwdGpu, BwdVariantLab) {
   // the bench notes): 24 = v4, 184 = v4q (mma.sync), 1464 = 184 with S and dP by wgmma and the
   // column partials by ColumnReduceScatter, 1976 = 1464 with dV, dK, dQ by wgmma too, 12216,
   // 77752.
-  const std::vector<int> vars = {4024, 44984, 110520, 176056, 241592};
+  // 503736 = 241592 warp-specialized (kBwdWs: a producer warpgroup copying the Q side into a
+  // two-stage ring, two consumer warpgroups of 64 keys each, one CTA per SM).
+  const std::vector<int> vars = {44984, 110520, 241592, 503736};
   for (int var : vars) {
     SageCudaOptions opt;
     opt.bwd_variant = var;

@@ -183,6 +183,53 @@ struct BwdLayout {
                 "64B-swizzled tiles stay aligned");
 };
 
+// Warp-specialized backward layout (kBwdWs): two consumer regions (one per consumer warpgroup:
+// its 64 keys' K^, V, K^T, the P^T / dS^ / dS^T tiles it writes, its column partials, vectors,
+// kbar and dQ staging rows) and two stages of the Q side (Q^, dO, Q^T, dO^T, lse, D_i, mu, the
+// tile's scales of Q and dO) that the producer warpgroup fills and both consumers read, then the
+// four mbarriers (full[2], empty[2]). Tile offsets keep BwdLayout's member names, relative to the
+// region they live in (consumer or stage), so the kernel body reads either layout.
+template <int D>
+struct BwdWsLayout {
+  using TileI8 = cuda::wgmma::GmmaTile<kTile, D>;
+  using TileBf = cuda::wgmma::GmmaTile<kTile, 2 * D>;
+  using TileT = cuda::wgmma::GmmaTile<D, kTile>;
+  using TileP = cuda::wgmma::GmmaTile<kTile, kTile>;
+  static constexpr int Up(int x, int a) { return (x + a - 1) / a * a; }
+  // Consumer region.
+  static constexpr int kKh = 0;
+  static constexpr int kV = kKh + TileI8::kBytes;
+  static constexpr int kKht = kV + TileBf::kBytes;
+  static constexpr int kPT = kKht + TileT::kBytes;
+  static constexpr int kDsh = kPT + TileP::kBytes;
+  static constexpr int kDsT = kDsh + TileP::kBytes;
+  static constexpr int kPart = kDsT + TileP::kBytes;
+  static constexpr int kVec = kPart + 3 * 4 * kTile * 4;
+  static constexpr int kKbar = kVec + 10 * kTile * 4;
+  static constexpr int kDqStride = 72;
+  static constexpr int kDqSt = Up(kKbar + D * 4, 16);
+  static constexpr int kConsBytes = Up(kDqSt + kTile * kDqStride * 4, 1024);
+  // Stage.
+  static constexpr int kQh = 0;
+  static constexpr int kDo = kQh + TileI8::kBytes;
+  static constexpr int kQht = kDo + TileBf::kBytes;
+  static constexpr int kDoht = kQht + TileT::kBytes;
+  static constexpr int kLse = kDoht + TileT::kBytes;
+  static constexpr int kDrow = kLse + kTile * 4;
+  static constexpr int kMu = kDrow + kTile * 4;
+  static constexpr int kScal = kMu + D * 4;  // scale of Q^, of dO^ for the tile
+  static constexpr int kStageBytes = Up(kScal + 16, 1024);
+  // Buffer.
+  static constexpr int kCons0 = 0;
+  static constexpr int kStage0 = 2 * kConsBytes;
+  static constexpr int kBar = kStage0 + 2 * kStageBytes;
+  static constexpr int kBytes = kBar + 64 + 1024;  // + slack to align the base to 1024
+  static_assert(kBytes <= 227 * 1024, "backward shared memory over the sm_90 limit");
+  static_assert(kKht % 1024 == 0 && kPT % 1024 == 0 && kQht % 1024 == 0 && kDoht % 1024 == 0 &&
+                    kDo % 1024 == 0 && kV % 1024 == 0,
+                "swizzled tiles stay 1024-byte aligned");
+};
+
 // ----------------------------------------------------------------------------------------------
 // Device pieces.
 // ----------------------------------------------------------------------------------------------
@@ -252,12 +299,24 @@ constexpr int kBwdBulkDq = 65536;  // with 2048: dQ partials staged in shared me
                                    // 16 rows) and added by bulk reductions, not red.global
 constexpr int kBwdLpt = 131072;  // grid (BH, K tiles): causal CTAs in longest-first order across
                                  // all heads (K tile 0 of every head first), not head by head
+// kBwdWs (with kBwdWgPipe and kBwdColVec): warp-specialized. 384 threads: warpgroup 0 is the
+// producer (cp.async copies of each Q tile's Q^, dO, Q^T, dO^T plus its lse, D_i, mu and scales
+// into a two-stage ring, mbarriers full / empty), warpgroups 1 and 2 are consumers of 64 keys
+// each (K tiles 2 jj and 2 jj + 1 of CTA jj) running the per-tile body with named barriers per
+// warpgroup; the consumers issue no Q-side copies and share one copy of the Q side, the producer
+// gives its registers to them (setmaxnreg). One CTA per SM.
+constexpr int kBwdWs = 262144;
 // (Measured, not kept: dQ converted in the backward kernel by the last contributor per Q tile,
 // found by an acq_rel counter per tile: 0.78-0.98x; docs/gpu/2026-11-21-h200-pdl.)
 template <int D, int kVar>
 constexpr int BwdMinBlocks() {
-  return (D == 64 && (kVar & kBwdOcc3) != 0) ? 3 : 1;
+  return (D == 64 && (kVar & kBwdOcc3) != 0 && (kVar & kBwdWs) == 0) ? 3 : 1;
 }
+template <int kVar>
+constexpr int BwdThreads() {
+  return (kVar & kBwdWs) != 0 ? 3 * kThreads : kThreads;
+}
+constexpr int kWsProducerRegs = 24, kWsConsumerRegs = 240;  // 128 x 24 + 256 x 240 = 64 K
 
 // Reduce-scatter over the 8 lanes that share t (lane bits 2..4 = g) of 16 per-thread values v[k]
 // (k = 2n + b: accumulator column 8n + 2t + b): each level keeps the half of the values its lane
@@ -386,8 +445,7 @@ __device__ __forceinline__ void CopyWait() {
 template <int D>
 __device__ __forceinline__ void BlockBias(const __nv_bfloat16* k, const float* mu,
                                           const float* kbar, int j, int n, float tau,
-                                          float* bias) {
-  const int c = threadIdx.x;
+                                          float* bias, int c = threadIdx.x) {
   if (c < kTile) {
     const int gc = j * kTile + c;
     float acc = 0.0f;
@@ -1238,27 +1296,28 @@ struct BwdParams {
 // (s8, D / 32 x m64n64k32) and dP = dO V^T (bf16, 2D / 32 x m64n64k16; s8 scaled by sdv with
 // int8_dp) for the tile's 64 query rows x 64 keys, from the GmmaTiles of BwdLayout L. Both groups
 // are issued before the wait. The accumulators come back in the mma.sync layout the epilogue
-// reads: warp w holds rows 16w..16w+15, si[n][e] = d[4n + e] (wgmma.cuh).
+// reads: warp w holds rows 16w..16w+15, si[n][e] = d[4n + e] (wgmma.cuh). K^ and V are at their
+// L offsets from the buffer of dlo, Q^ and dO from that of dlo_q (kBwdWs: the stage; else dlo).
 template <int D, typename L>
-__device__ __forceinline__ void PhaseOneWgmma(uint32_t dlo, bool int8_dp, float sdv,
+__device__ __forceinline__ void PhaseOneWgmma(uint32_t dlo, uint32_t dlo_q, bool int8_dp, float sdv,
                                               int32_t (&si)[8][4], float (&dp)[8][4]) {
   namespace wg = cuda::wgmma;
   using T8 = typename L::TileI8;
   using TB = typename L::TileBf;
   int32_t sacc[32];
   wg::Fence();
-  wg::MmaS8First(sacc, TileDesc<T8>(dlo, L::kQh), TileDesc<T8>(dlo, L::kKh));
+  wg::MmaS8First(sacc, TileDesc<T8>(dlo_q, L::kQh), TileDesc<T8>(dlo, L::kKh));
 #pragma unroll
   for (int k = 32; k < D; k += 32) {
-    wg::MmaS8(sacc, TileDesc<T8>(dlo, L::kQh, k), TileDesc<T8>(dlo, L::kKh, k), true);
+    wg::MmaS8(sacc, TileDesc<T8>(dlo_q, L::kQh, k), TileDesc<T8>(dlo, L::kKh, k), true);
   }
   wg::Commit();
   if (int8_dp) {
     int32_t dacc[32];
-    wg::MmaS8First(dacc, TileDesc<T8>(dlo, L::kDo), TileDesc<T8>(dlo, L::kV));
+    wg::MmaS8First(dacc, TileDesc<T8>(dlo_q, L::kDo), TileDesc<T8>(dlo, L::kV));
 #pragma unroll
     for (int k = 32; k < D; k += 32) {
-      wg::MmaS8(dacc, TileDesc<T8>(dlo, L::kDo, k), TileDesc<T8>(dlo, L::kV, k), true);
+      wg::MmaS8(dacc, TileDesc<T8>(dlo_q, L::kDo, k), TileDesc<T8>(dlo, L::kV, k), true);
     }
     wg::Commit();
     wg::Wait<0>();
@@ -1269,10 +1328,10 @@ __device__ __forceinline__ void PhaseOneWgmma(uint32_t dlo, bool int8_dp, float 
     }
   } else {
     float dacc[32];
-    wg::MmaBf16First(dacc, TileDesc<TB>(dlo, L::kDo), TileDesc<TB>(dlo, L::kV));
+    wg::MmaBf16First(dacc, TileDesc<TB>(dlo_q, L::kDo), TileDesc<TB>(dlo, L::kV));
 #pragma unroll
     for (int k = 32; k < 2 * D; k += 32) {
-      wg::MmaBf16(dacc, TileDesc<TB>(dlo, L::kDo, k), TileDesc<TB>(dlo, L::kV, k), true);
+      wg::MmaBf16(dacc, TileDesc<TB>(dlo_q, L::kDo, k), TileDesc<TB>(dlo, L::kV, k), true);
     }
     wg::Commit();
     wg::Wait<0>();
@@ -1310,22 +1369,38 @@ __device__ __forceinline__ void WgmmaS8Tile64(uint32_t dlo, int a_byte, int b_by
 }
 
 // grid: (K tiles, BH); block: 128. Warp w owns keys 16w..16w+15 of the K tile for dK and dV, and
-// query rows 16w..16w+15 of each Q tile for S, dP, P, dS and dQ.
+// query rows 16w..16w+15 of each Q tile for S, dP, P, dS and dQ. kBwdWs: grid (K-tile pairs, BH),
+// block 384: warpgroup 0 the producer, warpgroup 1 + c the consumer of K tile 2 jj + c, whose
+// warp w (of 4) owns the rows above.
 template <int D, bool kCausal, int kVar>
-__global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackwardKernel(BwdParams p) {
+__global__ void __launch_bounds__(BwdThreads<kVar>(), (BwdMinBlocks<D, kVar>())) SageBackwardKernel(BwdParams p) {
   constexpr bool kInt = (kVar & kBwdInterior) != 0, kFx = (kVar & kBwdExp2) != 0, kFq = (kVar & kBwdFastQ) != 0;
   constexpr bool kWg = (kVar & kBwdWgmma) != 0, kWg2 = (kVar & kBwdWgmma2) != 0;
   constexpr bool kWgPipe = kWg2 && (kVar & kBwdWgPipe) != 0;
-  constexpr bool kSplitWait = kWg2 && (kVar & kBwdSplitWait) != 0;
-  constexpr bool kColVec = kSplitWait && (kVar & kBwdColVec) != 0;
+  constexpr bool kWs = (kVar & kBwdWs) != 0;
+  constexpr bool kSplitWait0 = kWg2 && (kVar & kBwdSplitWait) != 0;
+  constexpr bool kColVec = kSplitWait0 && (kVar & kBwdColVec) != 0;
+  constexpr bool kSplitWait = kSplitWait0 && !kWs;  // kWs: the producer waits for the copies
   constexpr bool kBulkDq = kWgPipe && (kVar & kBwdBulkDq) != 0;
+  static_assert(!kWs || (kWgPipe && kColVec), "kBwdWs builds on kBwdWgPipe and kBwdColVec");
   using C = SageConfig<D>;
-  using L = BwdLayout<D, kWg, kWg2, kBulkDq>;
+  using L = std::conditional_t<kWs, BwdWsLayout<D>, BwdLayout<D, kWg, kWg2, kBulkDq>>;
   // Byte offset of (row, col) in P^T, dS^T, dS^ (kI8T-padded, or 64B-swizzled with kWg2).
 
   extern __shared__ __align__(16) char smem[];
   // kWg: GmmaTiles need a 1024-byte-aligned base (L::kBytes has the slack).
-  char* const base = kWg ? smem + ((1024 - (cuda::SmemAddr(smem) & 1023)) & 1023) : smem;
+  char* const buf = kWg ? smem + ((1024 - (cuda::SmemAddr(smem) & 1023)) & 1023) : smem;
+  // kWs: cw = this thread's consumer warpgroup (-1: the producer), tid its index in its
+  // warpgroup; base = its consumer region. Otherwise cw = 0, tid = threadIdx.x, base = buf.
+  const int cw = kWs ? int(threadIdx.x >> 7) - 1 : 0;
+  const int tid = kWs ? int(threadIdx.x & 127) : int(threadIdx.x);
+  char* const base = [&] {
+    if constexpr (kWs) {
+      return buf + L::kCons0 + (cw > 0 ? L::kConsBytes : 0);
+    } else {
+      return buf;
+    }
+  }();
   int8_t* s_kh = reinterpret_cast<int8_t*>(base + L::kKh);
   int8_t* s_kht = reinterpret_cast<int8_t*>(base + L::kKht);
   char* s_v = base + L::kV;  // bf16 V [64][kBfD], or int8 V^ [64][kI8D] with int8_dp
@@ -1343,17 +1418,24 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
   float* s_colsum = s_vec + 2 * kTile;  // per key column: sum of dS
   float* s_cinvp = s_vec + 3 * kTile;   // per key column: 1 / scale of P
   float* s_bias = s_vec + 4 * kTile;
-  float* s_lse = s_vec + 5 * kTile;
-  float* s_drow = s_vec + 6 * kTile;
   float* s_cinvds = s_vec + 7 * kTile;  // per key column: 1 / scale of dS
   float* s_cinv2 = s_vec + 8 * kTile;   // kColVec: per key column (1 / scale of P, of dS)
+  // The Q side's lse, D_i and mu (kWs: in the stage, set per tile).
+  float* s_lse = s_vec + 5 * kTile;
+  float* s_drow = s_vec + 6 * kTile;
   float* s_mu = reinterpret_cast<float*>(base + L::kMu);
-  float* s_kbar = s_mu + D;
+  float* s_kbar;
+  if constexpr (kWs) {
+    s_kbar = reinterpret_cast<float*>(base + L::kKbar);
+  } else {
+    s_kbar = s_mu + D;
+  }
 
   cuda::GridDepLaunchDependents();  // DqFinalizeKernel waits for this grid's completion
   constexpr bool kLpt = (kVar & kBwdLpt) != 0;
-  const int j = kLpt ? blockIdx.y : blockIdx.x, bh = kLpt ? blockIdx.x : blockIdx.y;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int jb = kLpt ? blockIdx.y : blockIdx.x, bh = kLpt ? blockIdx.x : blockIdx.y;
+  const int j = kWs ? 2 * jb + max(cw, 0) : jb;  // this thread's K tile
+  const int warp = kWs ? int((threadIdx.x >> 5) & 3) : int(threadIdx.x >> 5), lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   // Byte offsets of this thread's stores into P^T / dS^T [key][q] (key c = 8n + 2t + b, query
   // row 16w + g + 8h) and dS^ [q][key] (row 16w + g + 8h, keys 8n + 2t, +1), padded (kI8T) or
   // 64B-swizzled with kWg2, where the swizzle term is fixed per thread and the rest is a constant
@@ -1374,28 +1456,100 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
   const int64_t nd = int64_t(p.n) * D, npd = int64_t(p.np) * D;
   const float tau = p.tau;
 
-  // The address word of the wgmma descriptors of every tile in the buffer (kWg).
+  // The address word of the wgmma descriptors of every tile in the buffer (kWg; kWs: in this
+  // consumer's region, dlo_q in the stage of the current Q tile).
   const uint32_t dlo = kWg ? cuda::wgmma::DescLo(cuda::SmemAddr(base)) : 0u;
+  uint32_t dlo_q = dlo;
 
   using cuda::wgmma::LoadGmmaTileAsync;
+  // kWs: the stage ring. Q tile number `it` of the CTA's loop uses stage it % 2: the producer
+  // fills it after both consumers released its previous use (empty[s], phase it / 2 - 1) and
+  // arrives on full[s]; a consumer waits for full[s] (phase it / 2), reads, arrives on empty[s].
+  const int ibeg = kWs ? (kCausal ? 2 * jb : 0) : 0;
+  uint32_t bar0 = 0;  // kWs: full[0..1], empty[0..1]
+  if constexpr (kWs) bar0 = cuda::SmemAddr(buf + L::kBar);
+  auto full_bar = [&](int sg) { return bar0 + 8 * sg; };
+  auto empty_bar = [&](int sg) { return bar0 + 16 + 8 * sg; };
+  auto stage_base = [&](int sg) {
+    if constexpr (kWs) {
+      return buf + L::kStage0 + sg * L::kStageBytes;
+    } else {
+      return buf;
+    }
+  };
+  if constexpr (kWs) {
+    namespace wg = cuda::wgmma;
+    if (threadIdx.x == 0) {
+      const int consumers = 2 * jb + 1 < p.ntk ? 2 : 1;
+      for (int sg = 0; sg < 2; ++sg) {
+        wg::MbarInit(full_bar(sg), kThreads);
+        wg::MbarInit(empty_bar(sg), consumers * kThreads);
+      }
+    }
+    __syncthreads();
+    if (cw < 0) {
+      // Producer: copies only (its registers go to the consumers).
+      wg::SetMaxNRegDec<kWsProducerRegs>();
+      cuda::GridDepWait();  // dO^T / dO^, D_i, the scales of dO: the prep launch's
+      for (int i = ibeg, it = 0; i < p.ntq; ++i, ++it) {
+        const int sg = it & 1, rr = i * kTile;
+        if (it >= 2) wg::MbarWait(empty_bar(sg), ((it >> 1) + 1) & 1);
+        char* const q = stage_base(sg);
+        LoadGmmaTileAsync<typename L::TileI8, kThreads, false>(
+            q + L::kQh, p.qh + bh * npd + int64_t(rr) * D, 0, kTile, tid);
+        if (p.int8_dp) {
+          LoadGmmaTileAsync<typename L::TileI8, kThreads, false>(
+              q + L::kDo, p.doh + bh * npd + int64_t(rr) * D, 0, kTile, tid);
+        } else {
+          LoadGmmaTileAsync<typename L::TileBf, kThreads>(q + L::kDo, p.do_ + bh * nd, rr, p.n,
+                                                          tid);
+        }
+        LoadGmmaTileAsync<typename L::TileT, kThreads, false>(q + L::kQht, p.qht + bh * npd + rr,
+                                                              0, D, tid, p.np);
+        LoadGmmaTileAsync<typename L::TileT, kThreads, false>(
+            q + L::kDoht, p.doht + bh * npd + rr, 0, D, tid, p.np);
+        if (tid < kTile) {
+          const bool ok = rr + tid < p.n;
+          reinterpret_cast<float*>(q + L::kLse)[tid] =
+              ok ? p.lse[int64_t(bh) * p.n + rr + tid] : 0.0f;
+          reinterpret_cast<float*>(q + L::kDrow)[tid] =
+              ok ? p.drow[int64_t(bh) * p.n + rr + tid] : 0.0f;
+        } else if (tid == kTile) {
+          reinterpret_cast<float*>(q + L::kScal)[0] = p.sq[int64_t(bh) * p.ntq + i];
+          reinterpret_cast<float*>(q + L::kScal)[1] = p.sdo[int64_t(bh) * p.ntq + i];
+        }
+        if (p.smooth_q) {
+          for (int d = tid; d < D; d += kThreads) {
+            reinterpret_cast<float*>(q + L::kMu)[d] = p.mu[(int64_t(bh) * p.ntq + i) * D + d];
+          }
+        }
+        CopyWait();
+        wg::FenceProxyAsync();  // cp.async writes -> the consumers' wgmma reads
+        wg::MbarArrive(full_bar(sg));
+      }
+      return;
+    }
+    if (j >= p.ntk) return;  // no second K tile (the empty barriers count one consumer)
+    wg::SetMaxNRegInc<kWsConsumerRegs>();
+  }
   if constexpr (kWg) {
     LoadGmmaTileAsync<typename L::TileI8, kThreads, false>(s_kh, p.kh + bh * npd + int64_t(c0) * D, 0,
-                                                    kTile, threadIdx.x);
+                                                    kTile, tid);
   } else {
     CopyRows(s_kh, C::kI8D, p.kh + bh * npd + int64_t(c0) * D, D, kTile, D);
   }
   if constexpr (kWg2) {
     LoadGmmaTileAsync<typename L::TileT, kThreads, false>(s_kht, p.kht + bh * npd + c0, 0, D,
-                                                   threadIdx.x, p.np);
+                                                   tid, p.np);
   } else {
     CopyRows(s_kht, kI8T, p.kht + bh * npd + c0, p.np, D, kTile);
   }
   if constexpr (kWg) {
     if (p.int8_dp) {
       LoadGmmaTileAsync<typename L::TileI8, kThreads, false>(s_v, p.vh + bh * npd + int64_t(c0) * D, 0,
-                                                      kTile, threadIdx.x);
+                                                      kTile, tid);
     } else {
-      LoadGmmaTileAsync<typename L::TileBf, kThreads>(s_v, p.v + bh * nd, c0, p.n, threadIdx.x);
+      LoadGmmaTileAsync<typename L::TileBf, kThreads>(s_v, p.v + bh * nd, c0, p.n, tid);
     }
   } else if (p.int8_dp) {
     CopyRows(s_v, C::kI8D, p.vh + bh * npd + int64_t(c0) * D, D, kTile, D);
@@ -1403,7 +1557,7 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
     CopyBf16Rows<D>(reinterpret_cast<__nv_bfloat16*>(s_v), p.v + bh * nd, c0, p.n);
   }
   if (p.smooth_q) {
-    for (int d = threadIdx.x; d < D; d += blockDim.x) s_kbar[d] = p.kbar[int64_t(bh) * D + d];
+    for (int d = tid; d < D; d += kThreads) s_kbar[d] = p.kbar[int64_t(bh) * D + d];
   }
   const float skj = p.sk[int64_t(bh) * p.ntk + j], svj = p.sv[int64_t(bh) * p.ntk + j];
 
@@ -1417,6 +1571,14 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
   const int kr[2] = {warp * 16 + g, warp * 16 + g + 8};  // this thread's key rows (dK, dV)
 
   const int i0 = kCausal ? c0 / kTile : 0;
+  // A barrier over the CTA (kWs: over this consumer warpgroup).
+  auto wg_sync = [&]() {
+    if constexpr (kWs) {
+      cuda::wgmma::NamedBarSync(1 + cw, kThreads);
+    } else {
+      __syncthreads();
+    }
+  };
   // Q^ and dO (the S / dP operands) of Q tile ii, plus its lse / D_i rows into registers
   // (threads 0..63), loaded at the top of its iteration with Q^T and dO^T (single-buffered: 2-3
   // CTAs per SM overlap one CTA's copies with another's work).
@@ -1451,8 +1613,36 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
   // Launched as a dependent of the prep launch (pdl): the K-tile copies above read the forward's
   // outputs only; dO^T / dO^, D_i, the scales of dO and the zeroed dsrow / dqacc are the prep's.
   cuda::GridDepWait();
-  for (int i = i0; i < p.ntq; ++i) {
+  if constexpr (kWs) {  // this consumer's K-side copies
+    CopyWait();
+    cuda::wgmma::FenceProxyAsync();
+    wg_sync();
+  }
+  int stage = 0;  // kWs: the stage of Q tile i
+  for (int i = kWs ? ibeg : i0, it = 0; i < p.ntq; ++i, ++it) {
     const int r0 = i * kTile;
+    float sqi, sdoi;
+    if constexpr (kWs) {
+      namespace wg = cuda::wgmma;
+      stage = it & 1;
+      if (i < i0) {  // causal: above this consumer's diagonal (consumer 1's first tile)
+        wg::MbarArrive(empty_bar(stage));
+        continue;
+      }
+      wg_sync();  // the previous tile's reads of this consumer's region are done
+      wg::MbarWait(full_bar(stage), (it >> 1) & 1);
+      char* const q = stage_base(stage);
+      dlo_q = wg::DescLo(cuda::SmemAddr(q));
+      s_lse = reinterpret_cast<float*>(q + L::kLse);
+      s_drow = reinterpret_cast<float*>(q + L::kDrow);
+      s_mu = reinterpret_cast<float*>(q + L::kMu);
+      sqi = reinterpret_cast<const float*>(q + L::kScal)[0];
+      sdoi = reinterpret_cast<const float*>(q + L::kScal)[1];
+      if (p.smooth_q) {
+        BlockBias<D>(p.k + bh * nd, s_mu, s_kbar, j, p.n, tau, s_bias, tid);
+        wg_sync();
+      }
+    } else {
     __syncthreads();  // the previous block's shared reads are done
     load_q_tile(i);
     if constexpr (kWg2) {
@@ -1485,7 +1675,9 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
       BlockBias<D>(p.k + bh * nd, s_mu, s_kbar, j, p.n, tau, s_bias);
       __syncthreads();
     }
-    const float sqi = p.sq[int64_t(bh) * p.ntq + i], sdoi = p.sdo[int64_t(bh) * p.ntq + i];
+    sqi = p.sq[int64_t(bh) * p.ntq + i];
+    sdoi = p.sdo[int64_t(bh) * p.ntq + i];
+    }
 
     // S and dP for this warp's 16 query rows x 64 keys; P and dS stay in registers (pf, dsf).
     float pf[8][4], dsf[8][4];
@@ -1493,7 +1685,7 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
       int32_t si[8][4];
       float dp[8][4];
       if constexpr (kWg) {
-        PhaseOneWgmma<D, L>(dlo, p.int8_dp, sdoi * svj, si, dp);
+        PhaseOneWgmma<D, L>(dlo, dlo_q, p.int8_dp, sdoi * svj, si, dp);
       } else {
         WarpGemmS8<D, 8>(s_qh + warp * 16 * C::kI8D, C::kI8D, s_kh, C::kI8D, si);
         if (p.int8_dp) {
@@ -1638,9 +1830,9 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
       }
     }
     }
-    __syncthreads();
-    if (threadIdx.x < kTile) {
-      const int c = threadIdx.x;
+    wg_sync();
+    if (tid < kTile) {
+      const int c = tid;
       float mp = 0.0f, mds = 0.0f, cs = 0.0f;
 #pragma unroll
       for (int w = 0; w < 4; ++w) {
@@ -1658,7 +1850,7 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
         reinterpret_cast<float2*>(s_cinv2)[c] = make_float2(1.0f / sp, 1.0f / sds);
       }
     }
-    __syncthreads();
+    wg_sync();
     // int8 P^T [key][q], dS^T [key][q] (column scales) and dS^ [q][key] (row scales).
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
@@ -1696,7 +1888,7 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
     }
     if constexpr (kSplitWait) cuda::CpAsyncWait<0>();  // Q^T, dO^T landed (this thread's)
     if constexpr (kWg2) cuda::wgmma::FenceProxyAsync();  // st.shared, cp.async -> wgmma's reads
-    __syncthreads();
+    wg_sync();
 
     // dV, dK (this warp's 16 keys) and dQ (this warp's 16 query rows), 64 head-dim columns at a
     // time to bound the live int32 accumulators. The epilogues read the chunk's int32 products
@@ -1790,8 +1982,9 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
         constexpr int st = decltype(s_c)::value, kind = st % 3, ch = st / 3;
         constexpr int ab = kAOf[kind], bb = kBOf[kind] + ch * kChBytes;
         wg::Fence();
-        wg::MmaS8(acc[st & 1], TileDesc<TP>(dlo, ab), TileDesc<TP>(dlo, bb), false);
-        wg::MmaS8(acc[st & 1], TileDesc<TP>(dlo, ab, 32), TileDesc<TP>(dlo, bb, 32), true);
+        const uint32_t blo = kind == 2 ? dlo : dlo_q;  // K^T in the K side, Q^T / dO^T not
+        wg::MmaS8(acc[st & 1], TileDesc<TP>(dlo, ab), TileDesc<TP>(blo, bb), false);
+        wg::MmaS8(acc[st & 1], TileDesc<TP>(dlo, ab, 32), TileDesc<TP>(blo, bb, 32), true);
         wg::Commit();
       };
       constexpr int kSteps = 3 * (D / 64);
@@ -1836,6 +2029,8 @@ __global__ void __launch_bounds__(kThreads, (BwdMinBlocks<D, kVar>())) SageBackw
         epi_dq(ch_c, at);
       });
     }
+    // kWs: every wgmma of this tile has completed and its shared reads of the stage are done.
+    if constexpr (kWs) cuda::wgmma::MbarArrive(empty_bar(stage));
   }
   if constexpr (kBulkDq) {
     if (lane < 16) cuda::wgmma::BulkWait<0>();  // staging reads and dqacc writes complete
@@ -2092,6 +2287,12 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
 //   176056 / 241592  44984 / 110520 + kBwdLpt (131072: grid (BH, K tiles), so causal CTAs run
 //            longest-first across every head): causal 1.07-1.16x of 4024 (d128 N2048 1.10x, d64
 //            1.16x); non-causal neutral at d128, 0.96-1.04x at d64 (less L2 reuse of Q tiles)
+//   503736   241592 + kBwdWs (262144: warp-specialized, a producer warpgroup filling a two-stage
+//            ring of Q-side tiles for two consumer warpgroups of 64 keys each, one CTA per SM):
+//            0.998-1.011x of 241592 causal at d128, 0.966-0.97x non-causal (372664 = 110520 +
+//            kBwdWs, measured and no longer compiled in), 0.83-0.89x at d64 (8 consumer warps
+//            per SM instead of 12). The consumers issue no copies and still run no faster: the
+//            per-tile body is bound by its own latency chain at 8 warps per SM, not by the copies.
 // BwdProductionFor is what production calls (bwd_variant = -1) run (sagebwd v8): causal 241592;
 // non-causal 44984 at d128, 110520 at d64 (kernels/bench/README.md, Variants).
 constexpr int BwdProductionFor(int d, bool causal) {
@@ -2105,13 +2306,17 @@ struct BwdLaunch {
   BwdKernel kernel = nullptr;
   int smem = 0;
   bool lpt = false;  // grid (BH, K tiles) instead of (K tiles, BH)
+  int threads = kThreads;
+  int keys = kTile;  // keys per CTA
 };
 template <int D, bool kCausal, int kVar>
 BwdLaunch BwdLaunchOf() {
-  return {SageBackwardKernel<D, kCausal, kVar>,
-          BwdLayout<D, (kVar & kBwdWgmma) != 0, (kVar & kBwdWgmma2) != 0,
-                    (kVar & kBwdWgPipe) != 0 && (kVar & kBwdBulkDq) != 0>::kBytes,
-          (kVar & kBwdLpt) != 0};
+  constexpr bool kWs = (kVar & kBwdWs) != 0;
+  constexpr int kSmem = kWs ? BwdWsLayout<D>::kBytes
+                            : BwdLayout<D, (kVar & kBwdWgmma) != 0, (kVar & kBwdWgmma2) != 0,
+                                        (kVar & kBwdWgPipe) != 0 && (kVar & kBwdBulkDq) != 0>::kBytes;
+  return {SageBackwardKernel<D, kCausal, kVar>, kSmem, (kVar & kBwdLpt) != 0, BwdThreads<kVar>(),
+          kWs ? 2 * kTile : kTile};
 }
 // The backward variants compiled in (the list above), one instantiation per head dim and mask.
 template <int... V>
@@ -2121,10 +2326,11 @@ constexpr int kBwdV7a = kBwdV4q + kBwdWgmma + kBwdColRs;                        
 constexpr int kBwdV7b = kBwdV7a + kBwdWgmma2;                                        // 1976
 constexpr int kBwdV7 = kBwdV7b + kBwdWgPipe;                                         // 4024
 constexpr int kBwdV7s = kBwdV7 + kBwdSplitWait;                                      // 12216
+constexpr int kBwdV8d = kBwdV7s + kBwdColVec + kBwdBulkDq;                          // 110520
 using BwdCompiled =
     BwdVariantList<24, kBwdV4q, kBwdV7a, kBwdV7b, kBwdV7, kBwdV7s, kBwdV7s + kBwdColVec,
-                   kBwdV7s + kBwdBulkDq, kBwdV7s + kBwdColVec + kBwdBulkDq,
-                   kBwdV7s + kBwdColVec + kBwdBulkDq + kBwdLpt, kBwdV7s + kBwdColVec + kBwdLpt>;
+                   kBwdV7s + kBwdBulkDq, kBwdV8d, kBwdV8d + kBwdLpt, kBwdV7s + kBwdColVec + kBwdLpt,
+                   kBwdV8d + kBwdLpt + kBwdWs>;
 template <int D, bool kCausal, int... V>
 BwdLaunch BwdLaunchIn(int var, BwdVariantList<V...>) {
   BwdLaunch r{};
@@ -2196,9 +2402,10 @@ Status BackwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_b
       "SageBwd backward smem attribute");
   // Both launches below are programmatic dependents of the one before (each waits before it
   // reads what that one writes).
-  const dim3 grid = L.lpt ? dim3(bh, nt) : dim3(nt, bh);
+  const int ctas = CeilDiv(s.N, L.keys);
+  const dim3 grid = L.lpt ? dim3(bh, ctas) : dim3(ctas, bh);
   ABLATE_CUDA_RETURN_IF_ERROR(
-      cuda::LaunchKernel(L.kernel, grid, dim3(kThreads), L.smem, stream, /*pdl=*/true, p),
+      cuda::LaunchKernel(L.kernel, grid, dim3(L.threads), L.smem, stream, /*pdl=*/true, p),
       "SageBwd backward kernel launch");
 
   const int64_t total4 = rows * D / 4;

@@ -316,4 +316,46 @@ __device__ __forceinline__ void MmaBf16First(float (&d)[32], uint64_t da, uint64
       : "l"(da), "l"(db));
 }
 
+// ----------------------------------------------------------------------------------------------
+// Warp specialization (sm_90): shared-memory mbarriers between a producer warpgroup and consumer
+// warpgroups, named barriers for one warpgroup, and the register hand-over between them.
+// ----------------------------------------------------------------------------------------------
+
+// One thread initializes the barrier at shared address `bar` (8 bytes, 8-byte aligned) for
+// `count` arrivals per phase; the CTA syncs before anyone else uses it.
+__device__ __forceinline__ void MbarInit(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+// Arrives (release, CTA scope): this thread's earlier memory accesses happen before whatever
+// follows a wait that sees the phase complete.
+__device__ __forceinline__ void MbarArrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Waits (acquire, CTA scope) until the phase with parity `parity` has completed.
+__device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT_LOOP:\n"
+      "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_LOOP;\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+// Barrier `id` (1..15; 0 is __syncthreads') over `threads` threads (a multiple of 32).
+__device__ __forceinline__ void NamedBarSync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+// The warpgroup's per-thread register budget: lowered by a producer, raised by consumers (the
+// CTA's pool must hold what the raise asks for; every warp of the warpgroup runs the same one).
+template <int N>
+__device__ __forceinline__ void SetMaxNRegDec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void SetMaxNRegInc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
 }  // namespace ablate::kernels::cuda::wgmma
