@@ -498,18 +498,16 @@ TEST(SageBwdGpu, BwdVariantLab) {
   SKIP_WITHOUT_GPU();
   const char* env = std::getenv("SAGE_BWD_LAB");
   if (env == nullptr || std::string(env) != "1") GTEST_SKIP() << "set SAGE_BWD_LAB=1";
-  // 4024 = sagebwd v7 (all five products by wgmma, two of the dV / dK / dQ wgmmas in flight),
-  // 12216 = 4024 waiting for Q^T / dO^T only before phase 2, 44984 = 12216 with the column
-  // inverse scales read as one 16-byte load per column pair (production at d128 non-causal),
-  // 77752 / 110520 = 12216 / 44984 with dQ added by bulk reductions from shared memory (110520:
-  // production at d64 non-causal), 176056 / 241592 = 44984 / 110520 with the grid in
-  // longest-first order across heads (241592: production causal). Also compiled in (figures in
-  // the bench notes): 24 = v4, 184 = v4q (mma.sync), 1464 = 184 with S and dP by wgmma and the
-  // column partials by ColumnReduceScatter, 1976 = 1464 with dV, dK, dQ by wgmma too, 12216,
-  // 77752.
-  // 503736 = 241592 warp-specialized (kBwdWs: a producer warpgroup copying the Q side into a
-  // two-stage ring, two consumer warpgroups of 64 keys each, one CTA per SM).
-  const std::vector<int> vars = {44984, 110520, 241592, 503736};
+  // 44984 = sagebwd v7 (all five products by wgmma, two of the dV / dK / dQ wgmmas in flight)
+  // waiting for Q^T / dO^T only before phase 2, with the column inverse scales read as one 16-byte
+  // load per column pair, dQ by vector atomics; 110520 = 44984 with dQ added by one bulk reduction
+  // per warp and 16 x 64 block (production at d64 non-causal); 241592 = 110520 with the grid in
+  // longest-first order across heads (production at d64 causal); 372664 / 503736 = 110520 /
+  // 241592 warp-specialized (kBwdWs: a producer warpgroup copying the Q side into a two-stage
+  // ring, two consumer warpgroups of 64 keys each, one CTA per SM; production at d128
+  // non-causal / causal). Also compiled in (figures in the bench notes): 24 = v4, 184 = v4q
+  // (mma.sync), 1464 / 1976 / 4024 = the wgmma steps of v7, 12216, 77752, 176056.
+  const std::vector<int> vars = {44984, 110520, 241592, 372664, 503736};
   for (int var : vars) {
     SageCudaOptions opt;
     opt.bwd_variant = var;

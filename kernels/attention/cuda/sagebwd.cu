@@ -30,13 +30,16 @@
 // P and dS of a block stay in registers: per-row scales (dS for dQ) by quad shuffles, per-column
 // scales (P for dV, dS for dK; a max over the 64 rows of 4 warps) by shuffles over the 8 lane
 // groups plus a 3 x 4 x 64 fp32 partial table in shared memory; the int8 copies (P^T, dS^T,
-// dS^) are written straight from registers. dK, dV stay in registers; dQ is accumulated with
-// 8-byte fp32 vector atomics (red.global.add.v2.f32) into the workspace, rowsum dS (K-smoothing
-// correction) with scalar atomics, and a last kernel converts dQ. Accumulation order differs
-// from the emulator. Interior blocks (no N tail; causal: wholly below the diagonal) skip the
-// mask arithmetic and read lse / D_i once per row. ~105 KB shared memory per CTA at D = 128:
-// 2 CTAs (8 warps) per SM; ~66 KB at D = 64 with __launch_bounds__(128, 3) (<= 168 registers):
-// 3 CTAs per SM.
+// dS^) are written straight from registers. dK, dV stay in registers; dQ is accumulated into the
+// workspace's fp32 dqacc (16 x 64 blocks, DqAccIndex: each warp's share of a Q tile is one block,
+// staged in shared memory and added by one bulk reduction; or 8-byte vector atomics), rowsum dS
+// (K-smoothing correction) with scalar atomics, and a last kernel converts dQ. Accumulation
+// order differs from the emulator. Interior blocks (no N tail; causal: wholly below the diagonal)
+// skip the mask arithmetic and read lse / D_i once per row. D = 64: ~66 KB shared memory per CTA
+// with __launch_bounds__(128, 3) (<= 168 registers): 3 CTAs (12 warps) per SM. D = 128 (sagebwd
+// v9, kBwdWs): one CTA per SM and pair of K tiles, a producer warpgroup copying each Q tile's
+// operands into a two-stage ring, two consumer warpgroups (240 registers each) running the
+// per-tile body for one K tile each.
 //
 // Kernel-lab variant: sagebwd v6 forward (kernels/bench/README.md, Variants): SageForwardKernelV5
 // with kFastS and kWg: 8 warps = two warpgroups x 64 rows, 128-row CTAs, S = Q^ K^T by wgmma from
@@ -44,13 +47,14 @@
 // wgmma with A from registers (V^T stored in the permuted key order FwdKeyOfSlot), chosen by
 // FwdProductionFor (11 = the same with the causal grid longest-first); the v3/v4 forward
 // (SageForwardKernel) and the v5 variants (mma.sync) stay compiled in for the lab
-// (SageCudaOptions::fwd_variant). Backward: sagebwd v8 = v4 (bits kBwdInterior | kBwdOcc3) +
+// (SageCudaOptions::fwd_variant). Backward: sagebwd v8 / v9 = v4 (bits kBwdInterior | kBwdOcc3) +
 // kBwdFastQ (P^T / dS^T / dS^ codes by one FMA into the 1.5 * 2^23 mantissa, no F2I / clamp) +
 // kBwdExp2 (P by ex2.approx in the log2 domain) + all five products by wgmma (sm_90a, wgmma.cuh:
 // S and dP from the swizzled Q^ / K^ / dO / V tiles, dV / dK / dQ from the P^T / dS^T / dS^
 // tiles the kernel writes, two of those in flight at a time) + column scale partials by a
 // reduce-scatter (= v7, 4024) + the bits of BwdProductionFor (late phase-2 waits, vector column
-// scales, bulk dQ reductions, longest-first causal grid); the compiled-in variants are
+// scales, bulk dQ reductions, longest-first causal grid; v9: warp specialization at D = 128); the
+// compiled-in variants are
 // BwdCompiled (the GPU test's lab mode times them through SageCudaOptions::bwd_variant). The
 // quantization is two launches (K-mean parts, then K / V / Q) in the forward and one (dO with
 // D_i) in the backward; the forward kernel zeroes the backward's dQ accumulator. Lab forward
@@ -170,10 +174,10 @@ struct BwdLayout {
   static constexpr int kPart = kWg2 ? kPT + 3 * TileP::kBytes : kRest;
   static constexpr int kVec = kWg2 ? kPart + 3 * 4 * kTile * 4 : kRest + (C::kBwdVec - C::kBwdPart);
   static constexpr int kMu = kWg2 ? kVec + 10 * kTile * 4 : kRest + (C::kBwdMu - C::kBwdPart);
-  // kDqStage (kBwdBulkDq): the dQ staging rows [64][kDqStride] f32 (a 64-column chunk).
-  static constexpr int kDqStride = 72;  // floats; 288-byte rows: 16-byte aligned, 2-way stores
+  // kDqStage (kBwdBulkDq): the dQ staging blocks, one 16 x 64 f32 block (4 KB, DqAccIndex order)
+  // per warp.
   static constexpr int kDqSt = (kMu + 2 * D * 4 + 15) / 16 * 16;
-  static constexpr int kBytes = (kDqStage ? kDqSt + kTile * kDqStride * 4 : kMu + 2 * D * 4) +
+  static constexpr int kBytes = (kDqStage ? kDqSt + kTile * 64 * 4 : kMu + 2 * D * 4) +
                                 (kWg ? 1024 : 0);
   static_assert(kBytes <= 227 * 1024, "backward shared memory over the sm_90 limit");
   static_assert(!kWg || (TileI8::kBytes % 1024 == 0 && TileBf::kBytes % 1024 == 0),
@@ -206,9 +210,8 @@ struct BwdWsLayout {
   static constexpr int kPart = kDsT + TileP::kBytes;
   static constexpr int kVec = kPart + 3 * 4 * kTile * 4;
   static constexpr int kKbar = kVec + 10 * kTile * 4;
-  static constexpr int kDqStride = 72;
   static constexpr int kDqSt = Up(kKbar + D * 4, 16);
-  static constexpr int kConsBytes = Up(kDqSt + kTile * kDqStride * 4, 1024);
+  static constexpr int kConsBytes = Up(kDqSt + kTile * 64 * 4, 1024);
   // Stage.
   static constexpr int kQh = 0;
   static constexpr int kDo = kQh + TileI8::kBytes;
@@ -476,15 +479,29 @@ __host__ __device__ constexpr int FwdKeyOfSlot(int slot) {
 // them (clearing it in the backward kernel itself cost that kernel 3-4%: its code changed).
 constexpr int kDqArmed = 0x5A6E4451;
 
-// Zeroes dsrow and dqacc for rows [r0, r0 + rows) of head bh (all threads of the CTA).
+// The fp32 dQ accumulator dqacc, (BH, np, D) with np = the padded length (a multiple of 64), is
+// stored in 4 KB blocks of 16 rows x 64 columns: rows 16 b .. 16 b + 15 of a head occupy the same
+// 16 D floats as in row-major order, as D / 64 consecutive blocks (column chunk c at 1024 c), each
+// row-major with 64-float rows whose 16-byte units are XOR-swizzled by the row (unit u of row r at
+// u ^ (r % 8)). A backward warp's 16 rows x 64 columns of dQ are then one contiguous 4 KB block:
+// it stages them in shared memory in the same order (the swizzle keeps the staging stores free of
+// bank conflicts) and adds them with one bulk reduction. Float offset of (row, col) of head bh:
 template <int D>
-__device__ __forceinline__ void ZeroDqRows(float* dsrow, float* dqacc, int64_t bh, int n, int r0,
-                                           int rows, int tid, int nthreads) {
-  const int nr = min(rows, n - r0);
-  if (nr <= 0) return;
-  float4* dq = reinterpret_cast<float4*>(dqacc + (bh * n + r0) * D);
+__host__ __device__ __forceinline__ int64_t DqAccIndex(int64_t bh, int np, int row, int col) {
+  return (bh * np + (row & ~15)) * D + (col >> 6) * 1024 + (row & 15) * 64 +
+         ((((col & 63) >> 2) ^ (row & 7)) << 2) + (col & 3);
+}
+
+// Zeroes dsrow for rows [r0, r0 + rows) of head bh (clipped to n) and dqacc for the same rows
+// (clipped to the padded np: dqacc holds whole 16-row blocks) (all threads of the CTA).
+template <int D>
+__device__ __forceinline__ void ZeroDqRows(float* dsrow, float* dqacc, int64_t bh, int n, int np,
+                                           int r0, int rows, int tid, int nthreads) {
+  const int nr = min(rows, n - r0), npr = min(rows, np - r0);
+  if (npr <= 0) return;
+  float4* dq = reinterpret_cast<float4*>(dqacc + (bh * np + r0) * D);  // rows r0.. are contiguous
   const float4 z = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  for (int i = tid; i < nr * (D / 4); i += nthreads) __stcs(dq + i, z);  // streaming: no L2 claim
+  for (int i = tid; i < npr * (D / 4); i += nthreads) __stcs(dq + i, z);  // streaming: no L2 claim
   for (int i = tid; i < nr; i += nthreads) __stcs(dsrow + bh * n + r0 + i, 0.0f);
 }
 
@@ -611,7 +628,7 @@ __global__ void __launch_bounds__(256, (D == 64 && !kPrep) ? 6 : 1) QuantizeKern
       for (int o = kC8 / 2; o > 0; o >>= 1) dot[k] += __shfl_xor_sync(0xffffffffu, dot[k], o);
       if (rows[k] < nr && c8 == 0) p.drow[xrow0 + rows[k]] = dot[k];
     }
-    if (zero) ZeroDqRows<D>(p.dsrow, p.dqacc, bh, p.n, r0, kTile, threadIdx.x, blockDim.x);
+    if (zero) ZeroDqRows<D>(p.dsrow, p.dqacc, bh, p.n, p.np, r0, kTile, threadIdx.x, blockDim.x);
   }
   if (J.mode != 0) {
     if (J.mode == 1) {
@@ -963,7 +980,7 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg>::kThreadsV5,
 
   // Launched as a dependent of the quantize launch (pdl): the stores that do not depend on it
   // first (they overlap its tail), then wait for its codes and scales.
-  ZeroDqRows<D>(p.dsrow, p.dqacc, bh, p.n, r0, kFwdRows, threadIdx.x, C::kThreadsV5);
+  ZeroDqRows<D>(p.dsrow, p.dqacc, bh, p.n, p.np, r0, kFwdRows, threadIdx.x, C::kThreadsV5);
   if (rb == 0 && bh == 0 && threadIdx.x == 0) *p.armed = kDqArmed;
   cuda::GridDepWait();
 
@@ -1931,40 +1948,43 @@ __global__ void __launch_bounds__(BwdThreads<kVar>(), (BwdMinBlocks<D, kVar>()))
         v0[n] = make_float2(c0f * __int2float_rn(at(n, 0)), c0f * __int2float_rn(at(n, 1)));
         v1[n] = make_float2(c1f * __int2float_rn(at(n, 2)), c1f * __int2float_rn(at(n, 3)));
       }
+      // This warp's 16 rows x 64 columns are one 4 KB block of dqacc (DqAccIndex): rows g and
+      // g + 8 of it at float 64 g (+ 512), columns 8n + 2t, +1 in 16-byte unit (2n + t / 2) ^ g.
+      const int64_t blk = (int64_t(bh) * p.np + r0 + warp * 16) * D + ch * 1024;
+      const int x = (t >> 1) ^ g, o0 = g * 64 + ((t & 1) << 1);
       if constexpr (kBulkDq) {
-        // The warp's 16 rows x 64 columns into its staging rows (once its previous bulk reads
-        // are done), then lanes 0..15 add one 256-byte row each into dqacc.
+        // Staged in shared memory in the block's own order (once the previous bulk read of the
+        // staging is done), then lane 0 adds the whole block into dqacc with one bulk reduction
+        // (padded rows past N add zeros: dqacc holds whole blocks).
         namespace wg = cuda::wgmma;
-        float* st = reinterpret_cast<float*>(base + L::kDqSt);
-        if (lane < 16) wg::BulkWaitRead<0>();
+        float* st = reinterpret_cast<float*>(base + L::kDqSt) + warp * 1024;
+        if (lane == 0) wg::BulkWaitRead<0>();
         __syncwarp();
-        float* s0 = st + (warp * 16 + g) * L::kDqStride + 2 * t;
-        float* s1 = s0 + 8 * L::kDqStride;
 #pragma unroll
         for (int n = 0; n < 8; ++n) {
-          *reinterpret_cast<float2*>(s0 + n * 8) = v0[n];
-          *reinterpret_cast<float2*>(s1 + n * 8) = v1[n];
+          const int o = o0 + (((2 * n) ^ x) << 2);
+          *reinterpret_cast<float2*>(st + o) = v0[n];
+          *reinterpret_cast<float2*>(st + o + 512) = v1[n];
         }
         wg::FenceProxyAsync();
         __syncwarp();
-        if (lane < 16) {
-          const int row = warp * 16 + lane;
-          if (r0 + row < p.n) {
-            wg::BulkReduceAddF32(p.dqacc + bh * nd + int64_t(r0 + row) * D + ch * 64,
-                                 cuda::SmemAddr(st + row * L::kDqStride), 64 * 4);
-          }
+        if (lane == 0) {
+          wg::BulkReduceAddF32(p.dqacc + blk, cuda::SmemAddr(st), 1024 * 4);
           wg::BulkCommit();
         }
       } else {
-        float* dst0 = p.dqacc + bh * nd + int64_t(grow0) * D + ch * 64 + 2 * t;
-        float* dst1 = dst0 + 8 * D;
+        float* dst = p.dqacc + blk + o0;
         if (grow0 < p.n) {
 #pragma unroll
-          for (int n = 0; n < 8; ++n) atomicAdd(reinterpret_cast<float2*>(dst0 + n * 8), v0[n]);
+          for (int n = 0; n < 8; ++n) {
+            atomicAdd(reinterpret_cast<float2*>(dst + (((2 * n) ^ x) << 2)), v0[n]);
+          }
         }
         if (grow1 < p.n) {
 #pragma unroll
-          for (int n = 0; n < 8; ++n) atomicAdd(reinterpret_cast<float2*>(dst1 + n * 8), v1[n]);
+          for (int n = 0; n < 8; ++n) {
+            atomicAdd(reinterpret_cast<float2*>(dst + 512 + (((2 * n) ^ x) << 2)), v1[n]);
+          }
         }
       }
     };
@@ -2033,7 +2053,7 @@ __global__ void __launch_bounds__(BwdThreads<kVar>(), (BwdMinBlocks<D, kVar>()))
     if constexpr (kWs) cuda::wgmma::MbarArrive(empty_bar(stage));
   }
   if constexpr (kBulkDq) {
-    if (lane < 16) cuda::wgmma::BulkWait<0>();  // staging reads and dqacc writes complete
+    if (lane == 0) cuda::wgmma::BulkWait<0>();  // staging reads and dqacc writes complete
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -2052,11 +2072,11 @@ __global__ void __launch_bounds__(BwdThreads<kVar>(), (BwdMinBlocks<D, kVar>()))
 }
 
 // dq = dqacc (+ tau * rowsum(dS) * kbar with the K-mean correction), to bf16; four elements
-// (16-byte load, 8-byte store) per thread.
+// (16-byte load from dqacc's DqAccIndex blocks, 8-byte store) per thread.
 // Also clears *armed (dqacc is no longer zero).
 template <int D>
-__global__ void DqFinalizeKernel(const float4* __restrict__ dqacc, const float* __restrict__ dsrow,
-                                 const float* __restrict__ kbar, int n, int64_t total4,
+__global__ void DqFinalizeKernel(const float* __restrict__ dqacc, const float* __restrict__ dsrow,
+                                 const float* __restrict__ kbar, int n, int np, int64_t total4,
                                  bool correct, float tau, __nv_bfloat16* __restrict__ dq,
                                  int* __restrict__ armed) {
   cuda::GridDepWait();  // dqacc, dsrow: the backward kernel (pdl)
@@ -2065,10 +2085,12 @@ __global__ void DqFinalizeKernel(const float4* __restrict__ dqacc, const float* 
   if (idx >= total4) return;
   const int64_t row = idx / (D / 4);  // (bh, token)
   const int d = static_cast<int>(idx % (D / 4)) * 4;
-  float4 x = dqacc[idx];
+  const int64_t bh = row / n;
+  float4 x = *reinterpret_cast<const float4*>(
+      dqacc + DqAccIndex<D>(bh, np, static_cast<int>(row - bh * n), d));
   if (correct) {
     const float c = tau * dsrow[row];
-    const float4 kb = *reinterpret_cast<const float4*>(kbar + (row / n) * D + d);
+    const float4 kb = *reinterpret_cast<const float4*>(kbar + bh * D + d);
     x.x += c * kb.x;
     x.y += c * kb.y;
     x.z += c * kb.z;
@@ -2120,7 +2142,7 @@ Workspace CarveWorkspace(const AttnShape& s, char* base) {
   w.mu = reinterpret_cast<float*>(take(4 * size_t(bh * ntq * s.D)));
   w.drow = reinterpret_cast<float*>(take(4 * size_t(bh * s.N)));
   w.dsrow = reinterpret_cast<float*>(take(4 * size_t(bh * s.N)));
-  w.dqacc = reinterpret_cast<float*>(take(4 * size_t(bh * s.N * s.D)));
+  w.dqacc = reinterpret_cast<float*>(take(4 * size_t(bh * np * s.D)));  // DqAccIndex blocks
   w.kpart = reinterpret_cast<double*>(take(8 * size_t(bh * kKMeanMaxParts * s.D)));
   w.armed = reinterpret_cast<int*>(take(sizeof(int)));
   w.bytes = off;
@@ -2287,19 +2309,19 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
 //   176056 / 241592  44984 / 110520 + kBwdLpt (131072: grid (BH, K tiles), so causal CTAs run
 //            longest-first across every head): causal 1.07-1.16x of 4024 (d128 N2048 1.10x, d64
 //            1.16x); non-causal neutral at d128, 0.96-1.04x at d64 (less L2 reuse of Q tiles)
-//   503736   241592 + kBwdWs (262144: warp-specialized, a producer warpgroup filling a two-stage
-//            ring of Q-side tiles for two consumer warpgroups of 64 keys each, one CTA per SM):
-//            0.998-1.011x of 241592 causal at d128, 0.966-0.97x non-causal (372664 = 110520 +
-//            kBwdWs, measured and no longer compiled in), 0.83-0.89x at d64 (8 consumer warps
-//            per SM instead of 12). The consumers issue no copies and still run no faster: the
-//            per-tile body is bound by its own latency chain at 8 warps per SM, not by the copies.
-// BwdProductionFor is what production calls (bwd_variant = -1) run (sagebwd v8): causal 241592;
-// non-causal 44984 at d128, 110520 at d64 (kernels/bench/README.md, Variants).
+//   372664 / 503736  110520 / 241592 + kBwdWs (262144: warp-specialized, a producer warpgroup
+//            filling a two-stage ring of Q-side tiles for two consumer warpgroups of 64 keys
+//            each, one CTA per SM). With dQ added by one bulk reduction per warp and block
+//            (DqAccIndex; before it, 16 per warp, which the compiler issued one lane at a time):
+//            d128 non-causal 372664 1.17x of 44984 (1.05x of 110520), causal 503736 1.02x of
+//            241592; d64 0.94-1.06x of 44984 (8 consumer warps per SM instead of 12).
+// BwdProductionFor is what production calls (bwd_variant = -1) run (sagebwd v9): d128 372664 /
+// 503736 (non-causal / causal), d64 110520 / 241592 (kernels/bench/README.md, Variants).
 constexpr int BwdProductionFor(int d, bool causal) {
   constexpr int kV8 = 24 + kBwdExp2 + kBwdFastQ + kBwdWgmma + kBwdWgmma2 + kBwdColRs + kBwdWgPipe +
-                      kBwdSplitWait + kBwdColVec;
-  if (causal) return kV8 + kBwdBulkDq + kBwdLpt;
-  return d == 128 ? kV8 : kV8 + kBwdBulkDq;
+                      kBwdSplitWait + kBwdColVec + kBwdBulkDq;
+  const int v = causal ? kV8 + kBwdLpt : kV8;
+  return d == 128 ? v + kBwdWs : v;
 }
 using BwdKernel = void (*)(BwdParams);
 struct BwdLaunch {
@@ -2330,7 +2352,7 @@ constexpr int kBwdV8d = kBwdV7s + kBwdColVec + kBwdBulkDq;                      
 using BwdCompiled =
     BwdVariantList<24, kBwdV4q, kBwdV7a, kBwdV7b, kBwdV7, kBwdV7s, kBwdV7s + kBwdColVec,
                    kBwdV7s + kBwdBulkDq, kBwdV8d, kBwdV8d + kBwdLpt, kBwdV7s + kBwdColVec + kBwdLpt,
-                   kBwdV8d + kBwdLpt + kBwdWs>;
+                   kBwdV8d + kBwdWs, kBwdV8d + kBwdLpt + kBwdWs>;
 template <int D, bool kCausal, int... V>
 BwdLaunch BwdLaunchIn(int var, BwdVariantList<V...>) {
   BwdLaunch r{};
@@ -2412,8 +2434,7 @@ Status BackwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_b
   return CudaStatus(
       cuda::LaunchKernel(DqFinalizeKernel<D>, dim3(static_cast<unsigned>((total4 + 255) / 256)),
                          dim3(256), 0, stream, /*pdl=*/true,
-                         reinterpret_cast<const float4*>(w.dqacc), w.dsrow, w.kbar, s.N,
-                         total4, opt.smooth_k && opt.dq_kmean_correction, p.tau, dq, w.armed),
+                         w.dqacc, w.dsrow, w.kbar, s.N, nt * kTile, total4, opt.smooth_k && opt.dq_kmean_correction, p.tau, dq, w.armed),
       "SageBwd DqFinalizeKernel launch");
 }
 

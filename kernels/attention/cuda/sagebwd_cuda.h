@@ -20,7 +20,8 @@
 // 256-byte aligned, in this order):
 //   qh, qht, kh, kht, vh, vht, doh, doht : int8 (BH, Np, D) / transposes (BH, D, Np)
 //   sq (BH, tq) f32, sk (BH, tk), sv (BH, tk), sdo (BH, tq), kbar (BH, D), mu (BH, tq, D),
-//   drow (BH, N) f32 = rowsum(dO o O), dsrow (BH, N) f32 = rowsum(dS), dqacc (BH, N, D) f32,
+//   drow (BH, N) f32 = rowsum(dO o O), dsrow (BH, N) f32 = rowsum(dS), dqacc (BH, Np, D) f32 in
+//   4 KB blocks of 16 rows x 64 columns (sagebwd.cu, DqAccIndex),
 //   kpart (BH, 16, D) f64 = partial K sums over up to 16 row ranges (the K mean's first pass),
 //   armed (one int): set by the forward kernel after it zeroed dsrow and dqacc, cleared by the
 //   backward's dQ conversion (after the backward kernel added into them).
@@ -29,8 +30,8 @@
 // memory-bound prep launch); backward = one launch quantizing dO with D_i (and zeroing dsrow / dqacc
 // itself unless the forward armed them: a second backward after one forward stays correct),
 // the attention kernel, the dQ conversion.
-// dQ is accumulated in fp32 into dqacc (one CTA per K tile; atomicAdd, or bulk reductions from
-// shared memory), then converted to bf16 (plus the K-smoothing correction) by a final kernel; dK
+// dQ is accumulated in fp32 into dqacc (one CTA per K tile; atomicAdd, or one bulk reduction per
+// warp and 16 x 64 block from shared memory), then converted to bf16 (plus the K-smoothing correction) by a final kernel; dK
 // and dV are owned by one CTA each.
 //
 // Launchers are asynchronous on `stream` (no host synchronization); errors from the launch are
