@@ -187,7 +187,15 @@ struct BwdLayout {
                 "64B-swizzled tiles stay aligned");
 };
 
-// Warp-specialized backward layout (kBwdWs): two consumer regions (one per consumer warpgroup:
+// kBwdWs: consumer warpgroups per CTA (one K tile each) and the register budgets after the
+// hand-over (128 x 24 + 256 x 240 = 64 K). (Measured and dropped: three consumers at D = 64 with
+// 160 registers, 80 bytes of spills causal: no faster than 110520 non-causal (0.488 vs 0.481 ms
+// at B8 H16 N1024) and its causal build failed the emulator checks, cause not found.)
+constexpr int kWsConsumers = 2;
+constexpr int kWsProducerRegs = 24, kWsConsumerRegs = 240;
+
+// Warp-specialized backward layout (kBwdWs): kWsConsumers consumer regions (one per consumer
+// warpgroup:
 // its 64 keys' K^, V, K^T, the P^T / dS^ / dS^T tiles it writes, its column partials, vectors,
 // kbar and dQ staging rows) and two stages of the Q side (Q^, dO, Q^T, dO^T, lse, D_i, mu, the
 // tile's scales of Q and dO) that the producer warpgroup fills and both consumers read, then the
@@ -224,7 +232,7 @@ struct BwdWsLayout {
   static constexpr int kStageBytes = Up(kScal + 16, 1024);
   // Buffer.
   static constexpr int kCons0 = 0;
-  static constexpr int kStage0 = 2 * kConsBytes;
+  static constexpr int kStage0 = kWsConsumers * kConsBytes;
   static constexpr int kBar = kStage0 + 2 * kStageBytes;
   static constexpr int kBytes = kBar + 64 + 1024;  // + slack to align the base to 1024
   static_assert(kBytes <= 227 * 1024, "backward shared memory over the sm_90 limit");
@@ -302,12 +310,12 @@ constexpr int kBwdBulkDq = 65536;  // with 2048: dQ partials staged in shared me
                                    // 16 rows) and added by bulk reductions, not red.global
 constexpr int kBwdLpt = 131072;  // grid (BH, K tiles): causal CTAs in longest-first order across
                                  // all heads (K tile 0 of every head first), not head by head
-// kBwdWs (with kBwdWgPipe and kBwdColVec): warp-specialized. 384 threads: warpgroup 0 is the
-// producer (cp.async copies of each Q tile's Q^, dO, Q^T, dO^T plus its lse, D_i, mu and scales
-// into a two-stage ring, mbarriers full / empty), warpgroups 1 and 2 are consumers of 64 keys
-// each (K tiles 2 jj and 2 jj + 1 of CTA jj) running the per-tile body with named barriers per
-// warpgroup; the consumers issue no Q-side copies and share one copy of the Q side, the producer
-// gives its registers to them (setmaxnreg). One CTA per SM.
+// kBwdWs (with kBwdWgPipe and kBwdColVec): warp-specialized. C = kWsConsumers (2) + 1
+// warpgroups: warpgroup 0 is the producer (cp.async copies of each Q tile's Q^,
+// dO, Q^T, dO^T plus its lse, D_i, mu and scales into a two-stage ring, mbarriers full / empty),
+// warpgroup 1 + c is the consumer of K tile C jj + c of CTA jj, running the per-tile body with
+// named barriers per warpgroup; the consumers issue no Q-side copies and share one copy of the Q
+// side, the producer gives its registers to them (setmaxnreg). One CTA per SM.
 constexpr int kBwdWs = 262144;
 // (Measured, not kept: dQ converted in the backward kernel by the last contributor per Q tile,
 // found by an acq_rel counter per tile: 0.78-0.98x; docs/gpu/2026-11-21-h200-pdl.)
@@ -315,11 +323,10 @@ template <int D, int kVar>
 constexpr int BwdMinBlocks() {
   return (D == 64 && (kVar & kBwdOcc3) != 0 && (kVar & kBwdWs) == 0) ? 3 : 1;
 }
-template <int kVar>
+template <int D, int kVar>
 constexpr int BwdThreads() {
-  return (kVar & kBwdWs) != 0 ? 3 * kThreads : kThreads;
+  return (kVar & kBwdWs) != 0 ? (kWsConsumers + 1) * kThreads : kThreads;
 }
-constexpr int kWsProducerRegs = 24, kWsConsumerRegs = 240;  // 128 x 24 + 256 x 240 = 64 K
 
 // Reduce-scatter over the 8 lanes that share t (lane bits 2..4 = g) of 16 per-thread values v[k]
 // (k = 2n + b: accumulator column 8n + 2t + b): each level keeps the half of the values its lane
@@ -1386,11 +1393,11 @@ __device__ __forceinline__ void WgmmaS8Tile64(uint32_t dlo, int a_byte, int b_by
 }
 
 // grid: (K tiles, BH); block: 128. Warp w owns keys 16w..16w+15 of the K tile for dK and dV, and
-// query rows 16w..16w+15 of each Q tile for S, dP, P, dS and dQ. kBwdWs: grid (K-tile pairs, BH),
-// block 384: warpgroup 0 the producer, warpgroup 1 + c the consumer of K tile 2 jj + c, whose
-// warp w (of 4) owns the rows above.
+// query rows 16w..16w+15 of each Q tile for S, dP, P, dS and dQ. kBwdWs: grid (groups of C =
+// kWsConsumers K tiles, BH), block 128 (C + 1): warpgroup 0 the producer, warpgroup 1 + c the
+// consumer of K tile C jj + c, whose warp w (of 4) owns the rows above.
 template <int D, bool kCausal, int kVar>
-__global__ void __launch_bounds__(BwdThreads<kVar>(), (BwdMinBlocks<D, kVar>())) SageBackwardKernel(BwdParams p) {
+__global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>())) SageBackwardKernel(BwdParams p) {
   constexpr bool kInt = (kVar & kBwdInterior) != 0, kFx = (kVar & kBwdExp2) != 0, kFq = (kVar & kBwdFastQ) != 0;
   constexpr bool kWg = (kVar & kBwdWgmma) != 0, kWg2 = (kVar & kBwdWgmma2) != 0;
   constexpr bool kWgPipe = kWg2 && (kVar & kBwdWgPipe) != 0;
@@ -1413,7 +1420,7 @@ __global__ void __launch_bounds__(BwdThreads<kVar>(), (BwdMinBlocks<D, kVar>()))
   const int tid = kWs ? int(threadIdx.x & 127) : int(threadIdx.x);
   char* const base = [&] {
     if constexpr (kWs) {
-      return buf + L::kCons0 + (cw > 0 ? L::kConsBytes : 0);
+      return buf + L::kCons0 + max(cw, 0) * L::kConsBytes;
     } else {
       return buf;
     }
@@ -1451,7 +1458,8 @@ __global__ void __launch_bounds__(BwdThreads<kVar>(), (BwdMinBlocks<D, kVar>()))
   cuda::GridDepLaunchDependents();  // DqFinalizeKernel waits for this grid's completion
   constexpr bool kLpt = (kVar & kBwdLpt) != 0;
   const int jb = kLpt ? blockIdx.y : blockIdx.x, bh = kLpt ? blockIdx.x : blockIdx.y;
-  const int j = kWs ? 2 * jb + max(cw, 0) : jb;  // this thread's K tile
+  constexpr int kCons = kWs ? kWsConsumers : 1;  // K tiles per CTA
+  const int j = kCons * jb + max(cw, 0);  // this thread's K tile
   const int warp = kWs ? int((threadIdx.x >> 5) & 3) : int(threadIdx.x >> 5), lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   // Byte offsets of this thread's stores into P^T / dS^T [key][q] (key c = 8n + 2t + b, query
   // row 16w + g + 8h) and dS^ [q][key] (row 16w + g + 8h, keys 8n + 2t, +1), padded (kI8T) or
@@ -1482,7 +1490,7 @@ __global__ void __launch_bounds__(BwdThreads<kVar>(), (BwdMinBlocks<D, kVar>()))
   // kWs: the stage ring. Q tile number `it` of the CTA's loop uses stage it % 2: the producer
   // fills it after both consumers released its previous use (empty[s], phase it / 2 - 1) and
   // arrives on full[s]; a consumer waits for full[s] (phase it / 2), reads, arrives on empty[s].
-  const int ibeg = kWs ? (kCausal ? 2 * jb : 0) : 0;
+  const int ibeg = kWs ? (kCausal ? kCons * jb : 0) : 0;
   uint32_t bar0 = 0;  // kWs: full[0..1], empty[0..1]
   if constexpr (kWs) bar0 = cuda::SmemAddr(buf + L::kBar);
   auto full_bar = [&](int sg) { return bar0 + 8 * sg; };
@@ -1497,7 +1505,7 @@ __global__ void __launch_bounds__(BwdThreads<kVar>(), (BwdMinBlocks<D, kVar>()))
   if constexpr (kWs) {
     namespace wg = cuda::wgmma;
     if (threadIdx.x == 0) {
-      const int consumers = 2 * jb + 1 < p.ntk ? 2 : 1;
+      const int consumers = min(kCons, p.ntk - kCons * jb);
       for (int sg = 0; sg < 2; ++sg) {
         wg::MbarInit(full_bar(sg), kThreads);
         wg::MbarInit(empty_bar(sg), consumers * kThreads);
@@ -2337,8 +2345,8 @@ BwdLaunch BwdLaunchOf() {
   constexpr int kSmem = kWs ? BwdWsLayout<D>::kBytes
                             : BwdLayout<D, (kVar & kBwdWgmma) != 0, (kVar & kBwdWgmma2) != 0,
                                         (kVar & kBwdWgPipe) != 0 && (kVar & kBwdBulkDq) != 0>::kBytes;
-  return {SageBackwardKernel<D, kCausal, kVar>, kSmem, (kVar & kBwdLpt) != 0, BwdThreads<kVar>(),
-          kWs ? 2 * kTile : kTile};
+  return {SageBackwardKernel<D, kCausal, kVar>, kSmem, (kVar & kBwdLpt) != 0,
+          BwdThreads<D, kVar>(), kWs ? kWsConsumers * kTile : kTile};
 }
 // The backward variants compiled in (the list above), one instantiation per head dim and mask.
 template <int... V>
