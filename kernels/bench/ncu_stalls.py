@@ -20,7 +20,7 @@ import gzip
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("csv", help="ncu --page source --csv --print-source sass output (.csv or .csv.gz)")
+    ap.add_argument("csv", help="ncu --page source --csv --print-source sass output (.csv, .gz)")
     ap.add_argument("--top", type=int, default=30, help="instructions to list")
     args = ap.parse_args()
     opener = gzip.open if args.csv.endswith(".gz") else open

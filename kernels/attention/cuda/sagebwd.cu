@@ -195,12 +195,11 @@ constexpr int kWsConsumers = 2;
 constexpr int kWsProducerRegs = 24, kWsConsumerRegs = 240;
 
 // Warp-specialized backward layout (kBwdWs): kWsConsumers consumer regions (one per consumer
-// warpgroup:
-// its 64 keys' K^, V, K^T, the P^T / dS^ / dS^T tiles it writes, its column partials, vectors,
-// kbar and dQ staging rows) and two stages of the Q side (Q^, dO, Q^T, dO^T, lse, D_i, mu, the
-// tile's scales of Q and dO) that the producer warpgroup fills and both consumers read, then the
-// four mbarriers (full[2], empty[2]). Tile offsets keep BwdLayout's member names, relative to the
-// region they live in (consumer or stage), so the kernel body reads either layout.
+// warpgroup: its 64 keys' K^, V, K^T, the P^T / dS^ / dS^T tiles it writes, its column partials,
+// vectors, kbar and dQ staging blocks) and two stages of the Q side (Q^, dO, Q^T, dO^T, lse, D_i,
+// mu, the tile's scales of Q and dO) that the producer warpgroup fills and the consumers read,
+// then the four mbarriers (full[2], empty[2]). Tile offsets keep BwdLayout's member names,
+// relative to the region they live in (consumer or stage), so the kernel body reads either layout.
 template <int D>
 struct BwdWsLayout {
   using TileI8 = cuda::wgmma::GmmaTile<kTile, D>;
@@ -1397,7 +1396,8 @@ __device__ __forceinline__ void WgmmaS8Tile64(uint32_t dlo, int a_byte, int b_by
 // kWsConsumers K tiles, BH), block 128 (C + 1): warpgroup 0 the producer, warpgroup 1 + c the
 // consumer of K tile C jj + c, whose warp w (of 4) owns the rows above.
 template <int D, bool kCausal, int kVar>
-__global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>())) SageBackwardKernel(BwdParams p) {
+__global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>()))
+    SageBackwardKernel(BwdParams p) {
   constexpr bool kInt = (kVar & kBwdInterior) != 0, kFx = (kVar & kBwdExp2) != 0, kFq = (kVar & kBwdFastQ) != 0;
   constexpr bool kWg = (kVar & kBwdWgmma) != 0, kWg2 = (kVar & kBwdWgmma2) != 0;
   constexpr bool kWgPipe = kWg2 && (kVar & kBwdWgPipe) != 0;
@@ -1460,7 +1460,8 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
   const int jb = kLpt ? blockIdx.y : blockIdx.x, bh = kLpt ? blockIdx.x : blockIdx.y;
   constexpr int kCons = kWs ? kWsConsumers : 1;  // K tiles per CTA
   const int j = kCons * jb + max(cw, 0);  // this thread's K tile
-  const int warp = kWs ? int((threadIdx.x >> 5) & 3) : int(threadIdx.x >> 5), lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int warp = kWs ? int((threadIdx.x >> 5) & 3) : int(threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   // Byte offsets of this thread's stores into P^T / dS^T [key][q] (key c = 8n + 2t + b, query
   // row 16w + g + 8h) and dS^ [q][key] (row 16w + g + 8h, keys 8n + 2t, +1), padded (kI8T) or
   // 64B-swizzled with kWg2, where the swizzle term is fixed per thread and the rest is a constant
@@ -2342,9 +2343,9 @@ struct BwdLaunch {
 template <int D, bool kCausal, int kVar>
 BwdLaunch BwdLaunchOf() {
   constexpr bool kWs = (kVar & kBwdWs) != 0;
-  constexpr int kSmem = kWs ? BwdWsLayout<D>::kBytes
-                            : BwdLayout<D, (kVar & kBwdWgmma) != 0, (kVar & kBwdWgmma2) != 0,
-                                        (kVar & kBwdWgPipe) != 0 && (kVar & kBwdBulkDq) != 0>::kBytes;
+  using Layout = BwdLayout<D, (kVar & kBwdWgmma) != 0, (kVar & kBwdWgmma2) != 0,
+                           (kVar & kBwdWgPipe) != 0 && (kVar & kBwdBulkDq) != 0>;
+  constexpr int kSmem = kWs ? BwdWsLayout<D>::kBytes : Layout::kBytes;
   return {SageBackwardKernel<D, kCausal, kVar>, kSmem, (kVar & kBwdLpt) != 0,
           BwdThreads<D, kVar>(), kWs ? kWsConsumers * kTile : kTile};
 }
@@ -2442,7 +2443,8 @@ Status BackwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_b
   return CudaStatus(
       cuda::LaunchKernel(DqFinalizeKernel<D>, dim3(static_cast<unsigned>((total4 + 255) / 256)),
                          dim3(256), 0, stream, /*pdl=*/true,
-                         w.dqacc, w.dsrow, w.kbar, s.N, nt * kTile, total4, opt.smooth_k && opt.dq_kmean_correction, p.tau, dq, w.armed),
+                         w.dqacc, w.dsrow, w.kbar, s.N, nt * kTile, total4,
+                         opt.smooth_k && opt.dq_kmean_correction, p.tau, dq, w.armed),
       "SageBwd DqFinalizeKernel launch");
 }
 

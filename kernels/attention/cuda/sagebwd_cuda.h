@@ -31,8 +31,8 @@
 // itself unless the forward armed them: a second backward after one forward stays correct),
 // the attention kernel, the dQ conversion.
 // dQ is accumulated in fp32 into dqacc (one CTA per K tile; atomicAdd, or one bulk reduction per
-// warp and 16 x 64 block from shared memory), then converted to bf16 (plus the K-smoothing correction) by a final kernel; dK
-// and dV are owned by one CTA each.
+// warp and 16 x 64 block from shared memory), then converted to bf16 (plus the K-smoothing
+// correction) by a final kernel; dK and dV are owned by one CTA each.
 //
 // Launchers are asynchronous on `stream` (no host synchronization); errors from the launch are
 // converted to Status; errors from the kernels themselves surface at the caller's next sync.
