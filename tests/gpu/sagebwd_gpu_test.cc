@@ -571,8 +571,9 @@ TEST(SageBwdGpu, BwdVariantLab) {
 // Forward kernel lab: runs only with SAGE_FWD_LAB=1. Forward variants of the list
 // (SageCudaOptions::fwd_variant; compiled in: 3 = v3/v4 forward, 5 = v5a 8 warps x 16 rows, 6 =
 // v5b 4 warps x 32 rows, 7 = v5c = v5b + fast interior logits, 8 = v5a + fast interior logits,
-// 10 = v6 = 8 with S and P^ V^ by wgmma, production non-causal; 11 = 10 with the grid in
-// longest-first order across heads, production causal) against the
+// 10 = v6 = 8 with S and P^ V^ by wgmma, production non-causal at d64; 11 = 10 with the grid in
+// longest-first order across heads, production causal at d64; 12 / 13 = 10 / 11 warp-specialized,
+// production at d128) against the
 // emulator (forward and the backward that follows it), then the median forward-launcher time
 // (quantization included) on the benchmark shapes, variants interleaved; ratios against the
 // first of the list.
@@ -580,7 +581,9 @@ TEST(SageBwdGpu, FwdVariantLab) {
   SKIP_WITHOUT_GPU();
   const char* env = std::getenv("SAGE_FWD_LAB");
   if (env == nullptr || std::string(env) != "1") GTEST_SKIP() << "set SAGE_FWD_LAB=1";
-  const std::vector<int> vars = {10, 11};
+  // 12 / 13 = 10 / 11 warp-specialized (kWsF: a producer warpgroup fills a 3-stage K^ / V^T ring,
+  // the two consumer warpgroups have no CTA barrier in their loop; production at d128).
+  const std::vector<int> vars = {10, 11, 12, 13};
   for (int var : vars) {
     SageCudaOptions opt;
     opt.fwd_variant = var;

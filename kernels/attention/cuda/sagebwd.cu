@@ -45,7 +45,8 @@
 // with kFastS and kWg: 8 warps = two warpgroups x 64 rows, 128-row CTAs, S = Q^ K^T by wgmma from
 // swizzled tiles, P~^ packed from registers into s8 A fragments and multiplied by V^T through
 // wgmma with A from registers (V^T stored in the permuted key order FwdKeyOfSlot), chosen by
-// FwdProductionFor (11 = the same with the causal grid longest-first); the v3/v4 forward
+// FwdProductionFor (11 = the same with the causal grid longest-first; at D = 128 v7 = 12 / 13, the
+// same warp-specialized: a producer warpgroup fills a 3-stage K^ / V^T ring); the v3/v4 forward
 // (SageForwardKernel) and the v5 variants (mma.sync) stay compiled in for the lab
 // (SageCudaOptions::fwd_variant). Backward: sagebwd v8 / v9 = v4 (bits kBwdInterior | kBwdOcc3) +
 // kBwdFastQ (P^T / dS^T / dS^ codes by one FMA into the 1.5 * 2^23 mantissa, no F2I / clamp) +
@@ -915,21 +916,29 @@ constexpr int kFwdRows = 128;
 // kWg (v6 forward, MW = 1): the same regions as GmmaTiles (wgmma.cuh): Q^ as two [64][D] int8
 // tiles (one per warpgroup), each stage a [64][D] K^ tile and a [D][64] V^T tile, all 1024-byte
 // aligned in a buffer whose base the kernel aligns (kBytes has the slack).
-template <int D, int MW, bool kWg = false>
+// kWsF (v7 forward, with kWg): warp-specialized, a producer warpgroup (128 threads) in front of
+// the kThreadsV5 consumer threads, kStages = 3 K^ / V^T stages filled by it (the K tile's two
+// scales at kScal, mbarriers full / empty at kBar).
+template <int D, int MW, bool kWg = false, bool kWsF = false>
 struct FwdV5Config {
   static_assert(!kWg || MW == 1, "the wgmma forward has one 16-row block per warp");
+  static_assert(!kWsF || kWg, "the warp-specialized forward builds on the wgmma one");
   using TileI8 = cuda::wgmma::GmmaTile<kTile, D>;  // Q^ group, K^
   using TileT = cuda::wgmma::GmmaTile<D, kTile>;   // V^T [D][64 keys]
   static constexpr int kWarps = kFwdRows / (16 * MW);
-  static constexpr int kThreadsV5 = kWarps * 32;
+  static constexpr int kThreadsV5 = kWarps * 32;  // the threads of the attention math
+  static constexpr int kThreadsLaunch = kThreadsV5 + (kWsF ? 128 : 0);
+  static constexpr int kStages = kWsF ? 3 : 2;
   static constexpr int kI8D = D + 16;
   static constexpr int kQh = 0;                                 // Q^ [128][kI8D]
   static constexpr int kStage0 = kQh + (kWg ? 2 * TileI8::kBytes : kFwdRows * kI8D);
   static constexpr int kVh = kWg ? TileI8::kBytes : kTile * kI8D;  // V^T offset inside a stage
   static constexpr int kStage = kWg ? TileI8::kBytes + TileT::kBytes : kTile * kI8D + D * kI8T;
-  static constexpr int kF32 = kStage0 + 2 * kStage;             // bias [2][64], mu [2][D], kbar [D]
-  static constexpr int kBytes = kF32 + (2 * kTile + 3 * D) * 4 + (kWg ? 1024 : 0);
-  static constexpr int kMinBlocks = (MW == 1) ? (D == 64 ? 2 : 1) : 2;
+  static constexpr int kF32 = kStage0 + kStages * kStage;       // bias [2][64], mu [2][D], kbar [D]
+  static constexpr int kScal = kF32 + (2 * kTile + 3 * D) * 4;  // kWsF: [kStages][2] (sK, sV)
+  static constexpr int kBar = kScal + (kWsF ? kStages * 8 : 0);  // kWsF: full[], empty[]
+  static constexpr int kBytes = kBar + (kWsF ? 2 * kStages * 8 : 0) + (kWg ? 1024 : 0);
+  static constexpr int kMinBlocks = kWsF ? 1 : (MW == 1) ? (D == 64 ? 2 : 1) : 2;
   static_assert(kBytes * kMinBlocks <= 227 * 1024, "forward v5 shared memory over the sm_90 limit");
   static_assert(kStage0 % 16 == 0 && kVh % 16 == 0 && kStage % 16 == 0 && kF32 % 16 == 0,
                 "16-byte aligned forward v5 regions");
@@ -951,12 +960,17 @@ __device__ __forceinline__ uint32_t PackLowBytes(uint32_t a, uint32_t b, uint32_
 // a warpgroup could skip are computed fully masked (P = 0, alpha = 1: no change).
 // kLptF (lab variant 11, with kWg): grid (BH, row blocks), so causal CTAs run longest-first
 // across all heads rather than head by head.
+// kWsF (v7 forward, lab variants 12 / 13 = 10 / 11 + it): warpgroup 0 is a producer that fills
+// the kStages-deep K^ / V^T ring (cp.async, its copies waited for, then mbarrier full[s]) with
+// each K tile's two scales; warpgroups 1 and 2 compute as in 10 / 11 without any CTA barrier in
+// the loop (each waits for full[s] and releases empty[s] after its P^ V^ wgmmas); registers move
+// from the producer to them (setmaxnreg 24 / 240).
 template <int D, bool kCausal, bool kSmoothQ, int MW, bool kFastS, bool kWg = false,
-          bool kLptF = false>
-__global__ void __launch_bounds__(FwdV5Config<D, MW, kWg>::kThreadsV5,
-                                  FwdV5Config<D, MW, kWg>::kMinBlocks)
+          bool kLptF = false, bool kWsF = false>
+__global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF>::kThreadsLaunch,
+                                  FwdV5Config<D, MW, kWg, kWsF>::kMinBlocks)
     SageForwardKernelV5(FwdParams p) {
-  using C = FwdV5Config<D, MW, kWg>;
+  using C = FwdV5Config<D, MW, kWg, kWsF>;
   using cuda::FastExp2;
   using cuda::kLog2e;
   namespace wg = cuda::wgmma;
@@ -974,7 +988,10 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg>::kThreadsV5,
   const int rb = kLptF ? int(blockIdx.y) : int(blockIdx.x);  // row block, heaviest first
   const int bx = kCausal ? int(kLptF ? gridDim.y : gridDim.x) - 1 - rb : rb;
   const int bh = kLptF ? blockIdx.x : blockIdx.y;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  // kWsF: ctid = the thread's index among the consumers (the producer's is negative).
+  const int ctid = kWsF ? int(threadIdx.x) - 128 : int(threadIdx.x);
+  const int warp = kWsF ? (ctid >> 5) : int(threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int r0 = bx * kFwdRows;
   const int64_t nd = int64_t(p.n) * D, npd = int64_t(p.np) * D;
   const int wrow = warp * 16 * MW;  // first row of this warp inside the CTA
@@ -986,27 +1003,66 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg>::kThreadsV5,
 
   // Launched as a dependent of the quantize launch (pdl): the stores that do not depend on it
   // first (they overlap its tail), then wait for its codes and scales.
-  ZeroDqRows<D>(p.dsrow, p.dqacc, bh, p.n, p.np, r0, kFwdRows, threadIdx.x, C::kThreadsV5);
+  ZeroDqRows<D>(p.dsrow, p.dqacc, bh, p.n, p.np, r0, kFwdRows, threadIdx.x, C::kThreadsLaunch);
   if (rb == 0 && bh == 0 && threadIdx.x == 0) *p.armed = kDqArmed;
   cuda::GridDepWait();
 
-  // Q^ rows present in the padded workspace (64 or 128) + stage 0 <- K tile 0: one group.
+  const int last_row = min(r0 + kFwdRows, p.n) - 1;
+  const int last = kCausal ? min(p.ntk - 1, last_row / kTile) : p.ntk - 1;
+  // kWsF: the ring's barriers (stage s: full = bar0 + 8 s, empty = bar0 + 8 (kStages + s)) and the
+  // producer, which leaves after its last tile.
+  uint32_t bar0 = 0;
+  float* s_scal = reinterpret_cast<float*>(smem + C::kScal);
+  if constexpr (kWsF) {
+    bar0 = cuda::SmemAddr(smem + C::kBar);
+    if (threadIdx.x == 0) {
+      for (int st = 0; st < C::kStages; ++st) {
+        wg::MbarInit(bar0 + 8 * st, 128);
+        wg::MbarInit(bar0 + 8 * (C::kStages + st), C::kThreadsV5);
+      }
+    }
+    __syncthreads();
+    if (ctid < 0) {
+      wg::SetMaxNRegDec<kWsProducerRegs>();
+      for (int j = 0; j <= last; ++j) {
+        const int st = j % C::kStages, c = j * kTile;
+        if (j >= C::kStages) wg::MbarWait(bar0 + 8 * (C::kStages + st), (j / C::kStages + 1) & 1);
+        int8_t* dst = s_stage + st * C::kStage;
+        wg::LoadGmmaTileAsync<typename C::TileI8, 128, false>(dst, p.kh + bh * npd + int64_t(c) * D,
+                                                              0, kTile, threadIdx.x);
+        wg::LoadGmmaTileAsync<typename C::TileT, 128, false>(dst + C::kVh, p.vht + bh * npd + c, 0,
+                                                             D, threadIdx.x, p.np);
+        if (threadIdx.x == 0) {
+          s_scal[2 * st] = p.sk[int64_t(bh) * p.ntk + j];
+          s_scal[2 * st + 1] = p.sv[int64_t(bh) * p.ntk + j];
+        }
+        CopyWait();
+        wg::FenceProxyAsync();  // cp.async writes -> the consumers' wgmma reads
+        wg::MbarArrive(bar0 + 8 * st);
+      }
+      return;
+    }
+    wg::SetMaxNRegInc<kWsConsumerRegs>();
+  }
+
+  // Q^ rows present in the padded workspace (64 or 128) + stage 0 <- K tile 0: one group
+  // (kWsF: Q^ only; the consumers' threads).
   if constexpr (kWg) {
     using T8 = typename C::TileI8;
     for (int gq = 0; gq < 2 && r0 + gq * kTile < p.np; ++gq) {
       wg::LoadGmmaTileAsync<T8, C::kThreadsV5, false>(
           s_qh + gq * T8::kBytes, p.qh + bh * npd + int64_t(r0 + gq * kTile) * D, 0, kTile,
-          threadIdx.x);
+          ctid);
     }
   } else {
     CopyRows(s_qh, C::kI8D, p.qh + bh * npd + int64_t(r0) * D, D, min(kFwdRows, p.np - r0), D);
   }
   if (kSmoothQ) {
-    for (int idx = threadIdx.x; idx < 2 * D; idx += blockDim.x) {
+    for (int idx = ctid; idx < 2 * D; idx += C::kThreadsV5) {
       const int qt = 2 * bx + idx / D;
       s_mu[idx] = qt < p.ntq ? p.mu[(int64_t(bh) * p.ntq + qt) * D + idx % D] : 0.0f;
     }
-    for (int d = threadIdx.x; d < D; d += blockDim.x) s_kbar[d] = p.kbar[int64_t(bh) * D + d];
+    for (int d = ctid; d < D; d += C::kThreadsV5) s_kbar[d] = p.kbar[int64_t(bh) * D + d];
   }
   const float sq = wvalid ? p.sq[int64_t(bh) * p.ntq + 2 * bx + grp] : 0.0f;
 
@@ -1023,8 +1079,6 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg>::kThreadsV5,
     l[mb][0] = l[mb][1] = 0.0f;
   }
 
-  const int last_row = min(r0 + kFwdRows, p.n) - 1;
-  const int last = kCausal ? min(p.ntk - 1, last_row / kTile) : p.ntk - 1;
   // Stage <- K^ tile / V^T columns starting at token c.
   auto load_stage = [&](int8_t* st, int c) {
     if constexpr (kWg) {
@@ -1037,10 +1091,33 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg>::kThreadsV5,
       CopyRows(st + C::kVh, kI8T, p.vht + bh * npd + c, p.np, D, kTile);
     }
   };
-  load_stage(s_stage, 0);
-  cuda::CpAsyncCommit();
+  if constexpr (kWsF) {
+    CopyWait();  // this thread's Q^ copies
+    wg::FenceProxyAsync();
+    wg::NamedBarSync(1, C::kThreadsV5);  // Q^, mu, kbar visible to both consumer warpgroups
+  } else {
+    load_stage(s_stage, 0);
+    cuda::CpAsyncCommit();
+  }
   for (int j = 0; j <= last; ++j) {
     const int c0 = j * kTile;
+    const int st = kWsF ? j % C::kStages : (j & 1);  // the stage of K tile j
+    if constexpr (kWsF) {
+      if (kSmoothQ) wg::NamedBarSync(2 + grp, 128);  // the previous tile's reads of s_bias[grp]
+      wg::MbarWait(bar0 + 8 * st, (j / C::kStages) & 1);
+      if (kSmoothQ && (ctid & 127) < kTile) {
+        // bias[grp][c] = tau * mu_grp . (K_c - kbar) * log2 e (0 past N), this warpgroup's group.
+        const int c = ctid & 127, gc = c0 + c;
+        float b = 0.0f;
+        if (gc < p.n) {
+          const __nv_bfloat16* kc = p.k + bh * nd + int64_t(gc) * D;
+          const float* mu = s_mu + grp * D;
+          for (int d = 0; d < D; ++d) b += mu[d] * (__bfloat162float(kc[d]) - s_kbar[d]);
+        }
+        s_bias[grp * kTile + c] = p.tau * b * kLog2e;
+      }
+      if (kSmoothQ) wg::NamedBarSync(2 + grp, 128);
+    } else {
     __syncthreads();  // previous tile's reads of the stage refilled below (and s_bias) are done
     if (j < last) load_stage(s_stage + ((j + 1) & 1) * C::kStage, c0 + kTile);
     cuda::CpAsyncCommit();  // possibly empty group: keeps the wait count uniform
@@ -1058,14 +1135,17 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg>::kThreadsV5,
     cuda::CpAsyncWait<1>();  // tile j (and Q^) landed for this thread
     if constexpr (kWg) wg::FenceProxyAsync();  // cp.async writes -> wgmma's reads
     __syncthreads();
+    }
     if constexpr (!kWg) {
       if (!wvalid || (kCausal && c0 > wlast)) continue;  // warp-uniform; no barrier below
     }
-    const int8_t* s_khj = s_stage + (j & 1) * C::kStage;
+    const int8_t* s_khj = s_stage + st * C::kStage;
     const int8_t* s_vhtj = s_khj + C::kVh;
-    const int stage_byte = C::kStage0 + (j & 1) * C::kStage;  // kWg: descriptor offsets
-    const float a = p.tau * sq * p.sk[int64_t(bh) * p.ntk + j] * kLog2e;
-    const float svj = p.sv[int64_t(bh) * p.ntk + j] * (1.0f / 127.0f);
+    const int stage_byte = C::kStage0 + st * C::kStage;  // kWg: descriptor offsets
+    const float skj = kWsF ? s_scal[2 * st] : p.sk[int64_t(bh) * p.ntk + j];
+    const float svj0 = kWsF ? s_scal[2 * st + 1] : p.sv[int64_t(bh) * p.ntk + j];
+    const float a = p.tau * sq * skj * kLog2e;
+    const float svj = svj0 * (1.0f / 127.0f);
     const bool need_mask =
         c0 + kTile > p.n || (kCausal && c0 + kTile - 1 > (kWg ? r0 : wr0));
 
@@ -1280,6 +1360,8 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg>::kThreadsV5,
     } else {
       body(std::false_type{});
     }
+    // kWsF: this thread's P^ V^ wgmmas (the stage's last readers) completed in body().
+    if constexpr (kWsF) wg::MbarArrive(bar0 + 8 * (C::kStages + st));
   }
 #pragma unroll
   for (int mb = 0; mb < MW; ++mb) {
@@ -2192,25 +2274,30 @@ Status LaunchQuantize(const AttnShape& s, const QuantParams& qp, int jobs, cudaS
 // (SageForwardKernel), 5 = v5a (SageForwardKernelV5, 8 warps x 16 rows), 6 = v5b (4 warps x 32
 // rows), 7 = v5c (v5b + kFastS), 8 = v5a + kFastS, 10 = v6 = 8 with S and P^ V^ by wgmma (kWg;
 // 9, its per-warpgroup-branch form, measured slower and was removed), 11 = 10 + kLptF (grid in
-// longest-first order across heads: causal 1.04-1.11x of 10, non-causal 0.99x). FwdProductionFor
-// is what production calls run (measured: kernels/bench/README.md): v6 = 10 (1.10-1.20x of v5c
-// in the forward lab), with kLptF (11) when causal.
-constexpr int FwdProductionFor(int /*d*/, bool causal) { return causal ? 11 : 10; }
+// longest-first order across heads: causal 1.04-1.11x of 10, non-causal 0.99x), 12 / 13 = 10 /
+// 11 + kWsF (v7 forward, warp-specialized: 1.12-1.16x of 10 non-causal, 1.08-1.14x of 11 causal at
+// d128; 0.87-0.95x at d64, where the non-specialized kernel runs two CTAs per SM).
+// FwdProductionFor is what production calls run (measured: kernels/bench/README.md): d128 v7 =
+// 12 / 13 (non-causal / causal), d64 v6 = 10 (1.10-1.20x of v5c in the forward lab) / 11.
+constexpr int FwdProductionFor(int d, bool causal) {
+  return d == 128 ? (causal ? 13 : 12) : (causal ? 11 : 10);
+}
 
-template <int D, int MW, bool kFastS, bool kWg = false, bool kLptF = false>
+template <int D, int MW, bool kFastS, bool kWg = false, bool kLptF = false, bool kWsF = false>
 Status LaunchForwardV5(const AttnShape& s, const FwdParams& p, bool smooth_q, cudaStream_t stream) {
-  using C = FwdV5Config<D, MW, kWg>;
+  using C = FwdV5Config<D, MW, kWg, kWsF>;
   using K = void (*)(FwdParams);
-  K kernel = s.causal ? (smooth_q ? SageForwardKernelV5<D, true, true, MW, kFastS, kWg, kLptF>
-                                  : SageForwardKernelV5<D, true, false, MW, kFastS, kWg, kLptF>)
-                      : (smooth_q ? SageForwardKernelV5<D, false, true, MW, kFastS, kWg, kLptF>
-                                  : SageForwardKernelV5<D, false, false, MW, kFastS, kWg, kLptF>);
+  K kernel =
+      s.causal ? (smooth_q ? SageForwardKernelV5<D, true, true, MW, kFastS, kWg, kLptF, kWsF>
+                           : SageForwardKernelV5<D, true, false, MW, kFastS, kWg, kLptF, kWsF>)
+               : (smooth_q ? SageForwardKernelV5<D, false, true, MW, kFastS, kWg, kLptF, kWsF>
+                           : SageForwardKernelV5<D, false, false, MW, kFastS, kWg, kLptF, kWsF>);
   ABLATE_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kBytes),
       "SageBwd forward v5 smem attribute");
   const unsigned grid_x = static_cast<unsigned>(CeilDiv(s.N, kFwdRows));
   const dim3 grid = kLptF ? dim3(s.B * s.H, grid_x) : dim3(grid_x, s.B * s.H);
-  return CudaStatus(cuda::LaunchKernel(kernel, grid, dim3(C::kThreadsV5), C::kBytes, stream,
+  return CudaStatus(cuda::LaunchKernel(kernel, grid, dim3(C::kThreadsLaunch), C::kBytes, stream,
                                        /*pdl=*/true, p),
                     "SageBwd forward v5 kernel launch");
 }
@@ -2221,7 +2308,7 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
                    const Workspace& w, cudaStream_t stream) {
   const int bh = s.B * s.H, nt = CeilDiv(s.N, kTile);
   const int fvar = opt.fwd_variant < 0 ? FwdProductionFor(D, s.causal) : opt.fwd_variant;
-  if (fvar != 3 && (fvar < 5 || fvar > 8) && fvar != 10 && fvar != 11) {
+  if (fvar != 3 && (fvar < 5 || fvar > 8) && (fvar < 10 || fvar > 13)) {
     return InvalidArgument("SageBwd CUDA: forward variant " + std::to_string(fvar) +
                            " is not compiled in");
   }
@@ -2278,6 +2365,8 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
   if (fvar == 8) return LaunchForwardV5<D, 1, true>(s, p, opt.smooth_q, stream);
   if (fvar == 10) return LaunchForwardV5<D, 1, true, true>(s, p, opt.smooth_q, stream);
   if (fvar == 11) return LaunchForwardV5<D, 1, true, true, true>(s, p, opt.smooth_q, stream);
+  if (fvar == 12) return LaunchForwardV5<D, 1, true, true, false, true>(s, p, opt.smooth_q, stream);
+  if (fvar == 13) return LaunchForwardV5<D, 1, true, true, true, true>(s, p, opt.smooth_q, stream);
   constexpr int kSmem = SageConfig<D>::kFwdBytes;
   auto kernel = s.causal ? SageForwardKernel<D, true> : SageForwardKernel<D, false>;
   ABLATE_CUDA_RETURN_IF_ERROR(

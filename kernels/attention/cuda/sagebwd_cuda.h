@@ -63,9 +63,9 @@ struct SageCudaOptions {
   int bwd_variant = -1;
   // Kernel lab only: -1 runs the production forward; 3 = the v3/v4 forward kernel, 5 / 6 = the
   // v5 forward with 8 warps x 16 rows / 4 warps x 32 rows per 128-row CTA, 7 / 8 = 6 / 5 with
-  // the fast interior logits, 10 = 8 by wgmma (v6, production non-causal), 11 = 10 with the grid
-  // in longest-first order across heads (production causal) (sagebwd.cu); other values:
-  // InvalidArgument.
+  // the fast interior logits, 10 = 8 by wgmma (v6, production non-causal at d64), 11 = 10 with
+  // the grid in longest-first order across heads (production causal at d64), 12 / 13 = 10 / 11
+  // warp-specialized (v7, production at d128) (sagebwd.cu); other values: InvalidArgument.
   int fwd_variant = -1;
 };
 
