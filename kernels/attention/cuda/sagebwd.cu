@@ -1009,36 +1009,51 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF>::kThreadsLaunch,
 
   const int last_row = min(r0 + kFwdRows, p.n) - 1;
   const int last = kCausal ? min(p.ntk - 1, last_row / kTile) : p.ntk - 1;
-  // kWsF: the ring's barriers (stage s: full = bar0 + 8 s, empty = bar0 + 8 (kStages + s)) and the
-  // producer, which leaves after its last tile.
-  uint32_t bar0 = 0;
+  // Stage <- K^ tile / V^T columns starting at token c, copied by the kT threads (index tid) of
+  // the CTA (kWsF: of the producer).
+  auto load_stage = [&](auto threads_c, int8_t* st, int c, int tid) {
+    [[maybe_unused]] constexpr int kT = decltype(threads_c)::value;
+    if constexpr (kWg) {
+      wg::LoadGmmaTileAsync<typename C::TileI8, kT, false>(st, p.kh + bh * npd + int64_t(c) * D,
+                                                           0, kTile, tid);
+      wg::LoadGmmaTileAsync<typename C::TileT, kT, false>(st + C::kVh, p.vht + bh * npd + c, 0, D,
+                                                          tid, p.np);
+    } else {
+      CopyRows(st, C::kI8D, p.kh + bh * npd + int64_t(c) * D, D, kTile, D);
+      CopyRows(st + C::kVh, kI8T, p.vht + bh * npd + c, p.np, D, kTile);
+    }
+  };
+  // bias[gq][c] = tau * mu_gq . (K_c - kbar) * log2 e (0 past N) for key c of the tile at c0.
+  auto store_bias = [&](int gq, int c, int c0) {
+    const int gc = c0 + c;
+    float b = 0.0f;
+    if (gc < p.n) {
+      const __nv_bfloat16* kc = p.k + bh * nd + int64_t(gc) * D;
+      const float* mu = s_mu + gq * D;
+      for (int d = 0; d < D; ++d) b += mu[d] * (__bfloat162float(kc[d]) - s_kbar[d]);
+    }
+    s_bias[gq * kTile + c] = p.tau * b * kLog2e;
+  };
+  // kWsF: the K tiles' ring (use j = K tile j) and the producer, which leaves after its last tile.
+  const wg::MbarRing<C::kStages> ring{cuda::SmemAddr(smem + C::kBar)};
   float* s_scal = reinterpret_cast<float*>(smem + C::kScal);
   if constexpr (kWsF) {
-    bar0 = cuda::SmemAddr(smem + C::kBar);
-    if (threadIdx.x == 0) {
-      for (int st = 0; st < C::kStages; ++st) {
-        wg::MbarInit(bar0 + 8 * st, 128);
-        wg::MbarInit(bar0 + 8 * (C::kStages + st), C::kThreadsV5);
-      }
-    }
+    if (threadIdx.x == 0) ring.Init(128, C::kThreadsV5);
     __syncthreads();
     if (ctid < 0) {
       wg::SetMaxNRegDec<kWsProducerRegs>();
       for (int j = 0; j <= last; ++j) {
-        const int st = j % C::kStages, c = j * kTile;
-        if (j >= C::kStages) wg::MbarWait(bar0 + 8 * (C::kStages + st), (j / C::kStages + 1) & 1);
-        int8_t* dst = s_stage + st * C::kStage;
-        wg::LoadGmmaTileAsync<typename C::TileI8, 128, false>(dst, p.kh + bh * npd + int64_t(c) * D,
-                                                              0, kTile, threadIdx.x);
-        wg::LoadGmmaTileAsync<typename C::TileT, 128, false>(dst + C::kVh, p.vht + bh * npd + c, 0,
-                                                             D, threadIdx.x, p.np);
+        const int st = j % C::kStages;
+        ring.ProducerAcquire(j);
+        load_stage(std::integral_constant<int, 128>{}, s_stage + st * C::kStage, j * kTile,
+                   threadIdx.x);
         if (threadIdx.x == 0) {
           s_scal[2 * st] = p.sk[int64_t(bh) * p.ntk + j];
           s_scal[2 * st + 1] = p.sv[int64_t(bh) * p.ntk + j];
         }
         CopyWait();
         wg::FenceProxyAsync();  // cp.async writes -> the consumers' wgmma reads
-        wg::MbarArrive(bar0 + 8 * st);
+        ring.ProducerCommit(j);
       }
       return;
     }
@@ -1079,24 +1094,13 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF>::kThreadsLaunch,
     l[mb][0] = l[mb][1] = 0.0f;
   }
 
-  // Stage <- K^ tile / V^T columns starting at token c.
-  auto load_stage = [&](int8_t* st, int c) {
-    if constexpr (kWg) {
-      wg::LoadGmmaTileAsync<typename C::TileI8, C::kThreadsV5, false>(
-          st, p.kh + bh * npd + int64_t(c) * D, 0, kTile, threadIdx.x);
-      wg::LoadGmmaTileAsync<typename C::TileT, C::kThreadsV5, false>(
-          st + C::kVh, p.vht + bh * npd + c, 0, D, threadIdx.x, p.np);
-    } else {
-      CopyRows(st, C::kI8D, p.kh + bh * npd + int64_t(c) * D, D, kTile, D);
-      CopyRows(st + C::kVh, kI8T, p.vht + bh * npd + c, p.np, D, kTile);
-    }
-  };
+  const std::integral_constant<int, C::kThreadsV5> all_c{};
   if constexpr (kWsF) {
     CopyWait();  // this thread's Q^ copies
     wg::FenceProxyAsync();
     wg::NamedBarSync(1, C::kThreadsV5);  // Q^, mu, kbar visible to both consumer warpgroups
   } else {
-    load_stage(s_stage, 0);
+    load_stage(all_c, s_stage, 0, threadIdx.x);
     cuda::CpAsyncCommit();
   }
   for (int j = 0; j <= last; ++j) {
@@ -1104,37 +1108,21 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF>::kThreadsLaunch,
     const int st = kWsF ? j % C::kStages : (j & 1);  // the stage of K tile j
     if constexpr (kWsF) {
       if (kSmoothQ) wg::NamedBarSync(2 + grp, 128);  // the previous tile's reads of s_bias[grp]
-      wg::MbarWait(bar0 + 8 * st, (j / C::kStages) & 1);
-      if (kSmoothQ && (ctid & 127) < kTile) {
-        // bias[grp][c] = tau * mu_grp . (K_c - kbar) * log2 e (0 past N), this warpgroup's group.
-        const int c = ctid & 127, gc = c0 + c;
-        float b = 0.0f;
-        if (gc < p.n) {
-          const __nv_bfloat16* kc = p.k + bh * nd + int64_t(gc) * D;
-          const float* mu = s_mu + grp * D;
-          for (int d = 0; d < D; ++d) b += mu[d] * (__bfloat162float(kc[d]) - s_kbar[d]);
-        }
-        s_bias[grp * kTile + c] = p.tau * b * kLog2e;
-      }
+      ring.ConsumerWait(j);
+      if (kSmoothQ && (ctid & 127) < kTile) store_bias(grp, ctid & 127, c0);  // own group only
       if (kSmoothQ) wg::NamedBarSync(2 + grp, 128);
     } else {
-    __syncthreads();  // previous tile's reads of the stage refilled below (and s_bias) are done
-    if (j < last) load_stage(s_stage + ((j + 1) & 1) * C::kStage, c0 + kTile);
-    cuda::CpAsyncCommit();  // possibly empty group: keeps the wait count uniform
-    if (kSmoothQ && threadIdx.x < 2 * kTile) {
-      // bias[grp][c] = tau * mu_grp . (K_c - kbar) * log2 e (0 past N).
-      const int gq = threadIdx.x / kTile, c = threadIdx.x % kTile, gc = c0 + c;
-      float b = 0.0f;
-      if (gc < p.n) {
-        const __nv_bfloat16* kc = p.k + bh * nd + int64_t(gc) * D;
-        const float* mu = s_mu + gq * D;
-        for (int d = 0; d < D; ++d) b += mu[d] * (__bfloat162float(kc[d]) - s_kbar[d]);
+      __syncthreads();  // previous tile's reads of the stage refilled below (and s_bias) done
+      if (j < last) {
+        load_stage(all_c, s_stage + ((j + 1) & 1) * C::kStage, c0 + kTile, threadIdx.x);
       }
-      s_bias[threadIdx.x] = p.tau * b * kLog2e;
-    }
-    cuda::CpAsyncWait<1>();  // tile j (and Q^) landed for this thread
-    if constexpr (kWg) wg::FenceProxyAsync();  // cp.async writes -> wgmma's reads
-    __syncthreads();
+      cuda::CpAsyncCommit();  // possibly empty group: keeps the wait count uniform
+      if (kSmoothQ && threadIdx.x < 2 * kTile) {
+        store_bias(threadIdx.x / kTile, threadIdx.x % kTile, c0);
+      }
+      cuda::CpAsyncWait<1>();  // tile j (and Q^) landed for this thread
+      if constexpr (kWg) wg::FenceProxyAsync();  // cp.async writes -> wgmma's reads
+      __syncthreads();
     }
     if constexpr (!kWg) {
       if (!wvalid || (kCausal && c0 > wlast)) continue;  // warp-uniform; no barrier below
@@ -1361,7 +1349,7 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF>::kThreadsLaunch,
       body(std::false_type{});
     }
     // kWsF: this thread's P^ V^ wgmmas (the stage's last readers) completed in body().
-    if constexpr (kWsF) wg::MbarArrive(bar0 + 8 * (C::kStages + st));
+    if constexpr (kWsF) ring.ConsumerRelease(j);
   }
 #pragma unroll
   for (int mb = 0; mb < MW; ++mb) {
@@ -1570,14 +1558,49 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
   uint32_t dlo_q = dlo;
 
   using cuda::wgmma::LoadGmmaTileAsync;
-  // kWs: the stage ring. Q tile number `it` of the CTA's loop uses stage it % 2: the producer
-  // fills it after both consumers released its previous use (empty[s], phase it / 2 - 1) and
-  // arrives on full[s]; a consumer waits for full[s] (phase it / 2), reads, arrives on empty[s].
+  // Q^ and dO (the S / dP operands) of the Q tile at row rr into qh_dst / do_dst, and Q^T / dO^T
+  // (the dK / dV operands) into qht_dst / doht_dst, copied by the kThreads threads (index tid)
+  // of the CTA (kWs: of the producer); cp.async, not committed.
+  auto copy_q_do = [&](int8_t* qh_dst, char* do_dst, int rr, int tid) {
+    if constexpr (kWg) {
+      LoadGmmaTileAsync<typename L::TileI8, kThreads, false>(
+          qh_dst, p.qh + bh * npd + int64_t(rr) * D, 0, kTile, tid);
+      if (p.int8_dp) {
+        LoadGmmaTileAsync<typename L::TileI8, kThreads, false>(
+            do_dst, p.doh + bh * npd + int64_t(rr) * D, 0, kTile, tid);
+      } else {
+        LoadGmmaTileAsync<typename L::TileBf, kThreads>(do_dst, p.do_ + bh * nd, rr, p.n, tid);
+      }
+    } else {
+      CopyRows(qh_dst, C::kI8D, p.qh + bh * npd + int64_t(rr) * D, D, kTile, D);
+      if (p.int8_dp) {
+        CopyRows(do_dst, C::kI8D, p.doh + bh * npd + int64_t(rr) * D, D, kTile, D);
+      } else {
+        CopyBf16Rows<D>(reinterpret_cast<__nv_bfloat16*>(do_dst), p.do_ + bh * nd, rr, p.n);
+      }
+    }
+  };
+  auto copy_qt_dot = [&](int8_t* qht_dst, int8_t* doht_dst, int rr, int tid) {
+    if constexpr (kWg2) {
+      LoadGmmaTileAsync<typename L::TileT, kThreads, false>(qht_dst, p.qht + bh * npd + rr, 0, D,
+                                                            tid, p.np);
+      LoadGmmaTileAsync<typename L::TileT, kThreads, false>(doht_dst, p.doht + bh * npd + rr, 0,
+                                                            D, tid, p.np);
+    } else {
+      CopyRows(qht_dst, kI8T, p.qht + bh * npd + rr, p.np, D, kTile);
+      CopyRows(doht_dst, kI8T, p.doht + bh * npd + rr, p.np, D, kTile);
+    }
+  };
+  // kWs: the ring of Q-side stages; use `it` = the CTA loop's it-th Q tile (both roles walk the
+  // same tiles from ibeg).
   const int ibeg = kWs ? (kCausal ? kCons * jb : 0) : 0;
-  uint32_t bar0 = 0;  // kWs: full[0..1], empty[0..1]
-  if constexpr (kWs) bar0 = cuda::SmemAddr(buf + L::kBar);
-  auto full_bar = [&](int sg) { return bar0 + 8 * sg; };
-  auto empty_bar = [&](int sg) { return bar0 + 16 + 8 * sg; };
+  const cuda::wgmma::MbarRing<2> ring{[&] {
+    if constexpr (kWs) {
+      return cuda::SmemAddr(buf + L::kBar);
+    } else {
+      return 0u;
+    }
+  }()};
   auto stage_base = [&](int sg) {
     if constexpr (kWs) {
       return buf + L::kStage0 + sg * L::kStageBytes;
@@ -1587,35 +1610,19 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
   };
   if constexpr (kWs) {
     namespace wg = cuda::wgmma;
-    if (threadIdx.x == 0) {
-      const int consumers = min(kCons, p.ntk - kCons * jb);
-      for (int sg = 0; sg < 2; ++sg) {
-        wg::MbarInit(full_bar(sg), kThreads);
-        wg::MbarInit(empty_bar(sg), consumers * kThreads);
-      }
-    }
+    if (threadIdx.x == 0) ring.Init(kThreads, min(kCons, p.ntk - kCons * jb) * kThreads);
     __syncthreads();
     if (cw < 0) {
       // Producer: copies only (its registers go to the consumers).
       wg::SetMaxNRegDec<kWsProducerRegs>();
       cuda::GridDepWait();  // dO^T / dO^, D_i, the scales of dO: the prep launch's
       for (int i = ibeg, it = 0; i < p.ntq; ++i, ++it) {
-        const int sg = it & 1, rr = i * kTile;
-        if (it >= 2) wg::MbarWait(empty_bar(sg), ((it >> 1) + 1) & 1);
-        char* const q = stage_base(sg);
-        LoadGmmaTileAsync<typename L::TileI8, kThreads, false>(
-            q + L::kQh, p.qh + bh * npd + int64_t(rr) * D, 0, kTile, tid);
-        if (p.int8_dp) {
-          LoadGmmaTileAsync<typename L::TileI8, kThreads, false>(
-              q + L::kDo, p.doh + bh * npd + int64_t(rr) * D, 0, kTile, tid);
-        } else {
-          LoadGmmaTileAsync<typename L::TileBf, kThreads>(q + L::kDo, p.do_ + bh * nd, rr, p.n,
-                                                          tid);
-        }
-        LoadGmmaTileAsync<typename L::TileT, kThreads, false>(q + L::kQht, p.qht + bh * npd + rr,
-                                                              0, D, tid, p.np);
-        LoadGmmaTileAsync<typename L::TileT, kThreads, false>(
-            q + L::kDoht, p.doht + bh * npd + rr, 0, D, tid, p.np);
+        const int rr = i * kTile;
+        ring.ProducerAcquire(it);
+        char* const q = stage_base(it & 1);
+        copy_q_do(reinterpret_cast<int8_t*>(q + L::kQh), q + L::kDo, rr, tid);
+        copy_qt_dot(reinterpret_cast<int8_t*>(q + L::kQht), reinterpret_cast<int8_t*>(q + L::kDoht),
+                    rr, tid);
         if (tid < kTile) {
           const bool ok = rr + tid < p.n;
           reinterpret_cast<float*>(q + L::kLse)[tid] =
@@ -1633,7 +1640,7 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
         }
         CopyWait();
         wg::FenceProxyAsync();  // cp.async writes -> the consumers' wgmma reads
-        wg::MbarArrive(full_bar(sg));
+        ring.ProducerCommit(it);
       }
       return;
     }
@@ -1693,24 +1700,7 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
   float lse_i = 0.0f, drow_i = 0.0f;
   auto load_q_tile = [&](int ii) {
     const int rr = ii * kTile;
-    if constexpr (kWg) {
-      LoadGmmaTileAsync<typename L::TileI8, kThreads, false>(s_qh, p.qh + bh * npd + int64_t(rr) * D, 0,
-                                                      kTile, threadIdx.x);
-      if (p.int8_dp) {
-        LoadGmmaTileAsync<typename L::TileI8, kThreads, false>(
-            s_do, p.doh + bh * npd + int64_t(rr) * D, 0, kTile, threadIdx.x);
-      } else {
-        LoadGmmaTileAsync<typename L::TileBf, kThreads>(s_do, p.do_ + bh * nd, rr, p.n,
-                                                        threadIdx.x);
-      }
-    } else {
-      CopyRows(s_qh, C::kI8D, p.qh + bh * npd + int64_t(rr) * D, D, kTile, D);
-      if (p.int8_dp) {
-        CopyRows(s_do, C::kI8D, p.doh + bh * npd + int64_t(rr) * D, D, kTile, D);
-      } else {
-        CopyBf16Rows<D>(reinterpret_cast<__nv_bfloat16*>(s_do), p.do_ + bh * nd, rr, p.n);
-      }
-    }
+    copy_q_do(s_qh, s_do, rr, threadIdx.x);
     cuda::CpAsyncCommit();
     if (threadIdx.x < kTile) {
       const bool ok = rr + int(threadIdx.x) < p.n;
@@ -1726,20 +1716,18 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
     cuda::wgmma::FenceProxyAsync();
     wg_sync();
   }
-  int stage = 0;  // kWs: the stage of Q tile i
   for (int i = kWs ? ibeg : i0, it = 0; i < p.ntq; ++i, ++it) {
     const int r0 = i * kTile;
     float sqi, sdoi;
     if constexpr (kWs) {
       namespace wg = cuda::wgmma;
-      stage = it & 1;
       if (i < i0) {  // causal: above this consumer's diagonal (consumer 1's first tile)
-        wg::MbarArrive(empty_bar(stage));
+        ring.ConsumerRelease(it);
         continue;
       }
       wg_sync();  // the previous tile's reads of this consumer's region are done
-      wg::MbarWait(full_bar(stage), (it >> 1) & 1);
-      char* const q = stage_base(stage);
+      ring.ConsumerWait(it);
+      char* const q = stage_base(it & 1);
       dlo_q = wg::DescLo(cuda::SmemAddr(q));
       s_lse = reinterpret_cast<float*>(q + L::kLse);
       s_drow = reinterpret_cast<float*>(q + L::kDrow);
@@ -1751,40 +1739,32 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
         wg_sync();
       }
     } else {
-    __syncthreads();  // the previous block's shared reads are done
-    load_q_tile(i);
-    if constexpr (kWg2) {
-      LoadGmmaTileAsync<typename L::TileT, kThreads, false>(s_qht, p.qht + bh * npd + r0, 0, D,
-                                                     threadIdx.x, p.np);
-      LoadGmmaTileAsync<typename L::TileT, kThreads, false>(s_doht, p.doht + bh * npd + r0, 0, D,
-                                                     threadIdx.x, p.np);
-    } else {
-      CopyRows(s_qht, kI8T, p.qht + bh * npd + r0, p.np, D, kTile);
-      CopyRows(s_doht, kI8T, p.doht + bh * npd + r0, p.np, D, kTile);
-    }
-    if (threadIdx.x < kTile) {
-      s_lse[threadIdx.x] = lse_i;
-      s_drow[threadIdx.x] = drow_i;
-    }
-    if (p.smooth_q) {
-      for (int d = threadIdx.x; d < D; d += blockDim.x) {
-        s_mu[d] = p.mu[(int64_t(bh) * p.ntq + i) * D + d];
+      __syncthreads();  // the previous block's shared reads are done
+      load_q_tile(i);
+      copy_qt_dot(s_qht, s_doht, r0, threadIdx.x);
+      if (threadIdx.x < kTile) {
+        s_lse[threadIdx.x] = lse_i;
+        s_drow[threadIdx.x] = drow_i;
       }
-    }
-    if constexpr (kSplitWait) {
-      cuda::CpAsyncCommit();  // group 2: Q^T, dO^T, waited for before phase 2
-      cuda::CpAsyncWait<1>();  // group 1 (load_q_tile): Q^, dO
-    } else {
-      CopyWait();  // this iteration's Q^, Q^T, dO, dO^T
-    }
-    if constexpr (kWg) cuda::wgmma::FenceProxyAsync();  // cp.async writes -> wgmma's reads
-    __syncthreads();
-    if (p.smooth_q) {
-      BlockBias<D>(p.k + bh * nd, s_mu, s_kbar, j, p.n, tau, s_bias);
+      if (p.smooth_q) {
+        for (int d = threadIdx.x; d < D; d += blockDim.x) {
+          s_mu[d] = p.mu[(int64_t(bh) * p.ntq + i) * D + d];
+        }
+      }
+      if constexpr (kSplitWait) {
+        cuda::CpAsyncCommit();  // group 2: Q^T, dO^T, waited for before phase 2
+        cuda::CpAsyncWait<1>();  // group 1 (load_q_tile): Q^, dO
+      } else {
+        CopyWait();  // this iteration's Q^, Q^T, dO, dO^T
+      }
+      if constexpr (kWg) cuda::wgmma::FenceProxyAsync();  // cp.async writes -> wgmma's reads
       __syncthreads();
-    }
-    sqi = p.sq[int64_t(bh) * p.ntq + i];
-    sdoi = p.sdo[int64_t(bh) * p.ntq + i];
+      if (p.smooth_q) {
+        BlockBias<D>(p.k + bh * nd, s_mu, s_kbar, j, p.n, tau, s_bias);
+        __syncthreads();
+      }
+      sqi = p.sq[int64_t(bh) * p.ntq + i];
+      sdoi = p.sdo[int64_t(bh) * p.ntq + i];
     }
 
     // S and dP for this warp's 16 query rows x 64 keys; P and dS stay in registers (pf, dsf).
@@ -2141,7 +2121,7 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       });
     }
     // kWs: every wgmma of this tile has completed and its shared reads of the stage are done.
-    if constexpr (kWs) cuda::wgmma::MbarArrive(empty_bar(stage));
+    if constexpr (kWs) ring.ConsumerRelease(it);
   }
   if constexpr (kBulkDq) {
     if (lane == 0) cuda::wgmma::BulkWait<0>();  // staging reads and dqacc writes complete

@@ -20,6 +20,11 @@
 //   DescStep<TILE>(k_byte)     what Desc<TILE>(base, k_byte) adds to Desc<TILE>(base, 0)
 //   DescLo / DescFromLo<TILE>  the descriptor's address word and the tile type's fixed word
 //   TileDesc<TILE>(dlo, off, k) a tile's descriptor from its buffer's DescLo and byte offset
+//   BulkReduceAddF32, BulkCommit, BulkWaitRead<N>, BulkWait<N>  shared -> global fp32 bulk adds
+//   MbarInit / MbarArrive / MbarWait, MbarRing<S>  mbarriers and an S-stage producer / consumer
+//                              ring of them (warp-specialized kernels)
+//   NamedBarSync(id, threads), SetMaxNRegDec / SetMaxNRegInc<N>  one warpgroup's barrier, the
+//                              register hand-over between warpgroups
 //
 // Operands (PTX ISA "Asynchronous Warpgroup Level Matrix Multiply-Accumulate"): D (64 x 64) =
 // A (64 x K) B (K x 64) where A is stored as rows of K (K-major) and B as its transpose, 64 rows
@@ -343,6 +348,30 @@ __device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
       "r"(parity)
       : "memory");
 }
+// An S-stage ring of shared buffers between one producer warpgroup and its consumers, at 2 S
+// mbarriers from shared address bar0 (full[S], then empty[S]). Use n (0, 1, ... in the order both
+// sides walk it) takes stage n % S in its phase n / S: the producer acquires it (waits until the
+// consumers released use n - S), fills it and commits (arrives on full); each consumer waits for
+// the commit, reads, releases (arrives on empty). Arrivals are release, waits acquire (CTA scope).
+template <int S>
+struct MbarRing {
+  uint32_t bar0;
+  __device__ __forceinline__ uint32_t Full(int st) const { return bar0 + 8 * st; }
+  __device__ __forceinline__ uint32_t Empty(int st) const { return bar0 + 8 * (S + st); }
+  // One thread, before the CTA barrier that precedes every other use.
+  __device__ __forceinline__ void Init(int producers, int consumers) const {
+    for (int st = 0; st < S; ++st) {
+      MbarInit(Full(st), producers);
+      MbarInit(Empty(st), consumers);
+    }
+  }
+  __device__ __forceinline__ void ProducerAcquire(int n) const {
+    if (n >= S) MbarWait(Empty(n % S), (n / S + 1) & 1);
+  }
+  __device__ __forceinline__ void ProducerCommit(int n) const { MbarArrive(Full(n % S)); }
+  __device__ __forceinline__ void ConsumerWait(int n) const { MbarWait(Full(n % S), (n / S) & 1); }
+  __device__ __forceinline__ void ConsumerRelease(int n) const { MbarArrive(Empty(n % S)); }
+};
 // Barrier `id` (1..15; 0 is __syncthreads') over `threads` threads (a multiple of 32).
 __device__ __forceinline__ void NamedBarSync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
