@@ -155,6 +155,9 @@ void TcpProxy::AcceptLoop() {
       refused_++;
       continue;
     }
+    // Counted before the pumps start, so a client that got bytes through this connection sees
+    // it counted (counting after them raced with a fast round trip: the chaos test read 2 of 3).
+    connections_++;
     auto c = std::make_unique<Conn>();
     c->client = client;
     c->upstream = up;
@@ -162,7 +165,6 @@ void TcpProxy::AcceptLoop() {
     c->to_upstream = std::thread([raw] { Pump(raw->client, raw->upstream, &raw->pumps_done); });
     c->to_client = std::thread([raw] { Pump(raw->upstream, raw->client, &raw->pumps_done); });
     conns_.push_back(std::move(c));
-    connections_++;
   }
 }
 
