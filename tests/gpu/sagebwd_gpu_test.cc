@@ -9,7 +9,9 @@
 //   (b) ExactMatch: exact FpaForward/FpaBackward<double>, sigma 1, N in {128, 1000, 4096},
 //       D in {64, 128}, causal and not: cosine >= 0.999, rel L2 <= 0.03 for O, dQ, dK, dV.
 //   (c) PoisonedOutputs: outputs pre-filled with NaN are fully overwritten with finite values;
-//       RepeatedBackward: a second backward after one forward gives the first one's gradients.
+//       RepeatedBackward: a second backward after one forward gives the first one's gradients;
+//       FusedQQuantizationMatchesQuantizeLaunch: the production forward's own Q quantization
+//       leaves the same Q^, Q^T and scales in the workspace as the quantize launch does.
 //   (d) SigmaTrend: error vs exact over sigma_Q = sigma_K in {1, 3, 5, 8, 10}, printed; dQ error
 //       must grow (loosely).
 //   (e) Variants: smooth_q, int8_dp, dq_kmean_correction = false, smooth_k = false against the
@@ -355,6 +357,66 @@ TEST(SageBwdGpu, RepeatedBackward) {
       EXPECT_GE(dq.e.cosine, 0.999999) << "dQ " << Describe(s, opt);
       EXPECT_EQ(dk.max_abs, 0.0) << "dK " << Describe(s, opt);
       EXPECT_EQ(dv.max_abs, 0.0) << "dV " << Describe(s, opt);
+    }
+  }
+}
+
+// The v6+ forwards (production: 10 / 11 at d64, 12 / 13 at d128) quantize Q themselves when Q is
+// not smoothed; the older forward (8) gets Q^ from the quantize launch. The backward reads Q^,
+// Q^T and the Q scales from the workspace (sagebwd_cuda.h: qh, qht first, sq after the eight
+// int8 regions): both ways must leave the same bytes there, padded rows included.
+TEST(SageBwdGpu, FusedQQuantizationMatchesQuantizeLaunch) {
+  SKIP_WITHOUT_GPU();
+  for (int d : {64, 128}) {
+    for (bool causal : {false, true}) {
+      for (int n : {77, 1000}) {
+        const AttnShape s{2, 3, n, d, causal};
+        const Inputs in = MakeInputs(s, 2.0, 500 + n + d);
+        const size_t tb = sizeof(uint16_t) * s.numel();
+        DeviceBuffer dq_, dk_, dv_, d_o, d_lse;
+        CUDA_OK(dq_.Alloc(tb));
+        CUDA_OK(dk_.Alloc(tb));
+        CUDA_OK(dv_.Alloc(tb));
+        CUDA_OK(d_o.Alloc(tb));
+        CUDA_OK(d_lse.Alloc(sizeof(float) * s.rows()));
+        CUDA_OK(cudaMemcpy(dq_.as<void>(), ToBits(in.q).data(), tb, cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemcpy(dk_.as<void>(), ToBits(in.k).data(), tb, cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemcpy(dv_.as<void>(), ToBits(in.v).data(), tb, cudaMemcpyHostToDevice));
+        const int64_t bh = int64_t(s.B) * s.H, np = (n + 63) / 64 * 64, tq = np / 64;
+        const size_t q8 = size_t(bh * np * d), r8 = (q8 + 255) / 256 * 256;
+        const size_t sq_off = 8 * r8, sq_bytes = sizeof(float) * size_t(bh * tq);
+        std::vector<std::vector<uint8_t>> got;
+        for (int fvar : {-1, 8}) {
+          SageCudaOptions opt;
+          opt.fwd_variant = fvar;
+          const size_t wsb = SageWorkspaceBytes(s, opt);
+          DeviceBuffer ws;
+          CUDA_OK(ws.Alloc(wsb));
+          // Different fills: a byte either path leaves unwritten differs.
+          CUDA_OK(cudaMemset(ws.as<void>(), fvar < 0 ? 0xA5 : 0x5A, wsb));
+          const Status st = SageForwardCuda(
+              s, opt, dq_.as<__nv_bfloat16>(), dk_.as<__nv_bfloat16>(), dv_.as<__nv_bfloat16>(),
+              d_o.as<__nv_bfloat16>(), d_lse.as<float>(), ws.as<void>(), wsb, nullptr);
+          ASSERT_TRUE(st.ok()) << st.ToString();
+          CUDA_OK(cudaDeviceSynchronize());
+          std::vector<uint8_t> bytes(2 * r8 + sq_bytes);
+          CUDA_OK(cudaMemcpy(bytes.data(), ws.as<char>(), 2 * r8, cudaMemcpyDeviceToHost));
+          CUDA_OK(cudaMemcpy(bytes.data() + 2 * r8, ws.as<char>() + sq_off, sq_bytes,
+                             cudaMemcpyDeviceToHost));
+          got.push_back(std::move(bytes));
+        }
+        const SageCudaOptions prod;
+        const std::string what = Describe(s, prod);
+        ASSERT_EQ(got[0].size(), got[1].size());
+        auto differing = [&](size_t from, size_t count) {
+          int64_t k = 0;
+          for (size_t i = from; i < from + count; ++i) k += got[0][i] != got[1][i];
+          return k;
+        };
+        EXPECT_EQ(differing(0, q8), 0) << "Q^ bytes differ, " << what;
+        EXPECT_EQ(differing(r8, q8), 0) << "Q^T bytes differ, " << what;
+        EXPECT_EQ(differing(2 * r8, sq_bytes), 0) << "Q scales differ, " << what;
+      }
     }
   }
 }

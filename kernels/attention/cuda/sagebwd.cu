@@ -544,6 +544,67 @@ __global__ void __launch_bounds__(D / 2 * kKMeanLanes) KMeanPartKernel(
   }
 }
 
+// The codes of a thread's kPer rows of 8 values (4 per word, value 4 w + b in byte b of word w),
+// by QuantizeS8Inv (QuantizeKernel and the fused Q quantization of the v6+ forwards).
+template <int kPer>
+__device__ __forceinline__ void QuantizeRows8(const float (&v)[kPer][8], float inv,
+                                              uint32_t (&code)[kPer][2]) {
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+#pragma unroll
+    for (int w = 0; w < 2; ++w) {
+      uint32_t x4 = 0;
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        x4 |= uint32_t(static_cast<uint8_t>(QuantizeS8Inv(v[k][4 * w + b], inv))) << (8 * b);
+      }
+      code[k][w] = x4;
+    }
+  }
+}
+
+// Transposed codes of a 64-row tile staged in shared memory as [D][64] bytes, the four 16-byte
+// units of column c XOR-swizzled by (c / 8) % 4 (4-way store conflicts at most). Byte offset of
+// unit `unit` of column c:
+__device__ __forceinline__ int CodesTUnit(int c, int unit) {
+  return c * kTile + ((unit ^ ((c >> 3) & 3)) << 4);
+}
+// Stages the codes of a thread's kPer consecutive slots sbase .. sbase + kPer - 1 (its 16-byte
+// column chunk c8 = columns 8 c8 .. 8 c8 + 7): per column one packed 2-, 4- or 8-byte store.
+template <int kPer>
+__device__ __forceinline__ void StageCodesT(int8_t* s_t, const uint32_t (&code)[kPer][2], int c8,
+                                            int sbase) {
+  static_assert(kPer == 2 || kPer == 4 || kPer == 8, "slots per thread");
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int c = c8 * 8 + i, sh = 8 * (i & 3), w = i >> 2;
+    uint32_t lo = 0, hi = 0;  // slot sbase + k in byte k % 4 of lo (k < 4) / hi
+#pragma unroll
+    for (int k = 0; k < kPer && k < 4; ++k) lo |= ((code[k][w] >> sh) & 0xFFu) << (8 * k);
+#pragma unroll
+    for (int k = 4; k < kPer; ++k) hi |= ((code[k][w] >> sh) & 0xFFu) << (8 * (k - 4));
+    int8_t* dst = s_t + CodesTUnit(c, sbase >> 4) + (sbase & 15);
+    if constexpr (kPer == 8) {
+      *reinterpret_cast<uint2*>(dst) = make_uint2(lo, hi);
+    } else if constexpr (kPer == 4) {
+      *reinterpret_cast<uint32_t*>(dst) = lo;
+    } else {
+      *reinterpret_cast<uint16_t*>(dst) = static_cast<uint16_t>(lo);
+    }
+  }
+}
+// Copies the staged [D][64] codes to xht (D rows of stride np bytes) as 16-byte runs (threads
+// tid of nthreads, after a barrier over the staging stores).
+template <int D>
+__device__ __forceinline__ void WriteCodesT(const int8_t* s_t, int8_t* xht, int np, int tid,
+                                            int nthreads) {
+  for (int idx = tid; idx < D * (kTile / 16); idx += nthreads) {
+    const int c = idx >> 2, unit = idx & 3;
+    *reinterpret_cast<int4*>(xht + int64_t(c) * np + 16 * unit) =
+        *reinterpret_cast<const int4*>(s_t + CodesTUnit(c, unit));
+  }
+}
+
 // One tensor's tiles for QuantizeKernel.
 struct QuantJob {
   const __nv_bfloat16* x;  // (BH, N, D)
@@ -683,19 +744,8 @@ __global__ void __launch_bounds__(256, (D == 64 && !kPrep) ? 6 : 1) QuantizeKern
   for (int w = 0; w < 8; ++w) m = fmaxf(m, s_red[w]);
   const float s = GroupScale(m), inv = 1.0f / s;
   if (threadIdx.x == 0) J.scale[int64_t(bh) * tiles + ti] = s;
-  uint32_t code[kPer][2];  // the 8 codes of each row, 4 per word
-#pragma unroll
-  for (int k = 0; k < kPer; ++k) {
-#pragma unroll
-    for (int w = 0; w < 2; ++w) {
-      uint32_t x4 = 0;
-#pragma unroll
-      for (int b = 0; b < 4; ++b) {
-        x4 |= uint32_t(static_cast<uint8_t>(QuantizeS8Inv(v[k][4 * w + b], inv))) << (8 * b);
-      }
-      code[k][w] = x4;
-    }
-  }
+  uint32_t code[kPer][2];
+  QuantizeRows8<kPer>(v, inv, code);
   const int64_t hrow0 = int64_t(bh) * p.np + r0;  // (bh, token r0) row of the padded codes
   if (J.xh != nullptr) {
 #pragma unroll
@@ -703,28 +753,9 @@ __global__ void __launch_bounds__(256, (D == 64 && !kPrep) ? 6 : 1) QuantizeKern
       *reinterpret_cast<uint2*>(J.xh + (hrow0 + rows[k]) * D + c8 * 8) = make_uint2(code[k][0], code[k][1]);
     }
   }
-  // Byte b of column c's run: the code of slot sbase + k, k = 0..kPer-1, packed (slot order).
-  const auto chunk_of = [](int c, int unit) { return c * kTile + ((unit ^ ((c >> 3) & 3)) << 4); };
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const int c = c8 * 8 + i, sh = 8 * (i & 3), w = i >> 2;
-    uint32_t packed = 0;
-#pragma unroll
-    for (int k = 0; k < kPer; ++k) packed |= ((code[k][w] >> sh) & 0xFFu) << (8 * k);
-    int8_t* dst = s_t + chunk_of(c, sbase >> 4) + (sbase & 15);
-    if constexpr (kPer == 4) {
-      *reinterpret_cast<uint32_t*>(dst) = packed;
-    } else {
-      *reinterpret_cast<uint16_t*>(dst) = static_cast<uint16_t>(packed);
-    }
-  }
+  StageCodesT<kPer>(s_t, code, c8, sbase);
   __syncthreads();
-  int8_t* xhtb = J.xht + int64_t(bh) * D * p.np + r0;
-  for (int idx = threadIdx.x; idx < D * (kTile / 16); idx += blockDim.x) {
-    const int c = idx >> 2, unit = idx & 3;
-    *reinterpret_cast<int4*>(xhtb + int64_t(c) * p.np + 16 * unit) =
-        *reinterpret_cast<const int4*>(s_t + chunk_of(c, unit));
-  }
+  WriteCodesT<D>(s_t, J.xht + int64_t(bh) * D * p.np + r0, p.np, threadIdx.x, blockDim.x);
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -748,10 +779,84 @@ struct FwdParams {
   // overlap). The v3 forward (SageForwardKernel) ignores these fields (the backward then zeroes).
   float *dsrow, *dqacc;
   int* armed;
+  // The v6+ forwards (kWg) without Q-smoothing quantize Q themselves (FusedQLoad,
+  // FusedQQuantize): from q into their shared Q^ tiles, and into qh, qht and sq for the backward
+  // (the quantize launch then has no Q job: its Q read and code writes were a third of its bytes).
+  const __nv_bfloat16* q;
+  int8_t *qh_out, *qht_out;
+  float* sq_out;
   int n, np, ntq, ntk;
   bool smooth_q;
   float tau;
 };
+
+// Fused Q quantization of the v6+ forwards without Q-smoothing: the 128 threads `tid` of a Q
+// group quantize rows q0 .. q0 + 63 of head bh as QuantizeKernel's mode-0 job does (the same
+// scale and codes: GroupScale of the tile's max |Q|, QuantizeS8Inv; padded rows 0). Thread
+// (c8, rg) holds 16-byte column chunk c8 of kPer consecutive rows. Two steps, so that the
+// caller can issue other copies between them: FusedQLoad issues the loads of the thread's rows,
+// FusedQQuantize writes the codes into the group's GmmaTile s_tile (generic-proxy stores: the
+// caller fences and synchronizes before the first wgmma reads them) and, for the backward, into
+// p.qh_out (row-major), p.qht_out (transposed, staged in s_t: D x 64 bytes) and the scale into
+// p.sq_out; it returns the scale. s_red: 4 floats; bar: a named barrier of the 128 threads.
+template <int D>
+struct FusedQ {
+  static constexpr int kC8 = D / 8, kPer = kTile / (128 / kC8);
+  using Rows = float[kPer][8];
+};
+template <int D>
+__device__ __forceinline__ void FusedQLoad(const FwdParams& p, int64_t bh, int q0, int tid,
+                                           typename FusedQ<D>::Rows& v) {
+  constexpr int kC8 = FusedQ<D>::kC8, kPer = FusedQ<D>::kPer;
+  const int c8 = tid % kC8, sbase = (tid / kC8) * kPer, nr = min(kTile, p.n - q0);
+  const __nv_bfloat16* qb = p.q + (bh * p.n + q0) * D + c8 * 8;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    int4 raw = make_int4(0, 0, 0, 0);
+    if (sbase + k < nr) raw = __ldg(reinterpret_cast<const int4*>(qb + int64_t(sbase + k) * D));
+    const __nv_bfloat162* h2 = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float2 f = __bfloat1622float2(h2[e]);
+      v[k][2 * e] = f.x;
+      v[k][2 * e + 1] = f.y;
+    }
+  }
+}
+template <int D, typename TILE>
+__device__ __forceinline__ float FusedQQuantize(const FwdParams& p, int64_t bh, int q0,
+                                                const typename FusedQ<D>::Rows& v,
+                                                int8_t* s_tile, int8_t* s_t, float* s_red,
+                                                int bar, int tid) {
+  constexpr int kC8 = FusedQ<D>::kC8, kPer = FusedQ<D>::kPer;
+  const int c8 = tid % kC8, sbase = (tid / kC8) * kPer;
+  float m = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) m = fmaxf(m, fabsf(v[k][i]));
+  }
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if ((tid & 31) == 0) s_red[tid >> 5] = m;
+  cuda::wgmma::NamedBarSync(bar, 128);
+#pragma unroll
+  for (int w = 0; w < 4; ++w) m = fmaxf(m, s_red[w]);
+  const float s = GroupScale(m), inv = 1.0f / s;
+  if (tid == 0) p.sq_out[bh * p.ntq + q0 / kTile] = s;
+  uint32_t code[kPer][2];
+  QuantizeRows8<kPer>(v, inv, code);
+  int8_t* qh = p.qh_out + (bh * p.np + q0) * D + c8 * 8;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const uint2 c2 = make_uint2(code[k][0], code[k][1]);
+    *reinterpret_cast<uint2*>(s_tile + TILE::ByteOffset(sbase + k, c8 * 8)) = c2;
+    *reinterpret_cast<uint2*>(qh + int64_t(sbase + k) * D) = c2;
+  }
+  StageCodesT<kPer>(s_t, code, c8, sbase);
+  cuda::wgmma::NamedBarSync(bar, 128);
+  WriteCodesT<D>(s_t, p.qht_out + bh * D * p.np + q0, p.np, tid, 128);
+  return s;
+}
 
 // grid: (Q tiles, BH); block: 128 (warp w: rows 16w..16w+15 of the Q tile).
 template <int D, bool kCausal>
@@ -937,7 +1042,10 @@ struct FwdV5Config {
   static constexpr int kF32 = kStage0 + kStages * kStage;       // bias [2][64], mu [2][D], kbar [D]
   static constexpr int kScal = kF32 + (2 * kTile + 3 * D) * 4;  // kWsF: [kStages][2] (sK, sV)
   static constexpr int kBar = kScal + (kWsF ? kStages * 8 : 0);  // kWsF: full[], empty[]
-  static constexpr int kBytes = kBar + (kWsF ? 2 * kStages * 8 : 0) + (kWg ? 1024 : 0);
+  // kWg: the fused Q quantization's staging, [2][D][64] transposed codes + [2][4] float maxima.
+  static constexpr int kQt = (kBar + (kWsF ? 2 * kStages * 8 : 0) + 15) / 16 * 16;
+  static constexpr int kQRed = kQt + (kWg ? 2 * D * kTile : 0);
+  static constexpr int kBytes = kQRed + (kWg ? 8 * 4 + 1024 : 0);
   static constexpr int kMinBlocks = kWsF ? 1 : (MW == 1) ? (D == 64 ? 2 : 1) : 2;
   static_assert(kBytes * kMinBlocks <= 227 * 1024, "forward v5 shared memory over the sm_90 limit");
   static_assert(kStage0 % 16 == 0 && kVh % 16 == 0 && kStage % 16 == 0 && kF32 % 16 == 0,
@@ -1001,10 +1109,30 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF>::kThreadsLaunch,
   const bool wvalid = (kWg ? r0 + (warp / 4) * kTile : wr0) < p.n;
   const int wlast = min(wr0 + 16 * MW, p.n) - 1;
 
-  // Launched as a dependent of the quantize launch (pdl): the stores that do not depend on it
-  // first (they overlap its tail), then wait for its codes and scales.
+  // Launched as a dependent of the quantize launch (pdl): the work that does not depend on it
+  // first (it overlaps its tail): the stores of the backward's zeroed accumulators and (kFuseQ)
+  // the loads of the Q rows that the consumers quantize (each 128-thread group its 64 rows; the
+  // warp-specialized kernel quantizes them here too, the others after issuing the copies of K
+  // tile 0 so that the two latencies overlap); then wait for the quantize launch's K and V codes.
   ZeroDqRows<D>(p.dsrow, p.dqacc, bh, p.n, p.np, r0, kFwdRows, threadIdx.x, C::kThreadsLaunch);
   if (rb == 0 && bh == 0 && threadIdx.x == 0) *p.armed = kDqArmed;
+  constexpr bool kFuseQ = kWg && !kSmoothQ;
+  [[maybe_unused]] float fq_scale = 0.0f;  // kFuseQ: the scale of this thread's Q group
+  [[maybe_unused]] typename FusedQ<D>::Rows fq_rows;
+  [[maybe_unused]] const int fq_group = ctid >> 7;
+  [[maybe_unused]] const bool fq_mine = ctid >= 0 && r0 + fq_group * kTile < p.n;
+  auto fused_q_quantize = [&]() {
+    fq_scale = FusedQQuantize<D, typename C::TileI8>(
+        p, bh, r0 + fq_group * kTile, fq_rows, s_qh + fq_group * C::TileI8::kBytes,
+        reinterpret_cast<int8_t*>(smem + C::kQt) + fq_group * D * kTile,
+        reinterpret_cast<float*>(smem + C::kQRed) + 4 * fq_group, 2 + fq_group, ctid & 127);
+  };
+  if constexpr (kFuseQ) {
+    if (fq_mine) {
+      FusedQLoad<D>(p, bh, r0 + fq_group * kTile, ctid & 127, fq_rows);
+      if constexpr (kWsF) fused_q_quantize();
+    }
+  }
   cuda::GridDepWait();
 
   const int last_row = min(r0 + kFwdRows, p.n) - 1;
@@ -1062,7 +1190,9 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF>::kThreadsLaunch,
 
   // Q^ rows present in the padded workspace (64 or 128) + stage 0 <- K tile 0: one group
   // (kWsF: Q^ only; the consumers' threads).
-  if constexpr (kWg) {
+  if constexpr (kFuseQ) {
+    // Q^ is in place (above)
+  } else if constexpr (kWg) {
     using T8 = typename C::TileI8;
     for (int gq = 0; gq < 2 && r0 + gq * kTile < p.np; ++gq) {
       wg::LoadGmmaTileAsync<T8, C::kThreadsV5, false>(
@@ -1079,7 +1209,6 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF>::kThreadsLaunch,
     }
     for (int d = ctid; d < D; d += C::kThreadsV5) s_kbar[d] = p.kbar[int64_t(bh) * D + d];
   }
-  const float sq = wvalid ? p.sq[int64_t(bh) * p.ntq + 2 * bx + grp] : 0.0f;
 
   float acc[MW][kNtO][4];
 #pragma unroll
@@ -1102,7 +1231,11 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF>::kThreadsLaunch,
   } else {
     load_stage(all_c, s_stage, 0, threadIdx.x);
     cuda::CpAsyncCommit();
+    if constexpr (kFuseQ) {
+      if (fq_mine) fused_q_quantize();
+    }
   }
+  const float sq = !wvalid ? 0.0f : kFuseQ ? fq_scale : p.sq[int64_t(bh) * p.ntq + 2 * bx + grp];
   for (int j = 0; j <= last; ++j) {
     const int c0 = j * kTile;
     const int st = kWsF ? j % C::kStages : (j & 1);  // the stage of K tile j
@@ -2316,7 +2449,9 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
   qp.job[0] = {k, w.kh, w.kht, w.sk, opt.smooth_k ? 1 : 0, false};
   qp.job[1] = {v, opt.int8_dp ? w.vh : nullptr, w.vht, w.sv, 0, fvar != 3};
   qp.job[2] = {q, w.qh, w.qht, w.sq, opt.smooth_q ? 2 : 0, false};
-  if (Status st = LaunchQuantize<D, false>(s, qp, 3, stream); !st.ok()) return st;
+  // The v6+ forwards (variants 10-13) quantize Q themselves unless it is smoothed.
+  const bool fuse_q = fvar >= 10 && !opt.smooth_q;
+  if (Status st = LaunchQuantize<D, false>(s, qp, fuse_q ? 2 : 3, stream); !st.ok()) return st;
 
   FwdParams p;
   p.k = k;
@@ -2333,6 +2468,10 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
   p.dsrow = w.dsrow;
   p.dqacc = w.dqacc;
   p.armed = w.armed;
+  p.q = q;
+  p.qh_out = w.qh;
+  p.qht_out = w.qht;
+  p.sq_out = w.sq;
   p.n = s.N;
   p.np = nt * kTile;
   p.ntq = nt;
