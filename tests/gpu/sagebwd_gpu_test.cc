@@ -635,7 +635,8 @@ TEST(SageBwdGpu, BwdVariantLab) {
 // v5b 4 warps x 32 rows, 7 = v5c = v5b + fast interior logits, 8 = v5a + fast interior logits,
 // 10 = v6 = 8 with S and P^ V^ by wgmma, production non-causal at d64; 11 = 10 with the grid in
 // longest-first order across heads, production causal at d64; 12 / 13 = 10 / 11 warp-specialized,
-// production at d128) against the
+// production at d128; 14 / 15 = 12 / 13 with S of the next K tile issued before the softmax)
+// against the
 // emulator (forward and the backward that follows it), then the median forward-launcher time
 // (quantization included) on the benchmark shapes, variants interleaved; ratios against the
 // first of the list.
@@ -644,8 +645,9 @@ TEST(SageBwdGpu, FwdVariantLab) {
   const char* env = std::getenv("SAGE_FWD_LAB");
   if (env == nullptr || std::string(env) != "1") GTEST_SKIP() << "set SAGE_FWD_LAB=1";
   // 12 / 13 = 10 / 11 warp-specialized (kWsF: a producer warpgroup fills a 3-stage K^ / V^T ring,
-  // the two consumer warpgroups have no CTA barrier in their loop; production at d128).
-  const std::vector<int> vars = {10, 11, 12, 13};
+  // the two consumer warpgroups have no CTA barrier in their loop; production at d128); 14 / 15 =
+  // 12 / 13 with the consumers' S of K tile j issued before the P^ V^ of tile j - 1.
+  const std::vector<int> vars = {10, 11, 12, 13, 14, 15};
   for (int var : vars) {
     SageCudaOptions opt;
     opt.fwd_variant = var;

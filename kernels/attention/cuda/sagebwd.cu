@@ -46,7 +46,8 @@
 // swizzled tiles, P~^ packed from registers into s8 A fragments and multiplied by V^T through
 // wgmma with A from registers (V^T stored in the permuted key order FwdKeyOfSlot), chosen by
 // FwdProductionFor (11 = the same with the causal grid longest-first; at D = 128 v7 = 12 / 13, the
-// same warp-specialized: a producer warpgroup fills a 3-stage K^ / V^T ring); the v3/v4 forward
+// same warp-specialized: a producer warpgroup fills a 3-stage K^ / V^T ring; causal v8 = 15 = 13
+// with the next K tile's S issued before the softmax of the current one); the v3/v4 forward
 // (SageForwardKernel) and the v5 variants (mma.sync) stay compiled in for the lab
 // (SageCudaOptions::fwd_variant). Backward: sagebwd v8 / v9 = v4 (bits kBwdInterior | kBwdOcc3) +
 // kBwdFastQ (P^T / dS^T / dS^ codes by one FMA into the 1.5 * 2^23 mantissa, no F2I / clamp) +
@@ -1074,10 +1075,11 @@ __device__ __forceinline__ uint32_t PackLowBytes(uint32_t a, uint32_t b, uint32_
 // the loop (each waits for full[s] and releases empty[s] after its P^ V^ wgmmas); registers move
 // from the producer to them (setmaxnreg 24 / 240).
 template <int D, bool kCausal, bool kSmoothQ, int MW, bool kFastS, bool kWg = false,
-          bool kLptF = false, bool kWsF = false>
+          bool kLptF = false, bool kWsF = false, bool kPipeF = false>
 __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF>::kThreadsLaunch,
                                   FwdV5Config<D, MW, kWg, kWsF>::kMinBlocks)
     SageForwardKernelV5(FwdParams p) {
+  static_assert(!kPipeF || kWsF, "the pipelined forward loop builds on the warp-specialized one");
   using C = FwdV5Config<D, MW, kWg, kWsF>;
   using cuda::FastExp2;
   using cuda::kLog2e;
@@ -1236,253 +1238,369 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF>::kThreadsLaunch,
     }
   }
   const float sq = !wvalid ? 0.0f : kFuseQ ? fq_scale : p.sq[int64_t(bh) * p.ntq + 2 * bx + grp];
-  for (int j = 0; j <= last; ++j) {
-    const int c0 = j * kTile;
-    const int st = kWsF ? j % C::kStages : (j & 1);  // the stage of K tile j
-    if constexpr (kWsF) {
+  // The per-tile steps (kWg: one 64-row group per warpgroup, MW = 1):
+  // issue_s: S = Q^ K^T of the K tile in the stage at stage_byte, committed (not waited for).
+  // The descriptors are formed and pinned (wg::PinDesc) before the fence: an instruction defining
+  // a wgmma input between the fence and the wait makes ptxas serialize the wgmmas (C7513).
+  [[maybe_unused]] auto issue_s = [&](int stage_byte, int32_t (&sacc)[32]) {
+    using T8 = typename C::TileI8;
+    const int q_byte = C::kQh + grp * T8::kBytes;
+    uint64_t dq[D / 32], dk[D / 32];
+#pragma unroll
+    for (int i = 0; i < D / 32; ++i) {
+      dq[i] = TileDesc<T8>(dlo, q_byte, 32 * i);
+      dk[i] = TileDesc<T8>(dlo, stage_byte, 32 * i);
+      wg::PinDesc(dq[i]);
+      wg::PinDesc(dk[i]);
+    }
+    wg::Fence();
+    wg::MmaS8First(sacc, dq[0], dk[0]);
+#pragma unroll
+    for (int i = 1; i < D / 32; ++i) wg::MmaS8(sacc, dq[i], dk[i], true);
+    wg::Commit();
+  };
+  // softmax_rows (every forward): the online softmax of row block mb from its int32 logits s
+  // (logit = a s in the log2 domain; K tile at token c0): updates m[mb], l[mb], returns alpha
+  // (the rescale of O), coef (= s_P s_V, with svj = s_V / 127) and P~^ as packed s8 A fragments.
+  auto softmax_rows = [&](auto mask_tag, int mb, const int32_t (&s)[8][4], float a, float svj,
+                          int c0, uint32_t (&pam)[2][4], float (&alpham)[2],
+                          float (&coefm)[2]) {
+    constexpr bool kMask = decltype(mask_tag)::value;
+    constexpr bool kFast = !kMask && !kSmoothQ && kFastS;
+    float x[8][4];
+    float rmax[2] = {-INFINITY, -INFINITY};
+    float rsub[2], sc[2];
+    if constexpr (kFast) {
+      // x = a (fb - 1.5 * 2^23), fb = the int32 sum added into the mantissa of 1.5 * 2^23
+      // (exact): the max over fb (a > 0), then x - rowmax = (fb - fbmax) a (the difference
+      // is exact): no per-element int -> float conversion or scale before the max.
+      float fbmax[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          x[n][e] = __int_as_float(0x4B400000 + s[n][e]);
+          fbmax[e >> 1] = fmaxf(fbmax[e >> 1], x[n][e]);
+        }
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        fbmax[h] = QuadMax(fbmax[h]);
+        rmax[h] = (fbmax[h] - 12582912.0f) * a;
+        const float m_new = fmaxf(m[mb][h], rmax[h]);  // every row sees the whole tile
+        alpham[h] = FastExp2(m[mb][h] - m_new);
+        sc[h] = FastExp2(rmax[h] - m_new);
+        rsub[h] = fbmax[h];
+        m[mb][h] = m_new;
+      }
+    } else {
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e >> 1, c = n * 8 + 2 * t + (e & 1);
+        float v = S32ToF32(s[n][e]) * a;
+        if (kSmoothQ) v += s_bias[grp * kTile + c];
+        if (kMask) {
+          const int row = wr0 + 16 * mb + g + 8 * h, gc = c0 + c;
+          const bool ok = gc < p.n && (!kCausal || gc <= row);
+          v = ok ? v : -INFINITY;
+        }
+        x[n][e] = v;
+        rmax[h] = fmaxf(rmax[h], v);
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      rmax[h] = QuadMax(rmax[h]);
+      const float m_new = fmaxf(m[mb][h], rmax[h]);
+      const float mref = m_new == -INFINITY ? 0.0f : m_new;
+      alpham[h] = FastExp2(m[mb][h] - mref);  // 0 while nothing was visible (acc = 0)
+      rsub[h] = rmax[h] == -INFINITY ? 0.0f : -rmax[h];
+      sc[h] = FastExp2(rmax[h] - mref);  // = 127 s_P; 0 for a row with no visible key
+      m[mb][h] = m_new;
+    }
+    }
+    uint32_t bits[8][4];
+    float rsum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e >> 1;
+        // in [0, 1]; masked: 0
+        const float ev = kFast ? FastExp2((x[n][e] - rsub[h]) * a) : FastExp2(x[n][e] + rsub[h]);
+        rsum[h] += ev;
+        bits[n][e] = __float_as_uint(fmaf(ev, 127.0f, 12582912.0f));  // low byte = rne(127 ev)
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      l[mb][h] = l[mb][h] * alpham[h] + sc[h] * QuadSum(rsum[h]);
+      coefm[h] = sc[h] * svj;
+    }
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk) {
+      const int n0 = 4 * kk;
+      pam[kk][0] = PackLowBytes(bits[n0][0], bits[n0][1], bits[n0 + 1][0], bits[n0 + 1][1]);
+      pam[kk][1] = PackLowBytes(bits[n0][2], bits[n0][3], bits[n0 + 1][2], bits[n0 + 1][3]);
+      pam[kk][2] = PackLowBytes(bits[n0 + 2][0], bits[n0 + 2][1], bits[n0 + 3][0], bits[n0 + 3][1]);
+      pam[kk][3] = PackLowBytes(bits[n0 + 2][2], bits[n0 + 2][3], bits[n0 + 3][2], bits[n0 + 3][3]);
+    }
+  };
+  // issue_pv: P^ V^ of the stage's V^T, 64 output columns (one [64][64] V^T slice) per wgmma
+  // pair, one commit group per slice, none waited for; fold_pv: waits for the slices in order
+  // and folds each into O = alpha O + coef (P^ V^) (kFastS: two FMAs on the 1.5 * 2^23 form).
+  // pv_descs: the descriptors of the stage's V^T slices, formed before any wgmma that shares
+  // their pipeline stage (kPipeF: before S of the next tile is issued).
+  [[maybe_unused]] auto pv_descs = [&](int stage_byte, uint64_t (&dv)[D / 64][2]) {
+    using TT = typename C::TileT;
+#pragma unroll
+    for (int ch = 0; ch < D / 64; ++ch) {
+      const int v_byte = stage_byte + C::kVh + ch * 64 * kTile;
+      dv[ch][0] = TileDesc<TT>(dlo, v_byte, 0);
+      dv[ch][1] = TileDesc<TT>(dlo, v_byte, 32);
+      wg::PinDesc(dv[ch][0]);
+      wg::PinDesc(dv[ch][1]);
+    }
+  };
+  [[maybe_unused]] auto issue_pv = [&](const uint32_t (&pa0)[2][4],
+                                       const uint64_t (&dv)[D / 64][2],
+                                       int32_t (&pv)[D / 64][32]) {
+    wg::Fence();  // the pa registers were just written
+#pragma unroll
+    for (int ch = 0; ch < D / 64; ++ch) {
+      wg::MmaS8RSFirst(pv[ch], pa0[0], dv[ch][0]);
+      wg::MmaS8RS(pv[ch], pa0[1], dv[ch][1]);
+      wg::Commit();
+    }
+  };
+  [[maybe_unused]] auto fold_pv = [&](const int32_t (&pv)[D / 64][32], const float (&alpha0)[2],
+                                      const float (&coef0)[2]) {
+    constexpr int kCh = D / 64;
+    const float cb[2] = {-coef0[0] * 12582912.0f, -coef0[1] * 12582912.0f};
+    cuda::StaticFor<kCh>([&](auto ch_c) {
+      constexpr int ch = decltype(ch_c)::value;
+      wg::Wait<kCh - 1 - ch>();
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int h = e >> 1;
+          float& o = acc[0][ch * 8 + n][e];
+          if constexpr (kFastS) {
+            o = fmaf(coef0[h], __int_as_float(0x4B400000 + pv[ch][4 * n + e]),
+                     fmaf(o, alpha0[h], cb[h]));
+          } else {
+            o = o * alpha0[h] + coef0[h] * S32ToF32(pv[ch][4 * n + e]);
+          }
+        }
+      }
+    });
+  };
+  if constexpr (kPipeF) {
+    // kPipeF (lab variants 14 / 15 = 12 / 13 + it): each consumer issues S of K tile j before the
+    // P^ V^ of tile j - 1 and runs tile j's softmax while the tensor cores compute that product
+    // (FlashAttention-3's intra-warpgroup overlap); the fold of tile j - 1 follows the softmax of
+    // tile j (the same folds in the same order as the loop below: the same O). Stage j - 1 is
+    // released after its fold, so a consumer holds two of the kStages stages.
+    auto stage_of = [&](int j) { return C::kStage0 + (j % C::kStages) * C::kStage; };
+    auto wait_tile = [&](int j) {
       if (kSmoothQ) wg::NamedBarSync(2 + grp, 128);  // the previous tile's reads of s_bias[grp]
       ring.ConsumerWait(j);
-      if (kSmoothQ && (ctid & 127) < kTile) store_bias(grp, ctid & 127, c0);  // own group only
+      if (kSmoothQ && (ctid & 127) < kTile) store_bias(grp, ctid & 127, j * kTile);
       if (kSmoothQ) wg::NamedBarSync(2 + grp, 128);
-    } else {
-      __syncthreads();  // previous tile's reads of the stage refilled below (and s_bias) done
-      if (j < last) {
-        load_stage(all_c, s_stage + ((j + 1) & 1) * C::kStage, c0 + kTile, threadIdx.x);
+    };
+    auto softmax_tile = [&](int j, const int32_t (&sacc)[32], uint32_t (&pa)[2][4],
+                            float (&alpha)[2], float (&coef)[2]) {
+      const int st = j % C::kStages, c0 = j * kTile;
+      const float a = p.tau * sq * s_scal[2 * st] * kLog2e;
+      const float svj = s_scal[2 * st + 1] * (1.0f / 127.0f);
+      int32_t si[8][4];
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) si[n][e] = sacc[4 * n + e];
       }
-      cuda::CpAsyncCommit();  // possibly empty group: keeps the wait count uniform
-      if (kSmoothQ && threadIdx.x < 2 * kTile) {
-        store_bias(threadIdx.x / kTile, threadIdx.x % kTile, c0);
-      }
-      cuda::CpAsyncWait<1>();  // tile j (and Q^) landed for this thread
-      if constexpr (kWg) wg::FenceProxyAsync();  // cp.async writes -> wgmma's reads
-      __syncthreads();
-    }
-    if constexpr (!kWg) {
-      if (!wvalid || (kCausal && c0 > wlast)) continue;  // warp-uniform; no barrier below
-    }
-    const int8_t* s_khj = s_stage + st * C::kStage;
-    const int8_t* s_vhtj = s_khj + C::kVh;
-    const int stage_byte = C::kStage0 + st * C::kStage;  // kWg: descriptor offsets
-    const float skj = kWsF ? s_scal[2 * st] : p.sk[int64_t(bh) * p.ntk + j];
-    const float svj0 = kWsF ? s_scal[2 * st + 1] : p.sv[int64_t(bh) * p.ntk + j];
-    const float a = p.tau * sq * skj * kLog2e;
-    const float svj = svj0 * (1.0f / 127.0f);
-    const bool need_mask =
-        c0 + kTile > p.n || (kCausal && c0 + kTile - 1 > (kWg ? r0 : wr0));
-
-    auto body = [&](auto mask_tag) {
-      constexpr bool kMask = decltype(mask_tag)::value;
-      constexpr bool kFast = !kMask && !kSmoothQ && kFastS;
-      // S = Q^ K^T for the warp's MW row blocks (each K^ fragment feeds MW MMAs).
-      int32_t si[MW][8][4];
-      if constexpr (kWg) {
-        using T8 = typename C::TileI8;
-        const int q_byte = C::kQh + grp * T8::kBytes;
-        int32_t sacc[32];
-        wg::Fence();
-        wg::MmaS8First(sacc, TileDesc<T8>(dlo, q_byte), TileDesc<T8>(dlo, stage_byte));
-#pragma unroll
-        for (int k = 32; k < D; k += 32) {
-          wg::MmaS8(sacc, TileDesc<T8>(dlo, q_byte, k), TileDesc<T8>(dlo, stage_byte, k), true);
-        }
-        wg::Commit();
-        wg::Wait<0>();
-#pragma unroll
-        for (int n = 0; n < 8; ++n) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) si[0][n][e] = sacc[4 * n + e];
-        }
+      if (c0 + kTile > p.n || (kCausal && c0 + kTile - 1 > r0)) {
+        softmax_rows(std::true_type{}, 0, si, a, svj, c0, pa, alpha, coef);
       } else {
-#pragma unroll
-      for (int mb = 0; mb < MW; ++mb) {
-#pragma unroll
-        for (int n = 0; n < 8; ++n) si[mb][n][0] = si[mb][n][1] = si[mb][n][2] = si[mb][n][3] = 0;
-      }
-#pragma unroll
-      for (int k0 = 0; k0 < D; k0 += 32) {
-        uint32_t qa[MW][4];
-#pragma unroll
-        for (int mb = 0; mb < MW; ++mb) LdA(qa[mb], s_qh + (wrow + 16 * mb) * C::kI8D, C::kI8D, k0, lane);
-#pragma unroll
-        for (int n = 0; n < 8; n += 2) {
-          uint32_t b[4];
-          LdB2(b, s_khj, C::kI8D, n * 8, k0, lane);
-#pragma unroll
-          for (int mb = 0; mb < MW; ++mb) {
-            MmaS8(si[mb][n], qa[mb], b[0], b[1]);
-            MmaS8(si[mb][n + 1], qa[mb], b[2], b[3]);
-          }
-        }
-      }
-      }
-      uint32_t pa[MW][2][4];  // P~^ as s8 A fragments (k = the permuted key order), 2 k-steps
-      float alpha[MW][2], coef[MW][2];
-#pragma unroll
-      for (int mb = 0; mb < MW; ++mb) {
-        float x[8][4];
-        float rmax[2] = {-INFINITY, -INFINITY};
-        float rsub[2], sc[2];
-        if constexpr (kFast) {
-          // x = a (fb - 1.5 * 2^23), fb = the int32 sum added into the mantissa of 1.5 * 2^23
-          // (exact): the max over fb (a > 0), then x - rowmax = (fb - fbmax) a (the difference
-          // is exact): no per-element int -> float conversion or scale before the max.
-          float fbmax[2] = {0.0f, 0.0f};
-#pragma unroll
-          for (int n = 0; n < 8; ++n) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              x[n][e] = __int_as_float(0x4B400000 + si[mb][n][e]);
-              fbmax[e >> 1] = fmaxf(fbmax[e >> 1], x[n][e]);
-            }
-          }
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            fbmax[h] = QuadMax(fbmax[h]);
-            rmax[h] = (fbmax[h] - 12582912.0f) * a;
-            const float m_new = fmaxf(m[mb][h], rmax[h]);  // every row sees the whole tile
-            alpha[mb][h] = FastExp2(m[mb][h] - m_new);
-            sc[h] = FastExp2(rmax[h] - m_new);
-            rsub[h] = fbmax[h];
-            m[mb][h] = m_new;
-          }
-        } else {
-#pragma unroll
-        for (int n = 0; n < 8; ++n) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int h = e >> 1, c = n * 8 + 2 * t + (e & 1);
-            float v = S32ToF32(si[mb][n][e]) * a;
-            if (kSmoothQ) v += s_bias[grp * kTile + c];
-            if (kMask) {
-              const int row = wr0 + 16 * mb + g + 8 * h, gc = c0 + c;
-              const bool ok = gc < p.n && (!kCausal || gc <= row);
-              v = ok ? v : -INFINITY;
-            }
-            x[n][e] = v;
-            rmax[h] = fmaxf(rmax[h], v);
-          }
-        }
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          rmax[h] = QuadMax(rmax[h]);
-          const float m_new = fmaxf(m[mb][h], rmax[h]);
-          const float mref = m_new == -INFINITY ? 0.0f : m_new;
-          alpha[mb][h] = FastExp2(m[mb][h] - mref);  // 0 while nothing was visible (acc = 0)
-          rsub[h] = rmax[h] == -INFINITY ? 0.0f : -rmax[h];
-          sc[h] = FastExp2(rmax[h] - mref);  // = 127 s_P; 0 for a row with no visible key
-          m[mb][h] = m_new;
-        }
-        }
-        uint32_t bits[8][4];
-        float rsum[2] = {0.0f, 0.0f};
-#pragma unroll
-        for (int n = 0; n < 8; ++n) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int h = e >> 1;
-            // in [0, 1]; masked: 0
-            const float ev = kFast ? FastExp2((x[n][e] - rsub[h]) * a) : FastExp2(x[n][e] + rsub[h]);
-            rsum[h] += ev;
-            bits[n][e] = __float_as_uint(fmaf(ev, 127.0f, 12582912.0f));  // low byte = rne(127 ev)
-          }
-        }
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          l[mb][h] = l[mb][h] * alpha[mb][h] + sc[h] * QuadSum(rsum[h]);
-          coef[mb][h] = sc[h] * svj;
-        }
-#pragma unroll
-        for (int kk = 0; kk < 2; ++kk) {
-          const int n0 = 4 * kk;
-          pa[mb][kk][0] = PackLowBytes(bits[n0][0], bits[n0][1], bits[n0 + 1][0], bits[n0 + 1][1]);
-          pa[mb][kk][1] = PackLowBytes(bits[n0][2], bits[n0][3], bits[n0 + 1][2], bits[n0 + 1][3]);
-          pa[mb][kk][2] = PackLowBytes(bits[n0 + 2][0], bits[n0 + 2][1], bits[n0 + 3][0], bits[n0 + 3][1]);
-          pa[mb][kk][3] = PackLowBytes(bits[n0 + 2][2], bits[n0 + 2][3], bits[n0 + 3][2], bits[n0 + 3][3]);
-        }
-      }
-      float cb[MW][2];
-#pragma unroll
-      for (int mb = 0; mb < MW; ++mb) cb[mb][0] = -coef[mb][0] * 12582912.0f, cb[mb][1] = -coef[mb][1] * 12582912.0f;
-      if constexpr (kWg) {
-        // O = alpha O + s_P s_V (P^ V^), 64 output columns (one [64][64] V^T slice) per wgmma
-        // pair, all slices issued before the first wait; folded as below.
-        using TT = typename C::TileT;
-        constexpr int kCh = D / 64;
-        int32_t pv[kCh][32];
-        wg::Fence();  // the pa registers were just written
-#pragma unroll
-        for (int ch = 0; ch < kCh; ++ch) {
-          const int v_byte = stage_byte + C::kVh + ch * 64 * kTile;
-          wg::MmaS8RSFirst(pv[ch], pa[0][0], TileDesc<TT>(dlo, v_byte, 0));
-          wg::MmaS8RS(pv[ch], pa[0][1], TileDesc<TT>(dlo, v_byte, 32));
-          wg::Commit();
-        }
-        cuda::StaticFor<kCh>([&](auto ch_c) {
-          constexpr int ch = decltype(ch_c)::value;
-          wg::Wait<kCh - 1 - ch>();
-#pragma unroll
-          for (int n = 0; n < 8; ++n) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int h = e >> 1;
-              float& o = acc[0][ch * 8 + n][e];
-              if constexpr (kFastS) {
-                o = fmaf(coef[0][h], __int_as_float(0x4B400000 + pv[ch][4 * n + e]),
-                         fmaf(o, alpha[0][h], cb[0][h]));
-              } else {
-                o = o * alpha[0][h] + coef[0][h] * S32ToF32(pv[ch][4 * n + e]);
-              }
-            }
-          }
-        });
-      } else {
-      // O = alpha O + s_P s_V (P^ V^), 16 output columns at a time.
-#pragma unroll
-      for (int n = 0; n < kNtO; n += 2) {
-        int32_t pv[MW][2][4];
-#pragma unroll
-        for (int mb = 0; mb < MW; ++mb) {
-#pragma unroll
-          for (int q = 0; q < 2; ++q) pv[mb][q][0] = pv[mb][q][1] = pv[mb][q][2] = pv[mb][q][3] = 0;
-        }
-#pragma unroll
-        for (int kk = 0; kk < 2; ++kk) {
-          uint32_t b[4];
-          LdB2(b, s_vhtj, kI8T, n * 8, kk * 32, lane);
-#pragma unroll
-          for (int mb = 0; mb < MW; ++mb) {
-            MmaS8(pv[mb][0], pa[mb][kk], b[0], b[1]);
-            MmaS8(pv[mb][1], pa[mb][kk], b[2], b[3]);
-          }
-        }
-#pragma unroll
-        for (int mb = 0; mb < MW; ++mb) {
-#pragma unroll
-          for (int q = 0; q < 2; ++q) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int h = e >> 1;
-              // alpha acc + coef (fb - 1.5 * 2^23) as two FMAs (cb = -coef * 1.5 * 2^23: one
-              // rounding, ~0.75 coef, an int8-product unit, per tile).
-              if constexpr (kFastS) {
-                acc[mb][n + q][e] = fmaf(coef[mb][h], __int_as_float(0x4B400000 + pv[mb][q][e]),
-                                         fmaf(acc[mb][n + q][e], alpha[mb][h], cb[mb][h]));
-              } else {
-                acc[mb][n + q][e] = acc[mb][n + q][e] * alpha[mb][h] + coef[mb][h] * S32ToF32(pv[mb][q][e]);
-              }
-            }
-          }
-        }
-      }
+        softmax_rows(std::false_type{}, 0, si, a, svj, c0, pa, alpha, coef);
       }
     };
-    if (need_mask) {
-      body(std::true_type{});
-    } else {
-      body(std::false_type{});
+    uint32_t pa[2][4];
+    float alpha[2], coef[2];
+    {
+      int32_t sacc[32];
+      wait_tile(0);
+      issue_s(stage_of(0), sacc);
+      wg::Wait<0>();
+      softmax_tile(0, sacc, pa, alpha, coef);
     }
-    // kWsF: this thread's P^ V^ wgmmas (the stage's last readers) completed in body().
-    if constexpr (kWsF) ring.ConsumerRelease(j);
+    for (int j = 1; j <= last; ++j) {
+      wait_tile(j);
+      uint64_t dv[D / 64][2];
+      pv_descs(stage_of(j - 1), dv);
+      int32_t sacc[32];  // per iteration: no accumulator carried around the loop
+      issue_s(stage_of(j), sacc);
+      int32_t pv[D / 64][32];
+      issue_pv(pa, dv, pv);
+      wg::Wait<D / 64>();  // S of tile j (committed before the P^ V^ slices)
+      uint32_t pa_next[2][4];
+      float alpha_next[2], coef_next[2];
+      softmax_tile(j, sacc, pa_next, alpha_next, coef_next);
+      fold_pv(pv, alpha, coef);
+      ring.ConsumerRelease(j - 1);
+      wg::FenceOperands(pa[0]);  // P~^ of tile j - 1 live until its P^ V^ retired (in fold_pv)
+      wg::FenceOperands(pa[1]);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) alpha[h] = alpha_next[h], coef[h] = coef_next[h];
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) pa[kk][i] = pa_next[kk][i];
+      }
+    }
+    uint64_t dv[D / 64][2];
+    pv_descs(stage_of(last), dv);
+    int32_t pv[D / 64][32];
+    issue_pv(pa, dv, pv);
+    fold_pv(pv, alpha, coef);
+    ring.ConsumerRelease(last);
+  } else {
+    for (int j = 0; j <= last; ++j) {
+      const int c0 = j * kTile;
+      const int st = kWsF ? j % C::kStages : (j & 1);  // the stage of K tile j
+      if constexpr (kWsF) {
+        if (kSmoothQ) wg::NamedBarSync(2 + grp, 128);  // the previous tile's reads of s_bias[grp]
+        ring.ConsumerWait(j);
+        if (kSmoothQ && (ctid & 127) < kTile) store_bias(grp, ctid & 127, c0);  // own group only
+        if (kSmoothQ) wg::NamedBarSync(2 + grp, 128);
+      } else {
+        __syncthreads();  // previous tile's reads of the stage refilled below (and s_bias) done
+        if (j < last) {
+          load_stage(all_c, s_stage + ((j + 1) & 1) * C::kStage, c0 + kTile, threadIdx.x);
+        }
+        cuda::CpAsyncCommit();  // possibly empty group: keeps the wait count uniform
+        if (kSmoothQ && threadIdx.x < 2 * kTile) {
+          store_bias(threadIdx.x / kTile, threadIdx.x % kTile, c0);
+        }
+        cuda::CpAsyncWait<1>();  // tile j (and Q^) landed for this thread
+        if constexpr (kWg) wg::FenceProxyAsync();  // cp.async writes -> wgmma's reads
+        __syncthreads();
+      }
+      if constexpr (!kWg) {
+        if (!wvalid || (kCausal && c0 > wlast)) continue;  // warp-uniform; no barrier below
+      }
+      const int8_t* s_khj = s_stage + st * C::kStage;
+      const int8_t* s_vhtj = s_khj + C::kVh;
+      const int stage_byte = C::kStage0 + st * C::kStage;  // kWg: descriptor offsets
+      const float skj = kWsF ? s_scal[2 * st] : p.sk[int64_t(bh) * p.ntk + j];
+      const float svj0 = kWsF ? s_scal[2 * st + 1] : p.sv[int64_t(bh) * p.ntk + j];
+      const float a = p.tau * sq * skj * kLog2e;
+      const float svj = svj0 * (1.0f / 127.0f);
+      const bool need_mask =
+          c0 + kTile > p.n || (kCausal && c0 + kTile - 1 > (kWg ? r0 : wr0));
+
+      auto body = [&](auto mask_tag) {
+        // S = Q^ K^T for the warp's MW row blocks (each K^ fragment feeds MW MMAs).
+        int32_t si[MW][8][4];
+        if constexpr (kWg) {
+          int32_t sacc[32];
+          issue_s(stage_byte, sacc);
+          wg::Wait<0>();
+  #pragma unroll
+          for (int n = 0; n < 8; ++n) {
+  #pragma unroll
+            for (int e = 0; e < 4; ++e) si[0][n][e] = sacc[4 * n + e];
+          }
+        } else {
+  #pragma unroll
+        for (int mb = 0; mb < MW; ++mb) {
+  #pragma unroll
+          for (int n = 0; n < 8; ++n) si[mb][n][0] = si[mb][n][1] = si[mb][n][2] = si[mb][n][3] = 0;
+        }
+  #pragma unroll
+        for (int k0 = 0; k0 < D; k0 += 32) {
+          uint32_t qa[MW][4];
+  #pragma unroll
+          for (int mb = 0; mb < MW; ++mb) LdA(qa[mb], s_qh + (wrow + 16 * mb) * C::kI8D, C::kI8D, k0, lane);
+  #pragma unroll
+          for (int n = 0; n < 8; n += 2) {
+            uint32_t b[4];
+            LdB2(b, s_khj, C::kI8D, n * 8, k0, lane);
+  #pragma unroll
+            for (int mb = 0; mb < MW; ++mb) {
+              MmaS8(si[mb][n], qa[mb], b[0], b[1]);
+              MmaS8(si[mb][n + 1], qa[mb], b[2], b[3]);
+            }
+          }
+        }
+        }
+        uint32_t pa[MW][2][4];  // P~^ as s8 A fragments (k = the permuted key order), 2 k-steps
+        float alpha[MW][2], coef[MW][2];
+  #pragma unroll
+        for (int mb = 0; mb < MW; ++mb) {
+          softmax_rows(mask_tag, mb, si[mb], a, svj, c0, pa[mb], alpha[mb], coef[mb]);
+        }
+        float cb[MW][2];
+  #pragma unroll
+        for (int mb = 0; mb < MW; ++mb) cb[mb][0] = -coef[mb][0] * 12582912.0f, cb[mb][1] = -coef[mb][1] * 12582912.0f;
+        if constexpr (kWg) {
+          uint64_t dv[D / 64][2];
+          pv_descs(stage_byte, dv);
+          int32_t pv[D / 64][32];
+          issue_pv(pa[0], dv, pv);
+          fold_pv(pv, alpha[0], coef[0]);
+        } else {
+        // O = alpha O + s_P s_V (P^ V^), 16 output columns at a time.
+  #pragma unroll
+        for (int n = 0; n < kNtO; n += 2) {
+          int32_t pv[MW][2][4];
+  #pragma unroll
+          for (int mb = 0; mb < MW; ++mb) {
+  #pragma unroll
+            for (int q = 0; q < 2; ++q) pv[mb][q][0] = pv[mb][q][1] = pv[mb][q][2] = pv[mb][q][3] = 0;
+          }
+  #pragma unroll
+          for (int kk = 0; kk < 2; ++kk) {
+            uint32_t b[4];
+            LdB2(b, s_vhtj, kI8T, n * 8, kk * 32, lane);
+  #pragma unroll
+            for (int mb = 0; mb < MW; ++mb) {
+              MmaS8(pv[mb][0], pa[mb][kk], b[0], b[1]);
+              MmaS8(pv[mb][1], pa[mb][kk], b[2], b[3]);
+            }
+          }
+  #pragma unroll
+          for (int mb = 0; mb < MW; ++mb) {
+  #pragma unroll
+            for (int q = 0; q < 2; ++q) {
+  #pragma unroll
+              for (int e = 0; e < 4; ++e) {
+                const int h = e >> 1;
+                // alpha acc + coef (fb - 1.5 * 2^23) as two FMAs (cb = -coef * 1.5 * 2^23: one
+                // rounding, ~0.75 coef, an int8-product unit, per tile).
+                if constexpr (kFastS) {
+                  acc[mb][n + q][e] = fmaf(coef[mb][h], __int_as_float(0x4B400000 + pv[mb][q][e]),
+                                           fmaf(acc[mb][n + q][e], alpha[mb][h], cb[mb][h]));
+                } else {
+                  acc[mb][n + q][e] = acc[mb][n + q][e] * alpha[mb][h] + coef[mb][h] * S32ToF32(pv[mb][q][e]);
+                }
+              }
+            }
+          }
+        }
+        }
+      };
+      if (need_mask) {
+        body(std::true_type{});
+      } else {
+        body(std::false_type{});
+      }
+      // kWsF: this thread's P^ V^ wgmmas (the stage's last readers) completed in body().
+      if constexpr (kWsF) ring.ConsumerRelease(j);
+    }
   }
 #pragma unroll
   for (int mb = 0; mb < MW; ++mb) {
@@ -2391,20 +2509,24 @@ Status LaunchQuantize(const AttnShape& s, const QuantParams& qp, int jobs, cudaS
 // 11 + kWsF (v7 forward, warp-specialized: 1.12-1.16x of 10 non-causal, 1.08-1.14x of 11 causal at
 // d128; 0.87-0.95x at d64, where the non-specialized kernel runs two CTAs per SM).
 // FwdProductionFor is what production calls run (measured: kernels/bench/README.md): d128 v7 =
-// 12 / 13 (non-causal / causal), d64 v6 = 10 (1.10-1.20x of v5c in the forward lab) / 11.
+// 12 (non-causal) / v8 = 15 (causal: 13 + the next tile's S issued before the softmax, kPipeF;
+// 1.01-1.05x of 13, while 14 is 0.985-0.99x of 12 non-causal), d64 v6 = 10 (1.10-1.20x of v5c
+// in the forward lab) / 11.
 constexpr int FwdProductionFor(int d, bool causal) {
-  return d == 128 ? (causal ? 13 : 12) : (causal ? 11 : 10);
+  return d == 128 ? (causal ? 15 : 12) : (causal ? 11 : 10);
 }
 
-template <int D, int MW, bool kFastS, bool kWg = false, bool kLptF = false, bool kWsF = false>
+template <int D, int MW, bool kFastS, bool kWg = false, bool kLptF = false, bool kWsF = false,
+          bool kPipeF = false>
 Status LaunchForwardV5(const AttnShape& s, const FwdParams& p, bool smooth_q, cudaStream_t stream) {
   using C = FwdV5Config<D, MW, kWg, kWsF>;
   using K = void (*)(FwdParams);
   K kernel =
-      s.causal ? (smooth_q ? SageForwardKernelV5<D, true, true, MW, kFastS, kWg, kLptF, kWsF>
-                           : SageForwardKernelV5<D, true, false, MW, kFastS, kWg, kLptF, kWsF>)
-               : (smooth_q ? SageForwardKernelV5<D, false, true, MW, kFastS, kWg, kLptF, kWsF>
-                           : SageForwardKernelV5<D, false, false, MW, kFastS, kWg, kLptF, kWsF>);
+      s.causal
+          ? (smooth_q ? SageForwardKernelV5<D, true, true, MW, kFastS, kWg, kLptF, kWsF, kPipeF>
+                      : SageForwardKernelV5<D, true, false, MW, kFastS, kWg, kLptF, kWsF, kPipeF>)
+          : (smooth_q ? SageForwardKernelV5<D, false, true, MW, kFastS, kWg, kLptF, kWsF, kPipeF>
+                      : SageForwardKernelV5<D, false, false, MW, kFastS, kWg, kLptF, kWsF, kPipeF>);
   ABLATE_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kBytes),
       "SageBwd forward v5 smem attribute");
@@ -2421,7 +2543,7 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
                    const Workspace& w, cudaStream_t stream) {
   const int bh = s.B * s.H, nt = CeilDiv(s.N, kTile);
   const int fvar = opt.fwd_variant < 0 ? FwdProductionFor(D, s.causal) : opt.fwd_variant;
-  if (fvar != 3 && (fvar < 5 || fvar > 8) && (fvar < 10 || fvar > 13)) {
+  if (fvar != 3 && (fvar < 5 || fvar > 8) && (fvar < 10 || fvar > 15)) {
     return InvalidArgument("SageBwd CUDA: forward variant " + std::to_string(fvar) +
                            " is not compiled in");
   }
@@ -2486,6 +2608,12 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
   if (fvar == 11) return LaunchForwardV5<D, 1, true, true, true>(s, p, opt.smooth_q, stream);
   if (fvar == 12) return LaunchForwardV5<D, 1, true, true, false, true>(s, p, opt.smooth_q, stream);
   if (fvar == 13) return LaunchForwardV5<D, 1, true, true, true, true>(s, p, opt.smooth_q, stream);
+  if (fvar == 14) {
+    return LaunchForwardV5<D, 1, true, true, false, true, true>(s, p, opt.smooth_q, stream);
+  }
+  if (fvar == 15) {
+    return LaunchForwardV5<D, 1, true, true, true, true, true>(s, p, opt.smooth_q, stream);
+  }
   constexpr int kSmem = SageConfig<D>::kFwdBytes;
   auto kernel = s.causal ? SageForwardKernel<D, true> : SageForwardKernel<D, false>;
   ABLATE_CUDA_RETURN_IF_ERROR(

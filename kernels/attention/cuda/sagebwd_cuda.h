@@ -66,7 +66,9 @@ struct SageCudaOptions {
   // v5 forward with 8 warps x 16 rows / 4 warps x 32 rows per 128-row CTA, 7 / 8 = 6 / 5 with
   // the fast interior logits, 10 = 8 by wgmma (v6, production non-causal at d64), 11 = 10 with
   // the grid in longest-first order across heads (production causal at d64), 12 / 13 = 10 / 11
-  // warp-specialized (v7, production at d128) (sagebwd.cu); other values: InvalidArgument.
+  // warp-specialized (v7, 12 production non-causal at d128), 14 / 15 = 12 / 13 with S of the next
+  // K tile issued before the softmax (15: production causal at d128) (sagebwd.cu); other values:
+  // InvalidArgument.
   int fwd_variant = -1;
 };
 

@@ -25,6 +25,8 @@
 //                              ring of them (warp-specialized kernels)
 //   NamedBarSync(id, threads), SetMaxNRegDec / SetMaxNRegInc<N>  one warpgroup's barrier, the
 //                              register hand-over between warpgroups
+//   FenceOperands(r), PinDesc  keep an in-flight wgmma's A registers live until after its Wait;
+//                              form a descriptor before the fence of the wgmmas that read it
 //
 // Operands (PTX ISA "Asynchronous Warpgroup Level Matrix Multiply-Accumulate"): D (64 x 64) =
 // A (64 x K) B (K x 64) where A is stored as rows of K (K-major) and B as its transpose, 64 rows
@@ -194,6 +196,18 @@ template <int N>
 __device__ __forceinline__ void Wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
+
+// Keeps registers live (and their values pinned) up to this point: after the Wait that retires
+// a wgmma reading them as its A operand, so that the compiler cannot give a value defined while
+// the wgmma was in flight the same registers (ptxas would serialize the wgmmas, C7513).
+template <int N>
+__device__ __forceinline__ void FenceOperands(uint32_t (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+
+// Makes a descriptor's value available at this point (its computation cannot sink below it).
+__device__ __forceinline__ void PinDesc(uint64_t& d) { asm volatile("" : "+l"(d)); }
 
 // d (+)= A B for one K slice: m64n64k32, s8 x s8 -> s32. `accumulate` false: d = A B.
 __device__ __forceinline__ void MmaS8(int32_t (&d)[32], uint64_t da, uint64_t db,
