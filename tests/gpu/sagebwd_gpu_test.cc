@@ -361,8 +361,8 @@ TEST(SageBwdGpu, RepeatedBackward) {
   }
 }
 
-// The v6+ forwards (production: 10 / 11 at d64, 12 / 13 at d128) quantize Q themselves when Q is
-// not smoothed; the older forward (8) gets Q^ from the quantize launch. The backward reads Q^,
+// The v6+ forwards at d128 (production: 12 / 15) quantize Q themselves when Q is not smoothed;
+// the older forward (8) gets Q^ from the quantize launch (at d64 every forward does). The backward reads Q^,
 // Q^T and the Q scales from the workspace (sagebwd_cuda.h: qh, qht first, sq after the eight
 // int8 regions): both ways must leave the same bytes there, padded rows included.
 TEST(SageBwdGpu, FusedQQuantizationMatchesQuantizeLaunch) {
