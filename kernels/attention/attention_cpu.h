@@ -53,6 +53,7 @@ void FpaBackward(const AttnShape& s, const T* q, const T* k, const T* v, const T
 //   Q^  one scale per (Bq x D) Q tile        (after optional Q-smoothing: Q - mean over the tile)
 //   K^  one scale per (Bkv x D) K tile       (after K-smoothing: K - mean over all N tokens)
 //   V^  one scale per (Bkv x D) V tile
+//       (kv_group > 0: K^ and V^ per kv_group keys, which is also the forward's K tile)
 //   P~  forward O = P~ V: one scale per query row of each (Bq x Bkv) block, s = exp(rowmax(S_ij)
 //       - m_new) / 127 (the online-softmax max); the row sum l uses the unquantized P~ (fp32)
 //   P   backward dV = P^T dO: one scale per key column of each block; dO^ one scale per Q tile
@@ -78,6 +79,10 @@ void FpaBackward(const AttnShape& s, const T* q, const T* k, const T* v, const T
 struct SageOptions {
   int bq = 128;           // Q tile rows (forward and backward)
   int bkv = 64;           // K/V tile rows
+  // K / V quantization group (keys, a multiple of bkv; 0 = bkv): one scale per group for K^ and
+  // V^, and the forward's K tile (its online-softmax step and P~ row scales span the group). The
+  // backward keeps bkv-key blocks (its P / dS scales) and reads the group's scales.
+  int kv_group = 0;
   bool smooth_k = true;   // subtract the per-(b,h) mean of K over tokens before quantizing
   bool smooth_q = false;  // subtract the per-Q-tile mean of Q and add its bias back
   bool int8_dp = false;   // also quantize dP = dO V^T (to measure the paper's dS/dP claim)

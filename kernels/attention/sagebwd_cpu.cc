@@ -94,27 +94,38 @@ T Dot(const T* a, const T* b, int n) {
   return acc;
 }
 
+int KvGroup(const SageOptions& opt) { return opt.kv_group == 0 ? opt.bkv : opt.kv_group; }
+
 void CheckOptions(const AttnShape& s, const SageOptions& opt) {
-  if (opt.bq < 1 || opt.bkv < 1 || s.N < 1 || s.D < 1) {
-    std::fprintf(stderr, "ablate: SageBwd emulator: bad shape or tiles (N=%d D=%d bq=%d bkv=%d)\n",
-                 s.N, s.D, opt.bq, opt.bkv);
+  if (opt.bq < 1 || opt.bkv < 1 || s.N < 1 || s.D < 1 || opt.kv_group < 0 ||
+      KvGroup(opt) % opt.bkv != 0) {
+    std::fprintf(stderr,
+                 "ablate: SageBwd emulator: bad shape or tiles (N=%d D=%d bq=%d bkv=%d "
+                 "kv_group=%d: a multiple of bkv or 0)\n",
+                 s.N, s.D, opt.bq, opt.bkv, opt.kv_group);
     std::abort();
   }
 }
 
+// Tiles of one pass: the forward walks K tiles of kvg keys (forward = true), the backward blocks
+// of bkv keys; both read the K / V scales of kvg-key groups.
 template <typename T>
 struct Geometry {
-  int N, D, bq, bkv, ntq, ntk;
+  int N, D, bq, bkv, kvg, ntq, ntk, nkg;
   bool causal;
   T tau;
-  Geometry(const AttnShape& s, const SageOptions& opt)
-      : N(s.N), D(s.D), bq(opt.bq), bkv(opt.bkv), causal(s.causal) {
+  Geometry(const AttnShape& s, const SageOptions& opt, bool forward)
+      : N(s.N), D(s.D), bq(opt.bq), bkv(forward ? KvGroup(opt) : opt.bkv), kvg(KvGroup(opt)),
+        causal(s.causal) {
     ntq = (N + bq - 1) / bq;
     ntk = (N + bkv - 1) / bkv;
+    nkg = (N + kvg - 1) / kvg;
     tau = T(1) / std::sqrt(T(D));
   }
   int QRows(int i) const { return std::min(bq, N - i * bq); }
   int KRows(int j) const { return std::min(bkv, N - j * bkv); }
+  int GroupOf(int j) const { return j * bkv / kvg; }  // the K / V group of K tile j
+  int GroupRows(int gi) const { return std::min(kvg, N - gi * kvg); }
   // K tiles that Q tile i visits are 0..LastKTile(i): causal skips tiles entirely above the
   // diagonal (first key after the tile's last query).
   int LastKTile(int i) const {
@@ -126,13 +137,13 @@ struct Geometry {
   }
 };
 
-// K and V of one (b, h), quantized per K tile, plus the K-smoothing mean.
+// K and V of one (b, h), quantized per kvg-key group, plus the K-smoothing mean.
 template <typename T>
 struct QuantKV {
   std::vector<T> kbar;         // (D), zeros when !smooth_k
-  std::vector<QInt> kh, vh;    // (N, D) psi(K - kbar), psi(V), tile by tile
+  std::vector<QInt> kh, vh;    // (N, D) psi(K - kbar), psi(V), group by group
   std::vector<QInt> kht, vht;  // (D, N) their transposes
-  std::vector<T> sk, sv;       // (K tiles)
+  std::vector<T> sk, sv;       // (groups)
 };
 
 // kbar: (D), zeros when K-smoothing is off.
@@ -145,14 +156,14 @@ void QuantizeKV(const Geometry<T>& g, const T* k, const T* v, const T* kbar, boo
   out->vh.resize(nd);
   out->kht.resize(nd);
   out->vht.resize(nd);
-  out->sk.resize(g.ntk);
-  out->sv.resize(g.ntk);
-  for (int j = 0; j < g.ntk; ++j) {
-    const int64_t off = int64_t(j) * g.bkv * g.D;
-    out->sk[j] =
-        QuantizeGroup(k + off, smooth_k ? kbar : nullptr, g.KRows(j), g.D, out->kh.data() + off);
-    out->sv[j] = QuantizeGroup(v + off, static_cast<const T*>(nullptr), g.KRows(j), g.D,
-                               out->vh.data() + off);
+  out->sk.resize(g.nkg);
+  out->sv.resize(g.nkg);
+  for (int gi = 0; gi < g.nkg; ++gi) {
+    const int64_t off = int64_t(gi) * g.kvg * g.D;
+    out->sk[gi] =
+        QuantizeGroup(k + off, smooth_k ? kbar : nullptr, g.GroupRows(gi), g.D, out->kh.data() + off);
+    out->sv[gi] = QuantizeGroup(v + off, static_cast<const T*>(nullptr), g.GroupRows(gi), g.D,
+                                out->vh.data() + off);
   }
   Transpose(out->kh.data(), g.N, g.D, out->kht.data());
   Transpose(out->vh.data(), g.N, g.D, out->vht.data());
@@ -191,7 +202,7 @@ template <typename T>
 void BlockLogits(const Geometry<T>& g, int i, int j, const QInt* qh_tile, T sq,
                  const QuantKV<T>& kv, const T* bias, T* s) {
   const int r0 = i * g.bq, c0 = j * g.bkv, nr = g.QRows(i), nc = g.KRows(j), D = g.D;
-  const T a = g.tau * sq * kv.sk[j];
+  const T a = g.tau * sq * kv.sk[g.GroupOf(j)];
   const T inf = std::numeric_limits<T>::infinity();
   for (int r = 0; r < nr; ++r) {
     const QInt* qr = qh_tile + int64_t(r) * D;
@@ -238,7 +249,7 @@ void ForwardQTile(const Geometry<T>& g, const SageOptions& opt, const T* q, cons
       const T sp = GroupScale(pmax);
       for (int c = 0; c < nvalid; ++c) ph[c] = Quantize(p[c], sp);
       const T alpha = std::exp(m[r] - m_new);  // 0 on the first visible tile
-      const T coef = sp * kv.sv[j];
+      const T coef = sp * kv.sv[g.GroupOf(j)];
       T* ar = acc.data() + int64_t(r) * D;
       for (int d = 0; d < D; ++d) {
         const int32_t pv = DotI16(ph.data(), kv.vht.data() + int64_t(d) * N + c0, nvalid);
@@ -309,7 +320,7 @@ void BackwardHead(const Geometry<T>& g, const SageOptions& opt, const T* q, cons
       BlockLogits(g, i, j, qh.data() + int64_t(r0) * D, sq[i], kv, mui ? bias.data() : nullptr,
                   pm.data());
       // P = exp(S - LSE), dP = dO V^T, dS = P o (dP - D_i); masked entries 0.
-      const T sdv = sdo[i] * kv.sv[j];
+      const T sdv = sdo[i] * kv.sv[g.GroupOf(j)];
       for (int r = 0; r < nr; ++r) {
         const int gr = r0 + r, nvalid = g.VisibleKeys(gr, j);
         T* pr = pm.data() + int64_t(r) * nc;
@@ -363,7 +374,7 @@ void BackwardHead(const Geometry<T>& g, const SageOptions& opt, const T* q, cons
         const T scale = GroupScale(max_abs);
         QInt* dsq = qblk.data();
         for (int c = 0; c < nc; ++c) dsq[c] = Quantize(dsr[c], scale);
-        const T coef = tau * scale * kv.sk[j];
+        const T coef = tau * scale * kv.sk[g.GroupOf(j)];
         T* dqr = dq + int64_t(r0 + r) * D;
         for (int d = 0; d < D; ++d) {
           dqr[d] += coef * T(DotI16(dsq, kv.kht.data() + int64_t(d) * N + c0, nc));
@@ -417,7 +428,7 @@ template <typename T>
 void SageForward(const AttnShape& s, const SageOptions& opt, const T* q, const T* k, const T* v,
                  T* o, SageSaved<T>* saved) {
   CheckOptions(s, opt);
-  const Geometry<T> g(s, opt);
+  const Geometry<T> g(s, opt, /*forward=*/true);
   const int BH = s.B * s.H, D = s.D;
   const int64_t nd = int64_t(s.N) * D;
   saved->lse.resize(s.rows());  // every entry is written below
@@ -444,7 +455,7 @@ void SageBackward(const AttnShape& s, const SageOptions& opt, const T* q, const 
                   const T* o, const T* do_, const SageSaved<T>& saved, T* dq, T* dk, T* dv,
                   SageDebug<T>* debug) {
   CheckOptions(s, opt);
-  const Geometry<T> g(s, opt);
+  const Geometry<T> g(s, opt, /*forward=*/false);
   const int BH = s.B * s.H;
   const int64_t nd = int64_t(s.N) * s.D, nn = int64_t(s.N) * s.N;
   if (debug) {

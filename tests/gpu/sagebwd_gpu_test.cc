@@ -36,6 +36,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ablate/bf16.h"
@@ -230,7 +231,7 @@ void CheckAgainstEmulator(const AttnShape& s, const SageCudaOptions& opt, uint32
   GpuResult g;
   RunGpu(s, opt, in.q, in.k, in.v, in.dout, /*poison=*/false, &g);
   if (::testing::Test::HasFatalFailure()) return;
-  const SageOptions copt = SageCpuOptions(opt);
+  const SageOptions copt = SageCpuOptions(opt, s.D);
   std::vector<double> o(s.numel()), dq(s.numel()), dk(s.numel()), dv(s.numel());
   SageSaved<double> saved;
   SageForward(s, copt, in.q.data(), in.k.data(), in.v.data(), o.data(), &saved);
@@ -635,8 +636,8 @@ TEST(SageBwdGpu, BwdVariantLab) {
 // v5b 4 warps x 32 rows, 7 = v5c = v5b + fast interior logits, 8 = v5a + fast interior logits,
 // 10 = v6 = 8 with S and P^ V^ by wgmma, production non-causal at d64; 11 = 10 with the grid in
 // longest-first order across heads, production causal at d64; 12 / 13 = 10 / 11 warp-specialized,
-// production at d128; 14 / 15 = 12 / 13 with S of the next K tile issued before the softmax)
-// against the
+// production at d128; 14 / 15 = 12 / 13 with S of the next K tile issued before the softmax;
+// 16 / 17 = 12 / 13 over 128-key K / V quantization groups, SageCudaOptions::kv_group) against the
 // emulator (forward and the backward that follows it), then the median forward-launcher time
 // (quantization included) on the benchmark shapes, variants interleaved; ratios against the
 // first of the list.
@@ -646,17 +647,27 @@ TEST(SageBwdGpu, FwdVariantLab) {
   if (env == nullptr || std::string(env) != "1") GTEST_SKIP() << "set SAGE_FWD_LAB=1";
   // 12 / 13 = 10 / 11 warp-specialized (kWsF: a producer warpgroup fills a 3-stage K^ / V^T ring,
   // the two consumer warpgroups have no CTA barrier in their loop; production at d128); 14 / 15 =
-  // 12 / 13 with the consumers' S of K tile j issued before the P^ V^ of tile j - 1.
-  const std::vector<int> vars = {10, 11, 12, 13, 14, 15};
+  // 12 / 13 with the consumers' S of K tile j issued before the P^ V^ of tile j - 1; 16 / 17 =
+  // 12 / 13 stepping two K tiles at a time, with K / V quantization groups of 128 keys (kv_group,
+  // d128 only, no Q-smoothing; checked against the emulator with the same groups, forward and
+  // the backward that reads the group scales).
+  const std::vector<int> vars = {10, 11, 12, 13, 14, 15, 16, 17};
+  auto lab_options = [](int var) {
+    SageCudaOptions o;
+    o.fwd_variant = var;
+    o.kv_group = var >= 16 ? 2 * kSageBkv : kSageBkv;
+    return o;
+  };
   for (int var : vars) {
-    SageCudaOptions opt;
-    opt.fwd_variant = var;
+    const SageCudaOptions opt = lab_options(var);
     std::printf("[fwdlab] variant %d correctness\n", var);
     for (bool causal : {false, true}) {
-      CheckAgainstEmulator({1, 2, 200, 64, causal}, opt, 700);
+      if (var < 16) CheckAgainstEmulator({1, 2, 200, 64, causal}, opt, 700);
       CheckAgainstEmulator({1, 2, 257, 128, causal}, opt, 800);
       CheckAgainstEmulator({1, 2, 130, 128, causal}, opt, 810);
+      if (var >= 16) CheckAgainstEmulator({1, 2, 320, 128, causal}, opt, 820);
     }
+    if (var >= 16) continue;
     SageCudaOptions sq = opt;
     sq.smooth_q = true;
     CheckAgainstEmulator({1, 2, 150, 128, true}, sq, 900);
@@ -683,13 +694,15 @@ TEST(SageBwdGpu, FwdVariantLab) {
       }
       auto bf = [](const DeviceBuffer& b) { return b.as<__nv_bfloat16>(); };
       auto fwd = [&](int var) {
-        SageCudaOptions o2;
-        o2.fwd_variant = var;
-        return SageForwardCuda(s, o2, bf(q), bf(k), bf(v), bf(o), lse.as<float>(), ws.as<void>(),
-                               wsb, nullptr);
+        return SageForwardCuda(s, lab_options(var), bf(q), bf(k), bf(v), bf(o), lse.as<float>(),
+                               ws.as<void>(), wsb, nullptr);
       };
       const double flops = 4.0 * s.B * s.H * double(s.N) * s.N * s.D * (causal ? 0.5 : 1.0);
-      TimeVariantsInterleaved(s, vars, 21, flops, fwd);
+      std::vector<int> timed;
+      for (int var : vars) {
+        if (var < 16 || sh.d == 128) timed.push_back(var);
+      }
+      TimeVariantsInterleaved(s, timed, 21, flops, fwd);
     }
   }
 }
@@ -700,6 +713,39 @@ TEST(SageBwdGpu, RejectsBadArguments) {
   EXPECT_FALSE(SageForwardCuda(s, {}, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0,
                                nullptr)
                    .ok());
+  // K / V groups of 128 keys only with the forward variants built for them (16 / 17, d128:
+  // production there), and no other group size.
+  for (int d : {64, 128}) {
+    const AttnShape sd{1, 1, 64, d, false};
+    const size_t tb = sizeof(uint16_t) * sd.numel();
+    DeviceBuffer q, o, lse, ws;
+    CUDA_OK(q.Alloc(tb));
+    CUDA_OK(o.Alloc(tb));
+    CUDA_OK(lse.Alloc(sizeof(float) * sd.rows()));
+    const size_t wsb = SageWorkspaceBytes(sd, {});
+    CUDA_OK(ws.Alloc(wsb));
+    auto fwd = [&](int var, int group) {
+      SageCudaOptions opt;
+      opt.fwd_variant = var;
+      opt.kv_group = group;
+      const auto* x = q.as<__nv_bfloat16>();
+      return SageForwardCuda(sd, opt, x, x, x, o.as<__nv_bfloat16>(), lse.as<float>(),
+                             ws.as<void>(), wsb, nullptr);
+    };
+    for (auto [var, group] : {std::pair{12, 128}, std::pair{16, 64}, std::pair{-1, 96},
+                              std::pair{-1, 32}, std::pair{d == 64 ? -1 : 8, 128}}) {
+      const Status st = fwd(var, group);
+      EXPECT_FALSE(st.ok()) << "d " << d << " variant " << var << " kv_group " << group;
+      EXPECT_NE(st.ToString().find("kv_group"), std::string::npos) << st.ToString();
+    }
+    if (d == 64) {
+      EXPECT_FALSE(fwd(16, 128).ok());
+    } else {  // the production forward at d128 steps 128 keys
+      EXPECT_TRUE(fwd(-1, 128).ok());
+      EXPECT_TRUE(fwd(-1, 0).ok());
+    }
+    CUDA_OK(cudaDeviceSynchronize());
+  }
 }
 
 }  // namespace

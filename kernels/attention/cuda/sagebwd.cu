@@ -9,8 +9,10 @@
 // Quantization scheme (the emulator's; s = max|X| / 127 over the group, all-zero group: s = 1;
 // X^ = round_half_even(X / s) clamped to [-127, 127]; the kernels multiply by 1/s, taken once per
 // group, which can differ from the emulator's division by one step at exact ties):
-//   K^  per (b,h, K tile) after K-smoothing (K - kbar, kbar = mean of K over all N tokens)
-//   V^  per (b,h, K tile);  Q^ per (b,h, Q tile) after optional Q-smoothing (Q - tile mean mu)
+//   K^  per (b,h, K / V group) after K-smoothing (K - kbar, kbar = mean of K over all N tokens)
+//   V^  per (b,h, K / V group);  Q^ per (b,h, Q tile) after optional Q-smoothing (Q - tile mean)
+//       (K / V group = SageKvGroup: 128 keys = two K tiles at d128 without Q-smoothing, where the
+//       forward steps two K tiles at a time (v9), else one K tile)
 //   dO^ per (b,h, Q tile)
 //   P~  (forward) per query row of each block, s = exp(rowmax - m_new) / 127 (online max)
 //   P   (backward, dV = P^T dO) per key column of each block
@@ -46,8 +48,9 @@
 // swizzled tiles, P~^ packed from registers into s8 A fragments and multiplied by V^T through
 // wgmma with A from registers (V^T stored in the permuted key order FwdKeyOfSlot), chosen by
 // FwdProductionFor (11 = the same with the causal grid longest-first; at D = 128 v7 = 12 / 13, the
-// same warp-specialized: a producer warpgroup fills a 3-stage K^ / V^T ring; causal v8 = 15 = 13
-// with the next K tile's S issued before the softmax of the current one); the v3/v4 forward
+// same warp-specialized: a producer warpgroup fills a 3-stage K^ / V^T ring; v9 = 16 / 17 = 12 /
+// 13 stepping two K tiles (one 128-key K / V quantization group) at a time, 15 = 13 with the
+// next K tile's S issued before the softmax when the groups are 64 keys); the v3/v4 forward
 // (SageForwardKernel) and the v5 variants (mma.sync) stay compiled in for the lab
 // (SageCudaOptions::fwd_variant). Backward: sagebwd v8 / v9 = v4 (bits kBwdInterior | kBwdOcc3) +
 // kBwdFastQ (P^T / dS^T / dS^ codes by one FMA into the 1.5 * 2^23 mantissa, no F2I / clamp) +
@@ -595,10 +598,12 @@ __device__ __forceinline__ void StageCodesT(int8_t* s_t, const uint32_t (&code)[
   }
 }
 // Copies the staged [D][64] codes to xht (D rows of stride np bytes) as 16-byte runs (threads
-// tid of nthreads, after a barrier over the staging stores).
+// tid of nthreads, after a barrier over the staging stores). np by reference to the kernel
+// parameter: read in the loop from the parameter bank, not held in a register (by value,
+// the d64 quantize kernel at its 40-register cap spilled 12 bytes).
 template <int D>
-__device__ __forceinline__ void WriteCodesT(const int8_t* s_t, int8_t* xht, int np, int tid,
-                                            int nthreads) {
+__device__ __forceinline__ void WriteCodesT(const int8_t* s_t, int8_t* xht, const int& np,
+                                            int tid, int nthreads) {
   for (int idx = tid; idx < D * (kTile / 16); idx += nthreads) {
     const int c = idx >> 2, unit = idx & 3;
     *reinterpret_cast<int4*>(xht + int64_t(c) * np + 16 * unit) =
@@ -643,23 +648,34 @@ struct QuantParams {
 // (the backward kernel adds into both) unless the forward armed them.
 // D = 64 forward launch: at most 40 registers (6 blocks per SM instead of 5 at 48): 46.0 -> 43.6
 // us at B16 H12 N1024 (ncu, H200); the prep launch keeps 48 (40 spilled and measured no better).
-template <int D, bool kPrep>
-__global__ void __launch_bounds__(256, (D == 64 && !kPrep) ? 6 : 1) QuantizeKernel(QuantParams p) {
+// kG = 2 (K / V quantization groups of 128 keys, SageCudaOptions::kv_group; modes 0 and 1):
+// 512 threads, each half quantizes one of the group's two tiles as above with the group's scale
+// (the max over both halves); a second tile past the padded length writes nothing. Scales are
+// stored per group, with the row stride of the per-tile ones (BH, Np / 64).
+template <int D, bool kPrep, int kG = 1>
+__global__ void __launch_bounds__(256 * kG, (D == 64 && !kPrep && kG == 1) ? 6 : 1)
+    QuantizeKernel(QuantParams p) {
+  static_assert(kG == 1 || (kG == 2 && !kPrep), "two-tile groups for the K / V jobs only");
   constexpr int kC8 = D / 8;             // 16-byte chunks of a bf16 row
   constexpr int kGroups = 256 / kC8;     // row groups (16 / 32)
   constexpr int kPer = kTile / kGroups;  // rows per thread (4 / 2)
   static_assert(kPer == 2 || kPer == 4, "row groups");
   constexpr int kPartBytes = kGroups * D * 8, kTBytes = D * kTile;
-  __shared__ __align__(16) char s_buf[kPartBytes > kTBytes ? kPartBytes : kTBytes];
+  __shared__ __align__(16) char s_bufs[kG][kPartBytes > kTBytes ? kPartBytes : kTBytes];
   __shared__ float s_shift[D];
-  __shared__ float s_red[8];
-  double* s_part = reinterpret_cast<double*>(s_buf);  // mode 2: [kGroups][D] column sums
-  int8_t* s_t = reinterpret_cast<int8_t*>(s_buf);     // [D][64] transposed codes
+  __shared__ float s_red[8 * kG];
+  const int half = kG == 1 ? 0 : int(threadIdx.x) / 256;
+  // unsigned, so that the divisions by kC8 below are shifts (signed: 8 more bytes of spills)
+  const unsigned tid = kG == 1 ? threadIdx.x : threadIdx.x % 256;
+  double* s_part = reinterpret_cast<double*>(s_bufs[half]);  // mode 2: [kGroups][D] column sums
+  int8_t* s_t = reinterpret_cast<int8_t*>(s_bufs[half]);     // [D][64] transposed codes
   cuda::GridDepLaunchDependents();  // the kernel after it (pdl) waits for its completion
   const QuantJob& J = p.job[blockIdx.z];
-  const int ti = blockIdx.x, bh = blockIdx.y, tiles = gridDim.x;
+  const int tiles = kG == 1 ? int(gridDim.x) : p.np / kTile;  // the same value
+  const int ti = int(blockIdx.x) * kG + half, bh = blockIdx.y;
+  const bool tile_in = kG == 1 || ti < tiles;  // kG = 2: the second tile may be past Np
   const int r0 = ti * kTile, nr = min(kTile, p.n - r0);
-  const int c8 = threadIdx.x % kC8, rg = threadIdx.x / kC8, sbase = rg * kPer;
+  const int c8 = tid % kC8, rg = tid / kC8, sbase = rg * kPer;
   int rows[kPer];
 #pragma unroll
   for (int k = 0; k < kPer; ++k) {
@@ -742,13 +758,13 @@ __global__ void __launch_bounds__(256, (D == 64 && !kPrep) ? 6 : 1) QuantizeKern
   if ((threadIdx.x & 31) == 0) s_red[threadIdx.x >> 5] = m;
   __syncthreads();
 #pragma unroll
-  for (int w = 0; w < 8; ++w) m = fmaxf(m, s_red[w]);
+  for (int w = 0; w < 8 * kG; ++w) m = fmaxf(m, s_red[w]);
   const float s = GroupScale(m), inv = 1.0f / s;
-  if (threadIdx.x == 0) J.scale[int64_t(bh) * tiles + ti] = s;
+  if (threadIdx.x == 0) J.scale[int64_t(bh) * tiles + blockIdx.x] = s;
   uint32_t code[kPer][2];
   QuantizeRows8<kPer>(v, inv, code);
   const int64_t hrow0 = int64_t(bh) * p.np + r0;  // (bh, token r0) row of the padded codes
-  if (J.xh != nullptr) {
+  if (J.xh != nullptr && tile_in) {
 #pragma unroll
     for (int k = 0; k < kPer; ++k) {
       *reinterpret_cast<uint2*>(J.xh + (hrow0 + rows[k]) * D + c8 * 8) = make_uint2(code[k][0], code[k][1]);
@@ -756,7 +772,7 @@ __global__ void __launch_bounds__(256, (D == 64 && !kPrep) ? 6 : 1) QuantizeKern
   }
   StageCodesT<kPer>(s_t, code, c8, sbase);
   __syncthreads();
-  WriteCodesT<D>(s_t, J.xht + int64_t(bh) * D * p.np + r0, p.np, threadIdx.x, blockDim.x);
+  if (tile_in) WriteCodesT<D>(s_t, J.xht + int64_t(bh) * D * p.np + r0, p.np, tid, 256);
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -787,6 +803,7 @@ struct FwdParams {
   int8_t *qh_out, *qht_out;
   float* sq_out;
   int n, np, ntq, ntk;
+  int kv_shift;  // K / V scales per group of 64 << kv_shift keys: sk[bh * ntk + (j >> kv_shift)]
   bool smooth_q;
   float tau;
 };
@@ -918,8 +935,8 @@ __global__ void __launch_bounds__(kThreads) SageForwardKernel(FwdParams p) {
 
     int32_t si[8][4];
     WarpGemmS8<D, 8>(s_qh + warp * 16 * C::kI8D, C::kI8D, s_khj, C::kI8D, si);
-    const float a = p.tau * sq * p.sk[int64_t(bh) * p.ntk + j];
-    const float svj = p.sv[int64_t(bh) * p.ntk + j];
+    const float a = p.tau * sq * p.sk[int64_t(bh) * p.ntk + (j >> p.kv_shift)];
+    const float svj = p.sv[int64_t(bh) * p.ntk + (j >> p.kv_shift)];
     float sf[8][4];
     float rowmax[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -1025,16 +1042,18 @@ constexpr int kFwdRows = 128;
 // kWsF (v7 forward, with kWg): warp-specialized, a producer warpgroup (128 threads) in front of
 // the kThreadsV5 consumer threads, kStages = 3 K^ / V^T stages filled by it (the K tile's two
 // scales at kScal, mbarriers full / empty at kBar).
-template <int D, int MW, bool kWg = false, bool kWsF = false>
+// kK128 (lab forward 16 / 17): 4 stages, the consumers step two K tiles at a time.
+template <int D, int MW, bool kWg = false, bool kWsF = false, bool kK128 = false>
 struct FwdV5Config {
   static_assert(!kWg || MW == 1, "the wgmma forward has one 16-row block per warp");
   static_assert(!kWsF || kWg, "the warp-specialized forward builds on the wgmma one");
+  static_assert(!kK128 || kWsF, "the 128-key forward builds on the warp-specialized one");
   using TileI8 = cuda::wgmma::GmmaTile<kTile, D>;  // Q^ group, K^
   using TileT = cuda::wgmma::GmmaTile<D, kTile>;   // V^T [D][64 keys]
   static constexpr int kWarps = kFwdRows / (16 * MW);
   static constexpr int kThreadsV5 = kWarps * 32;  // the threads of the attention math
   static constexpr int kThreadsLaunch = kThreadsV5 + (kWsF ? 128 : 0);
-  static constexpr int kStages = kWsF ? 3 : 2;
+  static constexpr int kStages = kK128 ? 4 : kWsF ? 3 : 2;
   static constexpr int kI8D = D + 16;
   static constexpr int kQh = 0;                                 // Q^ [128][kI8D]
   static constexpr int kStage0 = kQh + (kWg ? 2 * TileI8::kBytes : kFwdRows * kI8D);
@@ -1075,12 +1094,13 @@ __device__ __forceinline__ uint32_t PackLowBytes(uint32_t a, uint32_t b, uint32_
 // the loop (each waits for full[s] and releases empty[s] after its P^ V^ wgmmas); registers move
 // from the producer to them (setmaxnreg 24 / 240).
 template <int D, bool kCausal, bool kSmoothQ, int MW, bool kFastS, bool kWg = false,
-          bool kLptF = false, bool kWsF = false, bool kPipeF = false>
-__global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF>::kThreadsLaunch,
-                                  FwdV5Config<D, MW, kWg, kWsF>::kMinBlocks)
+          bool kLptF = false, bool kWsF = false, bool kPipeF = false, bool kK128 = false>
+__global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreadsLaunch,
+                                  FwdV5Config<D, MW, kWg, kWsF, kK128>::kMinBlocks)
     SageForwardKernelV5(FwdParams p) {
   static_assert(!kPipeF || kWsF, "the pipelined forward loop builds on the warp-specialized one");
-  using C = FwdV5Config<D, MW, kWg, kWsF>;
+  static_assert(!(kPipeF && kK128), "one or the other");
+  using C = FwdV5Config<D, MW, kWg, kWsF, kK128>;
   using cuda::FastExp2;
   using cuda::kLog2e;
   namespace wg = cuda::wgmma;
@@ -1180,8 +1200,8 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF>::kThreadsLaunch,
         load_stage(std::integral_constant<int, 128>{}, s_stage + st * C::kStage, j * kTile,
                    threadIdx.x);
         if (threadIdx.x == 0) {
-          s_scal[2 * st] = p.sk[int64_t(bh) * p.ntk + j];
-          s_scal[2 * st + 1] = p.sv[int64_t(bh) * p.ntk + j];
+          s_scal[2 * st] = p.sk[int64_t(bh) * p.ntk + (j >> p.kv_shift)];
+          s_scal[2 * st + 1] = p.sv[int64_t(bh) * p.ntk + (j >> p.kv_shift)];
         }
         CopyWait();
         wg::FenceProxyAsync();  // cp.async writes -> the consumers' wgmma reads
@@ -1264,12 +1284,15 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF>::kThreadsLaunch,
   // softmax_rows (every forward): the online softmax of row block mb from its int32 logits s
   // (logit = a s in the log2 domain; K tile at token c0): updates m[mb], l[mb], returns alpha
   // (the rescale of O), coef (= s_P s_V, with svj = s_V / 127) and P~^ as packed s8 A fragments.
-  auto softmax_rows = [&](auto mask_tag, int mb, const int32_t (&s)[8][4], float a, float svj,
-                          int c0, uint32_t (&pam)[2][4], float (&alpham)[2],
-                          float (&coefm)[2]) {
+  // s: NB n8 blocks of logits (NB = 8: one K tile; 16: kK128's two), pam: NB / 4 k-steps.
+  auto softmax_rows = [&](auto mask_tag, int mb, const auto& s, float a, float svj, int c0,
+                          auto& pam, float (&alpham)[2], float (&coefm)[2]) {
     constexpr bool kMask = decltype(mask_tag)::value;
     constexpr bool kFast = !kMask && !kSmoothQ && kFastS;
-    float x[8][4];
+    constexpr int NB = std::extent_v<std::remove_reference_t<decltype(s)>>;
+    static_assert(NB % 4 == 0 && std::extent_v<std::remove_reference_t<decltype(pam)>> == NB / 4,
+                  "P~^ k-steps of 32 keys");
+    float x[NB][4];
     float rmax[2] = {-INFINITY, -INFINITY};
     float rsub[2], sc[2];
     if constexpr (kFast) {
@@ -1278,7 +1301,7 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF>::kThreadsLaunch,
       // is exact): no per-element int -> float conversion or scale before the max.
       float fbmax[2] = {0.0f, 0.0f};
 #pragma unroll
-      for (int n = 0; n < 8; ++n) {
+      for (int n = 0; n < NB; ++n) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           x[n][e] = __int_as_float(0x4B400000 + s[n][e]);
@@ -1297,7 +1320,7 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF>::kThreadsLaunch,
       }
     } else {
 #pragma unroll
-    for (int n = 0; n < 8; ++n) {
+    for (int n = 0; n < NB; ++n) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int h = e >> 1, c = n * 8 + 2 * t + (e & 1);
@@ -1323,10 +1346,10 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF>::kThreadsLaunch,
       m[mb][h] = m_new;
     }
     }
-    uint32_t bits[8][4];
+    uint32_t bits[NB][4];
     float rsum[2] = {0.0f, 0.0f};
 #pragma unroll
-    for (int n = 0; n < 8; ++n) {
+    for (int n = 0; n < NB; ++n) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int h = e >> 1;
@@ -1342,7 +1365,7 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF>::kThreadsLaunch,
       coefm[h] = sc[h] * svj;
     }
 #pragma unroll
-    for (int kk = 0; kk < 2; ++kk) {
+    for (int kk = 0; kk < NB / 4; ++kk) {
       const int n0 = 4 * kk;
       pam[kk][0] = PackLowBytes(bits[n0][0], bits[n0][1], bits[n0 + 1][0], bits[n0 + 1][1]);
       pam[kk][1] = PackLowBytes(bits[n0][2], bits[n0][3], bits[n0 + 1][2], bits[n0 + 1][3]);
@@ -1400,7 +1423,57 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF>::kThreadsLaunch,
       }
     });
   };
-  if constexpr (kPipeF) {
+  if constexpr (kK128) {
+    // kK128 (lab variants 16 / 17 = 12 / 13 with kv_group = 128): the consumers take two K tiles
+    // (one K / V quantization group: one K scale, one V scale) per step: S of both (two wgmma
+    // groups), one online-softmax step over the 128 keys (one row max, alpha and l update), P~^
+    // as four k-steps of 32 keys, P^ V^ of both tiles summed in one int32 accumulator per 64
+    // output columns (four wgmmas), one fold into O per 128 keys. A second tile past `last`
+    // (odd count, causal diagonal) is not waited for: its stage's stale codes give logits that
+    // the mask drops (P = 0), so every wgmma is issued unconditionally.
+    auto stage_of = [&](int j) { return C::kStage0 + (j % C::kStages) * C::kStage; };
+    for (int j0 = 0; j0 <= last; j0 += 2) {
+      const int j1 = j0 + 1, c0 = j0 * kTile, st = j0 % C::kStages;
+      const bool has1 = j1 <= last;
+      ring.ConsumerWait(j0);
+      if (has1) ring.ConsumerWait(j1);
+      const float a = p.tau * sq * s_scal[2 * st] * kLog2e;
+      const float svj = s_scal[2 * st + 1] * (1.0f / 127.0f);
+      int32_t sacc0[32], sacc1[32];
+      issue_s(stage_of(j0), sacc0);
+      issue_s(stage_of(j1), sacc1);
+      wg::Wait<0>();
+      int32_t si[16][4];
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) si[n][e] = sacc0[4 * n + e], si[8 + n][e] = sacc1[4 * n + e];
+      }
+      uint32_t pa[4][4];
+      float alpha[2], coef[2];
+      if (c0 + 2 * kTile > p.n || (kCausal && c0 + 2 * kTile - 1 > r0)) {
+        softmax_rows(std::true_type{}, 0, si, a, svj, c0, pa, alpha, coef);
+      } else {
+        softmax_rows(std::false_type{}, 0, si, a, svj, c0, pa, alpha, coef);
+      }
+      uint64_t dv0[D / 64][2], dv1[D / 64][2];
+      pv_descs(stage_of(j0), dv0);
+      pv_descs(stage_of(j1), dv1);
+      int32_t pv[D / 64][32];
+      wg::Fence();  // the pa registers were just written
+#pragma unroll
+      for (int ch = 0; ch < D / 64; ++ch) {
+        wg::MmaS8RSFirst(pv[ch], pa[0], dv0[ch][0]);
+        wg::MmaS8RS(pv[ch], pa[1], dv0[ch][1]);
+        wg::MmaS8RS(pv[ch], pa[2], dv1[ch][0]);
+        wg::MmaS8RS(pv[ch], pa[3], dv1[ch][1]);
+        wg::Commit();
+      }
+      fold_pv(pv, alpha, coef);
+      ring.ConsumerRelease(j0);
+      if (has1) ring.ConsumerRelease(j1);
+    }
+  } else if constexpr (kPipeF) {
     // kPipeF (lab variants 14 / 15 = 12 / 13 + it): each consumer issues S of K tile j before the
     // P^ V^ of tile j - 1 and runs tile j's softmax while the tensor cores compute that product
     // (FlashAttention-3's intra-warpgroup overlap); the fold of tile j - 1 follows the softmax of
@@ -1497,8 +1570,9 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF>::kThreadsLaunch,
       const int8_t* s_khj = s_stage + st * C::kStage;
       const int8_t* s_vhtj = s_khj + C::kVh;
       const int stage_byte = C::kStage0 + st * C::kStage;  // kWg: descriptor offsets
-      const float skj = kWsF ? s_scal[2 * st] : p.sk[int64_t(bh) * p.ntk + j];
-      const float svj0 = kWsF ? s_scal[2 * st + 1] : p.sv[int64_t(bh) * p.ntk + j];
+      const float skj = kWsF ? s_scal[2 * st] : p.sk[int64_t(bh) * p.ntk + (j >> p.kv_shift)];
+      const float svj0 =
+          kWsF ? s_scal[2 * st + 1] : p.sv[int64_t(bh) * p.ntk + (j >> p.kv_shift)];
       const float a = p.tau * sq * skj * kLog2e;
       const float svj = svj0 * (1.0f / 127.0f);
       const bool need_mask =
@@ -1634,6 +1708,7 @@ struct BwdParams {
   float *dsrow, *dqacc;
   __nv_bfloat16 *dk, *dv;
   int n, np, ntq, ntk;
+  int kv_shift;  // as FwdParams::kv_shift
   bool smooth_q, int8_dp;
   float tau;
 };
@@ -1927,7 +2002,8 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
   if (p.smooth_q) {
     for (int d = tid; d < D; d += kThreads) s_kbar[d] = p.kbar[int64_t(bh) * D + d];
   }
-  const float skj = p.sk[int64_t(bh) * p.ntk + j], svj = p.sv[int64_t(bh) * p.ntk + j];
+  const float skj = p.sk[int64_t(bh) * p.ntk + (j >> p.kv_shift)];
+  const float svj = p.sv[int64_t(bh) * p.ntk + (j >> p.kv_shift)];
 
   constexpr int kNtD = D / 8;
   float dk[kNtD][4], dv[kNtD][4];
@@ -2497,9 +2573,10 @@ Status CheckArgs(const AttnShape& s, void* workspace, size_t workspace_bytes,
 }
 
 // QuantizeKernel over `jobs` tensors (grid: tiles, BH, jobs).
-template <int D, bool kPrep>
+template <int D, bool kPrep, int kG = 1>
 Status LaunchQuantize(const AttnShape& s, const QuantParams& qp, int jobs, cudaStream_t stream) {
-  QuantizeKernel<D, kPrep><<<dim3(CeilDiv(s.N, kTile), s.B * s.H, jobs), 256, 0, stream>>>(qp);
+  QuantizeKernel<D, kPrep, kG>
+      <<<dim3(CeilDiv(s.N, kTile * kG), s.B * s.H, jobs), 256 * kG, 0, stream>>>(qp);
   return CudaStatus(cudaGetLastError(), "SageBwd QuantizeKernel launch");
 }
 
@@ -2510,25 +2587,38 @@ Status LaunchQuantize(const AttnShape& s, const QuantParams& qp, int jobs, cudaS
 // longest-first order across heads: causal 1.04-1.11x of 10, non-causal 0.99x), 12 / 13 = 10 /
 // 11 + kWsF (v7 forward, warp-specialized: 1.12-1.16x of 10 non-causal, 1.08-1.14x of 11 causal at
 // d128; 0.87-0.95x at d64, where the non-specialized kernel runs two CTAs per SM).
-// FwdProductionFor is what production calls run (measured: kernels/bench/README.md): d128 v7 =
-// 12 (non-causal) / v8 = 15 (causal: 13 + the next tile's S issued before the softmax, kPipeF;
-// 1.01-1.05x of 13, while 14 is 0.985-0.99x of 12 non-causal), d64 v6 = 10 (1.10-1.20x of v5c
-// in the forward lab) / 11.
-constexpr int FwdProductionFor(int d, bool causal) {
-  return d == 128 ? (causal ? 15 : 12) : (causal ? 11 : 10);
+// 14 / 15 = 12 / 13 + kPipeF (the next tile's S issued before the softmax: causal 1.01-1.05x of
+// 13, non-causal 0.985-0.99x of 12); 16 / 17 = 12 / 13 + kK128 (two K tiles per step over
+// 128-key K / V quantization groups, kv_group 128: 1.10-1.20x of 12 non-causal, 1.02-1.12x of 15
+// causal).
+// FwdProductionFor is what production calls run (measured: kernels/bench/README.md): d128 with
+// 128-key K / V groups (SageKvGroup: without Q-smoothing) v9 = 16 / 17 (non-causal / causal),
+// with 64-key groups 12 / 15; d64 v6 = 10 (1.10-1.20x of v5c in the forward lab) / 11.
+constexpr int FwdProductionFor(int d, bool causal, int kv_group) {
+  if (d == 128) return kv_group == 2 * kTile ? (causal ? 17 : 16) : (causal ? 15 : 12);
+  return causal ? 11 : 10;
 }
 
 template <int D, int MW, bool kFastS, bool kWg = false, bool kLptF = false, bool kWsF = false,
-          bool kPipeF = false>
+          bool kPipeF = false, bool kK128 = false>
 Status LaunchForwardV5(const AttnShape& s, const FwdParams& p, bool smooth_q, cudaStream_t stream) {
-  using C = FwdV5Config<D, MW, kWg, kWsF>;
+  using C = FwdV5Config<D, MW, kWg, kWsF, kK128>;
   using K = void (*)(FwdParams);
-  K kernel =
-      s.causal
-          ? (smooth_q ? SageForwardKernelV5<D, true, true, MW, kFastS, kWg, kLptF, kWsF, kPipeF>
-                      : SageForwardKernelV5<D, true, false, MW, kFastS, kWg, kLptF, kWsF, kPipeF>)
-          : (smooth_q ? SageForwardKernelV5<D, false, true, MW, kFastS, kWg, kLptF, kWsF, kPipeF>
-                      : SageForwardKernelV5<D, false, false, MW, kFastS, kWg, kLptF, kWsF, kPipeF>);
+  K kernel = nullptr;
+  if constexpr (kK128) {  // no Q-smoothing (its bias buffer holds one K tile)
+    if (smooth_q) return InvalidArgument("SageBwd CUDA: kv_group 128 without smooth_q");
+    kernel = s.causal
+                 ? SageForwardKernelV5<D, true, false, MW, kFastS, kWg, kLptF, kWsF, false, true>
+                 : SageForwardKernelV5<D, false, false, MW, kFastS, kWg, kLptF, kWsF, false, true>;
+  } else {
+    kernel =
+        s.causal
+            ? (smooth_q ? SageForwardKernelV5<D, true, true, MW, kFastS, kWg, kLptF, kWsF, kPipeF>
+                        : SageForwardKernelV5<D, true, false, MW, kFastS, kWg, kLptF, kWsF, kPipeF>)
+            : (smooth_q
+                   ? SageForwardKernelV5<D, false, true, MW, kFastS, kWg, kLptF, kWsF, kPipeF>
+                   : SageForwardKernelV5<D, false, false, MW, kFastS, kWg, kLptF, kWsF, kPipeF>);
+  }
   ABLATE_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kBytes),
       "SageBwd forward v5 smem attribute");
@@ -2544,10 +2634,17 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
                    const __nv_bfloat16* k, const __nv_bfloat16* v, __nv_bfloat16* o, float* lse,
                    const Workspace& w, cudaStream_t stream) {
   const int bh = s.B * s.H, nt = CeilDiv(s.N, kTile);
-  const int fvar = opt.fwd_variant < 0 ? FwdProductionFor(D, s.causal) : opt.fwd_variant;
-  if (fvar != 3 && (fvar < 5 || fvar > 8) && (fvar < 10 || fvar > 15)) {
+  const int kvg = SageKvGroup(opt, D);
+  const int fvar = opt.fwd_variant < 0 ? FwdProductionFor(D, s.causal, kvg) : opt.fwd_variant;
+  if (fvar != 3 && (fvar < 5 || fvar > 8) && (fvar < 10 || fvar > 17)) {
     return InvalidArgument("SageBwd CUDA: forward variant " + std::to_string(fvar) +
                            " is not compiled in");
+  }
+  const bool k128 = kvg == 2 * kTile;
+  if ((kvg != kTile && !k128) || k128 != (fvar == 16 || fvar == 17) || (k128 && D != 128)) {
+    return InvalidArgument("SageBwd CUDA: kv_group " + std::to_string(kvg) +
+                           " with forward variant " + std::to_string(fvar) +
+                           " (kv_group 128 goes with variants 16 / 17 at d128, and they with it)");
   }
   QuantParams qp{};
   qp.n = s.N;
@@ -2575,7 +2672,12 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
   qp.job[2] = {q, w.qh, w.qht, w.sq, opt.smooth_q ? 2 : 0, false};
   // The v6+ forwards (variants 10-15) quantize Q themselves at D = 128 unless it is smoothed.
   const bool fuse_q = D == 128 && fvar >= 10 && !opt.smooth_q;
-  if (Status st = LaunchQuantize<D, false>(s, qp, fuse_q ? 2 : 3, stream); !st.ok()) return st;
+  if (k128) {  // K and V in 128-key groups (variants 16 / 17 fuse Q; smooth_q is refused)
+    if (!fuse_q) return InvalidArgument("SageBwd CUDA: kv_group 128 without smooth_q");
+    if (Status st = LaunchQuantize<D, false, 2>(s, qp, 2, stream); !st.ok()) return st;
+  } else if (Status st = LaunchQuantize<D, false>(s, qp, fuse_q ? 2 : 3, stream); !st.ok()) {
+    return st;
+  }
 
   FwdParams p;
   p.k = k;
@@ -2600,6 +2702,7 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
   p.np = nt * kTile;
   p.ntq = nt;
   p.ntk = nt;
+  p.kv_shift = k128 ? 1 : 0;
   p.smooth_q = opt.smooth_q;
   p.tau = 1.0f / std::sqrt(static_cast<float>(D));
   if (fvar == 5) return LaunchForwardV5<D, 1, false>(s, p, opt.smooth_q, stream);
@@ -2615,6 +2718,14 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
   }
   if (fvar == 15) {
     return LaunchForwardV5<D, 1, true, true, true, true, true>(s, p, opt.smooth_q, stream);
+  }
+  if constexpr (D == 128) {
+    if (fvar == 16) {
+      return LaunchForwardV5<D, 1, true, true, false, true, false, true>(s, p, opt.smooth_q, stream);
+    }
+    if (fvar == 17) {
+      return LaunchForwardV5<D, 1, true, true, true, true, false, true>(s, p, opt.smooth_q, stream);
+    }
   }
   constexpr int kSmem = SageConfig<D>::kFwdBytes;
   auto kernel = s.causal ? SageForwardKernel<D, true> : SageForwardKernel<D, false>;
@@ -2718,6 +2829,10 @@ Status BackwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_b
                     const Workspace& w, cudaStream_t stream) {
   const int bh = s.B * s.H, nt = CeilDiv(s.N, kTile);
   const int64_t rows = int64_t(bh) * s.N;
+  const int kvg = SageKvGroup(opt, D);
+  if (kvg != kTile && kvg != 2 * kTile) {
+    return InvalidArgument("SageBwd CUDA: kv_group " + std::to_string(kvg) + " (64 or 128)");
+  }
   // dO^ (row-major codes only with int8_dp), D_i = rowsum(dO o O), dsrow and dqacc zeroed.
   QuantParams qp{};
   qp.n = s.N;
@@ -2757,6 +2872,7 @@ Status BackwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_b
   p.np = nt * kTile;
   p.ntq = nt;
   p.ntk = nt;
+  p.kv_shift = kvg == 2 * kTile ? 1 : 0;
   p.smooth_q = opt.smooth_q;
   p.int8_dp = opt.int8_dp;
   p.tau = 1.0f / std::sqrt(static_cast<float>(D));

@@ -6,10 +6,11 @@
 // Q^ K^ including the Q-smoothing bias), exactly as the CPU emulator's SageSaved::lse.
 // D in {64, 128}; any N >= 1; causal or not (shape.causal).
 //
-// Tiles: kSageBq query rows x kSageBkv key rows for every head dim and both passes; configure
-// the CPU emulator with SageOptions{.bq = kSageBq, .bkv = kSageBkv} to compare bit-for-bit up to
-// accumulation order. (The forward kernel's CTA covers two kSageBq groups; the groups, their
-// scales and means are unchanged.)
+// Tiles: kSageBq query rows x kSageBkv key rows for every head dim and both passes, K and V
+// quantized in groups of SageKvGroup(opt, d) keys (128 at d128 without Q-smoothing, where the
+// forward steps 128 keys at a time; else 64); configure the CPU emulator with
+// SageCpuOptions(opt, d) to compare bit-for-bit up to accumulation order. (The forward kernel's
+// CTA covers two kSageBq groups; the groups, their scales and means are unchanged.)
 //
 // Workspace: caller-provided, SageWorkspaceBytes(shape, opt) bytes, 256-byte aligned. The
 // forward writes the quantized Q^, K^, V^ (and their transposes), their scales, the K mean and
@@ -68,13 +69,28 @@ struct SageCudaOptions {
   // the fast interior logits, 10 = 8 by wgmma (v6, production non-causal at d64), 11 = 10 with
   // the grid in longest-first order across heads (production causal at d64), 12 / 13 = 10 / 11
   // warp-specialized (v7, 12 production non-causal at d128), 14 / 15 = 12 / 13 with S of the next
-  // K tile issued before the softmax (15: production causal at d128) (sagebwd.cu); other values:
+  // K tile issued before the softmax (15: production causal at d128), 16 / 17 = 12 / 13 stepping
+  // 128 keys (two K tiles) per iteration, for kv_group = 128 (sagebwd.cu); other values:
   // InvalidArgument.
   int fwd_variant = -1;
+  // K / V quantization group in keys (ALGORITHMS.md: tile sizes are parameters; the CPU
+  // emulator's SageOptions::kv_group): kSageBkv, or 2 * kSageBkv with the forward variants that
+  // step 128 keys at a time (16 / 17, d128 only, no Q-smoothing); 0 = SageKvGroup's choice;
+  // anything else: InvalidArgument. The backward must get the forward's value.
+  int kv_group = 0;
 };
 
-// The CPU emulator options that the kernels implement for `opt`.
-inline SageOptions SageCpuOptions(const SageCudaOptions& opt) {
+// The K / V quantization group that `opt` runs at head dim d: kv_group when set, else 128 keys
+// where the forward that steps 128 keys runs (d128 without Q-smoothing, production or variants
+// 16 / 17: sagebwd v9 forward), else 64.
+inline int SageKvGroup(const SageCudaOptions& opt, int d) {
+  if (opt.kv_group != 0) return opt.kv_group;
+  const bool k128 = d == 128 && !opt.smooth_q && (opt.fwd_variant < 0 || opt.fwd_variant >= 16);
+  return k128 ? 2 * kSageBkv : kSageBkv;
+}
+
+// The CPU emulator options that the kernels implement for `opt` at head dim d.
+inline SageOptions SageCpuOptions(const SageCudaOptions& opt, int d) {
   SageOptions o;
   o.bq = kSageBq;
   o.bkv = kSageBkv;
@@ -82,6 +98,7 @@ inline SageOptions SageCpuOptions(const SageCudaOptions& opt) {
   o.smooth_q = opt.smooth_q;
   o.int8_dp = opt.int8_dp;
   o.dq_kmean_correction = opt.dq_kmean_correction;
+  o.kv_group = SageKvGroup(opt, d);
   return o;
 }
 

@@ -136,6 +136,37 @@ TEST(SageOptionsTest, HugeAndTinyTilesStayAccurate) {
   EXPECT_LT(rt.o.rel_l2, rh.o.rel_l2);
 }
 
+// K / V quantization groups of kv_group keys (the forward's K tile; the backward keeps bkv-key
+// blocks and reads the group scales): kv_group = bkv is the default exactly, 128-key groups keep
+// the published accuracy (with somewhat coarser K and V scales), the O error grows a little.
+TEST(SageOptionsTest, KvGroupsOfTwoTiles) {
+  for (bool causal : {false, true}) {
+    const AttnShape s{.B = 1, .H = 2, .N = 1000, .D = 128, .causal = causal};
+    const Inputs in = MakeInputs(s, 1.0, 310 + causal);
+    SageOptions base;
+    base.bq = 64;
+    base.bkv = 64;
+    SageOptions same = base;
+    same.kv_group = 64;
+    SageOptions pair = base;
+    pair.kv_group = 128;
+    const Result rb = RunSage<double>(in, base), rs = RunSage<double>(in, same);
+    EXPECT_EQ(rb.o, rs.o);
+    EXPECT_EQ(rb.dq, rs.dq);
+    EXPECT_EQ(rb.dk, rs.dk);
+    EXPECT_EQ(rb.dv, rs.dv);
+    const Result rp = RunSage<double>(in, pair);
+    ASSERT_TRUE(AllFinite(rp));
+    const Result ref = RunFpa(in);
+    const Report eb = Compare(rb, ref), ep = Compare(rp, ref);
+    PrintReport(causal ? "kv_group 64 causal" : "kv_group 64 full", eb);
+    PrintReport(causal ? "kv_group 128 causal" : "kv_group 128 full", ep);
+    ExpectPublishedAccuracy(ep);
+    EXPECT_NE(rp.o, rb.o);  // the groups (and the forward's tiles) do change the arithmetic
+    EXPECT_LT(ep.o.rel_l2, 1.5 * eb.o.rel_l2);
+  }
+}
+
 // K with a large common offset: the softmax ignores it, an unsmoothed quantizer does not.
 TEST(SageOptionsTest, KSmoothingRemovesKeyOffset) {
   const AttnShape s{.B = 1, .H = 1, .N = 512, .D = 64, .causal = true};
