@@ -2641,7 +2641,7 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
                            " is not compiled in");
   }
   const bool k128 = kvg == 2 * kTile;
-  if ((kvg != kTile && !k128) || k128 != (fvar == 16 || fvar == 17) || (k128 && D != 128)) {
+  if ((kvg != kTile && !k128) || k128 != (fvar == 16 || fvar == 17)) {
     return InvalidArgument("SageBwd CUDA: kv_group " + std::to_string(kvg) +
                            " with forward variant " + std::to_string(fvar) +
                            " (kv_group 128 goes with variants 16 / 17 at d128, and they with it)");
@@ -2672,9 +2672,14 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
   qp.job[2] = {q, w.qh, w.qht, w.sq, opt.smooth_q ? 2 : 0, false};
   // The v6+ forwards (variants 10-15) quantize Q themselves at D = 128 unless it is smoothed.
   const bool fuse_q = D == 128 && fvar >= 10 && !opt.smooth_q;
-  if (k128) {  // K and V in 128-key groups (variants 16 / 17 fuse Q; smooth_q is refused)
-    if (!fuse_q) return InvalidArgument("SageBwd CUDA: kv_group 128 without smooth_q");
+  if (k128) {  // K and V in 128-key groups, Q (not smoothed: refused) fused at d128
+    if (opt.smooth_q) return InvalidArgument("SageBwd CUDA: kv_group 128 without smooth_q");
     if (Status st = LaunchQuantize<D, false, 2>(s, qp, 2, stream); !st.ok()) return st;
+    if (!fuse_q) {
+      QuantParams qq = qp;
+      qq.job[0] = qp.job[2];
+      if (Status st = LaunchQuantize<D, false>(s, qq, 1, stream); !st.ok()) return st;
+    }
   } else if (Status st = LaunchQuantize<D, false>(s, qp, fuse_q ? 2 : 3, stream); !st.ok()) {
     return st;
   }
@@ -2719,13 +2724,11 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
   if (fvar == 15) {
     return LaunchForwardV5<D, 1, true, true, true, true, true>(s, p, opt.smooth_q, stream);
   }
-  if constexpr (D == 128) {
-    if (fvar == 16) {
-      return LaunchForwardV5<D, 1, true, true, false, true, false, true>(s, p, opt.smooth_q, stream);
-    }
-    if (fvar == 17) {
-      return LaunchForwardV5<D, 1, true, true, true, true, false, true>(s, p, opt.smooth_q, stream);
-    }
+  if (fvar == 16) {
+    return LaunchForwardV5<D, 1, true, true, false, true, false, true>(s, p, opt.smooth_q, stream);
+  }
+  if (fvar == 17) {
+    return LaunchForwardV5<D, 1, true, true, true, true, false, true>(s, p, opt.smooth_q, stream);
   }
   constexpr int kSmem = SageConfig<D>::kFwdBytes;
   auto kernel = s.causal ? SageForwardKernel<D, true> : SageForwardKernel<D, false>;

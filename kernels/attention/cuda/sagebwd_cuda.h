@@ -75,7 +75,7 @@ struct SageCudaOptions {
   int fwd_variant = -1;
   // K / V quantization group in keys (ALGORITHMS.md: tile sizes are parameters; the CPU
   // emulator's SageOptions::kv_group): kSageBkv, or 2 * kSageBkv with the forward variants that
-  // step 128 keys at a time (16 / 17, d128 only, no Q-smoothing); 0 = SageKvGroup's choice;
+  // step 128 keys at a time (16 / 17, no Q-smoothing); 0 = SageKvGroup's choice;
   // anything else: InvalidArgument. The backward must get the forward's value.
   int kv_group = 0;
 };
