@@ -83,11 +83,12 @@ Stats Compare(const std::vector<double>& x, const std::vector<double>& y) {
 }
 
 std::string Describe(const AttnShape& s, const SageCudaOptions& o) {
-  char buf[200];
+  char buf[220];
   std::snprintf(buf, sizeof(buf),
-                "B=%d H=%d N=%d D=%d causal=%d smooth_k=%d smooth_q=%d int8_dp=%d dq_kmean=%d",
+                "B=%d H=%d N=%d D=%d causal=%d smooth_k=%d smooth_q=%d int8_dp=%d dq_kmean=%d "
+                "kv_group=%d",
                 s.B, s.H, s.N, s.D, s.causal, o.smooth_k, o.smooth_q, o.int8_dp,
-                o.dq_kmean_correction);
+                o.dq_kmean_correction, SageKvGroup(o, s.D));
   return buf;
 }
 
