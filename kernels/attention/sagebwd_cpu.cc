@@ -160,8 +160,8 @@ void QuantizeKV(const Geometry<T>& g, const T* k, const T* v, const T* kbar, boo
   out->sv.resize(g.nkg);
   for (int gi = 0; gi < g.nkg; ++gi) {
     const int64_t off = int64_t(gi) * g.kvg * g.D;
-    out->sk[gi] =
-        QuantizeGroup(k + off, smooth_k ? kbar : nullptr, g.GroupRows(gi), g.D, out->kh.data() + off);
+    out->sk[gi] = QuantizeGroup(k + off, smooth_k ? kbar : nullptr, g.GroupRows(gi), g.D,
+                                out->kh.data() + off);
     out->sv[gi] = QuantizeGroup(v + off, static_cast<const T*>(nullptr), g.GroupRows(gi), g.D,
                                 out->vh.data() + off);
   }

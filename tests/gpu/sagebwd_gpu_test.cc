@@ -363,10 +363,10 @@ TEST(SageBwdGpu, RepeatedBackward) {
   }
 }
 
-// The v6+ forwards at d128 (production: 12 / 15) quantize Q themselves when Q is not smoothed;
-// the older forward (8) gets Q^ from the quantize launch (at d64 every forward does). The backward reads Q^,
-// Q^T and the Q scales from the workspace (sagebwd_cuda.h: qh, qht first, sq after the eight
-// int8 regions): both ways must leave the same bytes there, padded rows included.
+// The v6+ forwards at d128 (production: 16 / 17) quantize Q themselves when Q is not smoothed;
+// the older forward (8) gets Q^ from the quantize launch (at d64 every forward does). The
+// backward reads Q^, Q^T and the Q scales from the workspace (sagebwd_cuda.h: qh, qht first, sq
+// after the eight int8 regions): both ways must leave the same bytes there, padded rows included.
 TEST(SageBwdGpu, FusedQQuantizationMatchesQuantizeLaunch) {
   SKIP_WITHOUT_GPU();
   for (int d : {64, 128}) {

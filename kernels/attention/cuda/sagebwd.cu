@@ -548,6 +548,19 @@ __global__ void __launch_bounds__(D / 2 * kKMeanLanes) KMeanPartKernel(
   }
 }
 
+// The largest |value| of a thread's kPer rows of 8 values, then of its warp (all lanes get it).
+template <int kPer>
+__device__ __forceinline__ float WarpAbsMax(const float (&v)[kPer][8]) {
+  float m = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) m = fmaxf(m, fabsf(v[k][i]));
+  }
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  return m;
+}
+
 // The codes of a thread's kPer rows of 8 values (4 per word, value 4 w + b in byte b of word w),
 // by QuantizeS8Inv (QuantizeKernel and the fused Q quantization of the v6+ forwards).
 template <int kPer>
@@ -748,13 +761,7 @@ __global__ void __launch_bounds__(256 * kG, (D == 64 && !kPrep && kG == 1) ? 6 :
       for (int i = 0; i < 8; ++i) v[k][i] = rows[k] < nr ? v[k][i] - s_shift[c8 * 8 + i] : 0.0f;
     }
   }
-  float m = 0.0f;
-#pragma unroll
-  for (int k = 0; k < kPer; ++k) {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) m = fmaxf(m, fabsf(v[k][i]));
-  }
-  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  float m = WarpAbsMax<kPer>(v);
   if ((threadIdx.x & 31) == 0) s_red[threadIdx.x >> 5] = m;
   __syncthreads();
 #pragma unroll
@@ -848,13 +855,7 @@ __device__ __forceinline__ float FusedQQuantize(const FwdParams& p, int64_t bh, 
                                                 int bar, int tid) {
   constexpr int kC8 = FusedQ<D>::kC8, kPer = FusedQ<D>::kPer;
   const int c8 = tid % kC8, sbase = (tid / kC8) * kPer;
-  float m = 0.0f;
-#pragma unroll
-  for (int k = 0; k < kPer; ++k) {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) m = fmaxf(m, fabsf(v[k][i]));
-  }
-  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  float m = WarpAbsMax<kPer>(v);
   if ((tid & 31) == 0) s_red[tid >> 5] = m;
   cuda::wgmma::NamedBarSync(bar, 128);
 #pragma unroll
@@ -1423,6 +1424,10 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
       }
     });
   };
+  // kWsF: the descriptor offset of K tile j's stage.
+  [[maybe_unused]] auto stage_of = [&](int j) {
+    return C::kStage0 + (j % C::kStages) * C::kStage;
+  };
   if constexpr (kK128) {
     // kK128 (lab variants 16 / 17 = 12 / 13 with kv_group = 128): the consumers take two K tiles
     // (one K / V quantization group: one K scale, one V scale) per step: S of both (two wgmma
@@ -1431,7 +1436,6 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
     // output columns (four wgmmas), one fold into O per 128 keys. A second tile past `last`
     // (odd count, causal diagonal) is not waited for: its stage's stale codes give logits that
     // the mask drops (P = 0), so every wgmma is issued unconditionally.
-    auto stage_of = [&](int j) { return C::kStage0 + (j % C::kStages) * C::kStage; };
     for (int j0 = 0; j0 <= last; j0 += 2) {
       const int j1 = j0 + 1, c0 = j0 * kTile, st = j0 % C::kStages;
       const bool has1 = j1 <= last;
@@ -1479,7 +1483,6 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
     // (FlashAttention-3's intra-warpgroup overlap); the fold of tile j - 1 follows the softmax of
     // tile j (the same folds in the same order as the loop below: the same O). Stage j - 1 is
     // released after its fold, so a consumer holds two of the kStages stages.
-    auto stage_of = [&](int j) { return C::kStage0 + (j % C::kStages) * C::kStage; };
     auto wait_tile = [&](int j) {
       if (kSmoothQ) wg::NamedBarSync(2 + grp, 128);  // the previous tile's reads of s_bias[grp]
       ring.ConsumerWait(j);
@@ -1600,7 +1603,9 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
         for (int k0 = 0; k0 < D; k0 += 32) {
           uint32_t qa[MW][4];
   #pragma unroll
-          for (int mb = 0; mb < MW; ++mb) LdA(qa[mb], s_qh + (wrow + 16 * mb) * C::kI8D, C::kI8D, k0, lane);
+          for (int mb = 0; mb < MW; ++mb) {
+            LdA(qa[mb], s_qh + (wrow + 16 * mb) * C::kI8D, C::kI8D, k0, lane);
+          }
   #pragma unroll
           for (int n = 0; n < 8; n += 2) {
             uint32_t b[4];
@@ -1621,7 +1626,9 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
         }
         float cb[MW][2];
   #pragma unroll
-        for (int mb = 0; mb < MW; ++mb) cb[mb][0] = -coef[mb][0] * 12582912.0f, cb[mb][1] = -coef[mb][1] * 12582912.0f;
+        for (int mb = 0; mb < MW; ++mb) {
+          cb[mb][0] = -coef[mb][0] * 12582912.0f, cb[mb][1] = -coef[mb][1] * 12582912.0f;
+        }
         if constexpr (kWg) {
           uint64_t dv[D / 64][2];
           pv_descs(stage_byte, dv);
@@ -1636,7 +1643,9 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
   #pragma unroll
           for (int mb = 0; mb < MW; ++mb) {
   #pragma unroll
-            for (int q = 0; q < 2; ++q) pv[mb][q][0] = pv[mb][q][1] = pv[mb][q][2] = pv[mb][q][3] = 0;
+            for (int q = 0; q < 2; ++q) {
+              pv[mb][q][0] = pv[mb][q][1] = pv[mb][q][2] = pv[mb][q][3] = 0;
+            }
           }
   #pragma unroll
           for (int kk = 0; kk < 2; ++kk) {
@@ -1661,7 +1670,8 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
                   acc[mb][n + q][e] = fmaf(coef[mb][h], __int_as_float(0x4B400000 + pv[mb][q][e]),
                                            fmaf(acc[mb][n + q][e], alpha[mb][h], cb[mb][h]));
                 } else {
-                  acc[mb][n + q][e] = acc[mb][n + q][e] * alpha[mb][h] + coef[mb][h] * S32ToF32(pv[mb][q][e]);
+                  acc[mb][n + q][e] =
+                      acc[mb][n + q][e] * alpha[mb][h] + coef[mb][h] * S32ToF32(pv[mb][q][e]);
                 }
               }
             }
