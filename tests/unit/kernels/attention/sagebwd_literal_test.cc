@@ -2,8 +2,9 @@
 // attention_cpu.h contract. The transcription shares no code with the emulator and is written for
 // reading, not speed: whole-group quantization, integer products summed in double (exact), and a
 // backward that visits every block, fully masked ones included (they must contribute nothing).
-// It pins down the quantization groups, scales and rounding, which accuracy against exact
-// attention alone cannot tell apart.
+// It pins down the quantization groups (including K / V groups of kv_group keys, the forward's
+// K tile, against the backward's bkv-key blocks), scales and rounding, which accuracy against
+// exact attention alone cannot tell apart.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -58,9 +59,13 @@ HeadResult LiteralHead(int N, int D, bool causal, const SageOptions& opt, const 
                        const double* k, const double* v, const double* dout) {
   const double tau = 1.0 / std::sqrt(double(D));
   const int bq = opt.bq, bkv = opt.bkv;
-  const int ntq = (N + bq - 1) / bq, ntk = (N + bkv - 1) / bkv;
+  // K and V are quantized in groups of kvg keys, which are also the forward's K tiles; the
+  // backward's blocks stay bkv keys.
+  const int kvg = opt.kv_group == 0 ? bkv : opt.kv_group;
+  const int ntq = (N + bq - 1) / bq, ntk = (N + bkv - 1) / bkv, ngk = (N + kvg - 1) / kvg;
   auto q_rows = [&](int i) { return std::min(bq, N - i * bq); };
   auto k_rows = [&](int j) { return std::min(bkv, N - j * bkv); };
+  auto g_rows = [&](int g) { return std::min(kvg, N - g * kvg); };
   auto visible = [&](int r, int c) { return !causal || c <= r; };
 
   Vec kbar(D, 0.0);
@@ -73,7 +78,7 @@ HeadResult LiteralHead(int N, int D, bool causal, const SageOptions& opt, const 
   const Vec ks = Rows(k, 0, N, D, &kbar);  // K - kbar
 
   std::vector<Vec> mu(ntq, Vec(D, 0.0));
-  std::vector<Quantized> qh(ntq), doh(ntq), kh(ntk), vh(ntk);
+  std::vector<Quantized> qh(ntq), doh(ntq), kh(ngk), vh(ngk);
   for (int i = 0; i < ntq; ++i) {
     if (opt.smooth_q) {
       for (int r = 0; r < q_rows(i); ++r) {
@@ -84,36 +89,42 @@ HeadResult LiteralHead(int N, int D, bool causal, const SageOptions& opt, const 
     qh[i] = Psi(Rows(q, i * bq, q_rows(i), D, &mu[i]));
     doh[i] = Psi(Rows(dout, i * bq, q_rows(i), D, nullptr));
   }
-  for (int j = 0; j < ntk; ++j) {
-    kh[j] = Psi(Rows(ks.data(), j * bkv, k_rows(j), D, nullptr));
-    vh[j] = Psi(Rows(v, j * bkv, k_rows(j), D, nullptr));
+  for (int g = 0; g < ngk; ++g) {
+    kh[g] = Psi(Rows(ks.data(), g * kvg, g_rows(g), D, nullptr));
+    vh[g] = Psi(Rows(v, g * kvg, g_rows(g), D, nullptr));
   }
-  // Logit of query r (row rr of Q tile i) and key c (row cc of K tile j).
-  auto logit = [&](int i, int rr, int j, int cc) {
+  // Code d of key c's K^ / V^ row, and that row's scale.
+  auto khat = [&](int c, int d) { return kh[c / kvg].x[(c % kvg) * D + d]; };
+  auto vhat = [&](int c, int d) { return vh[c / kvg].x[(c % kvg) * D + d]; };
+  auto sk = [&](int c) { return kh[c / kvg].scale; };
+  auto sv = [&](int c) { return vh[c / kvg].scale; };
+  // Logit of query r (row rr of Q tile i) and key c.
+  auto logit = [&](int i, int rr, int c) {
     double dot = 0;
-    for (int d = 0; d < D; ++d) dot += qh[i].x[rr * D + d] * kh[j].x[cc * D + d];
-    double s = tau * qh[i].scale * kh[j].scale * dot;
+    for (int d = 0; d < D; ++d) dot += qh[i].x[rr * D + d] * khat(c, d);
+    double s = tau * qh[i].scale * sk(c) * dot;
     if (opt.smooth_q) {
       double bias = 0;
-      for (int d = 0; d < D; ++d) bias += mu[i][d] * ks[(j * bkv + cc) * D + d];
+      for (int d = 0; d < D; ++d) bias += mu[i][d] * ks[c * D + d];
       s += tau * bias;
     }
     return s;
   };
 
   HeadResult out{Vec(N * D, 0.0), Vec(N), Vec(N * D, 0.0), Vec(N * D, 0.0), Vec(N * D, 0.0)};
-  // Forward: online softmax over K tiles in ascending order, P~ quantized per row and block.
+  // Forward: online softmax over K tiles (= K / V groups) in ascending order, P~ quantized per
+  // row and block.
   for (int r = 0; r < N; ++r) {
     const int i = r / bq, rr = r % bq;
     double m = -std::numeric_limits<double>::infinity(), l = 0;
     Vec acc(D, 0.0);
-    for (int j = 0; j < ntk; ++j) {
+    for (int j = 0; j < ngk; ++j) {
       Vec s, pt;
-      std::vector<int> cols;
-      for (int cc = 0; cc < k_rows(j); ++cc) {
-        if (visible(r, j * bkv + cc)) {
-          cols.push_back(cc);
-          s.push_back(logit(i, rr, j, cc));
+      std::vector<int> cols;  // keys
+      for (int cc = 0; cc < g_rows(j); ++cc) {
+        if (visible(r, j * kvg + cc)) {
+          cols.push_back(j * kvg + cc);
+          s.push_back(logit(i, rr, j * kvg + cc));
         }
       }
       if (cols.empty()) continue;
@@ -127,7 +138,7 @@ HeadResult LiteralHead(int N, int D, bool causal, const SageOptions& opt, const 
       for (int d = 0; d < D; ++d) {
         double dot = 0;
         for (size_t x = 0; x < cols.size(); ++x) {
-          dot += std::nearbyint(pt[x] / sp) * vh[j].x[cols[x] * D + d];
+          dot += std::nearbyint(pt[x] / sp) * vhat(cols[x], d);
         }
         acc[d] = alpha * acc[d] + sp * vh[j].scale * dot;
       }
@@ -152,11 +163,11 @@ HeadResult LiteralHead(int N, int D, bool causal, const SageOptions& opt, const 
         for (int cc = 0; cc < nc; ++cc) {
           const int c = j * bkv + cc;
           if (!visible(r, c)) continue;
-          const double pv = std::exp(logit(i, rr, j, cc) - out.lse[r]);
+          const double pv = std::exp(logit(i, rr, c) - out.lse[r]);
           double dp = 0;
           if (opt.int8_dp) {
-            for (int d = 0; d < D; ++d) dp += doh[i].x[rr * D + d] * vh[j].x[cc * D + d];
-            dp *= doh[i].scale * vh[j].scale;
+            for (int d = 0; d < D; ++d) dp += doh[i].x[rr * D + d] * vhat(c, d);
+            dp *= doh[i].scale * sv(c);
           } else {
             for (int d = 0; d < D; ++d) {
               dp += double(RoundToBf16(dout[r * D + d])) * double(RoundToBf16(v[c * D + d]));
@@ -177,7 +188,7 @@ HeadResult LiteralHead(int N, int D, bool causal, const SageOptions& opt, const 
           out.dv[(j * bkv + cc) * D + d] += pc.scale * doh[i].scale * dot;
         }
       }
-      // dQ: dS with one scale per query row; K^ per K tile; plus the K-smoothing term.
+      // dQ: dS with one scale per query row; K^ per group; plus the K-smoothing term.
       for (int rr = 0; rr < nr; ++rr) {
         const Vec row(ds.begin() + rr * nc, ds.begin() + (rr + 1) * nc);
         const Quantized dr = Psi(row);
@@ -185,9 +196,9 @@ HeadResult LiteralHead(int N, int D, bool causal, const SageOptions& opt, const 
         for (double e : row) rowsum += e;
         for (int d = 0; d < D; ++d) {
           double dot = 0;
-          for (int cc = 0; cc < nc; ++cc) dot += dr.x[cc] * kh[j].x[cc * D + d];
+          for (int cc = 0; cc < nc; ++cc) dot += dr.x[cc] * khat(j * bkv + cc, d);
           out.dq[(i * bq + rr) * D + d] +=
-              tau * dr.scale * kh[j].scale * dot + tau * rowsum * kbar[d];
+              tau * dr.scale * sk(j * bkv) * dot + tau * rowsum * kbar[d];
         }
       }
       // dK: dS with one scale per key column; Q^ per Q tile; plus the Q-smoothing term.
@@ -212,6 +223,7 @@ HeadResult LiteralHead(int N, int D, bool causal, const SageOptions& opt, const 
 struct LiteralCase {
   int bq, bkv;
   bool causal, smooth_k, smooth_q, int8_dp;
+  int kv_group = 0;
 };
 
 class SageLiteralTest : public ::testing::TestWithParam<LiteralCase> {};
@@ -225,6 +237,7 @@ TEST_P(SageLiteralTest, EmulatorMatchesLiteralTranscription) {
   opt.smooth_k = c.smooth_k;
   opt.smooth_q = c.smooth_q;
   opt.int8_dp = c.int8_dp;
+  opt.kv_group = c.kv_group;
   testing::Inputs in = testing::MakeInputs(s, 1.0, 2000 + c.bq);
   for (double& e : in.k) e += 0.7;  // a key mean for K-smoothing to remove
   for (double& e : in.q) e -= 0.4;  // a query mean for Q-smoothing to remove
@@ -255,12 +268,16 @@ INSTANTIATE_TEST_SUITE_P(Options, SageLiteralTest,
                                            LiteralCase{32, 16, true, true, true, false},
                                            LiteralCase{16, 32, false, false, true, false},
                                            LiteralCase{32, 16, true, true, false, true},
-                                           LiteralCase{16, 8, true, true, true, true}),
+                                           LiteralCase{16, 8, true, true, true, true},
+                                           LiteralCase{32, 16, true, true, false, false, 32},
+                                           LiteralCase{32, 16, false, true, false, true, 32},
+                                           LiteralCase{16, 8, true, true, true, true, 24}),
                          [](const auto& info) {
                            const LiteralCase& c = info.param;
                            return "bq" + std::to_string(c.bq) + "_bkv" + std::to_string(c.bkv) +
                                   (c.causal ? "_causal" : "_full") + (c.smooth_k ? "_sk" : "") +
-                                  (c.smooth_q ? "_sq" : "") + (c.int8_dp ? "_int8dp" : "");
+                                  (c.smooth_q ? "_sq" : "") + (c.int8_dp ? "_int8dp" : "") +
+                                  (c.kv_group ? "_kvg" + std::to_string(c.kv_group) : "");
                          });
 
 }  // namespace
