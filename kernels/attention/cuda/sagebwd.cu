@@ -788,8 +788,10 @@ __global__ void __launch_bounds__(256 * kG, (D == 64 && !kPrep && kG == 1) ? 6 :
 
 struct FwdParams {
   const __nv_bfloat16* k;  // (BH, N, D), for the Q-smoothing bias
-  const int8_t *qh, *kh, *vht;
-  const float *sq, *sk, *sv, *kbar, *mu;
+  int8_t* qh;               // read; written by the forwards that quantize Q (below)
+  const int8_t *kh, *vht;
+  float* sq;                // read; written like qh
+  const float *sk, *sv, *kbar, *mu;
   __nv_bfloat16* o;
   float* lse;
   // The v5+ forwards zero the backward's accumulators for their rows (dsrow, dqacc: (BH, N) and
@@ -807,8 +809,7 @@ struct FwdParams {
   // FusedQQuantize): from q into their shared Q^ tiles, and into qh, qht and sq for the backward
   // (the quantize launch then has no Q job: its Q read and code writes were a third of its bytes).
   const __nv_bfloat16* q;
-  int8_t *qh_out, *qht_out;
-  float* sq_out;
+  int8_t* qht;
   int n, np, ntq, ntk;
   int kv_shift;  // K / V scales per group of 64 << kv_shift keys: sk[bh * ntk + (j >> kv_shift)]
   bool smooth_q;
@@ -822,8 +823,8 @@ struct FwdParams {
 // caller can issue other copies between them: FusedQLoad issues the loads of the thread's rows,
 // FusedQQuantize writes the codes into the group's GmmaTile s_tile (generic-proxy stores: the
 // caller fences and synchronizes before the first wgmma reads them) and, for the backward, into
-// p.qh_out (row-major), p.qht_out (transposed, staged in s_t: D x 64 bytes) and the scale into
-// p.sq_out; it returns the scale. s_red: 4 floats; bar: a named barrier of the 128 threads.
+// p.qh (row-major), p.qht (transposed, staged in s_t: D x 64 bytes) and the scale into p.sq;
+// it returns the scale. s_red: 4 floats; bar: a named barrier of the 128 threads.
 template <int D>
 struct FusedQ {
   static constexpr int kC8 = D / 8, kPer = kTile / (128 / kC8);
@@ -861,10 +862,10 @@ __device__ __forceinline__ float FusedQQuantize(const FwdParams& p, int64_t bh, 
 #pragma unroll
   for (int w = 0; w < 4; ++w) m = fmaxf(m, s_red[w]);
   const float s = GroupScale(m), inv = 1.0f / s;
-  if (tid == 0) p.sq_out[bh * p.ntq + q0 / kTile] = s;
+  if (tid == 0) p.sq[bh * p.ntq + q0 / kTile] = s;
   uint32_t code[kPer][2];
   QuantizeRows8<kPer>(v, inv, code);
-  int8_t* qh = p.qh_out + (bh * p.np + q0) * D + c8 * 8;
+  int8_t* qh = p.qh + (bh * p.np + q0) * D + c8 * 8;
 #pragma unroll
   for (int k = 0; k < kPer; ++k) {
     const uint2 c2 = make_uint2(code[k][0], code[k][1]);
@@ -873,7 +874,7 @@ __device__ __forceinline__ float FusedQQuantize(const FwdParams& p, int64_t bh, 
   }
   StageCodesT<kPer>(s_t, code, c8, sbase);
   cuda::wgmma::NamedBarSync(bar, 128);
-  WriteCodesT<D>(s_t, p.qht_out + bh * D * p.np + q0, p.np, tid, 128);
+  WriteCodesT<D>(s_t, p.qht + bh * D * p.np + q0, p.np, tid, 128);
   return s;
 }
 
@@ -1043,6 +1044,14 @@ constexpr int kFwdRows = 128;
 // kWsF (v7 forward, with kWg): warp-specialized, a producer warpgroup (128 threads) in front of
 // the kThreadsV5 consumer threads, kStages = 3 K^ / V^T stages filled by it (the K tile's two
 // scales at kScal, mbarriers full / empty at kBar).
+// Whether a forward quantizes Q itself (FusedQLoad / FusedQQuantize; the quantize launch then
+// has no Q job): the wgmma forwards (variants 10-17) at D = 128 without Q-smoothing. (D = 64:
+// measured neutral in the forward and 0.5% slower in the backward that follows it at B16 H12
+// N1024 causal, so the quantize launch keeps Q there.)
+constexpr bool FwdFusesQ(int d, bool wgmma, bool smooth_q) {
+  return wgmma && !smooth_q && d == 128;
+}
+
 // kK128 (lab forward 16 / 17): 4 stages, the consumers step two K tiles at a time.
 template <int D, int MW, bool kWg = false, bool kWsF = false, bool kK128 = false>
 struct FwdV5Config {
@@ -1063,10 +1072,12 @@ struct FwdV5Config {
   static constexpr int kF32 = kStage0 + kStages * kStage;       // bias [2][64], mu [2][D], kbar [D]
   static constexpr int kScal = kF32 + (2 * kTile + 3 * D) * 4;  // kWsF: [kStages][2] (sK, sV)
   static constexpr int kBar = kScal + (kWsF ? kStages * 8 : 0);  // kWsF: full[], empty[]
-  // kWg: the fused Q quantization's staging, [2][D][64] transposed codes + [2][4] float maxima.
+  // FwdFusesQ (without Q-smoothing): the fused Q quantization's staging, [2][D][64] transposed
+  // codes + [2][4] float maxima.
+  static constexpr bool kQStaging = FwdFusesQ(D, kWg, false);
   static constexpr int kQt = (kBar + (kWsF ? 2 * kStages * 8 : 0) + 15) / 16 * 16;
-  static constexpr int kQRed = kQt + (kWg ? 2 * D * kTile : 0);
-  static constexpr int kBytes = kQRed + (kWg ? 8 * 4 + 1024 : 0);
+  static constexpr int kQRed = kQt + (kQStaging ? 2 * D * kTile : 0);
+  static constexpr int kBytes = kQRed + (kQStaging ? 8 * 4 : 0) + (kWg ? 1024 : 0);
   static constexpr int kMinBlocks = kWsF ? 1 : (MW == 1) ? (D == 64 ? 2 : 1) : 2;
   static_assert(kBytes * kMinBlocks <= 227 * 1024, "forward v5 shared memory over the sm_90 limit");
   static_assert(kStage0 % 16 == 0 && kVh % 16 == 0 && kStage % 16 == 0 && kF32 % 16 == 0,
@@ -1139,9 +1150,7 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
   // tile 0 so that the two latencies overlap); then wait for the quantize launch's K and V codes.
   ZeroDqRows<D>(p.dsrow, p.dqacc, bh, p.n, p.np, r0, kFwdRows, threadIdx.x, C::kThreadsLaunch);
   if (rb == 0 && bh == 0 && threadIdx.x == 0) *p.armed = kDqArmed;
-  // (D = 64: measured neutral in the forward and 0.5% slower in the backward that follows it at
-  // B16 H12 N1024 causal, so the quantize launch keeps Q there.)
-  constexpr bool kFuseQ = kWg && !kSmoothQ && D == 128;
+  constexpr bool kFuseQ = FwdFusesQ(D, kWg, kSmoothQ);
   [[maybe_unused]] float fq_scale = 0.0f;  // kFuseQ: the scale of this thread's Q group
   [[maybe_unused]] typename FusedQ<D>::Rows fq_rows;
   [[maybe_unused]] const int fq_group = ctid >> 7;
@@ -1428,6 +1437,27 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
   [[maybe_unused]] auto stage_of = [&](int j) {
     return C::kStage0 + (j % C::kStages) * C::kStage;
   };
+  // kWsF: waits for K tile j's stage (with Q-smoothing: and stores its bias, own group only).
+  [[maybe_unused]] auto ws_wait_tile = [&](int j) {
+    if (kSmoothQ) wg::NamedBarSync(2 + grp, 128);  // the previous tile's reads of s_bias[grp]
+    ring.ConsumerWait(j);
+    if (kSmoothQ && (ctid & 127) < kTile) store_bias(grp, ctid & 127, j * kTile);
+    if (kSmoothQ) wg::NamedBarSync(2 + grp, 128);
+  };
+  // kWsF: the softmax step over the NB * 8 keys from K tile j on, with the scales of j's stage
+  // and the mask only where a key is past N or above the CTA's first row.
+  [[maybe_unused]] auto ws_softmax_step = [&](int j, const auto& si, auto& pa, float (&alpha)[2],
+                                              float (&coef)[2]) {
+    constexpr int kKeys = 8 * std::extent_v<std::remove_reference_t<decltype(si)>>;
+    const int st = j % C::kStages, c0 = j * kTile;
+    const float a = p.tau * sq * s_scal[2 * st] * kLog2e;
+    const float svj = s_scal[2 * st + 1] * (1.0f / 127.0f);
+    if (c0 + kKeys > p.n || (kCausal && c0 + kKeys - 1 > r0)) {
+      softmax_rows(std::true_type{}, 0, si, a, svj, c0, pa, alpha, coef);
+    } else {
+      softmax_rows(std::false_type{}, 0, si, a, svj, c0, pa, alpha, coef);
+    }
+  };
   if constexpr (kK128) {
     // kK128 (lab variants 16 / 17 = 12 / 13 with kv_group = 128): the consumers take two K tiles
     // (one K / V quantization group: one K scale, one V scale) per step: S of both (two wgmma
@@ -1437,12 +1467,10 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
     // (odd count, causal diagonal) is not waited for: its stage's stale codes give logits that
     // the mask drops (P = 0), so every wgmma is issued unconditionally.
     for (int j0 = 0; j0 <= last; j0 += 2) {
-      const int j1 = j0 + 1, c0 = j0 * kTile, st = j0 % C::kStages;
+      const int j1 = j0 + 1;
       const bool has1 = j1 <= last;
       ring.ConsumerWait(j0);
       if (has1) ring.ConsumerWait(j1);
-      const float a = p.tau * sq * s_scal[2 * st] * kLog2e;
-      const float svj = s_scal[2 * st + 1] * (1.0f / 127.0f);
       int32_t sacc0[32], sacc1[32];
       issue_s(stage_of(j0), sacc0);
       issue_s(stage_of(j1), sacc1);
@@ -1455,11 +1483,7 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
       }
       uint32_t pa[4][4];
       float alpha[2], coef[2];
-      if (c0 + 2 * kTile > p.n || (kCausal && c0 + 2 * kTile - 1 > r0)) {
-        softmax_rows(std::true_type{}, 0, si, a, svj, c0, pa, alpha, coef);
-      } else {
-        softmax_rows(std::false_type{}, 0, si, a, svj, c0, pa, alpha, coef);
-      }
+      ws_softmax_step(j0, si, pa, alpha, coef);
       uint64_t dv0[D / 64][2], dv1[D / 64][2];
       pv_descs(stage_of(j0), dv0);
       pv_descs(stage_of(j1), dv1);
@@ -1483,40 +1507,27 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
     // (FlashAttention-3's intra-warpgroup overlap); the fold of tile j - 1 follows the softmax of
     // tile j (the same folds in the same order as the loop below: the same O). Stage j - 1 is
     // released after its fold, so a consumer holds two of the kStages stages.
-    auto wait_tile = [&](int j) {
-      if (kSmoothQ) wg::NamedBarSync(2 + grp, 128);  // the previous tile's reads of s_bias[grp]
-      ring.ConsumerWait(j);
-      if (kSmoothQ && (ctid & 127) < kTile) store_bias(grp, ctid & 127, j * kTile);
-      if (kSmoothQ) wg::NamedBarSync(2 + grp, 128);
-    };
     auto softmax_tile = [&](int j, const int32_t (&sacc)[32], uint32_t (&pa)[2][4],
                             float (&alpha)[2], float (&coef)[2]) {
-      const int st = j % C::kStages, c0 = j * kTile;
-      const float a = p.tau * sq * s_scal[2 * st] * kLog2e;
-      const float svj = s_scal[2 * st + 1] * (1.0f / 127.0f);
       int32_t si[8][4];
 #pragma unroll
       for (int n = 0; n < 8; ++n) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) si[n][e] = sacc[4 * n + e];
       }
-      if (c0 + kTile > p.n || (kCausal && c0 + kTile - 1 > r0)) {
-        softmax_rows(std::true_type{}, 0, si, a, svj, c0, pa, alpha, coef);
-      } else {
-        softmax_rows(std::false_type{}, 0, si, a, svj, c0, pa, alpha, coef);
-      }
+      ws_softmax_step(j, si, pa, alpha, coef);
     };
     uint32_t pa[2][4];
     float alpha[2], coef[2];
     {
       int32_t sacc[32];
-      wait_tile(0);
+      ws_wait_tile(0);
       issue_s(stage_of(0), sacc);
       wg::Wait<0>();
       softmax_tile(0, sacc, pa, alpha, coef);
     }
     for (int j = 1; j <= last; ++j) {
-      wait_tile(j);
+      ws_wait_tile(j);
       uint64_t dv[D / 64][2];
       pv_descs(stage_of(j - 1), dv);
       int32_t sacc[32];  // per iteration: no accumulator carried around the loop
@@ -1550,10 +1561,7 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
       const int c0 = j * kTile;
       const int st = kWsF ? j % C::kStages : (j & 1);  // the stage of K tile j
       if constexpr (kWsF) {
-        if (kSmoothQ) wg::NamedBarSync(2 + grp, 128);  // the previous tile's reads of s_bias[grp]
-        ring.ConsumerWait(j);
-        if (kSmoothQ && (ctid & 127) < kTile) store_bias(grp, ctid & 127, c0);  // own group only
-        if (kSmoothQ) wg::NamedBarSync(2 + grp, 128);
+        ws_wait_tile(j);
       } else {
         __syncthreads();  // previous tile's reads of the stage refilled below (and s_bias) done
         if (j < last) {
@@ -2680,8 +2688,7 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
   qp.job[0] = {k, w.kh, w.kht, w.sk, opt.smooth_k ? 1 : 0, false};
   qp.job[1] = {v, opt.int8_dp ? w.vh : nullptr, w.vht, w.sv, 0, fvar != 3};
   qp.job[2] = {q, w.qh, w.qht, w.sq, opt.smooth_q ? 2 : 0, false};
-  // The v6+ forwards (variants 10-15) quantize Q themselves at D = 128 unless it is smoothed.
-  const bool fuse_q = D == 128 && fvar >= 10 && !opt.smooth_q;
+  const bool fuse_q = FwdFusesQ(D, fvar >= 10, opt.smooth_q);  // variants 10-17: wgmma
   if (k128) {  // K and V in 128-key groups, Q (not smoothed: refused) fused at d128
     if (opt.smooth_q) return InvalidArgument("SageBwd CUDA: kv_group 128 without smooth_q");
     if (Status st = LaunchQuantize<D, false, 2>(s, qp, 2, stream); !st.ok()) return st;
@@ -2710,9 +2717,7 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
   p.dqacc = w.dqacc;
   p.armed = w.armed;
   p.q = q;
-  p.qh_out = w.qh;
-  p.qht_out = w.qht;
-  p.sq_out = w.sq;
+  p.qht = w.qht;
   p.n = s.N;
   p.np = nt * kTile;
   p.ntq = nt;
