@@ -2145,7 +2145,10 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       // kFx: log2 domain, P = ex2.approx(a log2e x + (bias log2e - lse log2e)): one FMA and the
       // SFU op per element (expf: range reduction + ex2 + scaling, ~8 instructions).
       const float a2 = a * cuda::kLog2e;
-      if (interior && kFx) {
+      // The Q-smoothing bias as a compile-time choice of two loops (a runtime test per element
+      // was if-converted into predicated loads and FMAs issued either way).
+      const auto interior_fx = [&](auto sq_c) {
+        constexpr bool kSq = decltype(sq_c)::value;
         const float l0 = s_lse[warp * 16 + g] * cuda::kLog2e;
         const float l1 = s_lse[warp * 16 + g + 8] * cuda::kLog2e;
         const float dr0 = s_drow[warp * 16 + g], dr1 = s_drow[warp * 16 + g + 8];
@@ -2155,12 +2158,18 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
           for (int e = 0; e < 4; ++e) {
             const float x = __int2float_rn(si[n][e]);
             const float l = (e >> 1) ? l1 : l0;
-            const float bl =
-                p.smooth_q ? fmaf(s_bias[n * 8 + 2 * t + (e & 1)], cuda::kLog2e, -l) : -l;
+            const float bl = kSq ? fmaf(s_bias[n * 8 + 2 * t + (e & 1)], cuda::kLog2e, -l) : -l;
             const float pe = cuda::FastExp2(fmaf(a2, x, bl));
             pf[n][e] = pe;
             dsf[n][e] = pe * (dp[n][e] - ((e >> 1) ? dr1 : dr0));
           }
+        }
+      };
+      if (interior && kFx) {
+        if (p.smooth_q) {
+          interior_fx(std::true_type{});
+        } else {
+          interior_fx(std::false_type{});
         }
       } else if (interior) {
         const float lse0 = s_lse[warp * 16 + g], lse1 = s_lse[warp * 16 + g + 8];
@@ -2350,7 +2359,9 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
           const int key = kr[e >> 1];
           const float coef = tau * s_csds[key] * sqi;
           float x = dk[ch * 8 + n][e] + coef * __int2float_rn(at(n, e));
-          if (p.smooth_q) x += (tau * s_colsum[key]) * s_mu[ch * 64 + n * 8 + 2 * t + (e & 1)];
+          if constexpr (!kWgPipe) {  // kWgPipe: after the tile's wgmmas (below)
+            if (p.smooth_q) x += (tau * s_colsum[key]) * s_mu[ch * 64 + n * 8 + 2 * t + (e & 1)];
+          }
           dk[ch * 8 + n][e] = x;
         }
       }
@@ -2466,6 +2477,22 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
         }
         epi_dq(ch_c, at);
       });
+    }
+    // kWgPipe: Q-smoothing's dK term tau rowsum_q(dS)[key] mu (ALGORITHMS.md 1.2) after the
+    // tile's wgmmas, not per element of the dK epilogue behind a runtime test (if-converted there:
+    // ~250 instructions per warp and tile at d128 issued with or without Q-smoothing). The older
+    // lab variants keep it in the epilogue (here they would spill).
+    if (kWgPipe && p.smooth_q) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float cs = tau * s_colsum[kr[h]];
+#pragma unroll
+        for (int n = 0; n < kNtD; ++n) {
+          const float2 mu = *reinterpret_cast<const float2*>(s_mu + n * 8 + 2 * t);
+          dk[n][2 * h] = fmaf(cs, mu.x, dk[n][2 * h]);
+          dk[n][2 * h + 1] = fmaf(cs, mu.y, dk[n][2 * h + 1]);
+        }
+      }
     }
     // kWs: every wgmma of this tile has completed and its shared reads of the stage are done.
     if constexpr (kWs) ring.ConsumerRelease(it);

@@ -362,6 +362,26 @@ __device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
       "r"(parity)
       : "memory");
 }
+// MbarWait for a warp that has nothing else to do and slack before it must run (a producer
+// waiting for an empty stage): sleeps ~kSleepNs between tries. Spinning, the producer of the
+// warp-specialized backward re-issued try_wait often enough to take ~12% of the issue slots its
+// SM sub-partitions share with the consumers (ncu source counters; a try_wait suspend-time hint
+// did not stop it).
+__device__ __forceinline__ void MbarWaitSleep(uint32_t bar, uint32_t parity) {
+  constexpr uint32_t kSleepNs = 256;
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT_LOOP:\n"
+      "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 done, [%0], %1;\n"
+      "@done bra WAIT_DONE;\n"
+      "nanosleep.u32 %2;\n"
+      "bra WAIT_LOOP;\n"
+      "WAIT_DONE:\n"
+      "}\n" ::"r"(bar),
+      "r"(parity), "n"(kSleepNs)
+      : "memory");
+}
 // An S-stage ring of shared buffers between one producer warpgroup and its consumers, at 2 S
 // mbarriers from shared address bar0 (full[S], then empty[S]). Use n (0, 1, ... in the order both
 // sides walk it) takes stage n % S in its phase n / S: the producer acquires it (waits until the
@@ -380,7 +400,7 @@ struct MbarRing {
     }
   }
   __device__ __forceinline__ void ProducerAcquire(int n) const {
-    if (n >= S) MbarWait(Empty(n % S), (n / S + 1) & 1);
+    if (n >= S) MbarWaitSleep(Empty(n % S), (n / S + 1) & 1);
   }
   __device__ __forceinline__ void ProducerCommit(int n) const { MbarArrive(Full(n % S)); }
   __device__ __forceinline__ void ConsumerWait(int n) const { MbarWait(Full(n % S), (n / S) & 1); }
