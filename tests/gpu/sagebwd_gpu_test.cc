@@ -572,26 +572,33 @@ TEST(SageBwdGpu, BwdVariantLab) {
   // ring, two consumer warpgroups of 64 keys each, one CTA per SM; production at d128
   // non-causal / causal). Also compiled in (figures in the bench notes): 24 = v4, 184 = v4q
   // (mma.sync), 1464 / 1976 / 4024 = the wgmma steps of v7, 12216, 77752, 176056.
-  const std::vector<int> vars = {44984, 110520, 241592, 372664, 503736};
+  // 1421240 / 1552312 = 372664 / 503736 with kBwdDqPair (the two consumers share dQ: dS^ row
+  // scales over 128 keys, the emulator's bkv = 128; d128 with 128-key K / V groups only, so no
+  // Q-smoothing; production at d128 without Q-smoothing).
+  const std::vector<int> vars = {44984, 110520, 241592, 372664, 503736, 1421240, 1552312};
   for (int var : vars) {
     SageCudaOptions opt;
     opt.bwd_variant = var;
+    const bool pair = (var & kSageBwdDqPair) != 0;
     std::printf("[lab] variant %d correctness\n", var);
     for (bool causal : {false, true}) {
-      CheckAgainstEmulator({1, 2, 200, 64, causal}, opt, 700);
+      if (!pair) CheckAgainstEmulator({1, 2, 200, 64, causal}, opt, 700);
       CheckAgainstEmulator({1, 2, 257, 128, causal}, opt, 800);
       // An odd number of K tiles without an N tail.
       CheckAgainstEmulator({1, 2, 320, 128, causal}, opt, 810);
+      if (pair) CheckAgainstEmulator({1, 2, 1000, 128, causal}, opt, 820);
     }
-    SageCudaOptions sq = opt;
-    sq.smooth_q = true;
-    CheckAgainstEmulator({1, 2, 150, 128, true}, sq, 900);
-    CheckAgainstEmulator({1, 2, 190, 64, false}, sq, 901);
+    if (!pair) {
+      SageCudaOptions sq = opt;
+      sq.smooth_q = true;
+      CheckAgainstEmulator({1, 2, 150, 128, true}, sq, 900);
+      CheckAgainstEmulator({1, 2, 190, 64, false}, sq, 901);
+    }
     // int8_dp with the Variants test's inputs (another seed at D = 64 N = 150 causal put dK at
     // rel L2 4.12e-3 for every variant, v4 included: an int8-code flip outlier, see ExpectTight).
     SageCudaOptions i8 = opt;
     i8.int8_dp = true;
-    CheckAgainstEmulator({1, 2, 150, 64, true}, i8, 300 + 64);
+    if (!pair) CheckAgainstEmulator({1, 2, 150, 64, true}, i8, 300 + 64);
     CheckAgainstEmulator({1, 2, 150, 128, false}, i8, 300 + 128);
     SageCudaOptions nc = opt;
     nc.dq_kmean_correction = false;
@@ -628,7 +635,11 @@ TEST(SageBwdGpu, BwdVariantLab) {
                                 bf(dq), bf(dk), bf(dv), ws.as<void>(), wsb, nullptr);
       };
       const double flops = 2.5 * 4.0 * s.B * s.H * double(s.N) * s.N * s.D * (causal ? 0.5 : 1.0);
-      TimeVariantsInterleaved(s, vars, 15, flops, bwd);
+      std::vector<int> run;  // the kBwdDqPair variants exist at d128 only
+      for (int var : vars) {
+        if (s.D == 128 || (var & kSageBwdDqPair) == 0) run.push_back(var);
+      }
+      TimeVariantsInterleaved(s, run, 15, flops, bwd);
     }
   }
 }
@@ -740,6 +751,17 @@ TEST(SageBwdGpu, RejectsBadArguments) {
     EXPECT_TRUE(fwd(-1, 0).ok());
     if (d == 128) {
       EXPECT_TRUE(fwd(-1, 128).ok());  // the production forward at d128
+      // The backward variants whose consumers share dQ need 128-key K / V groups.
+      ASSERT_TRUE(fwd(12, 64).ok());
+      SageCudaOptions opt;
+      opt.kv_group = 64;
+      opt.bwd_variant = 372664 + kSageBwdDqPair;
+      const auto* x = q.as<__nv_bfloat16>();
+      auto* y = o.as<__nv_bfloat16>();
+      const Status st = SageBackwardCuda(sd, opt, x, x, x, x, x, lse.as<float>(), y, y, y,
+                                         ws.as<void>(), wsb, nullptr);
+      EXPECT_FALSE(st.ok());
+      EXPECT_NE(st.ToString().find("kv_group"), std::string::npos) << st.ToString();
     }
     CUDA_OK(cudaDeviceSynchronize());
   }

@@ -16,7 +16,8 @@
 //   dO^ per (b,h, Q tile)
 //   P~  (forward) per query row of each block, s = exp(rowmax - m_new) / 127 (online max)
 //   P   (backward, dV = P^T dO) per key column of each block
-//   dS  per query row of the block for dQ = dS K, per key column for dK = dS^T Q
+//   dS  per query row of the block for dQ = dS K (block: the two consumers' 128 keys with
+//       kBwdDqPair, SageBwdKeyBlock), per key column for dK = dS^T Q
 // Every int8 product is an m16n8k32 s8 mma ("TN": both operands stored with the contraction
 // index contiguous), so each quantized tensor is stored in the orientation(s) its products need:
 //   S = Q^ K^T      A = Q^ [q][d]      B = K^ [key][d]
@@ -41,7 +42,8 @@
 // with __launch_bounds__(128, 3) (<= 168 registers): 3 CTAs (12 warps) per SM. D = 128 (sagebwd
 // v9, kBwdWs): one CTA per SM and pair of K tiles, a producer warpgroup copying each Q tile's
 // operands into a two-stage ring, two consumer warpgroups (240 registers each) running the
-// per-tile body for one K tile each.
+// per-tile body for one K tile each; v10 (kBwdDqPair, with 128-key K / V groups): the two
+// consumers share dQ (dS^ row scales over their 128 keys; each computes half of dQ's columns).
 //
 // Kernel-lab variant: sagebwd v6 forward (kernels/bench/README.md, Variants): SageForwardKernelV5
 // with kFastS and kWg: 8 warps = two warpgroups x 64 rows, 128-row CTAs, S = Q^ K^T by wgmma from
@@ -233,7 +235,8 @@ struct BwdWsLayout {
   static constexpr int kDrow = kLse + kTile * 4;
   static constexpr int kMu = kDrow + kTile * 4;
   static constexpr int kScal = kMu + D * 4;  // scale of Q^, of dO^ for the tile
-  static constexpr int kStageBytes = Up(kScal + 16, 1024);
+  static constexpr int kXrow = kScal + 16;     // kBwdDqPair: per consumer, row max |dS| [2][64]
+  static constexpr int kStageBytes = Up(kXrow + kWsConsumers * kTile * 4, 1024);
   // Buffer.
   static constexpr int kCons0 = 0;
   static constexpr int kStage0 = kWsConsumers * kConsBytes;
@@ -321,6 +324,14 @@ constexpr int kBwdLpt = 131072;  // grid (BH, K tiles): causal CTAs in longest-f
 // named barriers per warpgroup; the consumers issue no Q-side copies and share one copy of the Q
 // side, the producer gives its registers to them (setmaxnreg). One CTA per SM.
 constexpr int kBwdWs = 262144;
+// kBwdDqPair (with kBwdWs, D = 128, 128-key K / V groups): the two consumers share dQ. dS^ is
+// quantized with one scale per query row over both consumers' 128 keys (the emulator's bkv = 128:
+// SageBwdKeyBlock; the row maxima are exchanged through the stage), and consumer c computes dQ
+// columns 64c..64c+63 of the Q tile over all 128 keys (both consumers' dS^ and K^T tiles), so
+// each consumer folds and reduces half the dQ block it did (one 64 x 64 product of K = 128
+// instead of two of K = 64). Both consumers run every Q tile of the CTA (a causal tile above a
+// consumer's diagonal or a K tile past N is computed fully masked: P = dS = 0).
+constexpr int kBwdDqPair = kSageBwdDqPair;
 // (Measured, not kept: dQ converted in the backward kernel by the last contributor per Q tile,
 // found by an acq_rel counter per tile: 0.78-0.98x; docs/gpu/2026-11-21-h200-pdl.)
 template <int D, int kVar>
@@ -1823,6 +1834,8 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
   constexpr bool kSplitWait = kSplitWait0 && !kWs;  // kWs: the producer waits for the copies
   constexpr bool kBulkDq = kWgPipe && (kVar & kBwdBulkDq) != 0;
   static_assert(!kWs || (kWgPipe && kColVec), "kBwdWs builds on kBwdWgPipe and kBwdColVec");
+  constexpr bool kPair = (kVar & kBwdDqPair) != 0;
+  static_assert(!kPair || (kWs && D == 128 && kWsConsumers == 2), "kBwdDqPair: kBwdWs at D = 128");
   using C = SageConfig<D>;
   using L = std::conditional_t<kWs, BwdWsLayout<D>, BwdLayout<D, kWg, kWg2, kBulkDq>>;
   // Byte offset of (row, col) in P^T, dS^T, dS^ (kI8T-padded, or 64B-swizzled with kWg2).
@@ -1956,7 +1969,9 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
   };
   if constexpr (kWs) {
     namespace wg = cuda::wgmma;
-    if (threadIdx.x == 0) ring.Init(kThreads, min(kCons, p.ntk - kCons * jb) * kThreads);
+    if (threadIdx.x == 0) {
+      ring.Init(kThreads, (kPair ? kCons : min(kCons, p.ntk - kCons * jb)) * kThreads);
+    }
     __syncthreads();
     if (cw < 0) {
       // Producer: copies only (its registers go to the consumers).
@@ -1990,18 +2005,26 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       }
       return;
     }
-    if (j >= p.ntk) return;  // no second K tile (the empty barriers count one consumer)
+    // No second K tile: the empty barriers count one consumer (kPair: both consumers run, this
+    // one's keys all masked).
+    if (!kPair && j >= p.ntk) return;
     wg::SetMaxNRegInc<kWsConsumerRegs>();
   }
+  // (kPair, a K tile past N: no K^ / K^T to copy; whatever the tiles hold meets only masked
+  // scores and zero dS^ codes.)
   if constexpr (kWg) {
-    LoadGmmaTileAsync<typename L::TileI8, kThreads, false>(s_kh, p.kh + bh * npd + int64_t(c0) * D, 0,
-                                                    kTile, tid);
+    if (!kPair || j < p.ntk) {
+      LoadGmmaTileAsync<typename L::TileI8, kThreads, false>(
+          s_kh, p.kh + bh * npd + int64_t(c0) * D, 0, kTile, tid);
+    }
   } else {
     CopyRows(s_kh, C::kI8D, p.kh + bh * npd + int64_t(c0) * D, D, kTile, D);
   }
   if constexpr (kWg2) {
-    LoadGmmaTileAsync<typename L::TileT, kThreads, false>(s_kht, p.kht + bh * npd + c0, 0, D,
-                                                   tid, p.np);
+    if (!kPair || j < p.ntk) {
+      LoadGmmaTileAsync<typename L::TileT, kThreads, false>(s_kht, p.kht + bh * npd + c0, 0, D,
+                                                            tid, p.np);
+    }
   } else {
     CopyRows(s_kht, kI8T, p.kht + bh * npd + c0, p.np, D, kTile);
   }
@@ -2063,12 +2086,24 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
     cuda::wgmma::FenceProxyAsync();
     wg_sync();
   }
+  // kPair: a barrier over both consumer warpgroups; the descriptor words of their regions.
+  const auto pair_sync = [&]() { cuda::wgmma::NamedBarSync(3, kCons * kThreads); };
+  const auto cons_dlo = [&](int c) {
+    if constexpr (kPair) {
+      return cuda::wgmma::DescLo(cuda::SmemAddr(buf + L::kCons0 + c * L::kConsBytes));
+    } else {
+      return 0u;
+    }
+  };
+  const uint32_t dlo_c0 = cons_dlo(0), dlo_c1 = cons_dlo(1);
+  float* s_xrow = nullptr;  // kPair: the stage's per-consumer row max |dS| [2][64]
   for (int i = kWs ? ibeg : i0, it = 0; i < p.ntq; ++i, ++it) {
     const int r0 = i * kTile;
     float sqi, sdoi;
     if constexpr (kWs) {
       namespace wg = cuda::wgmma;
-      if (i < i0) {  // causal: above this consumer's diagonal (consumer 1's first tile)
+      // causal: above this consumer's diagonal (consumer 1's first tile); kPair runs it masked
+      if (!kPair && i < i0) {
         ring.ConsumerRelease(it);
         continue;
       }
@@ -2079,6 +2114,7 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       s_lse = reinterpret_cast<float*>(q + L::kLse);
       s_drow = reinterpret_cast<float*>(q + L::kDrow);
       s_mu = reinterpret_cast<float*>(q + L::kMu);
+      s_xrow = reinterpret_cast<float*>(q + L::kXrow);
       sqi = reinterpret_cast<const float*>(q + L::kScal)[0];
       sdoi = reinterpret_cast<const float*>(q + L::kScal)[1];
       if (p.smooth_q) {
@@ -2224,8 +2260,13 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       }
       mds = QuadMax(mds);
       rs = QuadSum(rs);
-      rscale[h] = GroupScale(mds);
-      rinv[h] = 1.0f / rscale[h];
+      rscale[h] = mds;  // the scale after the pair exchange with kPair (below), else here
+      if constexpr (kPair) {
+        if (t == 0) s_xrow[cw * kTile + warp * 16 + g + 8 * h] = mds;
+      } else {
+        rscale[h] = GroupScale(mds);
+        rinv[h] = 1.0f / rscale[h];
+      }
       const int grow = r0 + warp * 16 + g + 8 * h;
       if (t == 0 && grow < p.n) atomicAdd(p.dsrow + int64_t(bh) * p.n + grow, rs);
     }
@@ -2274,7 +2315,16 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       }
     }
     }
-    wg_sync();
+    if constexpr (kPair) {
+      pair_sync();  // both consumers' row maxima of |dS| (and this one's column partials)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        rscale[h] = GroupScale(fmaxf(rscale[h], s_xrow[(1 - cw) * kTile + warp * 16 + g + 8 * h]));
+        rinv[h] = 1.0f / rscale[h];
+      }
+    } else {
+      wg_sync();
+    }
     if (tid < kTile) {
       const int c = tid;
       float mp = 0.0f, mds = 0.0f, cs = 0.0f;
@@ -2332,7 +2382,11 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
     }
     if constexpr (kSplitWait) cuda::CpAsyncWait<0>();  // Q^T, dO^T landed (this thread's)
     if constexpr (kWg2) cuda::wgmma::FenceProxyAsync();  // st.shared, cp.async -> wgmma's reads
-    wg_sync();
+    if constexpr (kPair) {
+      pair_sync();  // the dQ wgmma reads both consumers' dS^
+    } else {
+      wg_sync();
+    }
 
     // dV, dK (this warp's 16 keys) and dQ (this warp's 16 query rows), 64 head-dim columns at a
     // time to bound the live int32 accumulators. The epilogues read the chunk's int32 products
@@ -2369,8 +2423,7 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
     // dQ: 8-byte vector atomics (red.global.add.v2.f32), rows g and g + 8. All 32 values are
     // scaled first and the atomics issued back to back under one row test each (an atomic per
     // branch, its source registers reused by the next conversion, stalled on every one).
-    const auto epi_dq = [&](auto ch_c, const auto& at) {
-      constexpr int ch = decltype(ch_c)::value;
+    const auto epi_dq = [&](int ch, const auto& at) {  // dQ columns 64 ch..
       float2 v0[8], v1[8];
 #pragma unroll
       for (int n = 0; n < 8; ++n) {
@@ -2421,36 +2474,52 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
     constexpr int kChBytes = kWg2 ? L::TileP::kBytes : 64 * kI8T;
     if constexpr (kWgPipe) {
       // Six (d128) / three (d64) products in flight two at a time: step s = 3 ch + kind (dV, dK,
-      // dQ); the epilogue of step s runs while step s + 1's wgmma does.
+      // dQ); the epilogue of step s runs while step s + 1's wgmma does. kPair: five steps, dV /
+      // dK of head-dim chunk 0, dQ (this consumer's chunk cw over both consumers' 128 keys: four
+      // k-steps), dV / dK of chunk 1.
       namespace wg = cuda::wgmma;
       using TP = typename L::TileP;
       constexpr int kAOf[3] = {L::kPT, L::kDsT, L::kDsh};
       constexpr int kBOf[3] = {L::kDoht, L::kQht, L::kKht};
+      constexpr int kSteps = kPair ? 2 * (D / 64) + 1 : 3 * (D / 64);
+      constexpr auto kind_of = [](int st) {
+        return kPair ? (st == 2 ? 2 : (st < 2 ? st : st - 3)) : st % 3;
+      };
+      constexpr auto ch_of = [](int st) { return kPair ? (st < 2 ? 0 : 1) : st / 3; };
       int32_t acc[2][32];
       const auto issue = [&](auto s_c) {
-        constexpr int st = decltype(s_c)::value, kind = st % 3, ch = st / 3;
-        constexpr int ab = kAOf[kind], bb = kBOf[kind] + ch * kChBytes;
+        constexpr int st = decltype(s_c)::value, kind = kind_of(st), ch = ch_of(st);
         wg::Fence();
-        const uint32_t blo = kind == 2 ? dlo : dlo_q;  // K^T in the K side, Q^T / dO^T not
-        wg::MmaS8(acc[st & 1], TileDesc<TP>(dlo, ab), TileDesc<TP>(blo, bb), false);
-        wg::MmaS8(acc[st & 1], TileDesc<TP>(dlo, ab, 32), TileDesc<TP>(blo, bb, 32), true);
+        if constexpr (kPair && kind == 2) {
+          const int bb = L::kKht + cw * kChBytes;
+          wg::MmaS8(acc[st & 1], TileDesc<TP>(dlo_c0, L::kDsh), TileDesc<TP>(dlo_c0, bb), false);
+          wg::MmaS8(acc[st & 1], TileDesc<TP>(dlo_c0, L::kDsh, 32), TileDesc<TP>(dlo_c0, bb, 32),
+                    true);
+          wg::MmaS8(acc[st & 1], TileDesc<TP>(dlo_c1, L::kDsh), TileDesc<TP>(dlo_c1, bb), true);
+          wg::MmaS8(acc[st & 1], TileDesc<TP>(dlo_c1, L::kDsh, 32), TileDesc<TP>(dlo_c1, bb, 32),
+                    true);
+        } else {
+          constexpr int ab = kAOf[kind], bb = kBOf[kind] + ch * kChBytes;
+          const uint32_t blo = kind == 2 ? dlo : dlo_q;  // K^T in the K side, Q^T / dO^T not
+          wg::MmaS8(acc[st & 1], TileDesc<TP>(dlo, ab), TileDesc<TP>(blo, bb), false);
+          wg::MmaS8(acc[st & 1], TileDesc<TP>(dlo, ab, 32), TileDesc<TP>(blo, bb, 32), true);
+        }
         wg::Commit();
       };
-      constexpr int kSteps = 3 * (D / 64);
       issue(std::integral_constant<int, 0>{});
       issue(std::integral_constant<int, 1>{});
       cuda::StaticFor<kSteps>([&](auto s_c) {
-        constexpr int st = decltype(s_c)::value, kind = st % 3;
+        constexpr int st = decltype(s_c)::value, kind = kind_of(st);
         if constexpr (st + 1 < kSteps) {
           wg::Wait<1>();
         } else {
           wg::Wait<0>();
         }
         const auto at = [&](int n, int e) { return acc[st & 1][4 * n + e]; };
-        const std::integral_constant<int, st / 3> ch_c{};
+        const std::integral_constant<int, ch_of(st)> ch_c{};
         if constexpr (kind == 0) epi_dv(ch_c, at);
         if constexpr (kind == 1) epi_dk(ch_c, at);
-        if constexpr (kind == 2) epi_dq(ch_c, at);
+        if constexpr (kind == 2) epi_dq(kPair ? cw : ch_of(st), at);
         if constexpr (st + 2 < kSteps) issue(std::integral_constant<int, st + 2>{});
       });
     } else {
@@ -2818,13 +2887,19 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
 //            (DqAccIndex; before it, 16 per warp, which the compiler issued one lane at a time):
 //            d128 non-causal 372664 1.17x of 44984 (1.05x of 110520), causal 503736 1.02x of
 //            241592; d64 0.94-1.06x of 44984 (8 consumer warps per SM instead of 12).
-// BwdProductionFor is what production calls (bwd_variant = -1) run (sagebwd v9): d128 372664 /
-// 503736 (non-causal / causal), d64 110520 / 241592 (kernels/bench/README.md, Variants).
-constexpr int BwdProductionFor(int d, bool causal) {
+//   1421240 / 1552312  372664 / 503736 + kBwdDqPair (1048576: the two consumers share dQ over
+//            128 keys, dS^ row scales over 128 keys = the emulator's bkv 128; 128-key K / V
+//            groups only): 1.02-1.03x non-causal, 1.05-1.09x causal of 372664 / 503736
+//            (session 12, after the Q-smoothing tests left the unrolled loops)
+// BwdProductionFor is what production calls (bwd_variant = -1) run (sagebwd v10): d128 1421240 /
+// 1552312 (non-causal / causal) with 128-key K / V groups, 372664 / 503736 with 64-key groups
+// (Q-smoothing), d64 110520 / 241592 (kernels/bench/README.md, Variants).
+constexpr int BwdProductionFor(int d, bool causal, int kv_group) {
   constexpr int kV8 = 24 + kBwdExp2 + kBwdFastQ + kBwdWgmma + kBwdWgmma2 + kBwdColRs + kBwdWgPipe +
                       kBwdSplitWait + kBwdColVec + kBwdBulkDq;
   const int v = causal ? kV8 + kBwdLpt : kV8;
-  return d == 128 ? v + kBwdWs : v;
+  if (d != 128) return v;
+  return kv_group == 2 * kTile ? v + kBwdWs + kBwdDqPair : v + kBwdWs;
 }
 using BwdKernel = void (*)(BwdParams);
 struct BwdLaunch {
@@ -2836,12 +2911,16 @@ struct BwdLaunch {
 };
 template <int D, bool kCausal, int kVar>
 BwdLaunch BwdLaunchOf() {
-  constexpr bool kWs = (kVar & kBwdWs) != 0;
-  using Layout = BwdLayout<D, (kVar & kBwdWgmma) != 0, (kVar & kBwdWgmma2) != 0,
-                           (kVar & kBwdWgPipe) != 0 && (kVar & kBwdBulkDq) != 0>;
-  constexpr int kSmem = kWs ? BwdWsLayout<D>::kBytes : Layout::kBytes;
-  return {SageBackwardKernel<D, kCausal, kVar>, kSmem, (kVar & kBwdLpt) != 0,
-          BwdThreads<D, kVar>(), kWs ? kWsConsumers * kTile : kTile};
+  if constexpr ((kVar & kBwdDqPair) != 0 && D != 128) {
+    return {};  // D = 128 only
+  } else {
+    constexpr bool kWs = (kVar & kBwdWs) != 0;
+    using Layout = BwdLayout<D, (kVar & kBwdWgmma) != 0, (kVar & kBwdWgmma2) != 0,
+                             (kVar & kBwdWgPipe) != 0 && (kVar & kBwdBulkDq) != 0>;
+    constexpr int kSmem = kWs ? BwdWsLayout<D>::kBytes : Layout::kBytes;
+    return {SageBackwardKernel<D, kCausal, kVar>, kSmem, (kVar & kBwdLpt) != 0,
+            BwdThreads<D, kVar>(), kWs ? kWsConsumers * kTile : kTile};
+  }
 }
 // The backward variants compiled in (the list above), one instantiation per head dim and mask.
 template <int... V>
@@ -2855,7 +2934,8 @@ constexpr int kBwdV8d = kBwdV7s + kBwdColVec + kBwdBulkDq;                      
 using BwdCompiled =
     BwdVariantList<24, kBwdV4q, kBwdV7a, kBwdV7b, kBwdV7, kBwdV7s, kBwdV7s + kBwdColVec,
                    kBwdV7s + kBwdBulkDq, kBwdV8d, kBwdV8d + kBwdLpt, kBwdV7s + kBwdColVec + kBwdLpt,
-                   kBwdV8d + kBwdWs, kBwdV8d + kBwdLpt + kBwdWs>;
+                   kBwdV8d + kBwdWs, kBwdV8d + kBwdLpt + kBwdWs, kBwdV8d + kBwdWs + kBwdDqPair,
+                   kBwdV8d + kBwdLpt + kBwdWs + kBwdDqPair>;
 template <int D, bool kCausal, int... V>
 BwdLaunch BwdLaunchIn(int var, BwdVariantList<V...>) {
   BwdLaunch r{};
@@ -2877,6 +2957,12 @@ Status BackwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_b
   const int kvg = SageKvGroup(opt, D);
   if (kvg != kTile && kvg != 2 * kTile) {
     return InvalidArgument("SageBwd CUDA: kv_group " + std::to_string(kvg) + " (64 or 128)");
+  }
+  const int var = opt.bwd_variant < 0 ? BwdProductionFor(D, s.causal, kvg) : opt.bwd_variant;
+  if ((var & kBwdDqPair) != 0 && kvg != 2 * kTile) {
+    return InvalidArgument("SageBwd CUDA: backward variant " + std::to_string(var) +
+                           " shares dQ over 128-key K / V groups; kv_group is " +
+                           std::to_string(kvg));
   }
   // dO^ (row-major codes only with int8_dp), D_i = rowsum(dO o O), dsrow and dqacc zeroed.
   QuantParams qp{};
@@ -2921,7 +3007,7 @@ Status BackwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_b
   p.smooth_q = opt.smooth_q;
   p.int8_dp = opt.int8_dp;
   p.tau = 1.0f / std::sqrt(static_cast<float>(D));
-  const int var = opt.bwd_variant < 0 ? BwdProductionFor(D, s.causal) : opt.bwd_variant;
+
   const BwdLaunch L = s.causal ? BwdLaunchFor<D, true>(var) : BwdLaunchFor<D, false>(var);
   if (L.kernel == nullptr) {
     return InvalidArgument("SageBwd CUDA: backward variant " + std::to_string(var) +

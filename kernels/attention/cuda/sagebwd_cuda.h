@@ -8,7 +8,8 @@
 //
 // Tiles: kSageBq query rows x kSageBkv key rows for every head dim and both passes, K and V
 // quantized in groups of SageKvGroup(opt, d) keys (128 at d128 without Q-smoothing, where the
-// forward steps 128 keys at a time; else 64); configure the CPU emulator with
+// forward steps 128 keys at a time; else 64), the backward's dS^ row scales (for dQ) over
+// SageBwdKeyBlock(opt, d) keys (128 with 128-key groups, else 64); configure the CPU emulator with
 // SageCpuOptions(opt, d) to compare bit-for-bit up to accumulation order. (The forward kernel's
 // CTA covers two kSageBq groups; the groups, their scales and means are unchanged.)
 //
@@ -89,11 +90,23 @@ inline int SageKvGroup(const SageCudaOptions& opt, int d) {
   return k128 ? 2 * kSageBkv : kSageBkv;
 }
 
+// The backward variant bit (sagebwd.cu, kBwdDqPair) whose two consumers share dQ over 128 keys.
+inline constexpr int kSageBwdDqPair = 1048576;
+
+// The backward's key block (the emulator's bkv) for `opt` at head dim d: 128 where the backward
+// quantizes dS^ for dQ with one scale per query row over 128 keys (production at d128 with
+// 128-key K / V groups, or a kSageBwdDqPair lab variant), else 64.
+inline int SageBwdKeyBlock(const SageCudaOptions& opt, int d) {
+  const bool pair = d == 128 && SageKvGroup(opt, d) == 2 * kSageBkv &&
+                    (opt.bwd_variant < 0 || (opt.bwd_variant & kSageBwdDqPair) != 0);
+  return pair ? 2 * kSageBkv : kSageBkv;
+}
+
 // The CPU emulator options that the kernels implement for `opt` at head dim d.
 inline SageOptions SageCpuOptions(const SageCudaOptions& opt, int d) {
   SageOptions o;
   o.bq = kSageBq;
-  o.bkv = kSageBkv;
+  o.bkv = SageBwdKeyBlock(opt, d);
   o.smooth_k = opt.smooth_k;
   o.smooth_q = opt.smooth_q;
   o.int8_dp = opt.int8_dp;

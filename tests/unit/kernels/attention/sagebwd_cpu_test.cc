@@ -164,6 +164,20 @@ TEST(SageOptionsTest, KvGroupsOfTwoTiles) {
     ExpectPublishedAccuracy(ep);
     EXPECT_NE(rp.o, rb.o);  // the groups (and the forward's tiles) do change the arithmetic
     EXPECT_LT(ep.o.rel_l2, 1.5 * eb.o.rel_l2);
+    // The d128 production backward (SageBwdKeyBlock): 128-key blocks, so dS^ for dQ has one
+    // scale per query row over 128 keys. The forward and the per-key-column quantities (dV, dK)
+    // are those of 64-key blocks exactly; dQ changes and keeps the published accuracy.
+    SageOptions pair_bwd = pair;
+    pair_bwd.bkv = 128;
+    const Result rq = RunSage<double>(in, pair_bwd);
+    EXPECT_EQ(rq.o, rp.o);
+    EXPECT_EQ(rq.dv, rp.dv);
+    EXPECT_EQ(rq.dk, rp.dk);
+    EXPECT_NE(rq.dq, rp.dq);
+    const Report eq = Compare(rq, ref);
+    PrintReport(causal ? "kv_group 128 bkv 128 causal" : "kv_group 128 bkv 128 full", eq);
+    ExpectPublishedAccuracy(eq);
+    EXPECT_LT(eq.dq.rel_l2, 1.5 * ep.dq.rel_l2);
   }
 }
 
