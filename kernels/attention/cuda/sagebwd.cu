@@ -2271,6 +2271,8 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       if (t == 0 && grow < p.n) atomicAdd(p.dsrow + int64_t(bh) * p.n + grow, rs);
     }
     // Column partials over this warp's 16 rows (its two rows, then the 8 groups: lane bits 2..4).
+    // The column sums of dS serve Q-smoothing's dK term only, which kPair never runs.
+    constexpr bool kColSum = !kPair;
     if constexpr ((kVar & kBwdColRs) != 0) {
       float vp[16], vds[16], vcs[16];
 #pragma unroll
@@ -2287,11 +2289,14 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       float rp[2], rds[2], rcs[2];
       ColumnReduceScatter(vp, lane, fmax, rp);
       ColumnReduceScatter(vds, lane, fmax, rds);
-      ColumnReduceScatter(vcs, lane, fadd, rcs);
+      if constexpr (kColSum) ColumnReduceScatter(vcs, lane, fadd, rcs);
       const int c = 8 * g + 2 * t;
       *reinterpret_cast<float2*>(s_part + (0 * 4 + warp) * kTile + c) = make_float2(rp[0], rp[1]);
       *reinterpret_cast<float2*>(s_part + (1 * 4 + warp) * kTile + c) = make_float2(rds[0], rds[1]);
-      *reinterpret_cast<float2*>(s_part + (2 * 4 + warp) * kTile + c) = make_float2(rcs[0], rcs[1]);
+      if constexpr (kColSum) {
+        *reinterpret_cast<float2*>(s_part + (2 * 4 + warp) * kTile + c) =
+            make_float2(rcs[0], rcs[1]);
+      }
     } else {
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
@@ -2332,12 +2337,12 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       for (int w = 0; w < 4; ++w) {
         mp = fmaxf(mp, s_part[(0 * 4 + w) * kTile + c]);
         mds = fmaxf(mds, s_part[(1 * 4 + w) * kTile + c]);
-        cs += s_part[(2 * 4 + w) * kTile + c];
+        if constexpr (kColSum) cs += s_part[(2 * 4 + w) * kTile + c];
       }
       const float sp = GroupScale(mp), sds = GroupScale(mds);
       s_csp[c] = sp;
       s_csds[c] = sds;
-      s_colsum[c] = cs;
+      if constexpr (kColSum) s_colsum[c] = cs;
       s_cinvp[c] = 1.0f / sp;
       s_cinvds[c] = 1.0f / sds;
       if constexpr (kColVec) {
