@@ -677,7 +677,7 @@ struct QuantParams {
 // (the max over both halves); a second tile past the padded length writes nothing. Scales are
 // stored per group, with the row stride of the per-tile ones (BH, Np / 64).
 template <int D, bool kPrep, int kG = 1>
-__global__ void __launch_bounds__(256 * kG, (D == 64 && !kPrep && kG == 1) ? 6 : 1)
+__global__ void __launch_bounds__(256 * kG, (D == 64 && !kPrep && kG == 1) ? 6 : (kG == 2 ? 2 : 1))
     QuantizeKernel(QuantParams p) {
   static_assert(kG == 1 || (kG == 2 && !kPrep), "two-tile groups for the K / V jobs only");
   constexpr int kC8 = D / 8;             // 16-byte chunks of a bf16 row
