@@ -60,8 +60,8 @@
 // S and dP from the swizzled Q^ / K^ / dO / V tiles, dV / dK / dQ from the P^T / dS^T / dS^
 // tiles the kernel writes, two of those in flight at a time) + column scale partials by a
 // reduce-scatter (= v7, 4024) + the bits of BwdProductionFor (late phase-2 waits, vector column
-// scales, bulk dQ reductions, longest-first causal grid; v9: warp specialization at D = 128); the
-// compiled-in variants are
+// scales, bulk dQ reductions, longest-first causal grid; v9: warp specialization at D = 128; v10:
+// the two consumers share dQ at D = 128 with 128-key K / V groups); the compiled-in variants are
 // BwdCompiled (the GPU test's lab mode times them through SageCudaOptions::bwd_variant). The
 // quantization is two launches (K-mean parts, then K / V / Q) in the forward and one (dO with
 // D_i) in the backward; the forward kernel zeroes the backward's dQ accumulator. Lab forward
@@ -676,8 +676,17 @@ struct QuantParams {
 // 512 threads, each half quantizes one of the group's two tiles as above with the group's scale
 // (the max over both halves); a second tile past the padded length writes nothing. Scales are
 // stored per group, with the row stride of the per-tile ones (BH, Np / 64).
+// Minimum blocks per SM of QuantizeKernel (launch bounds): the d64 forward launch 6 (<= 40
+// registers); the two-tile launch 2 (<= 64 registers, 88 bytes of spills at d128: one 512-thread
+// block per SM at its 116 registers left the loads of one block at a time in flight, 80.6 vs
+// 65.3 us at B4 H16 N2048 d128 under ncu); else 1.
+template <int D, bool kPrep, int kG>
+constexpr int QuantizeMinBlocks() {
+  if constexpr (kG == 2) return 2;
+  return D == 64 && !kPrep ? 6 : 1;
+}
 template <int D, bool kPrep, int kG = 1>
-__global__ void __launch_bounds__(256 * kG, (D == 64 && !kPrep && kG == 1) ? 6 : (kG == 2 ? 2 : 1))
+__global__ void __launch_bounds__(256 * kG, (QuantizeMinBlocks<D, kPrep, kG>()))
     QuantizeKernel(QuantParams p) {
   static_assert(kG == 1 || (kG == 2 && !kPrep), "two-tile groups for the K / V jobs only");
   constexpr int kC8 = D / 8;             // 16-byte chunks of a bf16 row
@@ -2246,7 +2255,7 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       }
     }
     // Row scales of dS (this thread's rows 16w+g, +8: the same rows as its dQ rows) and rowsum.
-    float rscale[2], rinv[2];
+    float rmax[2], rscale[2], rinv[2];  // per row: max |dS| (kPair: over this consumer's keys)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float mds = 0.0f, rs = 0.0f;
@@ -2260,8 +2269,8 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       }
       mds = QuadMax(mds);
       rs = QuadSum(rs);
-      rscale[h] = mds;  // the scale after the pair exchange with kPair (below), else here
-      if constexpr (kPair) {
+      rmax[h] = mds;
+      if constexpr (kPair) {  // the scale after the pair barrier below, over both consumers' keys
         if (t == 0) s_xrow[cw * kTile + warp * 16 + g + 8 * h] = mds;
       } else {
         rscale[h] = GroupScale(mds);
@@ -2324,7 +2333,8 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       pair_sync();  // both consumers' row maxima of |dS| (and this one's column partials)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        rscale[h] = GroupScale(fmaxf(rscale[h], s_xrow[(1 - cw) * kTile + warp * 16 + g + 8 * h]));
+        const float other = s_xrow[(1 - cw) * kTile + warp * 16 + g + 8 * h];
+        rscale[h] = GroupScale(fmaxf(rmax[h], other));
         rinv[h] = 1.0f / rscale[h];
       }
     } else {
