@@ -1854,7 +1854,9 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
   char* const buf = kWg ? smem + ((1024 - (cuda::SmemAddr(smem) & 1023)) & 1023) : smem;
   // kWs: cw = this thread's consumer warpgroup (-1: the producer), tid its index in its
   // warpgroup; base = its consumer region. Otherwise cw = 0, tid = threadIdx.x, base = buf.
-  const int cw = kWs ? int(threadIdx.x >> 7) - 1 : 0;
+  // (Broadcast from lane 0 so that the compiler knows it is warp-uniform: the consumer region's
+  // address, and the wgmma descriptors built from it, then live in uniform registers.)
+  const int cw = kWs ? __shfl_sync(0xffffffffu, int(threadIdx.x >> 7) - 1, 0) : 0;
   const int tid = kWs ? int(threadIdx.x & 127) : int(threadIdx.x);
   char* const base = [&] {
     if constexpr (kWs) {
