@@ -658,6 +658,18 @@ struct QuantParams {
   int n, np;
 };
 
+// Minimum blocks per SM of QuantizeKernel (launch bounds): the d64 forward launch 6 (<= 40
+// registers, 6 blocks per SM instead of 5 at 48: 46.0 -> 43.6 us at B16 H12 N1024 under ncu; the
+// prep launch keeps its registers: 40 spilled and measured no better); the two-tile launch 2 (<=
+// 64 registers, 88 bytes of spills at d128: one 512-thread block per SM at its 116 registers left
+// the loads of one block at a time in flight, 80.6 vs 65.3 us at B4 H16 N2048 d128 under ncu);
+// else 1.
+template <int D, bool kPrep, int kG>
+constexpr int QuantizeMinBlocks() {
+  if constexpr (kG == 2) return 2;
+  return D == 64 && !kPrep ? 6 : 1;
+}
+
 // Quantizes one 64-row tile of a job's tensor (grid: tiles, BH, jobs; block: 256) with one scale
 // per tile (GroupScale of the tile's max |X - shift|; padded rows are 0): writes the row-major
 // codes (when xh is set), the transposed codes and the scale; mode 2 also the tile mean (mu).
@@ -670,21 +682,10 @@ struct QuantParams {
 // kPrep (the backward's dO): also drow[row] = sum_d dO O (fp32; the kC8 threads of a row are
 // adjacent lanes, combined by shuffles), dsrow[row] = 0 and the fp32 dQ accumulator rows zeroed
 // (the backward kernel adds into both) unless the forward armed them.
-// D = 64 forward launch: at most 40 registers (6 blocks per SM instead of 5 at 48): 46.0 -> 43.6
-// us at B16 H12 N1024 (ncu, H200); the prep launch keeps 48 (40 spilled and measured no better).
 // kG = 2 (K / V quantization groups of 128 keys, SageCudaOptions::kv_group; modes 0 and 1):
 // 512 threads, each half quantizes one of the group's two tiles as above with the group's scale
 // (the max over both halves); a second tile past the padded length writes nothing. Scales are
 // stored per group, with the row stride of the per-tile ones (BH, Np / 64).
-// Minimum blocks per SM of QuantizeKernel (launch bounds): the d64 forward launch 6 (<= 40
-// registers); the two-tile launch 2 (<= 64 registers, 88 bytes of spills at d128: one 512-thread
-// block per SM at its 116 registers left the loads of one block at a time in flight, 80.6 vs
-// 65.3 us at B4 H16 N2048 d128 under ncu); else 1.
-template <int D, bool kPrep, int kG>
-constexpr int QuantizeMinBlocks() {
-  if constexpr (kG == 2) return 2;
-  return D == 64 && !kPrep ? 6 : 1;
-}
 template <int D, bool kPrep, int kG = 1>
 __global__ void __launch_bounds__(256 * kG, (QuantizeMinBlocks<D, kPrep, kG>()))
     QuantizeKernel(QuantParams p) {
@@ -805,6 +806,15 @@ __global__ void __launch_bounds__(256 * kG, (QuantizeMinBlocks<D, kPrep, kG>()))
 // ----------------------------------------------------------------------------------------------
 // Forward.
 // ----------------------------------------------------------------------------------------------
+
+// The scale (sk or sv) of K tile j's K / V group: per-group scales with the per-tile row stride
+// ntk, one group per 64 << kv_shift keys (FwdParams, BwdParams).
+template <typename P>
+__device__ __forceinline__ float KvGroupScale(const float* scale, const P& p, int64_t bh, int j) {
+  return scale[bh * p.ntk + (j >> p.kv_shift)];
+}
+// kv_shift of a K / V group of kvg keys (64 or 128).
+constexpr int KvShift(int kvg) { return kvg == 2 * kTile ? 1 : 0; }
 
 struct FwdParams {
   const __nv_bfloat16* k;  // (BH, N, D), for the Q-smoothing bias
@@ -957,8 +967,8 @@ __global__ void __launch_bounds__(kThreads) SageForwardKernel(FwdParams p) {
 
     int32_t si[8][4];
     WarpGemmS8<D, 8>(s_qh + warp * 16 * C::kI8D, C::kI8D, s_khj, C::kI8D, si);
-    const float a = p.tau * sq * p.sk[int64_t(bh) * p.ntk + (j >> p.kv_shift)];
-    const float svj = p.sv[int64_t(bh) * p.ntk + (j >> p.kv_shift)];
+    const float a = p.tau * sq * KvGroupScale(p.sk, p, bh, j);
+    const float svj = KvGroupScale(p.sv, p, bh, j);
     float sf[8][4];
     float rowmax[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -1230,8 +1240,8 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
         load_stage(std::integral_constant<int, 128>{}, s_stage + st * C::kStage, j * kTile,
                    threadIdx.x);
         if (threadIdx.x == 0) {
-          s_scal[2 * st] = p.sk[int64_t(bh) * p.ntk + (j >> p.kv_shift)];
-          s_scal[2 * st + 1] = p.sv[int64_t(bh) * p.ntk + (j >> p.kv_shift)];
+          s_scal[2 * st] = KvGroupScale(p.sk, p, bh, j);
+          s_scal[2 * st + 1] = KvGroupScale(p.sv, p, bh, j);
         }
         CopyWait();
         wg::FenceProxyAsync();  // cp.async writes -> the consumers' wgmma reads
@@ -1601,9 +1611,8 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
       const int8_t* s_khj = s_stage + st * C::kStage;
       const int8_t* s_vhtj = s_khj + C::kVh;
       const int stage_byte = C::kStage0 + st * C::kStage;  // kWg: descriptor offsets
-      const float skj = kWsF ? s_scal[2 * st] : p.sk[int64_t(bh) * p.ntk + (j >> p.kv_shift)];
-      const float svj0 =
-          kWsF ? s_scal[2 * st + 1] : p.sv[int64_t(bh) * p.ntk + (j >> p.kv_shift)];
+      const float skj = kWsF ? s_scal[2 * st] : KvGroupScale(p.sk, p, bh, j);
+      const float svj0 = kWsF ? s_scal[2 * st + 1] : KvGroupScale(p.sv, p, bh, j);
       const float a = p.tau * sq * skj * kLog2e;
       const float svj = svj0 * (1.0f / 127.0f);
       const bool need_mask =
@@ -2054,8 +2063,8 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
   if (p.smooth_q) {
     for (int d = tid; d < D; d += kThreads) s_kbar[d] = p.kbar[int64_t(bh) * D + d];
   }
-  const float skj = p.sk[int64_t(bh) * p.ntk + (j >> p.kv_shift)];
-  const float svj = p.sv[int64_t(bh) * p.ntk + (j >> p.kv_shift)];
+  const float skj = KvGroupScale(p.sk, p, bh, j);
+  const float svj = KvGroupScale(p.sv, p, bh, j);
 
   constexpr int kNtD = D / 8;
   float dk[kNtD][4], dv[kNtD][4];
@@ -2835,7 +2844,7 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
   p.np = nt * kTile;
   p.ntq = nt;
   p.ntk = nt;
-  p.kv_shift = k128 ? 1 : 0;
+  p.kv_shift = KvShift(kvg);
   p.smooth_q = opt.smooth_q;
   p.tau = 1.0f / std::sqrt(static_cast<float>(D));
   if (fvar == 5) return LaunchForwardV5<D, 1, false>(s, p, opt.smooth_q, stream);
@@ -2911,12 +2920,12 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
 // BwdProductionFor is what production calls (bwd_variant = -1) run (sagebwd v10): d128 1421240 /
 // 1552312 (non-causal / causal) with 128-key K / V groups, 372664 / 503736 with 64-key groups
 // (Q-smoothing), d64 110520 / 241592 (kernels/bench/README.md, Variants).
-constexpr int BwdProductionFor(int d, bool causal, int kv_group) {
+constexpr int BwdProductionFor(int d, bool causal, bool dq_pair) {
   constexpr int kV8 = 24 + kBwdExp2 + kBwdFastQ + kBwdWgmma + kBwdWgmma2 + kBwdColRs + kBwdWgPipe +
                       kBwdSplitWait + kBwdColVec + kBwdBulkDq;
   const int v = causal ? kV8 + kBwdLpt : kV8;
   if (d != 128) return v;
-  return kv_group == 2 * kTile ? v + kBwdWs + kBwdDqPair : v + kBwdWs;
+  return dq_pair ? v + kBwdWs + kBwdDqPair : v + kBwdWs;
 }
 using BwdKernel = void (*)(BwdParams);
 struct BwdLaunch {
@@ -2975,11 +2984,15 @@ Status BackwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_b
   if (kvg != kTile && kvg != 2 * kTile) {
     return InvalidArgument("SageBwd CUDA: kv_group " + std::to_string(kvg) + " (64 or 128)");
   }
-  const int var = opt.bwd_variant < 0 ? BwdProductionFor(D, s.causal, kvg) : opt.bwd_variant;
-  if ((var & kBwdDqPair) != 0 && kvg != 2 * kTile) {
+  // Whether the consumers share dQ (dS^ row scales over 128 keys): SageBwdKeyBlock decides, for
+  // the emulator's options too; an explicit variant must agree with it.
+  const bool dq_pair = SageBwdKeyBlock(opt, D) == 2 * kTile;
+  const int var = opt.bwd_variant < 0 ? BwdProductionFor(D, s.causal, dq_pair) : opt.bwd_variant;
+  if (((var & kBwdDqPair) != 0) != dq_pair) {
     return InvalidArgument("SageBwd CUDA: backward variant " + std::to_string(var) +
-                           " shares dQ over 128-key K / V groups; kv_group is " +
-                           std::to_string(kvg));
+                           " shares dQ over 128 keys, which needs d128 and 128-key K / V "
+                           "groups (d " + std::to_string(D) + ", kv_group " + std::to_string(kvg) +
+                           ")");
   }
   // dO^ (row-major codes only with int8_dp), D_i = rowsum(dO o O), dsrow and dqacc zeroed.
   QuantParams qp{};
@@ -3020,11 +3033,10 @@ Status BackwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_b
   p.np = nt * kTile;
   p.ntq = nt;
   p.ntk = nt;
-  p.kv_shift = kvg == 2 * kTile ? 1 : 0;
+  p.kv_shift = KvShift(kvg);
   p.smooth_q = opt.smooth_q;
   p.int8_dp = opt.int8_dp;
   p.tau = 1.0f / std::sqrt(static_cast<float>(D));
-
   const BwdLaunch L = s.causal ? BwdLaunchFor<D, true>(var) : BwdLaunchFor<D, false>(var);
   if (L.kernel == nullptr) {
     return InvalidArgument("SageBwd CUDA: backward variant " + std::to_string(var) +
