@@ -285,6 +285,11 @@ __device__ __forceinline__ uint32_t QuantPack2(float lo, float hi, float inv_s) 
   return __byte_perm(QuantBits(lo, inv_s), QuantBits(hi, inv_s), 0x0040);
 }
 
+// Low bytes of four 32-bit words (a, b, c, d) -> one word, a in byte 0.
+__device__ __forceinline__ uint32_t PackLowBytes(uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+  return __byte_perm(__byte_perm(a, b, 0x0040), __byte_perm(c, d, 0x0040), 0x5410);
+}
+
 // int32 -> fp32, exact for |x| < 2^22 (every s8 MMA sum here: K <= 128 products of at most
 // 127^2 = 2.06e6 in magnitude): the integer is added into the mantissa of 1.5 * 2^23 (integer
 // add + float subtract, both full-rate, instead of the quarter-rate I2F conversion).
@@ -573,7 +578,15 @@ __device__ __forceinline__ float WarpAbsMax(const float (&v)[kPer][8]) {
 }
 
 // The codes of a thread's kPer rows of 8 values (4 per word, value 4 w + b in byte b of word w),
-// by QuantizeS8Inv (QuantizeKernel and the fused Q quantization of the v6+ forwards).
+// QuantizeS8Inv's codes bit for bit (QuantizeKernel and the fused Q quantization of the v6+
+// forwards): the fp32 product x inv_s rounded to an integer by adding 1.5 * 2^23 (the low byte
+// is the two's-complement code), no clamp (every value is one of those whose largest magnitude
+// gave the scale, so |x inv_s| <= 127 (1 + 2^-22)), three byte permutes per word: instead of
+// F2I, two clamps and shifts per value. (QuantBits' single FMA rounds the exact product: on
+// bf16 inputs it disagreed with the emulator's codes 2.5x as often, measured on the host.)
+__device__ __forceinline__ uint32_t QuantBitsRn(float x, float inv_s) {
+  return __float_as_uint(__fadd_rn(__fmul_rn(x, inv_s), kQMagic));  // _rn: never fused
+}
 template <int kPer>
 __device__ __forceinline__ void QuantizeRows8(const float (&v)[kPer][8], float inv,
                                               uint32_t (&code)[kPer][2]) {
@@ -581,12 +594,9 @@ __device__ __forceinline__ void QuantizeRows8(const float (&v)[kPer][8], float i
   for (int k = 0; k < kPer; ++k) {
 #pragma unroll
     for (int w = 0; w < 2; ++w) {
-      uint32_t x4 = 0;
-#pragma unroll
-      for (int b = 0; b < 4; ++b) {
-        x4 |= uint32_t(static_cast<uint8_t>(QuantizeS8Inv(v[k][4 * w + b], inv))) << (8 * b);
-      }
-      code[k][w] = x4;
+      const float* x = &v[k][4 * w];
+      code[k][w] = PackLowBytes(QuantBitsRn(x[0], inv), QuantBitsRn(x[1], inv),
+                                QuantBitsRn(x[2], inv), QuantBitsRn(x[3], inv));
     }
   }
 }
@@ -598,26 +608,32 @@ __device__ __forceinline__ int CodesTUnit(int c, int unit) {
   return c * kTile + ((unit ^ ((c >> 3) & 3)) << 4);
 }
 // Stages the codes of a thread's kPer consecutive slots sbase .. sbase + kPer - 1 (its 16-byte
-// column chunk c8 = columns 8 c8 .. 8 c8 + 7): per column one packed 2-, 4- or 8-byte store.
+// column chunk c8 = columns 8 c8 .. 8 c8 + 7): per column one packed 2-, 4- or 8-byte store of
+// byte c % 4 of each slot's word, gathered by byte permutes. The eight columns share the chunk's
+// swizzle ((c / 8) % 4 = c8 % 4), so their stores are one address plus 64-byte steps.
 template <int kPer>
 __device__ __forceinline__ void StageCodesT(int8_t* s_t, const uint32_t (&code)[kPer][2], int c8,
                                             int sbase) {
   static_assert(kPer == 2 || kPer == 4 || kPer == 8, "slots per thread");
+  int8_t* dst0 = s_t + CodesTUnit(c8 * 8, sbase >> 4) + (sbase & 15);
+  // byte j of a (low byte) and of b (byte 1): selector j | (4 + j) << 4
+  const auto pair = [](uint32_t a, uint32_t b, int j) {
+    return __byte_perm(a, b, j | ((4 + j) << 4));
+  };
+  const auto quad = [&](int k0, int w, int j) {  // bytes j of slots k0 .. k0 + 3
+    return __byte_perm(pair(code[k0][w], code[k0 + 1][w], j),
+                       pair(code[k0 + 2][w], code[k0 + 3][w], j), 0x5410);
+  };
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
-    const int c = c8 * 8 + i, sh = 8 * (i & 3), w = i >> 2;
-    uint32_t lo = 0, hi = 0;  // slot sbase + k in byte k % 4 of lo (k < 4) / hi
-#pragma unroll
-    for (int k = 0; k < kPer && k < 4; ++k) lo |= ((code[k][w] >> sh) & 0xFFu) << (8 * k);
-#pragma unroll
-    for (int k = 4; k < kPer; ++k) hi |= ((code[k][w] >> sh) & 0xFFu) << (8 * (k - 4));
-    int8_t* dst = s_t + CodesTUnit(c, sbase >> 4) + (sbase & 15);
+    const int j = i & 3, w = i >> 2;
+    int8_t* dst = dst0 + i * kTile;
     if constexpr (kPer == 8) {
-      *reinterpret_cast<uint2*>(dst) = make_uint2(lo, hi);
+      *reinterpret_cast<uint2*>(dst) = make_uint2(quad(0, w, j), quad(4, w, j));
     } else if constexpr (kPer == 4) {
-      *reinterpret_cast<uint32_t*>(dst) = lo;
+      *reinterpret_cast<uint32_t*>(dst) = quad(0, w, j);
     } else {
-      *reinterpret_cast<uint16_t*>(dst) = static_cast<uint16_t>(lo);
+      *reinterpret_cast<uint16_t*>(dst) = static_cast<uint16_t>(pair(code[0][w], code[1][w], j));
     }
   }
 }
@@ -659,15 +675,17 @@ struct QuantParams {
 };
 
 // Minimum blocks per SM of QuantizeKernel (launch bounds): the d64 forward launch 6 (<= 40
-// registers, 6 blocks per SM instead of 5 at 48: 46.0 -> 43.6 us at B16 H12 N1024 under ncu; the
-// prep launch keeps its registers: 40 spilled and measured no better); the two-tile launch 2 (<=
-// 64 registers, 88 bytes of spills at d128: one 512-thread block per SM at its 116 registers left
-// the loads of one block at a time in flight, 80.6 vs 65.3 us at B4 H16 N2048 d128 under ncu);
-// else 1.
+// registers, 6 blocks per SM instead of 5 at 48: 46.0 -> 43.6 us at B16 H12 N1024 under ncu),
+// the d64 prep launch 4 (<= 64 registers, the count it had on its own until session 13's
+// byte-permute staging took it to 72: the backward 0.986x; at 40 it spilled and measured no
+// better); the two-tile launch 2 (<= 64 registers; one 512-thread block per SM at its 116
+// registers left the loads of one block at a time in flight, 80.6 vs 65.3 us at B4 H16 N2048
+// d128 under ncu, then with 88 bytes of spills); else 1.
 template <int D, bool kPrep, int kG>
 constexpr int QuantizeMinBlocks() {
   if constexpr (kG == 2) return 2;
-  return D == 64 && !kPrep ? 6 : 1;
+  if constexpr (D == 64) return kPrep ? 4 : 6;
+  return 1;
 }
 
 // Quantizes one 64-row tile of a job's tensor (grid: tiles, BH, jobs; block: 256) with one scale
@@ -696,7 +714,7 @@ __global__ void __launch_bounds__(256 * kG, (QuantizeMinBlocks<D, kPrep, kG>()))
   static_assert(kPer == 2 || kPer == 4, "row groups");
   constexpr int kPartBytes = kGroups * D * 8, kTBytes = D * kTile;
   __shared__ __align__(16) char s_bufs[kG][kPartBytes > kTBytes ? kPartBytes : kTBytes];
-  __shared__ float s_shift[D];
+  __shared__ __align__(16) float s_shift[D];
   __shared__ float s_red[8 * kG];
   const int half = kG == 1 ? 0 : int(threadIdx.x) / 256;
   // unsigned, so that the divisions by kC8 below are shifts (signed: 8 more bytes of spills)
@@ -776,10 +794,13 @@ __global__ void __launch_bounds__(256 * kG, (QuantizeMinBlocks<D, kPrep, kG>()))
       }
     }
     __syncthreads();  // s_shift complete; s_part (aliasing s_t) read
+    const float4 sh0 = reinterpret_cast<const float4*>(s_shift)[2 * c8];
+    const float4 sh1 = reinterpret_cast<const float4*>(s_shift)[2 * c8 + 1];
+    const float sh[8] = {sh0.x, sh0.y, sh0.z, sh0.w, sh1.x, sh1.y, sh1.z, sh1.w};
 #pragma unroll
     for (int k = 0; k < kPer; ++k) {
 #pragma unroll
-      for (int i = 0; i < 8; ++i) v[k][i] = rows[k] < nr ? v[k][i] - s_shift[c8 * 8 + i] : 0.0f;
+      for (int i = 0; i < 8; ++i) v[k][i] = rows[k] < nr ? v[k][i] - sh[i] : 0.0f;
     }
   }
   float m = WarpAbsMax<kPer>(v);
@@ -848,7 +869,7 @@ struct FwdParams {
 
 // Fused Q quantization of the v6+ forwards without Q-smoothing: the 128 threads `tid` of a Q
 // group quantize rows q0 .. q0 + 63 of head bh as QuantizeKernel's mode-0 job does (the same
-// scale and codes: GroupScale of the tile's max |Q|, QuantizeS8Inv; padded rows 0). Thread
+// scale and codes: GroupScale of the tile's max |Q|, QuantizeRows8; padded rows 0). Thread
 // (c8, rg) holds 16-byte column chunk c8 of kPer consecutive rows. Two steps, so that the
 // caller can issue other copies between them: FusedQLoad issues the loads of the thread's rows,
 // FusedQQuantize writes the codes into the group's GmmaTile s_tile (generic-proxy stores: the
@@ -1045,11 +1066,11 @@ __global__ void __launch_bounds__(kThreads) SageForwardKernel(FwdParams p) {
   for (int h = 0; h < 2; ++h) {
     if (gr[h] >= p.n) continue;
     __nv_bfloat16* orow = p.o + bh * nd + int64_t(gr[h]) * D;
+    const float inv_l = 1.0f / l[h];  // CPU: o = acc / l (this differs by an ulp at most)
 #pragma unroll
     for (int n = 0; n < kNtO; ++n) {
-      // CPU: o = acc / l; division kept as a division for parity.
       const __nv_bfloat162 v2 =
-          __floats2bfloat162_rn(acc[n][2 * h] / l[h], acc[n][2 * h + 1] / l[h]);
+          __floats2bfloat162_rn(acc[n][2 * h] * inv_l, acc[n][2 * h + 1] * inv_l);
       *reinterpret_cast<__nv_bfloat162*>(orow + n * 8 + 2 * t) = v2;
     }
     if (t == 0) p.lse[int64_t(bh) * p.n + gr[h]] = m[h] + logf(l[h]);
@@ -1113,11 +1134,6 @@ struct FwdV5Config {
   static_assert(kStage0 % 16 == 0 && kVh % 16 == 0 && kStage % 16 == 0 && kF32 % 16 == 0,
                 "16-byte aligned forward v5 regions");
 };
-
-// Low bytes of four 32-bit words (a, b, c, d) -> one word, a in byte 0.
-__device__ __forceinline__ uint32_t PackLowBytes(uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
-  return __byte_perm(__byte_perm(a, b, 0x0040), __byte_perm(c, d, 0x0040), 0x5410);
-}
 
 // kFastS (v5c): interior tiles without Q-smoothing take the row max over the raw int32 sums
 // (as floats in the mantissa of 1.5 * 2^23) and scale only the differences; the P^ V^ sums are
@@ -1732,11 +1748,13 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
       const int row = wr0 + 16 * mb + g + 8 * h;
       if (row >= p.n) continue;
       __nv_bfloat16* orow = p.o + bh * nd + int64_t(row) * D;
+      // CPU: o = acc / l. One reciprocal per row (an ulp from the quotient at most): the
+      // divisions were 5.6% of the d64 forward's instructions (ncu, B16 H12 N1024 causal).
+      const float inv_l = 1.0f / l[mb][h];
 #pragma unroll
       for (int n = 0; n < kNtO; ++n) {
-        // CPU: o = acc / l; division kept as a division for parity.
-        const __nv_bfloat162 v2 =
-            __floats2bfloat162_rn(acc[mb][n][2 * h] / l[mb][h], acc[mb][n][2 * h + 1] / l[mb][h]);
+        const __nv_bfloat162 v2 = __floats2bfloat162_rn(acc[mb][n][2 * h] * inv_l,
+                                                        acc[mb][n][2 * h + 1] * inv_l);
         *reinterpret_cast<__nv_bfloat162*>(orow + n * 8 + 2 * t) = v2;
       }
       if (t == 0) p.lse[int64_t(bh) * p.n + row] = m[mb][h] * cuda::kLn2 + logf(l[mb][h]);
