@@ -299,6 +299,14 @@ __device__ __forceinline__ float S32ToF32(int32_t x) {
   return __int_as_float(0x4B400000 + x) - 12582912.0f;
 }
 
+// The softmax scale a = tau sq sk log2e (the forward's; the backward's a2, formed in the same
+// order) with its two lowest mantissa bits cleared (a relative change below 2.4e-7, the same in
+// both passes, far inside the ex2.approx error): then 1.5 * 2^23 a is exact, and the forward's
+// interior tiles form a (S - rowmax) by one FMA on the magic-form sum (SageForwardKernelV5).
+__device__ __forceinline__ float SoftmaxScale(float a) {
+  return __uint_as_float(__float_as_uint(a) & ~3u);
+}
+
 // Backward kernel-lab variants (kernels/bench/README.md, Variants): bits of a template parameter,
 // selected per call by SageCudaOptions::bwd_variant (the GPU test's lab mode; production calls
 // leave it at -1 = kBwdProduction).
@@ -1351,27 +1359,27 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
     float x[NB][4];
     float rmax[2] = {-INFINITY, -INFINITY};
     float rsub[2], sc[2];
+    // kFast: the row max over the int32 sums (a > 0), then d = S - rowmax added into the
+    // mantissa of 1.5 * 2^23 (x = 1.5 * 2^23 + d exactly) and a d formed by one FMA, x a -
+    // 1.5 * 2^23 a (exact: SoftmaxScale), rounded once like the general path's product: no
+    // per-element int -> float conversion or subtraction.
+    [[maybe_unused]] int xbias[2];  // kFast: 0x4B400000 - rowmax, as the int bits of x
     if constexpr (kFast) {
-      // x = a (fb - 1.5 * 2^23), fb = the int32 sum added into the mantissa of 1.5 * 2^23
-      // (exact): the max over fb (a > 0), then x - rowmax = (fb - fbmax) a (the difference
-      // is exact): no per-element int -> float conversion or scale before the max.
-      float fbmax[2] = {0.0f, 0.0f};
+      int smax[2] = {-(1 << 30), -(1 << 30)};  // |S| < 2^22 (S32ToF32)
 #pragma unroll
       for (int n = 0; n < NB; ++n) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          x[n][e] = __int_as_float(0x4B400000 + s[n][e]);
-          fbmax[e >> 1] = fmaxf(fbmax[e >> 1], x[n][e]);
-        }
+        for (int e = 0; e < 4; ++e) smax[e >> 1] = max(smax[e >> 1], s[n][e]);
       }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        fbmax[h] = QuadMax(fbmax[h]);
-        rmax[h] = (fbmax[h] - 12582912.0f) * a;
+        smax[h] = max(smax[h], __shfl_xor_sync(0xffffffffu, smax[h], 1));
+        smax[h] = max(smax[h], __shfl_xor_sync(0xffffffffu, smax[h], 2));
+        rmax[h] = S32ToF32(smax[h]) * a;
         const float m_new = fmaxf(m[mb][h], rmax[h]);  // every row sees the whole tile
         alpham[h] = FastExp2(m[mb][h] - m_new);
         sc[h] = FastExp2(rmax[h] - m_new);
-        rsub[h] = fbmax[h];
+        xbias[h] = 0x4B400000 - smax[h];
         m[mb][h] = m_new;
       }
     } else {
@@ -1404,13 +1412,15 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
     }
     uint32_t bits[NB][4];
     float rsum[2] = {0.0f, 0.0f};
+    [[maybe_unused]] const float xa = -12582912.0f * a;  // kFast: exact
 #pragma unroll
     for (int n = 0; n < NB; ++n) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int h = e >> 1;
         // in [0, 1]; masked: 0
-        const float ev = kFast ? FastExp2((x[n][e] - rsub[h]) * a) : FastExp2(x[n][e] + rsub[h]);
+        const float ev = kFast ? FastExp2(fmaf(__int_as_float(xbias[h] + s[n][e]), a, xa))
+                               : FastExp2(x[n][e] + rsub[h]);
         rsum[h] += ev;
         bits[n][e] = __float_as_uint(fmaf(ev, 127.0f, 12582912.0f));  // low byte = rne(127 ev)
       }
@@ -1496,7 +1506,7 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
                                               float (&coef)[2]) {
     constexpr int kKeys = 8 * std::extent_v<std::remove_reference_t<decltype(si)>>;
     const int st = j % C::kStages, c0 = j * kTile;
-    const float a = p.tau * sq * s_scal[2 * st] * kLog2e;
+    const float a = SoftmaxScale(p.tau * sq * s_scal[2 * st] * kLog2e);
     const float svj = s_scal[2 * st + 1] * (1.0f / 127.0f);
     if (c0 + kKeys > p.n || (kCausal && c0 + kKeys - 1 > r0)) {
       softmax_rows(std::true_type{}, 0, si, a, svj, c0, pa, alpha, coef);
@@ -1629,7 +1639,7 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
       const int stage_byte = C::kStage0 + st * C::kStage;  // kWg: descriptor offsets
       const float skj = kWsF ? s_scal[2 * st] : KvGroupScale(p.sk, p, bh, j);
       const float svj0 = kWsF ? s_scal[2 * st + 1] : KvGroupScale(p.sv, p, bh, j);
-      const float a = p.tau * sq * skj * kLog2e;
+      const float a = SoftmaxScale(p.tau * sq * skj * kLog2e);
       const float svj = svj0 * (1.0f / 127.0f);
       const bool need_mask =
           c0 + kTile > p.n || (kCausal && c0 + kTile - 1 > (kWg ? r0 : wr0));
@@ -2218,7 +2228,7 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
                             (!kCausal || c0 + kTile - 1 <= r0);
       // kFx: log2 domain, P = ex2.approx(a log2e x + (bias log2e - lse log2e)): one FMA and the
       // SFU op per element (expf: range reduction + ex2 + scaling, ~8 instructions).
-      const float a2 = a * cuda::kLog2e;
+      const float a2 = SoftmaxScale(a * cuda::kLog2e);  // the forward's a, bit for bit
       // The Q-smoothing bias as a compile-time choice of two loops (a runtime test per element
       // was if-converted into predicated loads and FMAs issued either way).
       const auto interior_fx = [&](auto sq_c) {
