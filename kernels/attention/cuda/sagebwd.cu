@@ -280,6 +280,15 @@ constexpr float kQMagic = 12582912.0f;  // 1.5 * 2^23
 __device__ __forceinline__ uint32_t QuantBits(float x, float inv_s) {
   return __float_as_uint(fmaf(x, inv_s, kQMagic));
 }
+// QuantizeS8Inv's code bit for bit in the low byte, without F2I or clamps: the fp32 product x inv_s
+// (rounded as QuantizeS8Inv rounds it) rounded to an integer by adding 1.5 * 2^23; no clamp under
+// QuantBits' condition (x one of the values whose largest magnitude gave the scale). QuantBits'
+// single FMA rounds the exact product instead: on bf16 inputs (the quantize launches) it
+// disagreed with the emulator's codes 2.5x as often (host count, 8.2M values) and failed the
+// GPU test's tight emulator comparisons.
+__device__ __forceinline__ uint32_t QuantBitsRn(float x, float inv_s) {
+  return __float_as_uint(__fadd_rn(__fmul_rn(x, inv_s), kQMagic));  // _rn: never fused
+}
 // Two codes packed into the low 16 bits (lo first).
 __device__ __forceinline__ uint32_t QuantPack2(float lo, float hi, float inv_s) {
   return __byte_perm(QuantBits(lo, inv_s), QuantBits(hi, inv_s), 0x0040);
@@ -585,16 +594,9 @@ __device__ __forceinline__ float WarpAbsMax(const float (&v)[kPer][8]) {
   return m;
 }
 
-// The codes of a thread's kPer rows of 8 values (4 per word, value 4 w + b in byte b of word w),
-// QuantizeS8Inv's codes bit for bit (QuantizeKernel and the fused Q quantization of the v6+
-// forwards): the fp32 product x inv_s rounded to an integer by adding 1.5 * 2^23 (the low byte
-// is the two's-complement code), no clamp (every value is one of those whose largest magnitude
-// gave the scale, so |x inv_s| <= 127 (1 + 2^-22)), three byte permutes per word: instead of
-// F2I, two clamps and shifts per value. (QuantBits' single FMA rounds the exact product: on
-// bf16 inputs it disagreed with the emulator's codes 2.5x as often, measured on the host.)
-__device__ __forceinline__ uint32_t QuantBitsRn(float x, float inv_s) {
-  return __float_as_uint(__fadd_rn(__fmul_rn(x, inv_s), kQMagic));  // _rn: never fused
-}
+// The codes of a thread's kPer rows of 8 values (4 per word, value 4 w + b in byte b of word w)
+// by QuantBitsRn, three byte permutes per word (QuantizeKernel and the fused Q quantization of
+// the v6+ forwards; before session 13 QuantizeS8Inv per value and shifts: the same codes).
 template <int kPer>
 __device__ __forceinline__ void QuantizeRows8(const float (&v)[kPer][8], float inv,
                                               uint32_t (&code)[kPer][2]) {
@@ -1143,9 +1145,9 @@ struct FwdV5Config {
                 "16-byte aligned forward v5 regions");
 };
 
-// kFastS (v5c): interior tiles without Q-smoothing take the row max over the raw int32 sums
-// (as floats in the mantissa of 1.5 * 2^23) and scale only the differences; the P^ V^ sums are
-// folded into O by two FMAs on the same mantissa form.
+// kFastS (v5c): interior tiles without Q-smoothing take the row max over the raw int32 sums and
+// scale only the differences (one FMA on the mantissa form of 1.5 * 2^23 + S - rowmax); the
+// P^ V^ sums are folded into O by two FMAs on the same mantissa form.
 // kWg (v6 forward, MW = 1): S = Q^ K^T by wgmma from the GmmaTiles (one warpgroup per 64-row Q
 // group) and P^ V^ by wgmma with P^ from registers (MmaS8RS: the packed A fragments as they are;
 // V^T keeps the permuted key order). No warp skips a tile and the mask test is per CTA, so every
@@ -2228,7 +2230,7 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
                             (!kCausal || c0 + kTile - 1 <= r0);
       // kFx: log2 domain, P = ex2.approx(a log2e x + (bias log2e - lse log2e)): one FMA and the
       // SFU op per element (expf: range reduction + ex2 + scaling, ~8 instructions).
-      const float a2 = SoftmaxScale(a * cuda::kLog2e);  // the forward's a, bit for bit
+      const float a2 = SoftmaxScale(a * cuda::kLog2e);  // the v5+ forwards' a, bit for bit
       // The Q-smoothing bias as a compile-time choice of two loops (a runtime test per element
       // was if-converted into predicated loads and FMAs issued either way).
       const auto interior_fx = [&](auto sq_c) {
