@@ -370,7 +370,7 @@ TEST(SageBwdGpu, RepeatedBackward) {
 // Q^ from the quantize launch, so there is nothing to compare.)
 TEST(SageBwdGpu, FusedQQuantizationMatchesQuantizeLaunch) {
   SKIP_WITHOUT_GPU();
-  for (int d : {128}) {
+  for (int d : {64, 128}) {
     for (bool causal : {false, true}) {
       for (int n : {77, 1000}) {
         const AttnShape s{2, 3, n, d, causal};

@@ -866,7 +866,7 @@ struct FwdParams {
   // overlap). The v3 forward (SageForwardKernel) ignores these fields (the backward then zeroes).
   float *dsrow, *dqacc;
   int* armed;
-  // The v6+ forwards (kWg) at D = 128 without Q-smoothing quantize Q themselves (FusedQLoad,
+  // The v6+ forwards (kWg) without Q-smoothing quantize Q themselves (FusedQLoad,
   // FusedQQuantize): from q into their shared Q^ tiles, and into qh, qht and sq for the backward
   // (the quantize launch then has no Q job: its Q read and code writes were a third of its bytes).
   const __nv_bfloat16* q;
@@ -1106,11 +1106,12 @@ constexpr int kFwdRows = 128;
 // the kThreadsV5 consumer threads, kStages = 3 K^ / V^T stages filled by it (the K tile's two
 // scales at kScal, mbarriers full / empty at kBar).
 // Whether a forward quantizes Q itself (FusedQLoad / FusedQQuantize; the quantize launch then
-// has no Q job): the wgmma forwards (variants 10-17) at D = 128 without Q-smoothing. (D = 64:
-// measured neutral in the forward and 0.5% slower in the backward that follows it at B16 H12
-// N1024 causal, so the quantize launch keeps Q there.)
+// has no Q job): the wgmma forwards (variants 10-17) without Q-smoothing. (D = 64 since session
+// 13: with the leaner quantize launch, in situ at B16 H12 N1024 causal the launch 38.6 -> 27.1 us
+// against the forward kernel 106.8 -> 116.3 us, forward 1.019-1.028x, backward unchanged; in
+// session 11, before it, neutral.)
 constexpr bool FwdFusesQ(int d, bool wgmma, bool smooth_q) {
-  return wgmma && !smooth_q && d == 128;
+  return wgmma && !smooth_q && (d == 128 || d == 64);
 }
 
 // kK128 (lab forward 16 / 17): 4 stages, the consumers step two K tiles at a time.

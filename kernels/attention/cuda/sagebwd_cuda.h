@@ -27,8 +27,8 @@
 //   kpart (BH, 16, D) f64 = partial K sums over up to 16 row ranges (the K mean's first pass),
 //   armed (one int): set by the forward kernel after it zeroed dsrow and dqacc, cleared by the
 //   backward's dQ conversion (after the backward kernel added into them).
-// Launches: forward = K-mean parts (smooth_k), one quantization launch for K and V (and Q at
-// D = 64, with smooth_q or a pre-v6 lab forward), the attention kernel (which quantizes Q itself
+// Launches: forward = K-mean parts (smooth_k), one quantization launch for K and V (and Q with
+// smooth_q or a pre-v6 lab forward), the attention kernel (which quantizes Q itself
 // otherwise, writing qh, qht and sq as the quantization launch would, and zeroes dsrow / dqacc
 // for the backward: a few us there, more off the memory-bound prep launch); backward = one
 // launch quantizing dO with D_i (and zeroing dsrow / dqacc
