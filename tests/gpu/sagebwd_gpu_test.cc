@@ -363,11 +363,10 @@ TEST(SageBwdGpu, RepeatedBackward) {
   }
 }
 
-// The v6+ forwards at d128 (production: 16 / 17) quantize Q themselves when Q is not smoothed;
-// the older forward (8) gets Q^ from the quantize launch. The backward reads Q^, Q^T and the Q
-// scales from the workspace (sagebwd_cuda.h: qh, qht first, sq after the eight int8 regions):
-// both ways must leave the same bytes there, padded rows included. (At d64 every forward gets
-// Q^ from the quantize launch, so there is nothing to compare.)
+// The v6+ forwards (production: 10 / 11 at d64, 16 / 17 at d128) quantize Q themselves when Q
+// is not smoothed; the older forward (8) gets Q^ from the quantize launch. The backward reads
+// Q^, Q^T and the Q scales from the workspace (sagebwd_cuda.h: qh, qht first, sq after the
+// eight int8 regions): both ways must leave the same bytes there, padded rows included.
 TEST(SageBwdGpu, FusedQQuantizationMatchesQuantizeLaunch) {
   SKIP_WITHOUT_GPU();
   for (int d : {64, 128}) {
