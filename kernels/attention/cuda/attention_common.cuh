@@ -335,6 +335,11 @@ __device__ __forceinline__ float QuadMax(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
   return x;
 }
+__device__ __forceinline__ int QuadMax(int x) {
+  x = max(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  x = max(x, __shfl_xor_sync(0xffffffffu, x, 2));
+  return x;
+}
 __device__ __forceinline__ float QuadSum(float x) {
   x += __shfl_xor_sync(0xffffffffu, x, 1);
   x += __shfl_xor_sync(0xffffffffu, x, 2);

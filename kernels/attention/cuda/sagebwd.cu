@@ -277,6 +277,8 @@ __device__ __forceinline__ int8_t QuantizeS8Inv(float x, float inv_s) {
 // 127, every group max coded +-127, and fewer disagreements with the emulator's rne(x / s) in
 // double than QuantizeS8Inv has (1.49M vs 1.79M of the near-tie inputs; 19 of 8.4M random ones).
 constexpr float kQMagic = 12582912.0f;  // 1.5 * 2^23
+// Its bits: the bits kQMagicBits + x of an int32 x with |x| < 2^22 are the float kQMagic + x.
+constexpr int kQMagicBits = 0x4B400000;
 __device__ __forceinline__ uint32_t QuantBits(float x, float inv_s) {
   return __float_as_uint(fmaf(x, inv_s, kQMagic));
 }
@@ -305,7 +307,7 @@ __device__ __forceinline__ uint32_t PackLowBytes(uint32_t a, uint32_t b, uint32_
 constexpr int kMaxS8K = 128;
 static_assert(kMaxS8K * 127 * 127 < (1 << 22), "S32ToF32 range");
 __device__ __forceinline__ float S32ToF32(int32_t x) {
-  return __int_as_float(0x4B400000 + x) - 12582912.0f;
+  return __int_as_float(kQMagicBits + x) - kQMagic;
 }
 
 // The softmax scale a = tau sq sk log2e (the forward's; the backward's a2, formed in the same
@@ -1110,9 +1112,7 @@ constexpr int kFwdRows = 128;
 // 13: with the leaner quantize launch, in situ at B16 H12 N1024 causal the launch 38.6 -> 27.1 us
 // against the forward kernel 106.8 -> 116.3 us, forward 1.019-1.028x, backward unchanged; in
 // session 11, before it, neutral.)
-constexpr bool FwdFusesQ(int d, bool wgmma, bool smooth_q) {
-  return wgmma && !smooth_q && (d == 128 || d == 64);
-}
+constexpr bool FwdFusesQ(bool wgmma, bool smooth_q) { return wgmma && !smooth_q; }
 
 // kK128 (lab forward 16 / 17): 4 stages, the consumers step two K tiles at a time.
 template <int D, int MW, bool kWg = false, bool kWsF = false, bool kK128 = false>
@@ -1136,7 +1136,7 @@ struct FwdV5Config {
   static constexpr int kBar = kScal + (kWsF ? kStages * 8 : 0);  // kWsF: full[], empty[]
   // FwdFusesQ (without Q-smoothing): the fused Q quantization's staging, [2][D][64] transposed
   // codes + [2][4] float maxima.
-  static constexpr bool kQStaging = FwdFusesQ(D, kWg, false);
+  static constexpr bool kQStaging = FwdFusesQ(kWg, false);
   static constexpr int kQt = (kBar + (kWsF ? 2 * kStages * 8 : 0) + 15) / 16 * 16;
   static constexpr int kQRed = kQt + (kQStaging ? 2 * D * kTile : 0);
   static constexpr int kBytes = kQRed + (kQStaging ? 8 * 4 : 0) + (kWg ? 1024 : 0);
@@ -1207,7 +1207,7 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
   // tile 0 so that the two latencies overlap); then wait for the quantize launch's K and V codes.
   ZeroDqRows<D>(p.dsrow, p.dqacc, bh, p.n, p.np, r0, kFwdRows, threadIdx.x, C::kThreadsLaunch);
   if (rb == 0 && bh == 0 && threadIdx.x == 0) *p.armed = kDqArmed;
-  constexpr bool kFuseQ = FwdFusesQ(D, kWg, kSmoothQ);
+  constexpr bool kFuseQ = FwdFusesQ(kWg, kSmoothQ);
   [[maybe_unused]] float fq_scale = 0.0f;  // kFuseQ: the scale of this thread's Q group
   [[maybe_unused]] typename FusedQ<D>::Rows fq_rows;
   [[maybe_unused]] const int fq_group = ctid >> 7;
@@ -1366,7 +1366,7 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
     // mantissa of 1.5 * 2^23 (x = 1.5 * 2^23 + d exactly) and a d formed by one FMA, x a -
     // 1.5 * 2^23 a (exact: SoftmaxScale), rounded once like the general path's product: no
     // per-element int -> float conversion or subtraction.
-    [[maybe_unused]] int xbias[2];  // kFast: 0x4B400000 - rowmax, as the int bits of x
+    [[maybe_unused]] int xbias[2];  // kFast: kQMagicBits - rowmax, as the int bits of x
     if constexpr (kFast) {
       int smax[2] = {-(1 << 30), -(1 << 30)};  // |S| < 2^22 (S32ToF32)
 #pragma unroll
@@ -1376,13 +1376,12 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
       }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        smax[h] = max(smax[h], __shfl_xor_sync(0xffffffffu, smax[h], 1));
-        smax[h] = max(smax[h], __shfl_xor_sync(0xffffffffu, smax[h], 2));
+        smax[h] = QuadMax(smax[h]);
         rmax[h] = S32ToF32(smax[h]) * a;
         const float m_new = fmaxf(m[mb][h], rmax[h]);  // every row sees the whole tile
         alpham[h] = FastExp2(m[mb][h] - m_new);
         sc[h] = FastExp2(rmax[h] - m_new);
-        xbias[h] = 0x4B400000 - smax[h];
+        xbias[h] = kQMagicBits - smax[h];
         m[mb][h] = m_new;
       }
     } else {
@@ -1415,7 +1414,7 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
     }
     uint32_t bits[NB][4];
     float rsum[2] = {0.0f, 0.0f};
-    [[maybe_unused]] const float xa = -12582912.0f * a;  // kFast: exact
+    [[maybe_unused]] const float xa = -kQMagic * a;  // kFast: exact
 #pragma unroll
     for (int n = 0; n < NB; ++n) {
 #pragma unroll
@@ -1425,7 +1424,7 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
         const float ev = kFast ? FastExp2(fmaf(__int_as_float(xbias[h] + s[n][e]), a, xa))
                                : FastExp2(x[n][e] + rsub[h]);
         rsum[h] += ev;
-        bits[n][e] = __float_as_uint(fmaf(ev, 127.0f, 12582912.0f));  // low byte = rne(127 ev)
+        bits[n][e] = __float_as_uint(fmaf(ev, 127.0f, kQMagic));  // low byte = rne(127 ev)
       }
     }
 #pragma unroll
@@ -1472,7 +1471,7 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
   [[maybe_unused]] auto fold_pv = [&](const int32_t (&pv)[D / 64][32], const float (&alpha0)[2],
                                       const float (&coef0)[2]) {
     constexpr int kCh = D / 64;
-    const float cb[2] = {-coef0[0] * 12582912.0f, -coef0[1] * 12582912.0f};
+    const float cb[2] = {-coef0[0] * kQMagic, -coef0[1] * kQMagic};
     cuda::StaticFor<kCh>([&](auto ch_c) {
       constexpr int ch = decltype(ch_c)::value;
       wg::Wait<kCh - 1 - ch>();
@@ -1483,7 +1482,7 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
           const int h = e >> 1;
           float& o = acc[0][ch * 8 + n][e];
           if constexpr (kFastS) {
-            o = fmaf(coef0[h], __int_as_float(0x4B400000 + pv[ch][4 * n + e]),
+            o = fmaf(coef0[h], __int_as_float(kQMagicBits + pv[ch][4 * n + e]),
                      fmaf(o, alpha0[h], cb[h]));
           } else {
             o = o * alpha0[h] + coef0[h] * S32ToF32(pv[ch][4 * n + e]);
@@ -1693,7 +1692,7 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
         float cb[MW][2];
   #pragma unroll
         for (int mb = 0; mb < MW; ++mb) {
-          cb[mb][0] = -coef[mb][0] * 12582912.0f, cb[mb][1] = -coef[mb][1] * 12582912.0f;
+          cb[mb][0] = -coef[mb][0] * kQMagic, cb[mb][1] = -coef[mb][1] * kQMagic;
         }
         if constexpr (kWg) {
           uint64_t dv[D / 64][2];
@@ -1733,7 +1732,7 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
                 // alpha acc + coef (fb - 1.5 * 2^23) as two FMAs (cb = -coef * 1.5 * 2^23: one
                 // rounding, ~0.75 coef, an int8-product unit, per tile).
                 if constexpr (kFastS) {
-                  acc[mb][n + q][e] = fmaf(coef[mb][h], __int_as_float(0x4B400000 + pv[mb][q][e]),
+                  acc[mb][n + q][e] = fmaf(coef[mb][h], __int_as_float(kQMagicBits + pv[mb][q][e]),
                                            fmaf(acc[mb][n + q][e], alpha[mb][h], cb[mb][h]));
                 } else {
                   acc[mb][n + q][e] =
@@ -2841,7 +2840,7 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
   qp.job[0] = {k, w.kh, w.kht, w.sk, opt.smooth_k ? 1 : 0, false};
   qp.job[1] = {v, opt.int8_dp ? w.vh : nullptr, w.vht, w.sv, 0, fvar != 3};
   qp.job[2] = {q, w.qh, w.qht, w.sq, opt.smooth_q ? 2 : 0, false};
-  const bool fuse_q = FwdFusesQ(D, fvar >= 10, opt.smooth_q);  // variants 10-17: wgmma
+  const bool fuse_q = FwdFusesQ(fvar >= 10, opt.smooth_q);  // variants 10-17: wgmma
   if (k128) {  // K and V in 128-key groups, Q (not smoothed: refused) fused at d128
     if (opt.smooth_q) return InvalidArgument("SageBwd CUDA: kv_group 128 without smooth_q");
     if (Status st = LaunchQuantize<D, false, 2>(s, qp, 2, stream); !st.ok()) return st;
