@@ -12,6 +12,8 @@
 //       RepeatedBackward: a second backward after one forward gives the first one's gradients;
 //       FusedQQuantizationMatchesQuantizeLaunch: the production forward's own Q quantization
 //       leaves the same Q^, Q^T and scales in the workspace as the quantize launch does.
+//   KMeanExact: the K mean the forward leaves in the workspace is the exact mean rounded to
+//       float; EmulatorMatchLong: (a) at N = 1100 (d64) and 2200 (d128).
 //   (d) SigmaTrend: error vs exact over sigma_Q = sigma_K in {1, 3, 5, 8, 10}, printed; dQ error
 //       must grow (loosely).
 //   (e) Variants: smooth_q, int8_dp, dq_kmean_correction = false, smooth_k = false against the
@@ -420,6 +422,80 @@ TEST(SageBwdGpu, FusedQQuantizationMatchesQuantizeLaunch) {
         EXPECT_EQ(differing(2 * r8, sq_bytes), 0) << "Q scales differ, " << what;
       }
     }
+  }
+}
+
+// K-smoothing's mean (the K-mean launch's double partial sums over up to 16 row ranges, added up
+// by the quantization launch's K tiles): the workspace's kbar (sagebwd_cuda.h: after the eight
+// int8 regions and the four scale arrays) must be the exact mean rounded to float, since double
+// sums of bf16 values are exact here, in any order. Lengths cover one part, a tail, several
+// parts with a short last one and the 16-part cap; d128 runs with 128-key groups (production)
+// and with 64-key groups (Q-smoothing).
+TEST(SageBwdGpu, KMeanExact) {
+  SKIP_WITHOUT_GPU();
+  for (int d : {64, 128}) {
+    for (bool smooth_q : {false, true}) {
+      if (d == 64 && smooth_q) continue;  // the same launch as without it at d64
+      for (int n : {1, 77, 1000, 1100, 2200, 4096}) {
+        const AttnShape s{2, 3, n, d, false};
+        SageCudaOptions opt;
+        opt.smooth_q = smooth_q;
+        const std::string what = Describe(s, opt);
+        Inputs in = MakeInputs(s, 1.0, 900 + n + d);
+        for (size_t i = 0; i < in.k.size(); ++i) {  // a mean far from 0, different per column
+          in.k[i] = RoundToBf16(static_cast<float>(in.k[i] + 0.5 + 0.01 * double(i % d)));
+        }
+        const size_t tb = sizeof(uint16_t) * s.numel();
+        DeviceBuffer dq_, dk_, dv_, d_o, d_lse, ws;
+        CUDA_OK(dq_.Alloc(tb));
+        CUDA_OK(dk_.Alloc(tb));
+        CUDA_OK(dv_.Alloc(tb));
+        CUDA_OK(d_o.Alloc(tb));
+        CUDA_OK(d_lse.Alloc(sizeof(float) * s.rows()));
+        CUDA_OK(cudaMemcpy(dq_.as<void>(), ToBits(in.q).data(), tb, cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemcpy(dk_.as<void>(), ToBits(in.k).data(), tb, cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemcpy(dv_.as<void>(), ToBits(in.v).data(), tb, cudaMemcpyHostToDevice));
+        const size_t wsb = SageWorkspaceBytes(s, opt);
+        CUDA_OK(ws.Alloc(wsb));
+        CUDA_OK(cudaMemset(ws.as<void>(), 0xFF, wsb));
+        const Status st = SageForwardCuda(
+            s, opt, dq_.as<__nv_bfloat16>(), dk_.as<__nv_bfloat16>(), dv_.as<__nv_bfloat16>(),
+            d_o.as<__nv_bfloat16>(), d_lse.as<float>(), ws.as<void>(), wsb, nullptr);
+        ASSERT_TRUE(st.ok()) << st.ToString();
+        CUDA_OK(cudaDeviceSynchronize());
+        const int64_t bh = int64_t(s.B) * s.H, np = (n + 63) / 64 * 64, nt = np / 64;
+        const auto up = [](size_t x) { return (x + 255) / 256 * 256; };
+        const size_t kbar_off = 8 * up(size_t(bh * np * d)) + 4 * up(sizeof(float) * bh * nt);
+        std::vector<float> kbar(bh * d);
+        CUDA_OK(cudaMemcpy(kbar.data(), ws.as<char>() + kbar_off, sizeof(float) * kbar.size(),
+                           cudaMemcpyDeviceToHost));
+        int64_t wrong = 0;
+        for (int64_t h = 0; h < bh; ++h) {
+          for (int c = 0; c < d; ++c) {
+            double sum = 0.0;
+            for (int r = 0; r < n; ++r) sum += in.k[(h * n + r) * d + c];
+            const float want = static_cast<float>(sum / n);
+            if (kbar[h * d + c] != want) {
+              if (wrong++ < 3) {
+                ADD_FAILURE() << what << " head " << h << " column " << c << ": kbar "
+                              << kbar[h * d + c] << ", exact mean " << want;
+              }
+            }
+          }
+        }
+        EXPECT_EQ(wrong, 0) << what;
+      }
+    }
+  }
+}
+
+// Against the emulator at lengths past the short ones above: N = 1100 at d64 (17 tiles, a K mean
+// of five parts), N = 2200 at d128 (18 128-key groups, the last one half past the end).
+TEST(SageBwdGpu, EmulatorMatchLong) {
+  SKIP_WITHOUT_GPU();
+  for (bool causal : {false, true}) {
+    CheckAgainstEmulator({1, 2, 1100, 64, causal}, SageCudaOptions{}, 400);
+    CheckAgainstEmulator({1, 1, 2200, 128, causal}, SageCudaOptions{}, 401);
   }
 }
 

@@ -2321,29 +2321,37 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       if (t == 0 && grow < p.n) atomicAdd(p.dsrow + int64_t(bh) * p.n + grow, rs);
     }
     // Column partials over this warp's 16 rows (its two rows, then the 8 groups: lane bits 2..4).
-    // The column sums of dS serve Q-smoothing's dK term only, which kPair never runs.
-    constexpr bool kColSum = !kPair;
+    // The column sums of dS serve Q-smoothing's dK term only (which kPair never runs), so the
+    // reduce-scatter variants skip them without it: a warp-uniform branch around ~85 instructions
+    // per warp and tile (5% of the d64 backward's) that were issued for nothing. Measured: d64
+    // backward 1.016-1.030x, d128 (no column sums with kPair) unchanged; the branch costs the
+    // d64 kernels 4-8 bytes of spills at their 168-register bound (session 14).
+    const bool col_sum = !kPair && p.smooth_q;
     if constexpr ((kVar & kBwdColRs) != 0) {
-      float vp[16], vds[16], vcs[16];
+      float vp[16], vds[16];
 #pragma unroll
       for (int n = 0; n < 8; ++n) {
 #pragma unroll
         for (int b = 0; b < 2; ++b) {
           vp[2 * n + b] = fmaxf(pf[n][b], pf[n][2 + b]);
           vds[2 * n + b] = fmaxf(fabsf(dsf[n][b]), fabsf(dsf[n][2 + b]));
-          vcs[2 * n + b] = dsf[n][b] + dsf[n][2 + b];
         }
       }
       const auto fmax = [](float x, float y) { return fmaxf(x, y); };
-      const auto fadd = [](float x, float y) { return x + y; };
-      float rp[2], rds[2], rcs[2];
+      float rp[2], rds[2];
       ColumnReduceScatter(vp, lane, fmax, rp);
       ColumnReduceScatter(vds, lane, fmax, rds);
-      if constexpr (kColSum) ColumnReduceScatter(vcs, lane, fadd, rcs);
       const int c = 8 * g + 2 * t;
       *reinterpret_cast<float2*>(s_part + (0 * 4 + warp) * kTile + c) = make_float2(rp[0], rp[1]);
       *reinterpret_cast<float2*>(s_part + (1 * 4 + warp) * kTile + c) = make_float2(rds[0], rds[1]);
-      if constexpr (kColSum) {
+      if (col_sum) {
+        float vcs[16], rcs[2];
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+#pragma unroll
+          for (int b = 0; b < 2; ++b) vcs[2 * n + b] = dsf[n][b] + dsf[n][2 + b];
+        }
+        ColumnReduceScatter(vcs, lane, [](float x, float y) { return x + y; }, rcs);
         *reinterpret_cast<float2*>(s_part + (2 * 4 + warp) * kTile + c) =
             make_float2(rcs[0], rcs[1]);
       }
@@ -2388,12 +2396,12 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       for (int w = 0; w < 4; ++w) {
         mp = fmaxf(mp, s_part[(0 * 4 + w) * kTile + c]);
         mds = fmaxf(mds, s_part[(1 * 4 + w) * kTile + c]);
-        if constexpr (kColSum) cs += s_part[(2 * 4 + w) * kTile + c];
+        if (col_sum) cs += s_part[(2 * 4 + w) * kTile + c];
       }
       const float sp = GroupScale(mp), sds = GroupScale(mds);
       s_csp[c] = sp;
       s_csds[c] = sds;
-      if constexpr (kColSum) s_colsum[c] = cs;
+      if (col_sum) s_colsum[c] = cs;
       s_cinvp[c] = 1.0f / sp;
       s_cinvds[c] = 1.0f / sds;
       if constexpr (kColVec) {
