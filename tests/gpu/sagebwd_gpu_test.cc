@@ -225,6 +225,27 @@ Inputs MakeInputs(const AttnShape& s, double sigma_qk, uint32_t seed) {
   return in;
 }
 
+// A forward-only run's device tensors: q, k, v uploaded, o and lse to write; Run launches the
+// forward into a workspace the caller filled (tests that read the workspace afterwards).
+struct ForwardOnly {
+  DeviceBuffer q, k, v, o, lse;
+  void Upload(const AttnShape& s, const Inputs& in) {
+    const size_t tb = sizeof(uint16_t) * s.numel();
+    for (DeviceBuffer* b : {&q, &k, &v, &o}) CUDA_OK(b->Alloc(tb));
+    CUDA_OK(lse.Alloc(sizeof(float) * s.rows()));
+    CUDA_OK(cudaMemcpy(q.as<void>(), ToBits(in.q).data(), tb, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(k.as<void>(), ToBits(in.k).data(), tb, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(v.as<void>(), ToBits(in.v).data(), tb, cudaMemcpyHostToDevice));
+  }
+  void Run(const AttnShape& s, const SageCudaOptions& opt, const DeviceBuffer& ws, size_t wsb) {
+    const Status st = SageForwardCuda(s, opt, q.as<__nv_bfloat16>(), k.as<__nv_bfloat16>(),
+                                      v.as<__nv_bfloat16>(), o.as<__nv_bfloat16>(),
+                                      lse.as<float>(), ws.as<void>(), wsb, nullptr);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    CUDA_OK(cudaDeviceSynchronize());
+  }
+};
+
 // (a)/(e): GPU against the emulator at the kernel's tiles. The emulator's backward gets the GPU's
 // (bf16) O so both compute D_i = rowsum(dO o O) from the same values.
 void CheckAgainstEmulator(const AttnShape& s, const SageCudaOptions& opt, uint32_t seed) {
@@ -375,17 +396,9 @@ TEST(SageBwdGpu, FusedQQuantizationMatchesQuantizeLaunch) {
     for (bool causal : {false, true}) {
       for (int n : {77, 1000}) {
         const AttnShape s{2, 3, n, d, causal};
-        const Inputs in = MakeInputs(s, 2.0, 500 + n + d);
-        const size_t tb = sizeof(uint16_t) * s.numel();
-        DeviceBuffer dq_, dk_, dv_, d_o, d_lse;
-        CUDA_OK(dq_.Alloc(tb));
-        CUDA_OK(dk_.Alloc(tb));
-        CUDA_OK(dv_.Alloc(tb));
-        CUDA_OK(d_o.Alloc(tb));
-        CUDA_OK(d_lse.Alloc(sizeof(float) * s.rows()));
-        CUDA_OK(cudaMemcpy(dq_.as<void>(), ToBits(in.q).data(), tb, cudaMemcpyHostToDevice));
-        CUDA_OK(cudaMemcpy(dk_.as<void>(), ToBits(in.k).data(), tb, cudaMemcpyHostToDevice));
-        CUDA_OK(cudaMemcpy(dv_.as<void>(), ToBits(in.v).data(), tb, cudaMemcpyHostToDevice));
+        ForwardOnly f;
+        f.Upload(s, MakeInputs(s, 2.0, 500 + n + d));
+        if (::testing::Test::HasFatalFailure()) return;
         const int64_t bh = int64_t(s.B) * s.H, np = (n + 63) / 64 * 64, tq = np / 64;
         const size_t q8 = size_t(bh * np * d), r8 = (q8 + 255) / 256 * 256;
         const size_t sq_off = 8 * r8, sq_bytes = sizeof(float) * size_t(bh * tq);
@@ -398,11 +411,8 @@ TEST(SageBwdGpu, FusedQQuantizationMatchesQuantizeLaunch) {
           CUDA_OK(ws.Alloc(wsb));
           // Different fills: a byte either path leaves unwritten differs.
           CUDA_OK(cudaMemset(ws.as<void>(), fvar < 0 ? 0xA5 : 0x5A, wsb));
-          const Status st = SageForwardCuda(
-              s, opt, dq_.as<__nv_bfloat16>(), dk_.as<__nv_bfloat16>(), dv_.as<__nv_bfloat16>(),
-              d_o.as<__nv_bfloat16>(), d_lse.as<float>(), ws.as<void>(), wsb, nullptr);
-          ASSERT_TRUE(st.ok()) << st.ToString();
-          CUDA_OK(cudaDeviceSynchronize());
+          f.Run(s, opt, ws, wsb);
+          if (::testing::Test::HasFatalFailure()) return;
           std::vector<uint8_t> bytes(2 * r8 + sq_bytes);
           CUDA_OK(cudaMemcpy(bytes.data(), ws.as<char>(), 2 * r8, cudaMemcpyDeviceToHost));
           CUDA_OK(cudaMemcpy(bytes.data() + 2 * r8, ws.as<char>() + sq_off, sq_bytes,
@@ -445,24 +455,15 @@ TEST(SageBwdGpu, KMeanExact) {
         for (size_t i = 0; i < in.k.size(); ++i) {  // a mean far from 0, different per column
           in.k[i] = RoundToBf16(static_cast<float>(in.k[i] + 0.5 + 0.01 * double(i % d)));
         }
-        const size_t tb = sizeof(uint16_t) * s.numel();
-        DeviceBuffer dq_, dk_, dv_, d_o, d_lse, ws;
-        CUDA_OK(dq_.Alloc(tb));
-        CUDA_OK(dk_.Alloc(tb));
-        CUDA_OK(dv_.Alloc(tb));
-        CUDA_OK(d_o.Alloc(tb));
-        CUDA_OK(d_lse.Alloc(sizeof(float) * s.rows()));
-        CUDA_OK(cudaMemcpy(dq_.as<void>(), ToBits(in.q).data(), tb, cudaMemcpyHostToDevice));
-        CUDA_OK(cudaMemcpy(dk_.as<void>(), ToBits(in.k).data(), tb, cudaMemcpyHostToDevice));
-        CUDA_OK(cudaMemcpy(dv_.as<void>(), ToBits(in.v).data(), tb, cudaMemcpyHostToDevice));
+        ForwardOnly f;
+        f.Upload(s, in);
+        if (::testing::Test::HasFatalFailure()) return;
         const size_t wsb = SageWorkspaceBytes(s, opt);
+        DeviceBuffer ws;
         CUDA_OK(ws.Alloc(wsb));
         CUDA_OK(cudaMemset(ws.as<void>(), 0xFF, wsb));
-        const Status st = SageForwardCuda(
-            s, opt, dq_.as<__nv_bfloat16>(), dk_.as<__nv_bfloat16>(), dv_.as<__nv_bfloat16>(),
-            d_o.as<__nv_bfloat16>(), d_lse.as<float>(), ws.as<void>(), wsb, nullptr);
-        ASSERT_TRUE(st.ok()) << st.ToString();
-        CUDA_OK(cudaDeviceSynchronize());
+        f.Run(s, opt, ws, wsb);
+        if (::testing::Test::HasFatalFailure()) return;
         const int64_t bh = int64_t(s.B) * s.H, np = (n + 63) / 64 * 64, nt = np / 64;
         const auto up = [](size_t x) { return (x + 255) / 256 * 256; };
         const size_t kbar_off = 8 * up(size_t(bh * np * d)) + 4 * up(sizeof(float) * bh * nt);
@@ -650,7 +651,15 @@ TEST(SageBwdGpu, BwdVariantLab) {
   // 1421240 / 1552312 = 372664 / 503736 with kBwdDqPair (the two consumers share dQ: dS^ row
   // scales over 128 keys, the emulator's bkv = 128; d128 with 128-key K / V groups only, so no
   // Q-smoothing; production at d128 without Q-smoothing).
-  const std::vector<int> vars = {44984, 110520, 241592, 372664, 503736, 1421240, 1552312};
+  // + kSageBwdTma: the same with the Q side of each Q tile copied by TMA (one thread's
+  // cp.async.bulk.tensor per tile on mbarriers instead of every thread's 16-byte cp.async);
+  // production since session 14 at d64 (110520 / 241592 + t) and with kBwdDqPair at d128
+  // (1421240 / 1552312 + t), the others' production variants above without it.
+  const int t = kSageBwdTma;
+  const std::vector<int> vars = {44984,       110520,      241592,      372664,
+                                 503736,      1421240,     1552312,     110520 + t,
+                                 241592 + t,  372664 + t,  503736 + t,  1421240 + t,
+                                 1552312 + t};
   for (int var : vars) {
     SageCudaOptions opt;
     opt.bwd_variant = var;

@@ -44,6 +44,9 @@
 // operands into a two-stage ring, two consumer warpgroups (240 registers each) running the
 // per-tile body for one K tile each; v10 (kBwdDqPair, with 128-key K / V groups): the two
 // consumers share dQ (dS^ row scales over their 128 keys; each computes half of dQ's columns).
+// v11 (kBwdTma, at d64 and with kBwdDqPair): each Q tile's Q^, dO, Q^T, dO^T arrive by TMA, one
+// thread issuing the copies that complete on mbarriers (d64: two per CTA, Q^ / dO then Q^T /
+// dO^T; d128: the producer's stage barriers), not by every thread's 16-byte cp.async.
 //
 // Kernel-lab variant: sagebwd v6 forward (kernels/bench/README.md, Variants): SageForwardKernelV5
 // with kFastS and kWg: 8 warps = two warpgroups x 64 rows, 128-row CTAs, S = Q^ K^T by wgmma from
@@ -61,7 +64,8 @@
 // tiles the kernel writes, two of those in flight at a time) + column scale partials by a
 // reduce-scatter (= v7, 4024) + the bits of BwdProductionFor (late phase-2 waits, vector column
 // scales, bulk dQ reductions, longest-first causal grid; v9: warp specialization at D = 128; v10:
-// the two consumers share dQ at D = 128 with 128-key K / V groups); the compiled-in variants are
+// the two consumers share dQ at D = 128 with 128-key K / V groups; v11: the Q side by TMA); the
+// compiled-in variants are
 // BwdCompiled (the GPU test's lab mode times them through SageCudaOptions::bwd_variant). The
 // quantization is two launches (K-mean parts, then K / V / Q) in the forward and one (dO with
 // D_i) in the backward; the forward kernel zeroes the backward's dQ accumulator. Lab forward
@@ -69,7 +73,7 @@
 // from padded tiles (row strides of an odd number of 16-byte chunks: conflict-free), cp.async
 // copies, K^ / V^T double-buffered (next tile prefetched during the current one); backward: Q^ /
 // dO / lse / D_i of a Q tile loaded at the top of its iteration (v3's one-ahead prefetch, 16-byte
-// dQ atomics and S32ToF32 conversion were 2-6% slower together and are gone). No TMA yet.
+// dQ atomics and S32ToF32 conversion were 2-6% slower together and are gone).
 //
 // Backward lab, sagebwd v6 (fpa.cu's backward v2 structure: 8 warps, 128 keys per CTA): measured
 // 0.76-0.88x of v4 in its best build and removed (kernels/bench/README.md, Variants, names the
@@ -184,8 +188,9 @@ struct BwdLayout {
   // kDqStage (kBwdBulkDq): the dQ staging blocks, one 16 x 64 f32 block (4 KB, DqAccIndex order)
   // per warp.
   static constexpr int kDqSt = (kMu + 2 * D * 4 + 15) / 16 * 16;
-  static constexpr int kBytes = (kDqStage ? kDqSt + kTile * 64 * 4 : kMu + 2 * D * 4) +
-                                (kWg ? 1024 : 0);
+  // kBwdTma: two mbarriers (Q^ / dO, then Q^T / dO^T of the Q tile).
+  static constexpr int kTmaBar = kDqStage ? kDqSt + kTile * 64 * 4 : (kMu + 2 * D * 4 + 7) / 8 * 8;
+  static constexpr int kBytes = kTmaBar + 16 + (kWg ? 1024 : 0);
   static_assert(kBytes <= 227 * 1024, "backward shared memory over the sm_90 limit");
   static_assert(!kWg || (TileI8::kBytes % 1024 == 0 && TileBf::kBytes % 1024 == 0),
                 "GmmaTiles stay 1024-byte aligned");
@@ -356,6 +361,12 @@ constexpr int kBwdWs = 262144;
 // instead of two of K = 64). Both consumers run every Q tile of the CTA (a causal tile above a
 // consumer's diagonal or a K tile past N is computed fully masked: P = dS = 0).
 constexpr int kBwdDqPair = kSageBwdDqPair;
+// kBwdTma (with kBwdSplitWait; kBwdWs or not): the Q side of each Q tile (Q^, dO or dO^, Q^T,
+// dO^T) copied by TMA, one thread issuing a few cp.async.bulk.tensor per tile that complete on
+// mbarriers (wgmma.cuh, LoadGmmaTileTma), instead of every thread of the CTA (kBwdWs: of the
+// producer warpgroup) issuing 16-byte cp.async copies with their addresses (~130 of ~1600
+// instructions per warp and tile at d64).
+constexpr int kBwdTma = kSageBwdTma;
 // (Measured, not kept: dQ converted in the backward kernel by the last contributor per Q tile,
 // found by an acq_rel counter per tile: 0.78-0.98x; docs/gpu/2026-11-21-h200-pdl.)
 template <int D, int kVar>
@@ -1779,6 +1790,12 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
 // ----------------------------------------------------------------------------------------------
 
 struct BwdParams {
+  // kBwdTma: the Q side's tensor maps (GmmaTileTensorMap): Q^, dO (bf16) or dO^ (int8_dp), Q^T,
+  // dO^T. The kernel takes BwdParams as a __grid_constant__ parameter, whose maps TMA reads.
+  CUtensorMap tm_qh;
+  CUtensorMap tm_do;
+  CUtensorMap tm_qht;
+  CUtensorMap tm_doht;
   const __nv_bfloat16 *k, *v, *do_;  // (BH, N, D)
   const int8_t *qh, *qht, *kh, *kht, *vh, *doh, *doht;
   const float *sq, *sk, *sv, *sdo, *kbar, *mu, *lse, *drow;
@@ -1872,7 +1889,7 @@ __device__ __forceinline__ void WgmmaS8Tile64(uint32_t dlo, int a_byte, int b_by
 // consumer of K tile C jj + c, whose warp w (of 4) owns the rows above.
 template <int D, bool kCausal, int kVar>
 __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>()))
-    SageBackwardKernel(BwdParams p) {
+    SageBackwardKernel(const __grid_constant__ BwdParams p) {
   constexpr bool kInt = (kVar & kBwdInterior) != 0, kFx = (kVar & kBwdExp2) != 0, kFq = (kVar & kBwdFastQ) != 0;
   constexpr bool kWg = (kVar & kBwdWgmma) != 0, kWg2 = (kVar & kBwdWgmma2) != 0;
   constexpr bool kWgPipe = kWg2 && (kVar & kBwdWgPipe) != 0;
@@ -1884,6 +1901,8 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
   static_assert(!kWs || (kWgPipe && kColVec), "kBwdWs builds on kBwdWgPipe and kBwdColVec");
   constexpr bool kPair = (kVar & kBwdDqPair) != 0;
   static_assert(!kPair || (kWs && D == 128 && kWsConsumers == 2), "kBwdDqPair: kBwdWs at D = 128");
+  constexpr bool kTma = (kVar & kBwdTma) != 0;
+  static_assert(!kTma || kSplitWait0, "kBwdTma builds on kBwdSplitWait");
   using C = SageConfig<D>;
   using L = std::conditional_t<kWs, BwdWsLayout<D>, BwdLayout<D, kWg, kWg2, kBulkDq>>;
   // Byte offset of (row, col) in P^T, dS^T, dS^ (kI8T-padded, or 64B-swizzled with kWg2).
@@ -2000,6 +2019,33 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       CopyRows(doht_dst, kI8T, p.doht + bh * npd + rr, p.np, D, kTile);
     }
   };
+  // kTma: one thread's TMA copies of the Q tile at row rr: Q^ and dO (dO^ with int8_dp)
+  // completing on the mbarrier bar_a, Q^T and dO^T on bar_b (kWs: both on the stage's full
+  // barrier, bar_b == bar_a). The thread's arrive.expect_tx is its arrival on each barrier.
+  auto tma_q_side = [&](char* qh_dst, char* do_dst, char* qht_dst, char* doht_dst, int rr,
+                        uint32_t bar_a, uint32_t bar_b) {
+    if constexpr (kTma) {
+      namespace wg = cuda::wgmma;
+      using T8 = typename L::TileI8;
+      using TB = typename L::TileBf;
+      using TT = typename L::TileT;
+      const uint32_t a_bytes = T8::kBytes + (p.int8_dp ? T8::kBytes : TB::kBytes);
+      if (bar_a == bar_b) {
+        wg::MbarArriveExpectTx(bar_a, a_bytes + 2 * TT::kBytes);
+      } else {
+        wg::MbarArriveExpectTx(bar_a, a_bytes);
+        wg::MbarArriveExpectTx(bar_b, 2 * TT::kBytes);
+      }
+      wg::LoadGmmaTileTma<T8, 1>(cuda::SmemAddr(qh_dst), &p.tm_qh, 0, rr, bh, bar_a);
+      if (p.int8_dp) {
+        wg::LoadGmmaTileTma<T8, 1>(cuda::SmemAddr(do_dst), &p.tm_do, 0, rr, bh, bar_a);
+      } else {
+        wg::LoadGmmaTileTma<TB, 2>(cuda::SmemAddr(do_dst), &p.tm_do, 0, rr, bh, bar_a);
+      }
+      wg::LoadGmmaTileTma<TT, 1>(cuda::SmemAddr(qht_dst), &p.tm_qht, rr, 0, bh, bar_b);
+      wg::LoadGmmaTileTma<TT, 1>(cuda::SmemAddr(doht_dst), &p.tm_doht, rr, 0, bh, bar_b);
+    }
+  };
   // kWs: the ring of Q-side stages; use `it` = the CTA loop's it-th Q tile (both roles walk the
   // same tiles from ibeg).
   const int ibeg = kWs ? (kCausal ? kCons * jb : 0) : 0;
@@ -2021,6 +2067,7 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
     namespace wg = cuda::wgmma;
     if (threadIdx.x == 0) {
       ring.Init(kThreads, (kPair ? kCons : min(kCons, p.ntk - kCons * jb)) * kThreads);
+      if constexpr (kTma) wg::FenceMbarInit();
     }
     __syncthreads();
     if (cw < 0) {
@@ -2031,9 +2078,16 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
         const int rr = i * kTile;
         ring.ProducerAcquire(it);
         char* const q = stage_base(it & 1);
-        copy_q_do(reinterpret_cast<int8_t*>(q + L::kQh), q + L::kDo, rr, tid);
-        copy_qt_dot(reinterpret_cast<int8_t*>(q + L::kQht), reinterpret_cast<int8_t*>(q + L::kDoht),
-                    rr, tid);
+        if constexpr (kTma) {
+          if (tid == 0) {
+            const uint32_t full = ring.Full(it & 1);
+            tma_q_side(q + L::kQh, q + L::kDo, q + L::kQht, q + L::kDoht, rr, full, full);
+          }
+        } else {
+          copy_q_do(reinterpret_cast<int8_t*>(q + L::kQh), q + L::kDo, rr, tid);
+          copy_qt_dot(reinterpret_cast<int8_t*>(q + L::kQht),
+                      reinterpret_cast<int8_t*>(q + L::kDoht), rr, tid);
+        }
         if (tid < kTile) {
           const bool ok = rr + tid < p.n;
           reinterpret_cast<float*>(q + L::kLse)[tid] =
@@ -2049,9 +2103,13 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
             reinterpret_cast<float*>(q + L::kMu)[d] = p.mu[(int64_t(bh) * p.ntq + i) * D + d];
           }
         }
-        CopyWait();
-        wg::FenceProxyAsync();  // cp.async writes -> the consumers' wgmma reads
-        ring.ProducerCommit(it);
+        if constexpr (kTma) {
+          if (tid != 0) ring.ProducerCommit(it);  // thread 0 arrived with its expect_tx
+        } else {
+          CopyWait();
+          wg::FenceProxyAsync();  // cp.async writes -> the consumers' wgmma reads
+          ring.ProducerCommit(it);
+        }
       }
       return;
     }
@@ -2118,16 +2176,34 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
   // (threads 0..63), loaded at the top of its iteration with Q^T and dO^T (single-buffered: 2-3
   // CTAs per SM overlap one CTA's copies with another's work).
   float lse_i = 0.0f, drow_i = 0.0f;
-  auto load_q_tile = [&](int ii) {
-    const int rr = ii * kTile;
-    copy_q_do(s_qh, s_do, rr, threadIdx.x);
-    cuda::CpAsyncCommit();
+  auto load_rows = [&](int rr) {  // lse_i, drow_i of row rr + threadIdx.x (threads 0..63)
     if (threadIdx.x < kTile) {
       const bool ok = rr + int(threadIdx.x) < p.n;
       lse_i = ok ? p.lse[int64_t(bh) * p.n + rr + threadIdx.x] : 0.0f;
       drow_i = ok ? p.drow[int64_t(bh) * p.n + rr + threadIdx.x] : 0.0f;
     }
   };
+  auto load_q_tile = [&](int ii) {
+    const int rr = ii * kTile;
+    copy_q_do(s_qh, s_do, rr, threadIdx.x);
+    cuda::CpAsyncCommit();
+    load_rows(rr);
+  };
+  // kTma without kWs: the mbarriers of the Q side's two copy groups (one phase per Q tile).
+  const uint32_t tma_bar = [&] {
+    if constexpr (kTma && !kWs) {
+      return cuda::SmemAddr(buf + L::kTmaBar);
+    } else {
+      return 0u;
+    }
+  }();
+  if constexpr (kTma && !kWs) {
+    if (threadIdx.x == 0) {
+      cuda::wgmma::MbarInit(tma_bar, 1);
+      cuda::wgmma::MbarInit(tma_bar + 8, 1);
+      cuda::wgmma::FenceMbarInit();
+    }  // (the loop top's barrier precedes every other use)
+  }
   // Launched as a dependent of the prep launch (pdl): the K-tile copies above read the forward's
   // outputs only; dO^T / dO^, D_i, the scales of dO and the zeroed dsrow / dqacc are the prep's.
   cuda::GridDepWait();
@@ -2173,8 +2249,16 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       }
     } else {
       __syncthreads();  // the previous block's shared reads are done
-      load_q_tile(i);
-      copy_qt_dot(s_qht, s_doht, r0, threadIdx.x);
+      if constexpr (kTma) {
+        if (threadIdx.x == 0) {
+          tma_q_side(reinterpret_cast<char*>(s_qh), s_do, reinterpret_cast<char*>(s_qht),
+                     reinterpret_cast<char*>(s_doht), r0, tma_bar, tma_bar + 8);
+        }
+        load_rows(r0);
+      } else {
+        load_q_tile(i);
+        copy_qt_dot(s_qht, s_doht, r0, threadIdx.x);
+      }
       if (threadIdx.x < kTile) {
         s_lse[threadIdx.x] = lse_i;
         s_drow[threadIdx.x] = drow_i;
@@ -2184,13 +2268,20 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
           s_mu[d] = p.mu[(int64_t(bh) * p.ntq + i) * D + d];
         }
       }
-      if constexpr (kSplitWait) {
-        cuda::CpAsyncCommit();  // group 2: Q^T, dO^T, waited for before phase 2
-        cuda::CpAsyncWait<1>();  // group 1 (load_q_tile): Q^, dO
+      if constexpr (kTma) {
+        if (it == 0) {  // the K side's cp.async copies, issued before the loop
+          CopyWait();
+          cuda::wgmma::FenceProxyAsync();
+        }
       } else {
-        CopyWait();  // this iteration's Q^, Q^T, dO, dO^T
+        if constexpr (kSplitWait) {
+          cuda::CpAsyncCommit();  // group 2: Q^T, dO^T, waited for before phase 2
+          cuda::CpAsyncWait<1>();  // group 1 (load_q_tile): Q^, dO
+        } else {
+          CopyWait();  // this iteration's Q^, Q^T, dO, dO^T
+        }
+        if constexpr (kWg) cuda::wgmma::FenceProxyAsync();  // cp.async writes -> wgmma's reads
       }
-      if constexpr (kWg) cuda::wgmma::FenceProxyAsync();  // cp.async writes -> wgmma's reads
       __syncthreads();
       if (p.smooth_q) {
         BlockBias<D>(p.k + bh * nd, s_mu, s_kbar, j, p.n, tau, s_bias);
@@ -2198,6 +2289,7 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       }
       sqi = p.sq[int64_t(bh) * p.ntq + i];
       sdoi = p.sdo[int64_t(bh) * p.ntq + i];
+      if constexpr (kTma) cuda::wgmma::MbarWait(tma_bar, it & 1);  // Q^, dO landed (TMA)
     }
 
     // S and dP for this warp's 16 query rows x 64 keys; P and dS stay in registers (pf, dsf).
@@ -2444,7 +2536,11 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
         *reinterpret_cast<uint16_t*>(s_dsh + dsh_off(n, h)) = static_cast<uint16_t>(packed);
       }
     }
-    if constexpr (kSplitWait) cuda::CpAsyncWait<0>();  // Q^T, dO^T landed (this thread's)
+    if constexpr (kTma && !kWs) {
+      cuda::wgmma::MbarWait(tma_bar + 8, it & 1);  // Q^T, dO^T landed
+    } else if constexpr (kSplitWait) {
+      cuda::CpAsyncWait<0>();  // Q^T, dO^T landed (this thread's)
+    }
     if constexpr (kWg2) cuda::wgmma::FenceProxyAsync();  // st.shared, cp.async -> wgmma's reads
     if constexpr (kPair) {
       pair_sync();  // the dQ wgmma reads both consumers' dS^
@@ -2955,15 +3051,19 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
 //            128 keys, dS^ row scales over 128 keys = the emulator's bkv 128; 128-key K / V
 //            groups only): 1.02-1.03x non-causal, 1.05-1.09x causal of 372664 / 503736
 //            (session 12, after the Q-smoothing tests left the unrolled loops)
-// BwdProductionFor is what production calls (bwd_variant = -1) run (sagebwd v10): d128 1421240 /
-// 1552312 (non-causal / causal) with 128-key K / V groups, 372664 / 503736 with 64-key groups
-// (Q-smoothing), d64 110520 / 241592 (kernels/bench/README.md, Variants).
+//   + kBwdTma (2097152: the Q side of each Q tile copied by TMA, kBwdTma): 110520 / 241592 ->
+//            2207672 / 2338744 1.05-1.08x at d64; 1421240 / 1552312 -> 3518392 / 3649464
+//            1.02-1.04x at d128; 372664 / 503736 -> 2469816 / 2600888 0.96-0.97x (52 bytes of
+//            spills causal), so those stay (session 14, kernel lab on an H200)
+// BwdProductionFor is what production calls (bwd_variant = -1) run (sagebwd v11): d128 3518392 /
+// 3649464 (non-causal / causal) with 128-key K / V groups, 372664 / 503736 with 64-key groups
+// (Q-smoothing), d64 2207672 / 2338744 (kernels/bench/README.md, Variants).
 constexpr int BwdProductionFor(int d, bool causal, bool dq_pair) {
   constexpr int kV8 = 24 + kBwdExp2 + kBwdFastQ + kBwdWgmma + kBwdWgmma2 + kBwdColRs + kBwdWgPipe +
                       kBwdSplitWait + kBwdColVec + kBwdBulkDq;
   const int v = causal ? kV8 + kBwdLpt : kV8;
-  if (d != 128) return v;
-  return dq_pair ? v + kBwdWs + kBwdDqPair : v + kBwdWs;
+  if (d != 128) return v + kBwdTma;
+  return dq_pair ? v + kBwdWs + kBwdDqPair + kBwdTma : v + kBwdWs;
 }
 using BwdKernel = void (*)(BwdParams);
 struct BwdLaunch {
@@ -2999,7 +3099,10 @@ using BwdCompiled =
     BwdVariantList<24, kBwdV4q, kBwdV7a, kBwdV7b, kBwdV7, kBwdV7s, kBwdV7s + kBwdColVec,
                    kBwdV7s + kBwdBulkDq, kBwdV8d, kBwdV8d + kBwdLpt, kBwdV7s + kBwdColVec + kBwdLpt,
                    kBwdV8d + kBwdWs, kBwdV8d + kBwdLpt + kBwdWs, kBwdV8d + kBwdWs + kBwdDqPair,
-                   kBwdV8d + kBwdLpt + kBwdWs + kBwdDqPair>;
+                   kBwdV8d + kBwdLpt + kBwdWs + kBwdDqPair, kBwdV8d + kBwdTma,
+                   kBwdV8d + kBwdLpt + kBwdTma, kBwdV8d + kBwdWs + kBwdTma,
+                   kBwdV8d + kBwdLpt + kBwdWs + kBwdTma, kBwdV8d + kBwdWs + kBwdDqPair + kBwdTma,
+                   kBwdV8d + kBwdLpt + kBwdWs + kBwdDqPair + kBwdTma>;
 template <int D, bool kCausal, int... V>
 BwdLaunch BwdLaunchIn(int var, BwdVariantList<V...>) {
   BwdLaunch r{};
@@ -3075,6 +3178,26 @@ Status BackwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_b
   p.smooth_q = opt.smooth_q;
   p.int8_dp = opt.int8_dp;
   p.tau = 1.0f / std::sqrt(static_cast<float>(D));
+  if ((var & kBwdTma) != 0) {  // the Q side's tensor maps (the tiles of BwdLayout / BwdWsLayout)
+    namespace wg = cuda::wgmma;
+    using T8 = wg::GmmaTile<kTile, D>;
+    using TB = wg::GmmaTile<kTile, 2 * D>;
+    using TT = wg::GmmaTile<D, kTile>;
+    const uint64_t np = uint64_t(nt) * kTile, n = s.N;
+    ABLATE_RETURN_IF_ERROR((
+        wg::GmmaTileTensorMap<T8, 1>(&p.tm_qh, w.qh, D, np, bh, D, np * D, "Q^")));
+    if (opt.int8_dp) {
+      ABLATE_RETURN_IF_ERROR((
+          wg::GmmaTileTensorMap<T8, 1>(&p.tm_do, w.doh, D, np, bh, D, np * D, "dO^")));
+    } else {
+      ABLATE_RETURN_IF_ERROR((
+          wg::GmmaTileTensorMap<TB, 2>(&p.tm_do, do_, D, n, bh, 2 * D, 2 * n * D, "dO")));
+    }
+    ABLATE_RETURN_IF_ERROR((
+        wg::GmmaTileTensorMap<TT, 1>(&p.tm_qht, w.qht, np, D, bh, np, D * np, "Q^T")));
+    ABLATE_RETURN_IF_ERROR((
+        wg::GmmaTileTensorMap<TT, 1>(&p.tm_doht, w.doht, np, D, bh, np, D * np, "dO^T")));
+  }
   const BwdLaunch L = s.causal ? BwdLaunchFor<D, true>(var) : BwdLaunchFor<D, false>(var);
   if (L.kernel == nullptr) {
     return InvalidArgument("SageBwd CUDA: backward variant " + std::to_string(var) +

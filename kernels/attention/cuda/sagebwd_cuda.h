@@ -92,6 +92,8 @@ inline int SageKvGroup(const SageCudaOptions& opt, int d) {
 
 // The backward variant bit (sagebwd.cu, kBwdDqPair) whose two consumers share dQ over 128 keys.
 inline constexpr int kSageBwdDqPair = 1048576;
+// The backward variant bit (sagebwd.cu, kBwdTma) that copies each Q tile's operands by TMA.
+inline constexpr int kSageBwdTma = 2097152;
 
 // The backward's key block (the emulator's bkv) for `opt` at head dim d: 128 where the backward
 // quantizes dS^ for dQ with one scale per query row over 128 keys (production at d128 with

@@ -25,6 +25,10 @@
 //                              ring of them (warp-specialized kernels)
 //   NamedBarSync(id, threads), SetMaxNRegDec / SetMaxNRegInc<N>  one warpgroup's barrier, the
 //                              register hand-over between warpgroups
+//   GmmaTileTensorMap<TILE, E> (host) the TMA tensor map of a (mats, rows, row elements) global
+//                              tensor whose boxes land as TILE's column chunks;
+//   LoadGmmaTileTma<TILE, E>   one thread fills a GmmaTile by TMA, completing on an mbarrier;
+//   MbarArriveExpectTx         the arrival that announces those bytes; FenceMbarInit
 //   FenceOperands(r), PinDesc  keep an in-flight wgmma's A registers live until after its Wait;
 //                              form a descriptor before the fence of the wgmmas that read it
 //
@@ -53,9 +57,11 @@
 // (attention_common.cuh): the existing epilogues read wgmma results unchanged.
 #pragma once
 
+#include <cuda.h>  // CUtensorMap (the encoder is reached through the runtime's driver entry point)
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 
 #include "attention/cuda/attention_common.cuh"
 
@@ -419,6 +425,91 @@ __device__ __forceinline__ void SetMaxNRegDec() {
 template <int N>
 __device__ __forceinline__ void SetMaxNRegInc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
+// ----------------------------------------------------------------------------------------------
+// Tensor memory access (TMA, sm_90): one thread copies a whole GmmaTile from global memory with a
+// few cp.async.bulk.tensor instructions instead of every thread issuing 16-byte cp.async copies
+// with their address and swizzle arithmetic; the copy engine writes the tile in the swizzled
+// layout (its 128B / 64B / 32B modes XOR the same address bits as GmmaTile: bits [4, 4 + log2(W /
+// 16)) with [7, ...), from the absolute shared address, hence the tiles' 1024-byte alignment),
+// zero-fills what lies outside the tensor and completes on an mbarrier by its byte count.
+// ----------------------------------------------------------------------------------------------
+
+// Host: the tensor map of a global tensor of `mats` matrices of `rows` rows of `row_elems`
+// elements of E bytes (E = 1: int8, 2: bf16), rows `row_stride` bytes apart, matrices
+// `mat_stride` bytes apart, whose box is one column chunk of TILE (TILE::kW bytes x TILE::kRows
+// rows of one matrix), so LoadGmmaTileTma fills a TILE with TILE::kChunkCols boxes. Rows past
+// `rows` (a matrix's tail) read as zeros. `what` names the tensor in the error.
+template <typename TILE, int E>
+Status GmmaTileTensorMap(CUtensorMap* map, const void* base, uint64_t row_elems, uint64_t rows,
+                         uint64_t mats, uint64_t row_stride, uint64_t mat_stride,
+                         const char* what) {
+  static_assert(E == 1 || E == 2, "int8 or bf16 elements");
+  using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                              const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                              const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                              CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+  static Encode encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      fn = nullptr;
+    }
+    return reinterpret_cast<Encode>(fn);
+  }();
+  if (encode == nullptr) {
+    return Status(StatusCode::kInternal,
+                  "TMA: the driver has no cuTensorMapEncodeTiled (CUDA 12 or newer needed)");
+  }
+  const cuuint64_t dims[3] = {row_elems, rows, mats};
+  const cuuint64_t strides[2] = {row_stride, mat_stride};
+  const cuuint32_t box[3] = {uint32_t(TILE::kW / E), uint32_t(TILE::kRows), 1};
+  const cuuint32_t unit[3] = {1, 1, 1};
+  const CUtensorMapSwizzle swizzle = TILE::kW == 128  ? CU_TENSOR_MAP_SWIZZLE_128B
+                                     : TILE::kW == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
+                                                      : CU_TENSOR_MAP_SWIZZLE_32B;
+  const CUresult r = encode(map, E == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                            3, const_cast<void*>(base), dims, strides, box, unit,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    return Status(StatusCode::kInternal, std::string("TMA: cuTensorMapEncodeTiled failed for ") +
+                                             what + " (CUresult " + std::to_string(int(r)) + ")");
+  }
+  return Status::Ok();
+}
+
+// After MbarInit of barriers that TMA copies complete on (the copy engine's async proxy must see
+// the initialized state): the initializing thread runs it before the CTA barrier.
+__device__ __forceinline__ void FenceMbarInit() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// Arrives on the mbarrier at `bar` (release, CTA scope) and adds `bytes` to the transaction count
+// its current phase waits for (the TMA copies that complete on it).
+__device__ __forceinline__ void MbarArriveExpectTx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
+               "r"(bytes)
+               : "memory");
+}
+
+// One thread: TILE at `smem` (1024-byte aligned) <- the tile of matrix `mat` whose first row is
+// `row0` and first element `x0`, through `map` (GmmaTileTensorMap<TILE, E>; a __grid_constant__
+// kernel parameter), completing TILE::kBytes on the mbarrier at `bar`.
+template <typename TILE, int E>
+__device__ __forceinline__ void LoadGmmaTileTma(uint32_t smem, const CUtensorMap* map, int x0,
+                                                int row0, int mat, uint32_t bar) {
+#pragma unroll
+  for (int c = 0; c < TILE::kChunkCols; ++c) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+        "[%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(smem + c * TILE::kChunkBytes),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(x0 + c * (TILE::kW / E)), "r"(row0), "r"(mat),
+        "r"(bar)
+        : "memory");
+  }
 }
 
 }  // namespace ablate::kernels::cuda::wgmma
