@@ -55,7 +55,8 @@
 // FwdProductionFor (11 = the same with the causal grid longest-first; at D = 128 v7 = 12 / 13, the
 // same warp-specialized: a producer warpgroup fills a 3-stage K^ / V^T ring; v9 = 16 / 17 = 12 /
 // 13 stepping two K tiles (one 128-key K / V quantization group) at a time, 15 = 13 with the
-// next K tile's S issued before the softmax when the groups are 64 keys); the v3/v4 forward
+// next K tile's S issued before the softmax when the groups are 64 keys; 21 = 17 with the K^ /
+// V^T stages filled by TMA, production causal at d128 since session 14); the v3/v4 forward
 // (SageForwardKernel) and the v5 variants (mma.sync) stay compiled in for the lab
 // (SageCudaOptions::fwd_variant). Backward: sagebwd v8 / v9 = v4 (bits kBwdInterior | kBwdOcc3) +
 // kBwdFastQ (P^T / dS^T / dS^ codes by one FMA into the 1.5 * 2^23 mantissa, no F2I / clamp) +
@@ -861,6 +862,10 @@ __device__ __forceinline__ float KvGroupScale(const float* scale, const P& p, in
 constexpr int KvShift(int kvg) { return kvg == 2 * kTile ? 1 : 0; }
 
 struct FwdParams {
+  // kTmaF: the K^ and V^T tensor maps (GmmaTileTensorMap) of the K tiles' stages; the kernel
+  // takes FwdParams as a __grid_constant__ parameter, whose maps TMA reads.
+  CUtensorMap tm_kh;
+  CUtensorMap tm_vht;
   const __nv_bfloat16* k;  // (BH, N, D), for the Q-smoothing bias
   int8_t* qh;               // read; written by the forwards that quantize Q (below)
   const int8_t *kh, *vht;
@@ -1144,11 +1149,12 @@ struct FwdV5Config {
   static constexpr int kStage = kWg ? TileI8::kBytes + TileT::kBytes : kTile * kI8D + D * kI8T;
   static constexpr int kF32 = kStage0 + kStages * kStage;       // bias [2][64], mu [2][D], kbar [D]
   static constexpr int kScal = kF32 + (2 * kTile + 3 * D) * 4;  // kWsF: [kStages][2] (sK, sV)
-  static constexpr int kBar = kScal + (kWsF ? kStages * 8 : 0);  // kWsF: full[], empty[]
+  // kWsF: full[], empty[]; else (kTmaF) one mbarrier per stage.
+  static constexpr int kBar = kScal + (kWsF ? kStages * 8 : 0);
   // FwdFusesQ (without Q-smoothing): the fused Q quantization's staging, [2][D][64] transposed
   // codes + [2][4] float maxima.
   static constexpr bool kQStaging = FwdFusesQ(kWg, false);
-  static constexpr int kQt = (kBar + (kWsF ? 2 * kStages * 8 : 0) + 15) / 16 * 16;
+  static constexpr int kQt = (kBar + (kWsF ? 2 * kStages : kStages) * 8 + 15) / 16 * 16;
   static constexpr int kQRed = kQt + (kQStaging ? 2 * D * kTile : 0);
   static constexpr int kBytes = kQRed + (kQStaging ? 8 * 4 : 0) + (kWg ? 1024 : 0);
   static constexpr int kMinBlocks = kWsF ? 1 : (MW == 1) ? (D == 64 ? 2 : 1) : 2;
@@ -1174,11 +1180,13 @@ struct FwdV5Config {
 // the loop (each waits for full[s] and releases empty[s] after its P^ V^ wgmmas); registers move
 // from the producer to them (setmaxnreg 24 / 240).
 template <int D, bool kCausal, bool kSmoothQ, int MW, bool kFastS, bool kWg = false,
-          bool kLptF = false, bool kWsF = false, bool kPipeF = false, bool kK128 = false>
+          bool kLptF = false, bool kWsF = false, bool kPipeF = false, bool kK128 = false,
+          bool kTmaF = false>
 __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreadsLaunch,
                                   FwdV5Config<D, MW, kWg, kWsF, kK128>::kMinBlocks)
-    SageForwardKernelV5(FwdParams p) {
+    SageForwardKernelV5(const __grid_constant__ FwdParams p) {
   static_assert(!kPipeF || kWsF, "the pipelined forward loop builds on the warp-specialized one");
+  static_assert(!kTmaF || kWg, "the TMA copies fill the wgmma forwards' GmmaTiles");
   static_assert(!(kPipeF && kK128), "one or the other");
   using C = FwdV5Config<D, MW, kWg, kWsF, kK128>;
   using cuda::FastExp2;
@@ -1253,6 +1261,17 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
       CopyRows(st + C::kVh, kI8T, p.vht + bh * npd + c, p.np, D, kTile);
     }
   };
+  // kTmaF: one thread's TMA copies of the K^ tile / V^T columns starting at token c into stage
+  // `st`, completing on the mbarrier `bar` (the thread's arrive.expect_tx is its arrival).
+  auto tma_stage = [&](int8_t* st, int c, uint32_t bar) {
+    if constexpr (kTmaF) {
+      using T8 = typename C::TileI8;
+      using TT = typename C::TileT;
+      wg::MbarArriveExpectTx(bar, T8::kBytes + TT::kBytes);
+      wg::LoadGmmaTileTma<T8, 1>(cuda::SmemAddr(st), &p.tm_kh, 0, c, bh, bar);
+      wg::LoadGmmaTileTma<TT, 1>(cuda::SmemAddr(st + C::kVh), &p.tm_vht, c, 0, bh, bar);
+    }
+  };
   // bias[gq][c] = tau * mu_gq . (K_c - kbar) * log2 e (0 past N) for key c of the tile at c0.
   auto store_bias = [&](int gq, int c, int c0) {
     const int gc = c0 + c;
@@ -1266,24 +1285,39 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
   };
   // kWsF: the K tiles' ring (use j = K tile j) and the producer, which leaves after its last tile.
   const wg::MbarRing<C::kStages> ring{cuda::SmemAddr(smem + C::kBar)};
+  // kTmaF without kWsF: stage st's mbarrier (one phase per K tile it holds).
+  [[maybe_unused]] const uint32_t tma_bar = cuda::SmemAddr(smem + C::kBar);
   float* s_scal = reinterpret_cast<float*>(smem + C::kScal);
   if constexpr (kWsF) {
-    if (threadIdx.x == 0) ring.Init(128, C::kThreadsV5);
+    if (threadIdx.x == 0) {
+      ring.Init(128, C::kThreadsV5);
+      if constexpr (kTmaF) wg::FenceMbarInit();
+    }
     __syncthreads();
     if (ctid < 0) {
       wg::SetMaxNRegDec<kWsProducerRegs>();
       for (int j = 0; j <= last; ++j) {
         const int st = j % C::kStages;
         ring.ProducerAcquire(j);
-        load_stage(std::integral_constant<int, 128>{}, s_stage + st * C::kStage, j * kTile,
-                   threadIdx.x);
+        if constexpr (!kTmaF) {
+          load_stage(std::integral_constant<int, 128>{}, s_stage + st * C::kStage, j * kTile,
+                     threadIdx.x);
+        }
         if (threadIdx.x == 0) {
           s_scal[2 * st] = KvGroupScale(p.sk, p, bh, j);
           s_scal[2 * st + 1] = KvGroupScale(p.sv, p, bh, j);
         }
-        CopyWait();
-        wg::FenceProxyAsync();  // cp.async writes -> the consumers' wgmma reads
-        ring.ProducerCommit(j);
+        if constexpr (kTmaF) {  // thread 0 arrives with its expect_tx (after its s_scal stores)
+          if (threadIdx.x == 0) {
+            tma_stage(s_stage + st * C::kStage, j * kTile, ring.Full(st));
+          } else {
+            ring.ProducerCommit(j);
+          }
+        } else {
+          CopyWait();
+          wg::FenceProxyAsync();  // cp.async writes -> the consumers' wgmma reads
+          ring.ProducerCommit(j);
+        }
       }
       return;
     }
@@ -1331,7 +1365,16 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
     wg::FenceProxyAsync();
     wg::NamedBarSync(1, C::kThreadsV5);  // Q^, mu, kbar visible to both consumer warpgroups
   } else {
-    load_stage(all_c, s_stage, 0, threadIdx.x);
+    if constexpr (kTmaF) {
+      if (threadIdx.x == 0) {
+        wg::MbarInit(tma_bar, 1);
+        wg::MbarInit(tma_bar + 8, 1);
+        wg::FenceMbarInit();
+        tma_stage(s_stage, 0, tma_bar);  // the barriers' first users: this thread's own copies
+      }
+    } else {
+      load_stage(all_c, s_stage, 0, threadIdx.x);
+    }
     cuda::CpAsyncCommit();
     if constexpr (kFuseQ) {
       if (fq_mine) fused_q_quantize();
@@ -1633,16 +1676,33 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
         ws_wait_tile(j);
       } else {
         __syncthreads();  // previous tile's reads of the stage refilled below (and s_bias) done
-        if (j < last) {
-          load_stage(all_c, s_stage + ((j + 1) & 1) * C::kStage, c0 + kTile, threadIdx.x);
+        if constexpr (kTmaF) {
+          if (j < last && threadIdx.x == 0) {
+            tma_stage(s_stage + ((j + 1) & 1) * C::kStage, c0 + kTile, tma_bar + 8 * ((j + 1) & 1));
+          }
+        } else {
+          if (j < last) {
+            load_stage(all_c, s_stage + ((j + 1) & 1) * C::kStage, c0 + kTile, threadIdx.x);
+          }
+          cuda::CpAsyncCommit();  // possibly empty group: keeps the wait count uniform
         }
-        cuda::CpAsyncCommit();  // possibly empty group: keeps the wait count uniform
         if (kSmoothQ && threadIdx.x < 2 * kTile) {
           store_bias(threadIdx.x / kTile, threadIdx.x % kTile, c0);
         }
-        cuda::CpAsyncWait<1>();  // tile j (and Q^) landed for this thread
-        if constexpr (kWg) wg::FenceProxyAsync();  // cp.async writes -> wgmma's reads
-        __syncthreads();
+        if constexpr (kTmaF) {
+          // Q^ (its cp.async copies, or the fused quantization's stores) before the first tile;
+          // the barrier after it also publishes s_bias.
+          if (j == 0) {
+            CopyWait();
+            wg::FenceProxyAsync();
+          }
+          wg::MbarWait(tma_bar + 8 * (j & 1), (j >> 1) & 1);  // tile j landed
+          if (j == 0 || kSmoothQ) __syncthreads();
+        } else {
+          cuda::CpAsyncWait<1>();  // tile j (and Q^) landed for this thread
+          if constexpr (kWg) wg::FenceProxyAsync();  // cp.async writes -> wgmma's reads
+          __syncthreads();
+        }
       }
       if constexpr (!kWg) {
         if (!wvalid || (kCausal && c0 > wlast)) continue;  // warp-uniform; no barrier below
@@ -2864,34 +2924,39 @@ Status LaunchQuantize(const AttnShape& s, const QuantParams& qp, int jobs, cudaS
 // 14 / 15 = 12 / 13 + kPipeF (the next tile's S issued before the softmax: causal 1.01-1.05x of
 // 13, non-causal 0.985-0.99x of 12); 16 / 17 = 12 / 13 + kK128 (two K tiles per step over
 // 128-key K / V quantization groups, kv_group 128: 1.10-1.20x of 12 non-causal, 1.02-1.12x of 15
-// causal).
+// causal); 18 / 19 / 20 / 21 = 10 / 11 / 16 / 17 + kTmaF (each K tile's K^ / V^T stage filled by
+// one thread's TMA copies on an mbarrier, not by every thread's cp.async; session 14's forward
+// lab: 21 1.045x of 17 at d128 causal, the others within 0.997-1.009x).
 // FwdProductionFor is what production calls run (measured: kernels/bench/README.md): d128 with
-// 128-key K / V groups (SageKvGroup: without Q-smoothing) v9 = 16 / 17 (non-causal / causal),
-// with 64-key groups 12 / 15; d64 v6 = 10 (1.10-1.20x of v5c in the forward lab) / 11.
+// 128-key K / V groups (SageKvGroup: without Q-smoothing) v9 = 16 (non-causal) and v9 + TMA =
+// 21 (causal), with 64-key groups 12 / 15; d64 v6 = 10 (1.10-1.20x of v5c in the forward lab) /
+// 11.
 constexpr int FwdProductionFor(int d, bool causal, int kv_group) {
-  if (d == 128) return kv_group == 2 * kTile ? (causal ? 17 : 16) : (causal ? 15 : 12);
+  if (d == 128) return kv_group == 2 * kTile ? (causal ? 21 : 16) : (causal ? 15 : 12);
   return causal ? 11 : 10;
 }
 
 template <int D, int MW, bool kFastS, bool kWg = false, bool kLptF = false, bool kWsF = false,
-          bool kPipeF = false, bool kK128 = false>
+          bool kPipeF = false, bool kK128 = false, bool kTmaF = false>
 Status LaunchForwardV5(const AttnShape& s, const FwdParams& p, bool smooth_q, cudaStream_t stream) {
   using C = FwdV5Config<D, MW, kWg, kWsF, kK128>;
   using K = void (*)(FwdParams);
   K kernel = nullptr;
   if constexpr (kK128) {  // no Q-smoothing (its bias buffer holds one K tile)
     if (smooth_q) return InvalidArgument("SageBwd CUDA: kv_group 128 without smooth_q");
-    kernel = s.causal
-                 ? SageForwardKernelV5<D, true, false, MW, kFastS, kWg, kLptF, kWsF, false, true>
-                 : SageForwardKernelV5<D, false, false, MW, kFastS, kWg, kLptF, kWsF, false, true>;
+    kernel = s.causal ? SageForwardKernelV5<D, true, false, MW, kFastS, kWg, kLptF, kWsF, false,
+                                            true, kTmaF>
+                      : SageForwardKernelV5<D, false, false, MW, kFastS, kWg, kLptF, kWsF, false,
+                                            true, kTmaF>;
   } else {
-    kernel =
-        s.causal
-            ? (smooth_q ? SageForwardKernelV5<D, true, true, MW, kFastS, kWg, kLptF, kWsF, kPipeF>
-                        : SageForwardKernelV5<D, true, false, MW, kFastS, kWg, kLptF, kWsF, kPipeF>)
-            : (smooth_q
-                   ? SageForwardKernelV5<D, false, true, MW, kFastS, kWg, kLptF, kWsF, kPipeF>
-                   : SageForwardKernelV5<D, false, false, MW, kFastS, kWg, kLptF, kWsF, kPipeF>);
+    kernel = s.causal ? (smooth_q ? SageForwardKernelV5<D, true, true, MW, kFastS, kWg, kLptF,
+                                                        kWsF, kPipeF, false, kTmaF>
+                                  : SageForwardKernelV5<D, true, false, MW, kFastS, kWg, kLptF,
+                                                        kWsF, kPipeF, false, kTmaF>)
+                      : (smooth_q ? SageForwardKernelV5<D, false, true, MW, kFastS, kWg, kLptF,
+                                                        kWsF, kPipeF, false, kTmaF>
+                                  : SageForwardKernelV5<D, false, false, MW, kFastS, kWg, kLptF,
+                                                        kWsF, kPipeF, false, kTmaF>);
   }
   ABLATE_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kBytes),
@@ -2910,15 +2975,16 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
   const int bh = s.B * s.H, nt = CeilDiv(s.N, kTile);
   const int kvg = SageKvGroup(opt, D);
   const int fvar = opt.fwd_variant < 0 ? FwdProductionFor(D, s.causal, kvg) : opt.fwd_variant;
-  if (fvar != 3 && (fvar < 5 || fvar > 8) && (fvar < 10 || fvar > 17)) {
+  if (fvar != 3 && (fvar < 5 || fvar > 8) && (fvar < 10 || fvar > 21)) {
     return InvalidArgument("SageBwd CUDA: forward variant " + std::to_string(fvar) +
                            " is not compiled in");
   }
   const bool k128 = kvg == 2 * kTile;
-  if ((kvg != kTile && !k128) || k128 != (fvar == 16 || fvar == 17)) {
+  if ((kvg != kTile && !k128) || k128 != (fvar == 16 || fvar == 17 || fvar == 20 || fvar == 21)) {
     return InvalidArgument("SageBwd CUDA: kv_group " + std::to_string(kvg) +
                            " with forward variant " + std::to_string(fvar) +
-                           " (kv_group 128 goes with variants 16 / 17 at d128, and they with it)");
+                           " (kv_group 128 goes with variants 16 / 17 / 20 / 21 at d128, and they "
+                           "with it)");
   }
   QuantParams qp{};
   qp.n = s.N;
@@ -2944,7 +3010,7 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
   qp.job[0] = {k, w.kh, w.kht, w.sk, opt.smooth_k ? 1 : 0, false};
   qp.job[1] = {v, opt.int8_dp ? w.vh : nullptr, w.vht, w.sv, 0, fvar != 3};
   qp.job[2] = {q, w.qh, w.qht, w.sq, opt.smooth_q ? 2 : 0, false};
-  const bool fuse_q = FwdFusesQ(fvar >= 10, opt.smooth_q);  // variants 10-17: wgmma
+  const bool fuse_q = FwdFusesQ(fvar >= 10, opt.smooth_q);  // variants 10-21: wgmma
   if (k128) {  // K and V in 128-key groups, Q (not smoothed: refused) fused at d128
     if (opt.smooth_q) return InvalidArgument("SageBwd CUDA: kv_group 128 without smooth_q");
     if (Status st = LaunchQuantize<D, false, 2>(s, qp, 2, stream); !st.ok()) return st;
@@ -3000,6 +3066,28 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
   }
   if (fvar == 17) {
     return LaunchForwardV5<D, 1, true, true, true, true, false, true>(s, p, opt.smooth_q, stream);
+  }
+  if (fvar >= 18) {  // 10 / 11 / 16 / 17 with the K^ / V^T stages filled by TMA
+    namespace wg = cuda::wgmma;
+    const uint64_t np = uint64_t(nt) * kTile;
+    ABLATE_RETURN_IF_ERROR((wg::GmmaTileTensorMap<wg::GmmaTile<kTile, D>, 1>(
+        &p.tm_kh, w.kh, D, np, bh, D, np * D, "K^")));
+    ABLATE_RETURN_IF_ERROR((wg::GmmaTileTensorMap<wg::GmmaTile<D, kTile>, 1>(
+        &p.tm_vht, w.vht, np, D, bh, np, D * np, "V^T")));
+    if (fvar == 18) {
+      return LaunchForwardV5<D, 1, true, true, false, false, false, false, true>(s, p, opt.smooth_q,
+                                                                                 stream);
+    }
+    if (fvar == 19) {
+      return LaunchForwardV5<D, 1, true, true, true, false, false, false, true>(s, p, opt.smooth_q,
+                                                                                stream);
+    }
+    if (fvar == 20) {
+      return LaunchForwardV5<D, 1, true, true, false, true, false, true, true>(s, p, opt.smooth_q,
+                                                                               stream);
+    }
+    return LaunchForwardV5<D, 1, true, true, true, true, false, true, true>(s, p, opt.smooth_q,
+                                                                            stream);
   }
   constexpr int kSmem = SageConfig<D>::kFwdBytes;
   auto kernel = s.causal ? SageForwardKernel<D, true> : SageForwardKernel<D, false>;

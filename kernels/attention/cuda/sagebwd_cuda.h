@@ -69,24 +69,27 @@ struct SageCudaOptions {
   // v5 forward with 8 warps x 16 rows / 4 warps x 32 rows per 128-row CTA, 7 / 8 = 6 / 5 with
   // the fast interior logits, 10 = 8 by wgmma (v6, production non-causal at d64), 11 = 10 with
   // the grid in longest-first order across heads (production causal at d64), 12 / 13 = 10 / 11
-  // warp-specialized (v7, 12 production non-causal at d128), 14 / 15 = 12 / 13 with S of the next
-  // K tile issued before the softmax (15: production causal at d128), 16 / 17 = 12 / 13 stepping
-  // 128 keys (two K tiles) per iteration, for kv_group = 128 (sagebwd.cu); other values:
-  // InvalidArgument.
+  // warp-specialized (v7, 12 production non-causal at d128 with 64-key groups), 14 / 15 = 12 / 13
+  // with S of the next K tile issued before the softmax (15: production causal, 64-key groups),
+  // 16 / 17 = 12 / 13 stepping 128 keys (two K tiles) per iteration, for kv_group = 128 (16:
+  // production non-causal at d128; sagebwd.cu); 18 / 19 / 20 / 21 = 10 / 11 / 16 / 17 with the
+  // K^ / V^T tiles copied by TMA (one thread, mbarriers; 21: production causal at d128); other
+  // values: InvalidArgument.
   int fwd_variant = -1;
   // K / V quantization group in keys (ALGORITHMS.md: tile sizes are parameters; the CPU
   // emulator's SageOptions::kv_group): kSageBkv, or 2 * kSageBkv with the forward variants that
-  // step 128 keys at a time (16 / 17, no Q-smoothing); 0 = SageKvGroup's choice;
+  // step 128 keys at a time (16 / 17 / 20 / 21, no Q-smoothing); 0 = SageKvGroup's choice;
   // anything else: InvalidArgument. The backward must get the forward's value.
   int kv_group = 0;
 };
 
 // The K / V quantization group that `opt` runs at head dim d: kv_group when set, else 128 keys
 // where the forward that steps 128 keys runs (d128 without Q-smoothing, production or variants
-// 16 / 17: sagebwd v9 forward), else 64.
+// 16 / 17 / 20 / 21: sagebwd v9 forward), else 64.
 inline int SageKvGroup(const SageCudaOptions& opt, int d) {
   if (opt.kv_group != 0) return opt.kv_group;
-  const bool k128 = d == 128 && !opt.smooth_q && (opt.fwd_variant < 0 || opt.fwd_variant >= 16);
+  const int v = opt.fwd_variant;
+  const bool k128 = d == 128 && !opt.smooth_q && (v < 0 || v == 16 || v == 17 || v >= 20);
   return k128 ? 2 * kSageBkv : kSageBkv;
 }
 
