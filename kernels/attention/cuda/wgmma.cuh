@@ -471,8 +471,9 @@ Status GmmaTileTensorMap(CUtensorMap* map, const void* base, uint64_t row_elems,
   const CUtensorMapSwizzle swizzle = TILE::kW == 128  ? CU_TENSOR_MAP_SWIZZLE_128B
                                      : TILE::kW == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
                                                       : CU_TENSOR_MAP_SWIZZLE_32B;
-  const CUresult r = encode(map, E == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-                            3, const_cast<void*>(base), dims, strides, box, unit,
+  const CUtensorMapDataType type =
+      E == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  const CUresult r = encode(map, type, 3, const_cast<void*>(base), dims, strides, box, unit,
                             CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
                             CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
