@@ -225,6 +225,26 @@ Inputs MakeInputs(const AttnShape& s, double sigma_qk, uint32_t seed) {
   return in;
 }
 
+// Byte offsets of the workspace regions the tests read, from the layout sagebwd_cuda.h documents
+// (each region 256-byte aligned, in order: eight int8 code regions of BH x Np x D, then the f32
+// scales sq, sk, sv, sdo of BH x Np / 64 each, then kbar).
+struct WsLayout {
+  size_t codes;   // bytes of one int8 code region (unpadded)
+  size_t region;  // ... rounded up to 256: qh at 0, qht at region, ...
+  size_t scales;  // bytes of one scale array (unpadded)
+  size_t sq;      // offset of sq
+  size_t kbar;    // offset of kbar
+  explicit WsLayout(const AttnShape& s) {
+    const auto up = [](size_t x) { return (x + 255) / 256 * 256; };
+    const size_t bh = size_t(s.B) * s.H, np = (size_t(s.N) + 63) / 64 * 64;
+    codes = bh * np * s.D;
+    region = up(codes);
+    scales = sizeof(float) * bh * (np / 64);
+    sq = 8 * region;
+    kbar = sq + 4 * up(scales);
+  }
+};
+
 // A forward-only run's device tensors: q, k, v uploaded, o and lse to write; Run launches the
 // forward into a workspace the caller filled (tests that read the workspace afterwards).
 struct ForwardOnly {
@@ -399,9 +419,8 @@ TEST(SageBwdGpu, FusedQQuantizationMatchesQuantizeLaunch) {
         ForwardOnly f;
         f.Upload(s, MakeInputs(s, 2.0, 500 + n + d));
         if (::testing::Test::HasFatalFailure()) return;
-        const int64_t bh = int64_t(s.B) * s.H, np = (n + 63) / 64 * 64, tq = np / 64;
-        const size_t q8 = size_t(bh * np * d), r8 = (q8 + 255) / 256 * 256;
-        const size_t sq_off = 8 * r8, sq_bytes = sizeof(float) * size_t(bh * tq);
+        const WsLayout ly(s);
+        const size_t q8 = ly.codes, r8 = ly.region, sq_off = ly.sq, sq_bytes = ly.scales;
         std::vector<std::vector<uint8_t>> got;
         for (int fvar : {-1, 8}) {
           SageCudaOptions opt;
@@ -464,12 +483,10 @@ TEST(SageBwdGpu, KMeanExact) {
         CUDA_OK(cudaMemset(ws.as<void>(), 0xFF, wsb));
         f.Run(s, opt, ws, wsb);
         if (::testing::Test::HasFatalFailure()) return;
-        const int64_t bh = int64_t(s.B) * s.H, np = (n + 63) / 64 * 64, nt = np / 64;
-        const auto up = [](size_t x) { return (x + 255) / 256 * 256; };
-        const size_t kbar_off = 8 * up(size_t(bh * np * d)) + 4 * up(sizeof(float) * bh * nt);
+        const int64_t bh = int64_t(s.B) * s.H;
         std::vector<float> kbar(bh * d);
-        CUDA_OK(cudaMemcpy(kbar.data(), ws.as<char>() + kbar_off, sizeof(float) * kbar.size(),
-                           cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(kbar.data(), ws.as<char>() + WsLayout(s).kbar,
+                           sizeof(float) * kbar.size(), cudaMemcpyDeviceToHost));
         int64_t wrong = 0;
         for (int64_t h = 0; h < bh; ++h) {
           for (int c = 0; c < d; ++c) {
@@ -750,7 +767,7 @@ TEST(SageBwdGpu, FwdVariantLab) {
   // that reads the group scales).
   // 18 / 19 / 20 / 21 = 10 / 11 / 16 / 17 with the K^ / V^T tiles copied by TMA.
   const std::vector<int> vars = {10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21};
-  const auto k128 = [](int var) { return var == 16 || var == 17 || var >= 20; };
+  const auto k128 = SageFwdVariantSteps128;
   auto lab_options = [&](int var) {
     SageCudaOptions o;
     o.fwd_variant = var;

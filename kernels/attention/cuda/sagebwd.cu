@@ -2906,6 +2906,23 @@ Status CheckArgs(const AttnShape& s, void* workspace, size_t workspace_bytes,
   return Status::Ok();
 }
 
+// TMA tensor maps (kBwdTma, kTmaF) of the workspace's int8 codes as the kernels' GmmaTiles
+// take them, one 64-token tile of head bh at a time: row-major codes (BH, Np, D) (Q^, K^, dO^)
+// and transposed codes (BH, D, Np) (Q^T, V^T, dO^T).
+template <int D>
+Status CodesTensorMap(CUtensorMap* map, const int8_t* codes, const AttnShape& s, const char* what) {
+  const uint64_t np = uint64_t(CeilDiv(s.N, kTile)) * kTile;
+  return cuda::wgmma::GmmaTileTensorMap<cuda::wgmma::GmmaTile<kTile, D>, 1>(
+      map, codes, D, np, uint64_t(s.B) * s.H, D, np * D, what);
+}
+template <int D>
+Status CodesTTensorMap(CUtensorMap* map, const int8_t* codes, const AttnShape& s,
+                       const char* what) {
+  const uint64_t np = uint64_t(CeilDiv(s.N, kTile)) * kTile;
+  return cuda::wgmma::GmmaTileTensorMap<cuda::wgmma::GmmaTile<D, kTile>, 1>(
+      map, codes, np, D, uint64_t(s.B) * s.H, np, D * np, what);
+}
+
 // QuantizeKernel over `jobs` tensors (grid: tiles, BH, jobs).
 template <int D, bool kPrep, int kG = 1>
 Status LaunchQuantize(const AttnShape& s, const QuantParams& qp, int jobs, cudaStream_t stream) {
@@ -2980,7 +2997,7 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
                            " is not compiled in");
   }
   const bool k128 = kvg == 2 * kTile;
-  if ((kvg != kTile && !k128) || k128 != (fvar == 16 || fvar == 17 || fvar == 20 || fvar == 21)) {
+  if ((kvg != kTile && !k128) || k128 != SageFwdVariantSteps128(fvar)) {
     return InvalidArgument("SageBwd CUDA: kv_group " + std::to_string(kvg) +
                            " with forward variant " + std::to_string(fvar) +
                            " (kv_group 128 goes with variants 16 / 17 / 20 / 21 at d128, and they "
@@ -3068,12 +3085,8 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
     return LaunchForwardV5<D, 1, true, true, true, true, false, true>(s, p, opt.smooth_q, stream);
   }
   if (fvar >= 18) {  // 10 / 11 / 16 / 17 with the K^ / V^T stages filled by TMA
-    namespace wg = cuda::wgmma;
-    const uint64_t np = uint64_t(nt) * kTile;
-    ABLATE_RETURN_IF_ERROR((wg::GmmaTileTensorMap<wg::GmmaTile<kTile, D>, 1>(
-        &p.tm_kh, w.kh, D, np, bh, D, np * D, "K^")));
-    ABLATE_RETURN_IF_ERROR((wg::GmmaTileTensorMap<wg::GmmaTile<D, kTile>, 1>(
-        &p.tm_vht, w.vht, np, D, bh, np, D * np, "V^T")));
+    ABLATE_RETURN_IF_ERROR(CodesTensorMap<D>(&p.tm_kh, w.kh, s, "K^"));
+    ABLATE_RETURN_IF_ERROR(CodesTTensorMap<D>(&p.tm_vht, w.vht, s, "V^T"));
     if (fvar == 18) {
       return LaunchForwardV5<D, 1, true, true, false, false, false, false, true>(s, p, opt.smooth_q,
                                                                                  stream);
@@ -3267,24 +3280,17 @@ Status BackwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_b
   p.int8_dp = opt.int8_dp;
   p.tau = 1.0f / std::sqrt(static_cast<float>(D));
   if ((var & kBwdTma) != 0) {  // the Q side's tensor maps (the tiles of BwdLayout / BwdWsLayout)
-    namespace wg = cuda::wgmma;
-    using T8 = wg::GmmaTile<kTile, D>;
-    using TB = wg::GmmaTile<kTile, 2 * D>;
-    using TT = wg::GmmaTile<D, kTile>;
-    const uint64_t np = uint64_t(nt) * kTile, n = s.N;
-    ABLATE_RETURN_IF_ERROR((
-        wg::GmmaTileTensorMap<T8, 1>(&p.tm_qh, w.qh, D, np, bh, D, np * D, "Q^")));
+    ABLATE_RETURN_IF_ERROR(CodesTensorMap<D>(&p.tm_qh, w.qh, s, "Q^"));
     if (opt.int8_dp) {
-      ABLATE_RETURN_IF_ERROR((
-          wg::GmmaTileTensorMap<T8, 1>(&p.tm_do, w.doh, D, np, bh, D, np * D, "dO^")));
-    } else {
-      ABLATE_RETURN_IF_ERROR((
-          wg::GmmaTileTensorMap<TB, 2>(&p.tm_do, do_, D, n, bh, 2 * D, 2 * n * D, "dO")));
+      ABLATE_RETURN_IF_ERROR(CodesTensorMap<D>(&p.tm_do, w.doh, s, "dO^"));
+    } else {  // bf16 dO (BH, N, D): its rows past N read as zeros
+      namespace wg = cuda::wgmma;
+      const uint64_t n = s.N;
+      ABLATE_RETURN_IF_ERROR((wg::GmmaTileTensorMap<wg::GmmaTile<kTile, 2 * D>, 2>(
+          &p.tm_do, do_, D, n, bh, 2 * D, 2 * n * D, "dO")));
     }
-    ABLATE_RETURN_IF_ERROR((
-        wg::GmmaTileTensorMap<TT, 1>(&p.tm_qht, w.qht, np, D, bh, np, D * np, "Q^T")));
-    ABLATE_RETURN_IF_ERROR((
-        wg::GmmaTileTensorMap<TT, 1>(&p.tm_doht, w.doht, np, D, bh, np, D * np, "dO^T")));
+    ABLATE_RETURN_IF_ERROR(CodesTTensorMap<D>(&p.tm_qht, w.qht, s, "Q^T"));
+    ABLATE_RETURN_IF_ERROR(CodesTTensorMap<D>(&p.tm_doht, w.doht, s, "dO^T"));
   }
   const BwdLaunch L = s.causal ? BwdLaunchFor<D, true>(var) : BwdLaunchFor<D, false>(var);
   if (L.kernel == nullptr) {

@@ -83,13 +83,17 @@ struct SageCudaOptions {
   int kv_group = 0;
 };
 
+// Whether the lab forward variant v (SageCudaOptions::fwd_variant >= 0) steps 128 keys at a time,
+// over 128-key K / V groups (sagebwd v9: 16 / 17, and 20 / 21 with TMA stages).
+inline bool SageFwdVariantSteps128(int v) { return v == 16 || v == 17 || v == 20 || v == 21; }
+
 // The K / V quantization group that `opt` runs at head dim d: kv_group when set, else 128 keys
-// where the forward that steps 128 keys runs (d128 without Q-smoothing, production or variants
-// 16 / 17 / 20 / 21: sagebwd v9 forward), else 64.
+// where the forward that steps 128 keys runs (d128 without Q-smoothing, production or a variant
+// of SageFwdVariantSteps128), else 64.
 inline int SageKvGroup(const SageCudaOptions& opt, int d) {
   if (opt.kv_group != 0) return opt.kv_group;
   const int v = opt.fwd_variant;
-  const bool k128 = d == 128 && !opt.smooth_q && (v < 0 || v == 16 || v == 17 || v >= 20);
+  const bool k128 = d == 128 && !opt.smooth_q && (v < 0 || SageFwdVariantSteps128(v));
   return k128 ? 2 * kSageBkv : kSageBkv;
 }
 

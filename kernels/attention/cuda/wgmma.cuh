@@ -441,16 +441,14 @@ __device__ __forceinline__ void SetMaxNRegInc() {
 // `mat_stride` bytes apart, whose box is one column chunk of TILE (TILE::kW bytes x TILE::kRows
 // rows of one matrix), so LoadGmmaTileTma fills a TILE with TILE::kChunkCols boxes. Rows past
 // `rows` (a matrix's tail) read as zeros. `what` names the tensor in the error.
-template <typename TILE, int E>
-Status GmmaTileTensorMap(CUtensorMap* map, const void* base, uint64_t row_elems, uint64_t rows,
-                         uint64_t mats, uint64_t row_stride, uint64_t mat_stride,
-                         const char* what) {
-  static_assert(E == 1 || E == 2, "int8 or bf16 elements");
-  using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
-                              const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
-                              const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
-                              CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-  static Encode encode = [] {
+// The driver's cuTensorMapEncodeTiled, looked up once through the runtime (so nothing links
+// libcuda); nullptr when the driver has none.
+using TensorMapEncoder = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                                      const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                                      const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                      CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+inline TensorMapEncoder TensorMapEncodeTiled() {
+  static const TensorMapEncoder encode = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult found{};
     if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
@@ -458,8 +456,17 @@ Status GmmaTileTensorMap(CUtensorMap* map, const void* base, uint64_t row_elems,
         found != cudaDriverEntryPointSuccess) {
       fn = nullptr;
     }
-    return reinterpret_cast<Encode>(fn);
+    return reinterpret_cast<TensorMapEncoder>(fn);
   }();
+  return encode;
+}
+
+template <typename TILE, int E>
+Status GmmaTileTensorMap(CUtensorMap* map, const void* base, uint64_t row_elems, uint64_t rows,
+                         uint64_t mats, uint64_t row_stride, uint64_t mat_stride,
+                         const char* what) {
+  static_assert(E == 1 || E == 2, "int8 or bf16 elements");
+  const TensorMapEncoder encode = TensorMapEncodeTiled();
   if (encode == nullptr) {
     return Status(StatusCode::kInternal,
                   "TMA: the driver has no cuTensorMapEncodeTiled (CUDA 12 or newer needed)");
