@@ -11,9 +11,10 @@
 // Output: a markdown table on stdout and a JSON file (--json, default attention_bench.json):
 //   {"device": ..., "results": [{"impl", "B", "H", "N", "D", "causal", "pass", "ms", "tflops"}]}
 // Usage: ablate-attention-bench [--json PATH] [--iters N] [--warmup N] [--impl fpa|sage|all]
-//          [--shape B,H,N,D] [--causal yes|no] [--sage-bwd-variant N]
+//          [--shape B,H,N,D] [--causal yes|no] [--sage-bwd-variant N] [--sage-fwd-variant N]
 // --shape / --causal restrict the run to one shape / one masking (for a profiler such as ncu);
-// --sage-bwd-variant runs a compiled-in SageBwd backward lab variant instead of production.
+// --sage-bwd-variant / --sage-fwd-variant run a compiled-in SageBwd backward / forward lab
+// variant instead of production.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -114,13 +115,13 @@ double TimeMs(const std::function<void()>& fn, int warmup, int iters, cudaStream
 
 int main(int argc, char** argv) {
   std::string json_path = "attention_bench.json", impl = "all";
-  int iters = 30, warmup = 5, sage_bwd_variant = -1;
+  int iters = 30, warmup = 5, sage_bwd_variant = -1, sage_fwd_variant = -1;
   int only_causal = -1;  // -1: both, 0: non-causal only, 1: causal only
   struct Sh { int B, H, N, D; };
   std::vector<Sh> shapes = {{4, 16, 2048, 128}, {2, 16, 8192, 128}, {8, 16, 1024, 64}};
   const char* usage =
       "usage: %s [--json PATH] [--iters N>=20] [--warmup N] [--impl fpa|sage|all] "
-      "[--shape B,H,N,D] [--causal yes|no] [--sage-bwd-variant N]\n";
+      "[--shape B,H,N,D] [--causal yes|no] [--sage-bwd-variant N] [--sage-fwd-variant N]\n";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -135,6 +136,7 @@ int main(int argc, char** argv) {
     else if (a == "--warmup") warmup = std::max(1, std::atoi(next().c_str()));
     else if (a == "--impl") impl = next();
     else if (a == "--sage-bwd-variant") sage_bwd_variant = std::atoi(next().c_str());
+    else if (a == "--sage-fwd-variant") sage_fwd_variant = std::atoi(next().c_str());
     else if (a == "--causal") {
       const std::string c = next();
       if (c != "yes" && c != "no") {
@@ -160,6 +162,7 @@ int main(int argc, char** argv) {
   }
 #if !ABLATE_BENCH_HAVE_SAGE
   (void)sage_bwd_variant;
+  (void)sage_fwd_variant;
 #endif
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
@@ -191,6 +194,7 @@ int main(int argc, char** argv) {
 #if ABLATE_BENCH_HAVE_SAGE
       ablate::kernels::SageCudaOptions sopt;
       sopt.bwd_variant = sage_bwd_variant;
+      sopt.fwd_variant = sage_fwd_variant;
       ws_bytes = std::max(ws_bytes, ablate::kernels::SageWorkspaceBytes(s, sopt));
 #endif
       void* ws;

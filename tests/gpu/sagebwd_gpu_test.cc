@@ -13,7 +13,9 @@
 //       FusedQQuantizationMatchesQuantizeLaunch: the production forward's own Q quantization
 //       leaves the same Q^, Q^T and scales in the workspace as the quantize launch does.
 //   KMeanExact: the K mean the forward leaves in the workspace is the exact mean rounded to
-//       float; EmulatorMatchLong: (a) at N = 1100 (d64) and 2200 (d128).
+//       float; EmulatorMatchLong: (a) at N = 1100 (d64) and 2200 (d128);
+//       LazyRescaleMatchesEager: the production forwards against the same kernels without the
+//       lazy rescale, up to sigma_Q = sigma_K = 8: O and LSE equal to rounding.
 //   (d) SigmaTrend: error vs exact over sigma_Q = sigma_K in {1, 3, 5, 8, 10}, printed; dQ error
 //       must grow (loosely).
 //   (e) Variants: smooth_q, int8_dp, dq_kmean_correction = false, smooth_k = false against the
@@ -37,6 +39,7 @@
 #include <cstring>
 #include <functional>
 #include <random>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -406,7 +409,7 @@ TEST(SageBwdGpu, RepeatedBackward) {
   }
 }
 
-// The v6+ forwards (production: 10 / 11 at d64, 16 / 17 at d128) quantize Q themselves when Q
+// The v6+ forwards (production: 23 / 24 at d64, 21 / 22 at d128) quantize Q themselves when Q
 // is not smoothed; the older forward (8) gets Q^ from the quantize launch. The backward reads
 // Q^, Q^T and the Q scales from the workspace (sagebwd_cuda.h: qh, qht first, sq after the
 // eight int8 regions): both ways must leave the same bytes there, padded rows included.
@@ -514,6 +517,57 @@ TEST(SageBwdGpu, EmulatorMatchLong) {
   for (bool causal : {false, true}) {
     CheckAgainstEmulator({1, 2, 1100, 64, causal}, SageCudaOptions{}, 400);
     CheckAgainstEmulator({1, 1, 2200, 128, causal}, SageCudaOptions{}, 401);
+  }
+}
+
+// The production forwards' lazy rescale (sagebwd.cu, kLazyF: the running max moves only for a
+// tile row max more than 8 above it, log2 units) against the same kernels without it (eager: 10 /
+// 11 at d64, 20 at d128), on logits up to sigma_Q = sigma_K = 8 (logit standard deviation 64:
+// tiles whose row maxima jump far above the running max, rows whose mass sits on a few keys).
+// The P~^ codes are relative to each tile's own row max, so only the folds' rounding may differ:
+// the LSE to fp32 rounding, O (bf16) by the eager fold's own rounding (its -coef * 1.5 * 2^23
+// term is rounded once per tile, ~0.75 of an int8-product unit; the lazy fold of an unscaled
+// tile is one FMA on the exactly converted sum), measured at relative L2 2-5e-4. At sigma 3 both
+// are compared with the emulator: the lazy O no farther from it than the eager one, the same
+// LSE error. (There both exceed the sigma-1 bounds of ExpectTight on the LSE and dQ / dK: a code
+// that rounds the other way in fp32 than in double moves a logit by one quantization step,
+// which the larger logits turn into a larger change of the softmax.)
+TEST(SageBwdGpu, LazyRescaleMatchesEager) {
+  SKIP_WITHOUT_GPU();
+  for (int d : {64, 128}) {
+    for (bool causal : {false, true}) {
+      for (double sigma : {1.0, 3.0, 8.0}) {
+        const AttnShape s{1, 2, 1000, d, causal};
+        const Inputs in = MakeInputs(s, sigma, 430 + d + (causal ? 1 : 0));
+        SageCudaOptions lazy, eager;
+        lazy.fwd_variant = d == 64 ? (causal ? 24 : 23) : 22;
+        eager.fwd_variant = d == 64 ? (causal ? 11 : 10) : 20;
+        const std::string what = Describe(s, lazy) + " sigma_qk " + std::to_string(sigma);
+        std::printf("[lazy vs eager] %s\n", what.c_str());
+        GpuResult a, b;
+        RunGpu(s, lazy, in.q, in.k, in.v, in.dout, /*poison=*/true, &a);
+        RunGpu(s, eager, in.q, in.k, in.v, in.dout, /*poison=*/true, &b);
+        if (::testing::Test::HasFatalFailure()) return;
+        Expect("O", Compare(a.o, b.o), 0.999999, 1e-3, what);
+        Expect("LSE", Compare(a.lse, b.lse), 0.99999999, 1e-6, what);
+        if (sigma != 3.0) continue;
+        std::vector<double> o(s.numel());
+        SageSaved<double> saved;
+        SageForward(s, SageCpuOptions(lazy, s.D), in.q.data(), in.k.data(), in.v.data(),
+                    o.data(), &saved);
+        for (double& y : o) y = RoundToBf16(y);
+        Stats so[2], sl[2];
+        for (int i = 0; i < 2; ++i) {
+          const GpuResult& r = i == 0 ? a : b;
+          so[i] = Compare(r.o, o);
+          sl[i] = Compare(r.lse, saved.lse);
+          std::printf("  %s vs emulator: O relL2=%.3e, LSE relL2=%.3e maxabs=%.3e\n",
+                      i == 0 ? "lazy " : "eager", so[i].e.rel_l2, sl[i].e.rel_l2, sl[i].max_abs);
+        }
+        EXPECT_LE(so[0].e.rel_l2, 1.01 * so[1].e.rel_l2) << what;
+        EXPECT_NEAR(sl[0].e.rel_l2, sl[1].e.rel_l2, 1e-6) << what;
+      }
+    }
   }
 }
 
@@ -748,10 +802,11 @@ TEST(SageBwdGpu, BwdVariantLab) {
 // Forward kernel lab: runs only with SAGE_FWD_LAB=1. Forward variants of the list
 // (SageCudaOptions::fwd_variant; compiled in: 3 = v3/v4 forward, 5 = v5a 8 warps x 16 rows, 6 =
 // v5b 4 warps x 32 rows, 7 = v5c = v5b + fast interior logits, 8 = v5a + fast interior logits,
-// 10 = v6 = 8 with S and P^ V^ by wgmma, production non-causal at d64; 11 = 10 with the grid in
-// longest-first order across heads, production causal at d64; 12 / 13 = 10 / 11 warp-specialized,
-// production at d128; 14 / 15 = 12 / 13 with S of the next K tile issued before the softmax;
-// 16 / 17 = 12 / 13 over 128-key K / V quantization groups, SageCudaOptions::kv_group) against the
+// 10 = v6 = 8 with S and P^ V^ by wgmma; 11 = 10 with the grid in longest-first order across
+// heads; 12 / 13 = 10 / 11 warp-specialized, production at d128 with 64-key groups; 14 / 15 =
+// 12 / 13 with S of the next K tile issued before the softmax; 16 / 17 = 12 / 13 over 128-key
+// K / V quantization groups, SageCudaOptions::kv_group; 18-22 with TMA stages, 22 production
+// non-causal at d128; 23 / 24 = 10 / 11 with the lazy rescale, production at d64) against the
 // emulator (forward and the backward that follows it), then the median forward-launcher time
 // (quantization included) on the benchmark shapes, variants interleaved; ratios against the
 // first of the list.
@@ -765,8 +820,16 @@ TEST(SageBwdGpu, FwdVariantLab) {
   // 12 / 13 stepping two K tiles at a time, with K / V quantization groups of 128 keys (kv_group,
   // no Q-smoothing; checked against the emulator with the same groups, forward and the backward
   // that reads the group scales).
-  // 18 / 19 / 20 / 21 = 10 / 11 / 16 / 17 with the K^ / V^T tiles copied by TMA.
-  const std::vector<int> vars = {10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21};
+  // 18 / 19 / 20 / 21 = 10 / 11 / 16 / 17 with the K^ / V^T tiles copied by TMA; 22 = 20 with
+  // the two consumer warpgroups' S wgmmas issued in ping-pong turns and the lazy rescale (the
+  // running max moves only by more than 8 in log2 units); 23 / 24 = 10 / 11 with the lazy
+  // rescale. SAGE_FWD_LAB_VARS (comma-separated) runs a subset, in its order.
+  std::vector<int> vars = {10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24};
+  if (const char* sel = std::getenv("SAGE_FWD_LAB_VARS"); sel != nullptr && *sel != '\0') {
+    vars.clear();
+    std::stringstream ss(sel);
+    for (std::string item; std::getline(ss, item, ',');) vars.push_back(std::stoi(item));
+  }
   const auto k128 = SageFwdVariantSteps128;
   auto lab_options = [&](int var) {
     SageCudaOptions o;
@@ -825,8 +888,8 @@ TEST(SageBwdGpu, RejectsBadArguments) {
   EXPECT_FALSE(SageForwardCuda(s, {}, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0,
                                nullptr)
                    .ok());
-  // K / V groups of 128 keys only with the forward variants built for them (16 / 17;
-  // production at d128), and no other group size.
+  // K / V groups of 128 keys only with the forward variants built for them (16 / 17 / 20 / 21 /
+  // 22; production at d128), and no other group size.
   for (int d : {64, 128}) {
     const AttnShape sd{1, 1, 64, d, false};
     const size_t tb = sizeof(uint16_t) * sd.numel();

@@ -283,6 +283,9 @@ __device__ __forceinline__ int8_t QuantizeS8Inv(float x, float inv_s) {
 // 127, every group max coded +-127, and fewer disagreements with the emulator's rne(x / s) in
 // double than QuantizeS8Inv has (1.49M vs 1.79M of the near-tie inputs; 19 of 8.4M random ones).
 constexpr float kQMagic = 12582912.0f;  // 1.5 * 2^23
+// The forward's lazy rescale (kLazyF): the running max (log2 domain) moves only for a tile row
+// max more than this above it (coef then up to 2^8 times s_V / 127).
+constexpr float kLazyThresh = 8.0f;
 // Its bits: the bits kQMagicBits + x of an int32 x with |x| < 2^22 are the float kQMagic + x.
 constexpr int kQMagicBits = 0x4B400000;
 __device__ __forceinline__ uint32_t QuantBits(float x, float inv_s) {
@@ -1181,13 +1184,15 @@ struct FwdV5Config {
 // from the producer to them (setmaxnreg 24 / 240).
 template <int D, bool kCausal, bool kSmoothQ, int MW, bool kFastS, bool kWg = false,
           bool kLptF = false, bool kWsF = false, bool kPipeF = false, bool kK128 = false,
-          bool kTmaF = false>
+          bool kTmaF = false, bool kPingF = false, bool kLazyF = false>
 __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreadsLaunch,
                                   FwdV5Config<D, MW, kWg, kWsF, kK128>::kMinBlocks)
     SageForwardKernelV5(const __grid_constant__ FwdParams p) {
   static_assert(!kPipeF || kWsF, "the pipelined forward loop builds on the warp-specialized one");
   static_assert(!kTmaF || kWg, "the TMA copies fill the wgmma forwards' GmmaTiles");
   static_assert(!(kPipeF && kK128), "one or the other");
+  static_assert(!kPingF || kK128, "the ping-pong issue order is the 128-key loop's");
+  static_assert(!kLazyF || kWg, "the lazy rescale is in the wgmma forwards' fold");
   using C = FwdV5Config<D, MW, kWg, kWsF, kK128>;
   using cuda::FastExp2;
   using cuda::kLog2e;
@@ -1432,8 +1437,21 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
       for (int h = 0; h < 2; ++h) {
         smax[h] = QuadMax(smax[h]);
         rmax[h] = S32ToF32(smax[h]) * a;
-        const float m_new = fmaxf(m[mb][h], rmax[h]);  // every row sees the whole tile
-        alpham[h] = FastExp2(m[mb][h] - m_new);
+        // every row sees the whole tile
+        const float m_old = m[mb][h];
+        float m_new;
+        if constexpr (kLazyF) {
+          // kLazyF: the running max moves only when the tile's is more than kLazyThresh above
+          // it (log2 units; m_old = -inf: always), so that later tiles mostly leave O unscaled (alpha = 1,
+          // the cheaper fold of fold_pv); coef = sc s_V / 127 is then up to 2^8 times larger,
+          // and O and l share the same m, so O / l and the lse are unchanged in exact arithmetic
+          // (the P~^ codes do not depend on m: they are relative to the tile's row max).
+          m_new = rmax[h] > m_old + kLazyThresh ? rmax[h] : m_old;
+          alpham[h] = m_new == m_old ? 1.0f : FastExp2(m_old - m_new);
+        } else {
+          m_new = fmaxf(m_old, rmax[h]);
+          alpham[h] = FastExp2(m_old - m_new);
+        }
         sc[h] = FastExp2(rmax[h] - m_new);
         xbias[h] = kQMagicBits - smax[h];
         m[mb][h] = m_new;
@@ -1526,9 +1544,26 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
                                       const float (&coef0)[2]) {
     constexpr int kCh = D / 64;
     const float cb[2] = {-coef0[0] * kQMagic, -coef0[1] * kQMagic};
+    // kLazyF: where no row of the warp rescales O (alpha = 1), O += coef P^ V^ by one FMA on the
+    // converted sum (exact conversion, one rounding), not the three instructions below.
+    [[maybe_unused]] const bool unscaled =
+        kLazyF && __all_sync(0xffffffffu, alpha0[0] == 1.0f && alpha0[1] == 1.0f);
     cuda::StaticFor<kCh>([&](auto ch_c) {
       constexpr int ch = decltype(ch_c)::value;
       wg::Wait<kCh - 1 - ch>();
+      if constexpr (kLazyF) {
+        if (unscaled) {
+#pragma unroll
+          for (int n = 0; n < 8; ++n) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              float& o = acc[0][ch * 8 + n][e];
+              o = fmaf(coef0[e >> 1], __int2float_rn(pv[ch][4 * n + e]), o);
+            }
+          }
+          return;
+        }
+      }
 #pragma unroll
       for (int n = 0; n < 8; ++n) {
 #pragma unroll
@@ -1578,14 +1613,36 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
     // output columns (four wgmmas), one fold into O per 128 keys. A second tile past `last`
     // (odd count, causal diagonal) is not waited for: its stage's stale codes give logits that
     // the mask drops (P = 0), so every wgmma is issued unconditionally.
+    // kPingF (variant 22): the two consumer warpgroups take turns at issuing their S
+    // wgmmas (FlashAttention-3's ping-pong), so that one's softmax runs while the other's
+    // products do: turn = named barrier kPingBar + grp over both warpgroups (the owner syncs,
+    // the other arrives after its own turn). The second warpgroup's arrival before the loop
+    // gives the first the first turn; its last turn passes nothing on (every sync has its
+    // arrival).
+    constexpr int kPingBar = 4;
+    const int n_turns = (last + 2) / 2;  // each warpgroup's turns
+    int turn = 0;
+    auto ping_begin = [&]() {
+      if constexpr (kPingF) wg::NamedBarSync(kPingBar + grp, 2 * 128);
+    };
+    auto ping_end = [&]() {
+      if constexpr (kPingF) {
+        if (grp == 0 || ++turn < n_turns) wg::NamedBarArrive(kPingBar + (grp ^ 1), 2 * 128);
+      }
+    };
+    if constexpr (kPingF) {
+      if (grp == 1) wg::NamedBarArrive(kPingBar, 2 * 128);
+    }
     for (int j0 = 0; j0 <= last; j0 += 2) {
       const int j1 = j0 + 1;
       const bool has1 = j1 <= last;
       ring.ConsumerWait(j0);
       if (has1) ring.ConsumerWait(j1);
       int32_t sacc0[32], sacc1[32];
+      ping_begin();
       issue_s(stage_of(j0), sacc0);
       issue_s(stage_of(j1), sacc1);
+      ping_end();
       wg::Wait<0>();
       int32_t si[16][4];
 #pragma unroll
@@ -2943,18 +3000,23 @@ Status LaunchQuantize(const AttnShape& s, const QuantParams& qp, int jobs, cudaS
 // 128-key K / V quantization groups, kv_group 128: 1.10-1.20x of 12 non-causal, 1.02-1.12x of 15
 // causal); 18 / 19 / 20 / 21 = 10 / 11 / 16 / 17 + kTmaF (each K tile's K^ / V^T stage filled by
 // one thread's TMA copies on an mbarrier, not by every thread's cp.async; session 14's forward
-// lab: 21 1.045x of 17 at d128 causal, the others within 0.997-1.009x).
+// lab: 21 1.045x of 17 at d128 causal, the others within 0.997-1.009x). 22 = 20 + kPingF (the
+// two consumers' S wgmmas issued in turns) + kLazyF (the running max moves only by more than
+// kLazyThresh, so most folds are one FMA): 1.024-1.043x of 20 at d128 non-causal (session 15; the
+// ping-pong alone 1.014-1.027x, with P^ V^ in turns too 0.99x; both on the causal kernel 0.99-1.01x
+// of 21, lazy alone there 0.99x); 23 / 24 = 10 / 11 + kLazyF (1.006-1.017x at d64; 1.024x
+// forward at the training shape B16 H12 N1024 d64 causal).
 // FwdProductionFor is what production calls run (measured: kernels/bench/README.md): d128 with
-// 128-key K / V groups (SageKvGroup: without Q-smoothing) v9 = 16 (non-causal) and v9 + TMA =
-// 21 (causal), with 64-key groups 12 / 15; d64 v6 = 10 (1.10-1.20x of v5c in the forward lab) /
-// 11.
+// 128-key K / V groups (SageKvGroup: without Q-smoothing) 22 (non-causal) and v9 + TMA = 21
+// (causal), with 64-key groups 12 / 15; d64 v6 + lazy rescale = 23 / 24.
 constexpr int FwdProductionFor(int d, bool causal, int kv_group) {
-  if (d == 128) return kv_group == 2 * kTile ? (causal ? 21 : 16) : (causal ? 15 : 12);
-  return causal ? 11 : 10;
+  if (d == 128) return kv_group == 2 * kTile ? (causal ? 21 : 22) : (causal ? 15 : 12);
+  return causal ? 24 : 23;
 }
 
 template <int D, int MW, bool kFastS, bool kWg = false, bool kLptF = false, bool kWsF = false,
-          bool kPipeF = false, bool kK128 = false, bool kTmaF = false>
+          bool kPipeF = false, bool kK128 = false, bool kTmaF = false, bool kPingF = false,
+          bool kLazyF = false>
 Status LaunchForwardV5(const AttnShape& s, const FwdParams& p, bool smooth_q, cudaStream_t stream) {
   using C = FwdV5Config<D, MW, kWg, kWsF, kK128>;
   using K = void (*)(FwdParams);
@@ -2962,18 +3024,22 @@ Status LaunchForwardV5(const AttnShape& s, const FwdParams& p, bool smooth_q, cu
   if constexpr (kK128) {  // no Q-smoothing (its bias buffer holds one K tile)
     if (smooth_q) return InvalidArgument("SageBwd CUDA: kv_group 128 without smooth_q");
     kernel = s.causal ? SageForwardKernelV5<D, true, false, MW, kFastS, kWg, kLptF, kWsF, false,
-                                            true, kTmaF>
+                                            true, kTmaF, kPingF, kLazyF>
                       : SageForwardKernelV5<D, false, false, MW, kFastS, kWg, kLptF, kWsF, false,
-                                            true, kTmaF>;
+                                            true, kTmaF, kPingF, kLazyF>;
   } else {
     kernel = s.causal ? (smooth_q ? SageForwardKernelV5<D, true, true, MW, kFastS, kWg, kLptF,
-                                                        kWsF, kPipeF, false, kTmaF>
+                                                        kWsF, kPipeF, false, kTmaF, false,
+                                                        kLazyF>
                                   : SageForwardKernelV5<D, true, false, MW, kFastS, kWg, kLptF,
-                                                        kWsF, kPipeF, false, kTmaF>)
+                                                        kWsF, kPipeF, false, kTmaF, false,
+                                                        kLazyF>)
                       : (smooth_q ? SageForwardKernelV5<D, false, true, MW, kFastS, kWg, kLptF,
-                                                        kWsF, kPipeF, false, kTmaF>
+                                                        kWsF, kPipeF, false, kTmaF, false,
+                                                        kLazyF>
                                   : SageForwardKernelV5<D, false, false, MW, kFastS, kWg, kLptF,
-                                                        kWsF, kPipeF, false, kTmaF>);
+                                                        kWsF, kPipeF, false, kTmaF, false,
+                                                        kLazyF>);
   }
   ABLATE_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kBytes),
@@ -2992,7 +3058,7 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
   const int bh = s.B * s.H, nt = CeilDiv(s.N, kTile);
   const int kvg = SageKvGroup(opt, D);
   const int fvar = opt.fwd_variant < 0 ? FwdProductionFor(D, s.causal, kvg) : opt.fwd_variant;
-  if (fvar != 3 && (fvar < 5 || fvar > 8) && (fvar < 10 || fvar > 21)) {
+  if (fvar != 3 && (fvar < 5 || fvar > 8) && (fvar < 10 || fvar > 24)) {
     return InvalidArgument("SageBwd CUDA: forward variant " + std::to_string(fvar) +
                            " is not compiled in");
   }
@@ -3084,6 +3150,11 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
   if (fvar == 17) {
     return LaunchForwardV5<D, 1, true, true, true, true, false, true>(s, p, opt.smooth_q, stream);
   }
+  if (fvar == 23 || fvar == 24) {  // 10 / 11 with the lazy rescale (kLazyF)
+    constexpr bool c = true, n = false;
+    if (fvar == 23) return LaunchForwardV5<D, 1, c, c, n, n, n, n, n, n, c>(s, p, opt.smooth_q, stream);
+    return LaunchForwardV5<D, 1, c, c, c, n, n, n, n, n, c>(s, p, opt.smooth_q, stream);
+  }
   if (fvar >= 18) {  // 10 / 11 / 16 / 17 with the K^ / V^T stages filled by TMA
     ABLATE_RETURN_IF_ERROR(CodesTensorMap<D>(&p.tm_kh, w.kh, s, "K^"));
     ABLATE_RETURN_IF_ERROR(CodesTTensorMap<D>(&p.tm_vht, w.vht, s, "V^T"));
@@ -3099,8 +3170,14 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
       return LaunchForwardV5<D, 1, true, true, false, true, false, true, true>(s, p, opt.smooth_q,
                                                                                stream);
     }
-    return LaunchForwardV5<D, 1, true, true, true, true, false, true, true>(s, p, opt.smooth_q,
-                                                                            stream);
+    if (fvar == 21) {
+      return LaunchForwardV5<D, 1, true, true, true, true, false, true, true>(s, p, opt.smooth_q,
+                                                                              stream);
+    }
+    // 22 = 20 with the consumers' S wgmmas issued in ping-pong turns (kPingF) and the lazy
+    // rescale (kLazyF).
+    constexpr bool c = true, n = false;
+    return LaunchForwardV5<D, 1, c, c, n, c, n, c, c, c, c>(s, p, false, stream);
   }
   constexpr int kSmem = SageConfig<D>::kFwdBytes;
   auto kernel = s.causal ? SageForwardKernel<D, true> : SageForwardKernel<D, false>;

@@ -23,7 +23,7 @@
 //   BulkReduceAddF32, BulkCommit, BulkWaitRead<N>, BulkWait<N>  shared -> global fp32 bulk adds
 //   MbarInit / MbarArrive / MbarWait, MbarRing<S>  mbarriers and an S-stage producer / consumer
 //                              ring of them (warp-specialized kernels)
-//   NamedBarSync(id, threads), SetMaxNRegDec / SetMaxNRegInc<N>  one warpgroup's barrier, the
+//   NamedBarSync / NamedBarArrive(id, threads), SetMaxNRegDec / SetMaxNRegInc<N>  one warpgroup's barrier, the
 //                              register hand-over between warpgroups
 //   GmmaTileTensorMap<TILE, E> (host) the TMA tensor map of a (mats, rows, row elements) global
 //                              tensor whose boxes land as TILE's column chunks;
@@ -415,6 +415,10 @@ struct MbarRing {
 // Barrier `id` (1..15; 0 is __syncthreads') over `threads` threads (a multiple of 32).
 __device__ __forceinline__ void NamedBarSync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+// Arrival at barrier `id` without waiting (the other side of a NamedBarSync over `threads`).
+__device__ __forceinline__ void NamedBarArrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 // The warpgroup's per-thread register budget: lowered by a producer, raised by consumers (the
 // CTA's pool must hold what the raise asks for; every warp of the warpgroup runs the same one).
