@@ -1442,10 +1442,11 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
         float m_new;
         if constexpr (kLazyF) {
           // kLazyF: the running max moves only when the tile's is more than kLazyThresh above
-          // it (log2 units; m_old = -inf: always), so that later tiles mostly leave O unscaled (alpha = 1,
-          // the cheaper fold of fold_pv); coef = sc s_V / 127 is then up to 2^8 times larger,
-          // and O and l share the same m, so O / l and the lse are unchanged in exact arithmetic
-          // (the P~^ codes do not depend on m: they are relative to the tile's row max).
+          // it (log2 units; m_old = -inf: always), so that later tiles mostly leave O unscaled
+          // (alpha = 1, the cheaper fold of fold_pv); coef = sc s_V / 127 is then up to 2^8
+          // times larger, and O and l share the same m, so O / l and the lse are unchanged in
+          // exact arithmetic (the P~^ codes do not depend on m: they are relative to the tile's
+          // row max).
           m_new = rmax[h] > m_old + kLazyThresh ? rmax[h] : m_old;
           alpham[h] = m_new == m_old ? 1.0f : FastExp2(m_old - m_new);
         } else {
@@ -3152,8 +3153,9 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
   }
   if (fvar == 23 || fvar == 24) {  // 10 / 11 with the lazy rescale (kLazyF)
     constexpr bool c = true, n = false;
-    if (fvar == 23) return LaunchForwardV5<D, 1, c, c, n, n, n, n, n, n, c>(s, p, opt.smooth_q, stream);
-    return LaunchForwardV5<D, 1, c, c, c, n, n, n, n, n, c>(s, p, opt.smooth_q, stream);
+    const bool sq = opt.smooth_q;
+    if (fvar == 23) return LaunchForwardV5<D, 1, c, c, n, n, n, n, n, n, c>(s, p, sq, stream);
+    return LaunchForwardV5<D, 1, c, c, c, n, n, n, n, n, c>(s, p, sq, stream);
   }
   if (fvar >= 18) {  // 10 / 11 / 16 / 17 with the K^ / V^T stages filled by TMA
     ABLATE_RETURN_IF_ERROR(CodesTensorMap<D>(&p.tm_kh, w.kh, s, "K^"));

@@ -23,7 +23,8 @@
 //   BulkReduceAddF32, BulkCommit, BulkWaitRead<N>, BulkWait<N>  shared -> global fp32 bulk adds
 //   MbarInit / MbarArrive / MbarWait, MbarRing<S>  mbarriers and an S-stage producer / consumer
 //                              ring of them (warp-specialized kernels)
-//   NamedBarSync / NamedBarArrive(id, threads), SetMaxNRegDec / SetMaxNRegInc<N>  one warpgroup's barrier, the
+//   NamedBarSync / NamedBarArrive(id, threads), SetMaxNRegDec / SetMaxNRegInc<N>  a named
+//                              barrier (sync, or arrive without waiting), the
 //                              register hand-over between warpgroups
 //   GmmaTileTensorMap<TILE, E> (host) the TMA tensor map of a (mats, rows, row elements) global
 //                              tensor whose boxes land as TILE's column chunks;
