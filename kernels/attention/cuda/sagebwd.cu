@@ -3007,8 +3007,9 @@ Status LaunchQuantize(const AttnShape& s, const QuantParams& qp, int jobs, cudaS
 // ping-pong alone 1.014-1.027x, with P^ V^ in turns too 0.99x; both on the causal kernel 0.99-1.01x
 // of 21, lazy alone there 0.99x); 23 / 24 = 10 / 11 + kLazyF (1.006-1.017x at d64; 1.024x
 // forward at the training shape B16 H12 N1024 d64 causal).
-// FwdProductionFor is what production calls run (measured: kernels/bench/README.md): d128 with
-// 128-key K / V groups (SageKvGroup: without Q-smoothing) 22 (non-causal) and v9 + TMA = 21
+// Their template flags: FwdFlagsOf below (each variant as the one it adds to); FwdCompiled lists
+// them. FwdProductionFor is what production calls run (measured: kernels/bench/README.md): d128
+// with 128-key K / V groups (SageKvGroup: without Q-smoothing) 22 (non-causal) and v9 + TMA = 21
 // (causal), with 64-key groups 12 / 15; d64 v6 + lazy rescale = 23 / 24.
 constexpr int FwdProductionFor(int d, bool causal, int kv_group) {
   if (d == 128) return kv_group == 2 * kTile ? (causal ? 21 : 22) : (causal ? 15 : 12);
@@ -3052,6 +3053,71 @@ Status LaunchForwardV5(const AttnShape& s, const FwdParams& p, bool smooth_q, cu
                     "SageBwd forward v5 kernel launch");
 }
 
+// LaunchForwardV5's template flags of each compiled-in v5+ forward variant (the list above),
+// built the way the variants were: each one names the variant it adds to.
+struct FwdVariantFlags {
+  int mw = 1;  // 16-row blocks per warp
+  bool fast_s = true, wg = true, lpt = false, ws = false, pipe = false, k128 = false, tma = false,
+       ping = false, lazy = false;
+};
+constexpr FwdVariantFlags FwdFlagsOf(int v) {
+  FwdVariantFlags f;
+  switch (v) {
+    case 5: case 6: case 7: case 8:  // v5: mma.sync
+      f.wg = false;
+      f.mw = (v == 6 || v == 7) ? 2 : 1;
+      f.fast_s = v == 7 || v == 8;
+      return f;
+    case 11: f.lpt = true; return f;
+    case 12: case 13: f = FwdFlagsOf(v - 2); f.ws = true; return f;
+    case 14: case 15: f = FwdFlagsOf(v - 2); f.pipe = true; return f;
+    case 16: case 17: f = FwdFlagsOf(v - 4); f.k128 = true; return f;
+    case 18: case 19: f = FwdFlagsOf(v - 8); f.tma = true; return f;
+    case 20: case 21: f = FwdFlagsOf(v - 4); f.tma = true; return f;
+    case 22: f = FwdFlagsOf(20); f.ping = f.lazy = true; return f;
+    case 23: case 24: f = FwdFlagsOf(v - 13); f.lazy = true; return f;
+    default: return f;  // 10
+  }
+}
+template <int... V>
+struct FwdVariantList {};
+using FwdCompiled =
+    FwdVariantList<5, 6, 7, 8, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24>;
+template <int... V>
+constexpr bool FwdCompiledHas(int v, FwdVariantList<V...>) {
+  return ((v == V) || ...);
+}
+template <int... V>
+constexpr bool FwdK128Agrees(FwdVariantList<V...>) {
+  return ((FwdFlagsOf(V).k128 == SageFwdVariantSteps128(V)) && ...);
+}
+static_assert(FwdK128Agrees(FwdCompiled{}),
+              "SageFwdVariantSteps128 (sagebwd_cuda.h) disagrees with FwdFlagsOf");
+
+// Variant V: its tensor maps (kTmaF), then its kernel.
+template <int D, int V>
+Status LaunchFwdVariant(const AttnShape& s, const Workspace& w, FwdParams& p, bool smooth_q,
+                        cudaStream_t stream) {
+  constexpr FwdVariantFlags f = FwdFlagsOf(V);
+  if constexpr (f.tma) {
+    ABLATE_RETURN_IF_ERROR(CodesTensorMap<D>(&p.tm_kh, w.kh, s, "K^"));
+    ABLATE_RETURN_IF_ERROR(CodesTTensorMap<D>(&p.tm_vht, w.vht, s, "V^T"));
+  }
+  return LaunchForwardV5<D, f.mw, f.fast_s, f.wg, f.lpt, f.ws, f.pipe, f.k128, f.tma, f.ping,
+                         f.lazy>(s, p, smooth_q, stream);
+}
+template <int D, int V0, int... V>
+Status LaunchFwdVariantIn(int var, const AttnShape& s, const Workspace& w, FwdParams& p,
+                          bool smooth_q, cudaStream_t stream, FwdVariantList<V0, V...>) {
+  if (var == V0) return LaunchFwdVariant<D, V0>(s, w, p, smooth_q, stream);
+  if constexpr (sizeof...(V) > 0) {
+    return LaunchFwdVariantIn<D>(var, s, w, p, smooth_q, stream, FwdVariantList<V...>{});
+  } else {
+    return InvalidArgument("SageBwd CUDA: forward variant " + std::to_string(var) +
+                           " is not compiled in");
+  }
+}
+
 template <int D>
 Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bfloat16* q,
                    const __nv_bfloat16* k, const __nv_bfloat16* v, __nv_bfloat16* o, float* lse,
@@ -3059,7 +3125,7 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
   const int bh = s.B * s.H, nt = CeilDiv(s.N, kTile);
   const int kvg = SageKvGroup(opt, D);
   const int fvar = opt.fwd_variant < 0 ? FwdProductionFor(D, s.causal, kvg) : opt.fwd_variant;
-  if (fvar != 3 && (fvar < 5 || fvar > 8) && (fvar < 10 || fvar > 24)) {
+  if (fvar != 3 && !FwdCompiledHas(fvar, FwdCompiled{})) {
     return InvalidArgument("SageBwd CUDA: forward variant " + std::to_string(fvar) +
                            " is not compiled in");
   }
@@ -3067,8 +3133,8 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
   if ((kvg != kTile && !k128) || k128 != SageFwdVariantSteps128(fvar)) {
     return InvalidArgument("SageBwd CUDA: kv_group " + std::to_string(kvg) +
                            " with forward variant " + std::to_string(fvar) +
-                           " (kv_group 128 goes with variants 16 / 17 / 20 / 21 at d128, and they "
-                           "with it)");
+                           " (kv_group 128 goes with the variants that step 128 keys at d128, "
+                           "SageFwdVariantSteps128, and they with it)");
   }
   QuantParams qp{};
   qp.n = s.N;
@@ -3094,7 +3160,7 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
   qp.job[0] = {k, w.kh, w.kht, w.sk, opt.smooth_k ? 1 : 0, false};
   qp.job[1] = {v, opt.int8_dp ? w.vh : nullptr, w.vht, w.sv, 0, fvar != 3};
   qp.job[2] = {q, w.qh, w.qht, w.sq, opt.smooth_q ? 2 : 0, false};
-  const bool fuse_q = FwdFusesQ(fvar >= 10, opt.smooth_q);  // variants 10-21: wgmma
+  const bool fuse_q = FwdFusesQ(fvar != 3 && FwdFlagsOf(fvar).wg, opt.smooth_q);
   if (k128) {  // K and V in 128-key groups, Q (not smoothed: refused) fused at d128
     if (opt.smooth_q) return InvalidArgument("SageBwd CUDA: kv_group 128 without smooth_q");
     if (Status st = LaunchQuantize<D, false, 2>(s, qp, 2, stream); !st.ok()) return st;
@@ -3131,56 +3197,7 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
   p.kv_shift = KvShift(kvg);
   p.smooth_q = opt.smooth_q;
   p.tau = 1.0f / std::sqrt(static_cast<float>(D));
-  if (fvar == 5) return LaunchForwardV5<D, 1, false>(s, p, opt.smooth_q, stream);
-  if (fvar == 6) return LaunchForwardV5<D, 2, false>(s, p, opt.smooth_q, stream);
-  if (fvar == 7) return LaunchForwardV5<D, 2, true>(s, p, opt.smooth_q, stream);
-  if (fvar == 8) return LaunchForwardV5<D, 1, true>(s, p, opt.smooth_q, stream);
-  if (fvar == 10) return LaunchForwardV5<D, 1, true, true>(s, p, opt.smooth_q, stream);
-  if (fvar == 11) return LaunchForwardV5<D, 1, true, true, true>(s, p, opt.smooth_q, stream);
-  if (fvar == 12) return LaunchForwardV5<D, 1, true, true, false, true>(s, p, opt.smooth_q, stream);
-  if (fvar == 13) return LaunchForwardV5<D, 1, true, true, true, true>(s, p, opt.smooth_q, stream);
-  if (fvar == 14) {
-    return LaunchForwardV5<D, 1, true, true, false, true, true>(s, p, opt.smooth_q, stream);
-  }
-  if (fvar == 15) {
-    return LaunchForwardV5<D, 1, true, true, true, true, true>(s, p, opt.smooth_q, stream);
-  }
-  if (fvar == 16) {
-    return LaunchForwardV5<D, 1, true, true, false, true, false, true>(s, p, opt.smooth_q, stream);
-  }
-  if (fvar == 17) {
-    return LaunchForwardV5<D, 1, true, true, true, true, false, true>(s, p, opt.smooth_q, stream);
-  }
-  if (fvar == 23 || fvar == 24) {  // 10 / 11 with the lazy rescale (kLazyF)
-    constexpr bool c = true, n = false;
-    const bool sq = opt.smooth_q;
-    if (fvar == 23) return LaunchForwardV5<D, 1, c, c, n, n, n, n, n, n, c>(s, p, sq, stream);
-    return LaunchForwardV5<D, 1, c, c, c, n, n, n, n, n, c>(s, p, sq, stream);
-  }
-  if (fvar >= 18) {  // 10 / 11 / 16 / 17 with the K^ / V^T stages filled by TMA
-    ABLATE_RETURN_IF_ERROR(CodesTensorMap<D>(&p.tm_kh, w.kh, s, "K^"));
-    ABLATE_RETURN_IF_ERROR(CodesTTensorMap<D>(&p.tm_vht, w.vht, s, "V^T"));
-    if (fvar == 18) {
-      return LaunchForwardV5<D, 1, true, true, false, false, false, false, true>(s, p, opt.smooth_q,
-                                                                                 stream);
-    }
-    if (fvar == 19) {
-      return LaunchForwardV5<D, 1, true, true, true, false, false, false, true>(s, p, opt.smooth_q,
-                                                                                stream);
-    }
-    if (fvar == 20) {
-      return LaunchForwardV5<D, 1, true, true, false, true, false, true, true>(s, p, opt.smooth_q,
-                                                                               stream);
-    }
-    if (fvar == 21) {
-      return LaunchForwardV5<D, 1, true, true, true, true, false, true, true>(s, p, opt.smooth_q,
-                                                                              stream);
-    }
-    // 22 = 20 with the consumers' S wgmmas issued in ping-pong turns (kPingF) and the lazy
-    // rescale (kLazyF).
-    constexpr bool c = true, n = false;
-    return LaunchForwardV5<D, 1, c, c, n, c, n, c, c, c, c>(s, p, false, stream);
-  }
+  if (fvar != 3) return LaunchFwdVariantIn<D>(fvar, s, w, p, opt.smooth_q, stream, FwdCompiled{});
   constexpr int kSmem = SageConfig<D>::kFwdBytes;
   auto kernel = s.causal ? SageForwardKernel<D, true> : SageForwardKernel<D, false>;
   ABLATE_CUDA_RETURN_IF_ERROR(

@@ -87,7 +87,7 @@ struct SageCudaOptions {
 // Whether the lab forward variant v (SageCudaOptions::fwd_variant >= 0) steps 128 keys at a time,
 // over 128-key K / V groups (sagebwd v9: 16 / 17, 20 / 21 with TMA stages, 22 = 20 with the
 // ping-pong issue and the lazy rescale).
-inline bool SageFwdVariantSteps128(int v) {
+constexpr bool SageFwdVariantSteps128(int v) {
   return v == 16 || v == 17 || v == 20 || v == 21 || v == 22;
 }
 
