@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -112,6 +113,59 @@ double TimeMs(const std::function<void()>& fn, int warmup, int iters, cudaStream
 }
 
 }  // namespace
+
+#ifdef ABLATE_SAGE_TRACE
+// Lab timeline of the warp-specialized SageBwd kernels (SageTraceSet): one forward and one
+// backward, per-CTA phase means and the gap between a CTA's end and the next start on its SM.
+template <typename F, typename B>
+void TraceSage(F fwd, B bwd, cudaStream_t stream) {
+  constexpr size_t kCtas = 1 << 16, kWords = 2 * kCtas * 8;
+  unsigned long long* buf = nullptr;
+  CHECK_CUDA(cudaMalloc(&buf, kWords * 8));
+  CHECK_CUDA(cudaMemsetAsync(buf, 0, kWords * 8, stream));
+  CheckStatus(ablate::kernels::SageTraceSet(buf), "trace on");
+  fwd();
+  bwd();
+  CHECK_CUDA(cudaStreamSynchronize(stream));
+  CheckStatus(ablate::kernels::SageTraceSet(nullptr), "trace off");
+  std::vector<unsigned long long> h(kWords);
+  CHECK_CUDA(cudaMemcpy(h.data(), buf, kWords * 8, cudaMemcpyDeviceToHost));
+  CHECK_CUDA(cudaFree(buf));
+  for (int kind = 0; kind < 2; ++kind) {
+    const unsigned long long* r = h.data() + kind * kCtas * 8;
+    std::vector<int> ctas;
+    for (size_t c = 0; c < kCtas; ++c) {
+      if (r[c * 8] != 0 && r[c * 8 + 6] != 0) ctas.push_back(int(c));
+    }
+    if (ctas.empty()) continue;
+    unsigned long long t0 = ~0ull, t1 = 0;
+    double d[7] = {0};
+    for (int c : ctas) {
+      const unsigned long long* x = r + c * 8;
+      t0 = std::min(t0, x[0]);
+      t1 = std::max(t1, x[6]);
+      for (int k = 1; k < 7; ++k) d[k] += x[k] ? double(x[k]) - double(x[0]) : 0.0;
+    }
+    std::map<unsigned long long, std::vector<std::pair<unsigned long long, unsigned long long>>> sm;
+    for (int c : ctas) sm[r[c * 8 + 7]].push_back({r[c * 8], r[c * 8 + 6]});
+    double gap = 0, first = 0;
+    int ngap = 0;
+    for (auto& [id, v] : sm) {
+      std::sort(v.begin(), v.end());
+      first += double(v[0].first - t0);
+      for (size_t i = 1; i < v.size(); ++i, ++ngap) gap += double(v[i].first) - double(v[i - 1].second);
+    }
+    const double n = double(ctas.size());
+    std::printf("trace %s: %zu CTAs on %zu SMs, span %.1f us; per CTA (us from entry): 1 %.2f 2 %.2f "
+                "3 %.2f 4 %.2f 5 %.2f 6 %.2f; loop (5-4) %.2f, tail (6-5) %.2f; end -> next start "
+                "on the SM %.2f us; first start after launch %.2f us\n",
+                kind ? "bwd" : "fwd", ctas.size(), sm.size(), (t1 - t0) / 1e3, d[1] / n / 1e3,
+                d[2] / n / 1e3, d[3] / n / 1e3, d[4] / n / 1e3, d[5] / n / 1e3, d[6] / n / 1e3,
+                (d[5] - d[4]) / n / 1e3, (d[6] - d[5]) / n / 1e3, ngap ? gap / ngap / 1e3 : 0.0,
+                first / sm.size() / 1e3);
+  }
+}
+#endif
 
 int main(int argc, char** argv) {
   std::string json_path = "attention_bench.json", impl = "all";
@@ -235,6 +289,9 @@ int main(int argc, char** argv) {
         fwd();
         add("sagebwd", "bwd", TimeMs(bwd, warmup, iters, stream), 2.5 * ff);
         add("sagebwd", "fwd+bwd", TimeMs([&] { fwd(); bwd(); }, warmup, iters, stream), 3.5 * ff);
+#ifdef ABLATE_SAGE_TRACE
+        if (std::getenv("SAGE_TRACE") != nullptr) TraceSage(fwd, bwd, stream);
+#endif
       }
 #endif
       CHECK_CUDA(cudaStreamSynchronize(stream));

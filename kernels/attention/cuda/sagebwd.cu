@@ -540,6 +540,33 @@ __host__ __device__ constexpr int FwdKeyOfSlot(int slot) {
 // them (clearing it in the backward kernel itself cost that kernel 3-4%: its code changed).
 constexpr int kDqArmed = 0x5A6E4451;
 
+#ifdef ABLATE_SAGE_TRACE
+// Lab timeline (never in production builds): %globaltimer at a few points of every CTA of the
+// warp-specialized forward (kind 0) and backward (kind 1), slot 7 = the SM; SageTraceSet.
+constexpr int kTraceCtas = 1 << 16;
+__device__ unsigned long long* g_sage_trace = nullptr;
+__device__ __forceinline__ void TraceAt(int kind, int slot) {
+  if (g_sage_trace == nullptr) return;
+  const int cta = int(blockIdx.x + blockIdx.y * gridDim.x);
+  if (cta >= kTraceCtas) return;
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  unsigned sm;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+  unsigned long long* r = g_sage_trace + (size_t(kind) * kTraceCtas + cta) * 8;
+  r[slot] = t;
+  r[7] = sm;
+}
+#define SAGE_TRACE(kind, slot, cond) \
+  do {                               \
+    if (cond) TraceAt(kind, slot);   \
+  } while (0)
+#else
+#define SAGE_TRACE(kind, slot, cond) \
+  do {                               \
+  } while (0)
+#endif
+
 // The fp32 dQ accumulator dqacc, (BH, np, D) with np = the padded length (a multiple of 64), is
 // stored in 4 KB blocks of 16 rows x 64 columns: rows 16 b .. 16 b + 15 of a head occupy the same
 // 16 D floats as in row-major order, as D / 64 consecutive blocks (column chunk c at 1024 c), each
@@ -564,6 +591,38 @@ __device__ __forceinline__ void ZeroDqRows(float* dsrow, float* dqacc, int64_t b
   const float4 z = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   for (int i = tid; i < npr * (D / 4); i += nthreads) __stcs(dq + i, z);  // streaming: no L2 claim
   for (int i = tid; i < nr; i += nthreads) __stcs(dsrow + bh * n + r0 + i, 0.0f);
+}
+
+// A warpgroup's 64 x D fp32 tile in the mma accumulator layout (thread (warp, g, t): rows
+// 16 warp + g + 8h, columns 8n + 2t and + 1 = a[n][2h], a[n][2h + 1]), times row_scale[h], as
+// bf16 rows of 2D bytes into the staging tile s, its 16-byte chunks XOR-swizzled by row % 8 (no
+// bank conflicts for these 4-byte writes nor for CopyStagedRows' 16-byte reads). Then
+// CopyStagedRows (after a barrier over the writers) stores rows 0 .. nrows - 1 of it to dst (row
+// stride D elements) with 16-byte stores, a warp's covering whole rows, where the accumulator
+// layout's own 4-byte stores wrote 16 bytes of each of eight rows per instruction (lab
+// timeline, SageBwd backward B4 H16 N2048 d128: ~5 us per CTA for dK and dV).
+template <int D>
+__device__ __forceinline__ void StageRowsBf16(const float (&a)[D / 8][4], char* s, int warp,
+                                              int g, int t, const float (&row_scale)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = warp * 16 + g + 8 * h;  // row % 8 == g
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      *reinterpret_cast<__nv_bfloat162*>(s + row * (2 * D) + ((n ^ g) << 4) + 4 * t) =
+          __floats2bfloat162_rn(a[n][2 * h] * row_scale[h], a[n][2 * h + 1] * row_scale[h]);
+    }
+  }
+}
+template <int D>
+__device__ __forceinline__ void CopyStagedRows(const char* s, __nv_bfloat16* dst, int nrows,
+                                               int tid, int nthreads) {
+  constexpr int kRowChunks = 2 * D / 16;
+  for (int q = tid; q < nrows * kRowChunks; q += nthreads) {
+    const int row = q / kRowChunks, c = q % kRowChunks;
+    const int4 v = *reinterpret_cast<const int4*>(s + row * (2 * D) + ((c ^ (row & 7)) << 4));
+    *reinterpret_cast<int4*>(reinterpret_cast<char*>(dst + int64_t(row) * D) + 16 * c) = v;
+  }
 }
 
 // Partial K sums for the K mean: kpart[bh][part][d] = sum of k[bh][r][d] over the rows of part
@@ -1226,10 +1285,16 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
 
   // Launched as a dependent of the quantize launch (pdl): the work that does not depend on it
   // first (it overlaps its tail): the stores of the backward's zeroed accumulators and (kFuseQ)
-  // the loads of the Q rows that the consumers quantize (each 128-thread group its 64 rows; the
-  // warp-specialized kernel quantizes them here too, the others after issuing the copies of K
-  // tile 0 so that the two latencies overlap); then wait for the quantize launch's K and V codes.
-  ZeroDqRows<D>(p.dsrow, p.dqacc, bh, p.n, p.np, r0, kFwdRows, threadIdx.x, C::kThreadsLaunch);
+  // the loads of the Q rows that the consumers quantize (each 128-thread group its 64 rows,
+  // after issuing the copies of K tile 0 so that the two latencies overlap); then wait for the
+  // quantize launch's K and V codes. kWsF: the producer starts its copies first thing, the
+  // consumers quantize Q meanwhile, and the producer zeroes the accumulators after its first
+  // kStages copies (below): at the CTA's start those stores delayed the Q loads, the CTA's
+  // critical path (lab timeline, B4 H16 N2048 d128: 4.1 us from entry to Q^ in place).
+  SAGE_TRACE(0, 0, kWsF && threadIdx.x == 128);
+  if constexpr (!kWsF) {
+    ZeroDqRows<D>(p.dsrow, p.dqacc, bh, p.n, p.np, r0, kFwdRows, threadIdx.x, C::kThreadsLaunch);
+  }
   if (rb == 0 && bh == 0 && threadIdx.x == 0) *p.armed = kDqArmed;
   constexpr bool kFuseQ = FwdFusesQ(kWg, kSmoothQ);
   [[maybe_unused]] float fq_scale = 0.0f;  // kFuseQ: the scale of this thread's Q group
@@ -1242,13 +1307,10 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
         reinterpret_cast<int8_t*>(smem + C::kQt) + fq_group * D * kTile,
         reinterpret_cast<float*>(smem + C::kQRed) + 4 * fq_group, 2 + fq_group, ctid & 127);
   };
-  if constexpr (kFuseQ) {
-    if (fq_mine) {
-      FusedQLoad<D>(p, bh, r0 + fq_group * kTile, ctid & 127, fq_rows);
-      if constexpr (kWsF) fused_q_quantize();
-    }
+  if constexpr (kFuseQ && !kWsF) {
+    if (fq_mine) FusedQLoad<D>(p, bh, r0 + fq_group * kTile, ctid & 127, fq_rows);
   }
-  cuda::GridDepWait();
+  if constexpr (!kWsF) cuda::GridDepWait();
 
   const int last_row = min(r0 + kFwdRows, p.n) - 1;
   const int last = kCausal ? min(p.ntk - 1, last_row / kTile) : p.ntk - 1;
@@ -1299,8 +1361,10 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
       if constexpr (kTmaF) wg::FenceMbarInit();
     }
     __syncthreads();
+    SAGE_TRACE(0, 2, threadIdx.x == 128);
     if (ctid < 0) {
       wg::SetMaxNRegDec<kWsProducerRegs>();
+      cuda::GridDepWait();
       for (int j = 0; j <= last; ++j) {
         const int st = j % C::kStages;
         ring.ProducerAcquire(j);
@@ -1323,10 +1387,22 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
           wg::FenceProxyAsync();  // cp.async writes -> the consumers' wgmma reads
           ring.ProducerCommit(j);
         }
+        if (j == min(last, C::kStages - 1)) {  // the ring is full: time for the zero stores
+          ZeroDqRows<D>(p.dsrow, p.dqacc, bh, p.n, p.np, r0, kFwdRows, threadIdx.x, 128);
+        }
       }
+      SAGE_TRACE(0, 3, threadIdx.x == 0);
       return;
     }
     wg::SetMaxNRegInc<kWsConsumerRegs>();
+    if constexpr (kFuseQ) {
+      if (fq_mine) {
+        FusedQLoad<D>(p, bh, r0 + fq_group * kTile, ctid & 127, fq_rows);
+        fused_q_quantize();
+      }
+    }
+    SAGE_TRACE(0, 1, threadIdx.x == 128);
+    cuda::GridDepWait();  // without kFuseQ: Q^ (and mu, kbar) are the quantize launch's
   }
 
   // Q^ rows present in the padded workspace (64 or 128) + stage 0 <- K tile 0: one group
@@ -1639,6 +1715,7 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
       const bool has1 = j1 <= last;
       ring.ConsumerWait(j0);
       if (has1) ring.ConsumerWait(j1);
+      SAGE_TRACE(0, 4, j0 == 0 && threadIdx.x == 128);
       int32_t sacc0[32], sacc1[32];
       ping_begin();
       issue_s(stage_of(j0), sacc0);
@@ -1881,6 +1958,30 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
       // kWsF: this thread's P^ V^ wgmmas (the stage's last readers) completed in body().
       if constexpr (kWsF) ring.ConsumerRelease(j);
     }
+  }
+  SAGE_TRACE(0, 5, kWsF && threadIdx.x == 128);
+  if constexpr (kWsF) {
+    // O through the stages (free once both consumers are past their last products) and
+    // 16-byte row stores (StageRowsBf16).
+    static_assert(MW == 1 && C::kStages * C::kStage >= 2 * kTile * 2 * D, "staging room");
+    wg::NamedBarSync(1, C::kThreadsV5);
+    char* const s_o = smem + C::kStage0 + grp * (kTile * 2 * D);
+    float inv_l[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      inv_l[h] = 1.0f / l[0][h];  // as below
+      const int row = wr0 + g + 8 * h;
+      if (t == 0 && row < p.n) p.lse[int64_t(bh) * p.n + row] = m[0][h] * cuda::kLn2 + logf(l[0][h]);
+    }
+    StageRowsBf16<D>(acc[0], s_o, warp & 3, g, t, inv_l);
+    wg::NamedBarSync(2 + grp, 128);
+    const int q0 = r0 + grp * kTile;
+    if (q0 < p.n) {
+      CopyStagedRows<D>(s_o, p.o + bh * nd + int64_t(q0) * D, min(kTile, p.n - q0), ctid & 127,
+                        128);
+    }
+    SAGE_TRACE(0, 6, threadIdx.x == 256);
+    return;
   }
 #pragma unroll
   for (int mb = 0; mb < MW; ++mb) {
@@ -2181,6 +2282,7 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       return buf;
     }
   };
+  SAGE_TRACE(1, 0, kWs && threadIdx.x == 128);
   if constexpr (kWs) {
     namespace wg = cuda::wgmma;
     if (threadIdx.x == 0) {
@@ -2188,6 +2290,7 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       if constexpr (kTma) wg::FenceMbarInit();
     }
     __syncthreads();
+    SAGE_TRACE(1, 1, threadIdx.x == 128);
     if (cw < 0) {
       // Producer: copies only (its registers go to the consumers).
       wg::SetMaxNRegDec<kWsProducerRegs>();
@@ -2327,6 +2430,7 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
   cuda::GridDepWait();
   if constexpr (kWs) {  // this consumer's K-side copies
     CopyWait();
+    SAGE_TRACE(1, 2, threadIdx.x == 128);
     cuda::wgmma::FenceProxyAsync();
     wg_sync();
   }
@@ -2353,6 +2457,7 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       }
       wg_sync();  // the previous tile's reads of this consumer's region are done
       ring.ConsumerWait(it);
+      SAGE_TRACE(1, 4, it == 0 && threadIdx.x == 128);
       char* const q = stage_base(it & 1);
       dlo_q = wg::DescLo(cuda::SmemAddr(q));
       s_lse = reinterpret_cast<float*>(q + L::kLse);
@@ -2844,8 +2949,33 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
     // kWs: every wgmma of this tile has completed and its shared reads of the stage are done.
     if constexpr (kWs) ring.ConsumerRelease(it);
   }
+  SAGE_TRACE(1, 5, kWs && threadIdx.x == 128);
   if constexpr (kBulkDq) {
-    if (lane == 0) cuda::wgmma::BulkWait<0>();  // staging reads and dqacc writes complete
+    // The staging buffer's reads complete before the CTA exits (its shared memory goes); the
+    // dqacc adds themselves complete with the grid, which DqFinalizeKernel waits for (pdl).
+    if (lane == 0) cuda::wgmma::BulkWaitRead<0>();
+  }
+  SAGE_TRACE(1, 3, kWs && threadIdx.x == 256);
+  if constexpr (kWs) {
+    // dK and dV through this consumer's K^ / V / K^T tiles (32 KB at d128, free now: kPair
+    // waits for the other consumer's last dQ product, which reads this one's K^T).
+    if constexpr (kPair) {
+      pair_sync();
+    } else {
+      wg_sync();
+    }
+    static_assert(L::kKh == 0 && L::kKht + L::TileT::kBytes >= 4 * kTile * D, "staging room");
+    const float one[2] = {1.0f, 1.0f};
+    StageRowsBf16<D>(dk, base, warp, g, t, one);
+    StageRowsBf16<D>(dv, base + 2 * kTile * D, warp, g, t, one);
+    wg_sync();
+    const int nr = min(kTile, p.n - c0);
+    if (nr > 0) {
+      CopyStagedRows<D>(base, p.dk + bh * nd + int64_t(c0) * D, nr, tid, kThreads);
+      CopyStagedRows<D>(base + 2 * kTile * D, p.dv + bh * nd + int64_t(c0) * D, nr, tid, kThreads);
+    }
+    SAGE_TRACE(1, 6, threadIdx.x == 256);
+    return;
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -3414,6 +3544,12 @@ Status BackwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_b
 }
 
 }  // namespace
+
+#ifdef ABLATE_SAGE_TRACE
+Status SageTraceSet(void* buf) {
+  return CudaStatus(cudaMemcpyToSymbol(g_sage_trace, &buf, sizeof(buf)), "SageTraceSet");
+}
+#endif
 
 size_t SageWorkspaceBytes(const AttnShape& shape, const SageCudaOptions& /*opt*/) {
   if (shape.B < 1 || shape.H < 1 || shape.N < 1 || shape.D < 1) return 0;

@@ -130,6 +130,11 @@ inline SageOptions SageCpuOptions(const SageCudaOptions& opt, int d) {
 
 size_t SageWorkspaceBytes(const AttnShape& shape, const SageCudaOptions& opt);
 
+#ifdef ABLATE_SAGE_TRACE
+// Lab timeline (builds with ABLATE_SAGE_TRACE only): buf = 2 x 65536 x 8 uint64 on the device
+// (nullptr: off); the warp-specialized forward / backward write %globaltimer at fixed points.
+Status SageTraceSet(void* buf);
+#endif
 Status SageForwardCuda(const AttnShape& shape, const SageCudaOptions& opt, const __nv_bfloat16* q,
                        const __nv_bfloat16* k, const __nv_bfloat16* v, __nv_bfloat16* o,
                        float* lse, void* workspace, size_t workspace_bytes, cudaStream_t stream);
