@@ -1960,11 +1960,15 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
     }
   }
   SAGE_TRACE(0, 5, kWsF && threadIdx.x == 128);
-  if constexpr (kWsF) {
-    // O through the stages (free once both consumers are past their last products) and
+  if constexpr (kWg) {
+    // O through the stages (free once both warpgroups are past their last products) and
     // 16-byte row stores (StageRowsBf16).
     static_assert(MW == 1 && C::kStages * C::kStage >= 2 * kTile * 2 * D, "staging room");
-    wg::NamedBarSync(1, C::kThreadsV5);
+    if constexpr (kWsF) {
+      wg::NamedBarSync(1, C::kThreadsV5);
+    } else {
+      __syncthreads();
+    }
     char* const s_o = smem + C::kStage0 + grp * (kTile * 2 * D);
     float inv_l[2];
 #pragma unroll
@@ -1980,7 +1984,7 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
       CopyStagedRows<D>(s_o, p.o + bh * nd + int64_t(q0) * D, min(kTile, p.n - q0), ctid & 127,
                         128);
     }
-    SAGE_TRACE(0, 6, threadIdx.x == 256);
+    SAGE_TRACE(0, 6, kWsF && threadIdx.x == 256);
     return;
   }
 #pragma unroll
@@ -2975,6 +2979,22 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       CopyStagedRows<D>(base + 2 * kTile * D, p.dv + bh * nd + int64_t(c0) * D, nr, tid, kThreads);
     }
     SAGE_TRACE(1, 6, threadIdx.x == 256);
+    return;
+  } else if constexpr (kTma) {
+    // The same through K^ / V / Q^ (the layout's first 4 * 64 * D bytes; the TMA variants only:
+    // the older lab variants spill with it).
+    static_assert(L::kKh == 0 && L::kDo >= 4 * kTile * D, "staging room");
+    __syncthreads();
+    const float one[2] = {1.0f, 1.0f};
+    StageRowsBf16<D>(dk, buf, warp, g, t, one);
+    StageRowsBf16<D>(dv, buf + 2 * kTile * D, warp, g, t, one);
+    __syncthreads();
+    const int nr = min(kTile, p.n - c0);
+    if (nr > 0) {
+      CopyStagedRows<D>(buf, p.dk + bh * nd + int64_t(c0) * D, nr, threadIdx.x, kThreads);
+      CopyStagedRows<D>(buf + 2 * kTile * D, p.dv + bh * nd + int64_t(c0) * D, nr, threadIdx.x,
+                        kThreads);
+    }
     return;
   }
 #pragma unroll
