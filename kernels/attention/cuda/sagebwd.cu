@@ -1292,9 +1292,6 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
   // kStages copies (below): at the CTA's start those stores delayed the Q loads, the CTA's
   // critical path (lab timeline, B4 H16 N2048 d128: 4.1 us from entry to Q^ in place).
   SAGE_TRACE(0, 0, kWsF && threadIdx.x == 128);
-  if constexpr (!kWsF) {
-    ZeroDqRows<D>(p.dsrow, p.dqacc, bh, p.n, p.np, r0, kFwdRows, threadIdx.x, C::kThreadsLaunch);
-  }
   if (rb == 0 && bh == 0 && threadIdx.x == 0) *p.armed = kDqArmed;
   constexpr bool kFuseQ = FwdFusesQ(kWg, kSmoothQ);
   [[maybe_unused]] float fq_scale = 0.0f;  // kFuseQ: the scale of this thread's Q group
@@ -1310,7 +1307,10 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
   if constexpr (kFuseQ && !kWsF) {
     if (fq_mine) FusedQLoad<D>(p, bh, r0 + fq_group * kTile, ctid & 127, fq_rows);
   }
-  if constexpr (!kWsF) cuda::GridDepWait();
+  if constexpr (!kWsF) {  // the zero stores after the Q loads' issue, not in front of them
+    ZeroDqRows<D>(p.dsrow, p.dqacc, bh, p.n, p.np, r0, kFwdRows, threadIdx.x, C::kThreadsLaunch);
+    cuda::GridDepWait();
+  }
 
   const int last_row = min(r0 + kFwdRows, p.n) - 1;
   const int last = kCausal ? min(p.ntk - 1, last_row / kTile) : p.ntk - 1;
