@@ -13,7 +13,8 @@
 //   ldmatrix: LdMatrixX4 / LdMatrixX4Trans / LdMatrixX2(.Trans) on shared addresses, plus
 //            fragment loaders for the m16n8k16 operands from swizzled tiles
 //   mma:     MmaBf16 (m16n8k16, bf16 x bf16 -> fp32), MmaS8 (m16n8k32, s8 x s8 -> s32)
-//   regs:    PackBf16x2, AccToBf16A (fp32 accumulator tile -> bf16 A fragments, no smem trip)
+//   regs:    PackBf16x2, AccToBf16A (fp32 accumulator tile -> bf16 A fragments, no smem trip),
+//            StageAccBf16 / StoreTileRows (accumulator -> swizzled smem tile -> 16-byte row stores)
 //   softmax: QuadMax / QuadSum (reduce over the 4 threads that share an accumulator row),
 //            ApplyMask (a predicate on (row, col) sets masked accumulator entries to -inf)
 //
@@ -306,6 +307,39 @@ __device__ __forceinline__ void AccToBf16A(uint32_t (&a)[NT / 2][4], const float
     a[kk][1] = PackBf16x2(acc[2 * kk][2], acc[2 * kk][3]);
     a[kk][2] = PackBf16x2(acc[2 * kk + 1][0], acc[2 * kk + 1][1]);
     a[kk][3] = PackBf16x2(acc[2 * kk + 1][2], acc[2 * kk + 1][3]);
+  }
+}
+
+// Accumulator -> global in 16-byte row pieces, through a swizzled bf16 tile TILE (Bf16Tile) in
+// shared memory: StageAccBf16 writes a warp's 16 x 8NT fp32 fragment (rows row0 + g, + 8 of the
+// tile; columns col0 + 8nb + 2t, + 1), times mul0 / mul1 for its two rows, as bf16 (conflict-free
+// 4-byte writes when row0 % 8 == 0); after a barrier over the writers, StoreTileRows copies rows
+// 0 .. nrows - 1 to dst (row stride ld elements) with 16-byte loads and stores, a warp covering
+// whole rows. The accumulator layout's own 4-byte stores write 16 bytes of each of eight rows
+// per warp instruction: ~5 us per CTA for SageBwd's d128 dK / dV (lab timeline, sagebwd.cu).
+template <typename TILE, int NT>
+__device__ __forceinline__ void StageAccBf16(char* s, int row0, int col0, int lane,
+                                             const float (&acc)[NT][4], float mul0, float mul1) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = row0 + g + 8 * h;
+    const float mul = h ? mul1 : mul0;
+#pragma unroll
+    for (int nb = 0; nb < NT; ++nb) {
+      *reinterpret_cast<uint32_t*>(s + TILE::ByteOffset(row, 2 * (col0 + 8 * nb + 2 * t))) =
+          PackBf16x2(acc[nb][2 * h] * mul, acc[nb][2 * h + 1] * mul);
+    }
+  }
+}
+template <typename TILE>
+__device__ __forceinline__ void StoreTileRows(const char* s, __nv_bfloat16* dst, int64_t ld,
+                                              int nrows, int tid, int nthreads) {
+  constexpr int kChunks = TILE::kChunks;
+  for (int q = tid; q < nrows * kChunks; q += nthreads) {
+    const int row = q / kChunks, c = q % kChunks;
+    const int4 v = *reinterpret_cast<const int4*>(s + TILE::ChunkOffset(row, c));
+    *reinterpret_cast<int4*>(reinterpret_cast<char*>(dst + row * ld) + 16 * c) = v;
   }
 }
 

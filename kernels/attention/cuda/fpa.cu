@@ -623,7 +623,15 @@ __global__ void __launch_bounds__(256, FpaFwdWgConfig<D>::kMinBlocks)
       for (int e = 0; e < 4; ++e) acc[ch * 8 + nb][e] = o[ch][4 * nb + e] * inv[e >> 1];
     }
   }
-  StoreAccBf16<kDT>(p.o + head, D, row_w, N, lane, acc, 1.f);
+  // O through the Q tiles (free once both warpgroups are past their last S) and 16-byte row
+  // stores (StageAccBf16).
+  using OT = Bf16Tile<kBq, D>;
+  static_assert(OT::kBytes <= 2 * Tile::kBytes, "staging room");
+  __syncthreads();
+  StageAccBf16<OT>(smem + Cfg::kQ, 16 * warp, 0, lane, acc, 1.f, 1.f);
+  __syncthreads();
+  StoreTileRows<OT>(smem + Cfg::kQ, p.o + head + int64_t(q0) * D, D, min(kBq, N - q0), tid,
+                    Cfg::kThreads);
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -950,11 +958,18 @@ __global__ void __launch_bounds__(256, 1) FpaBackwardKernelV2(BwdParams p) {
   }
   CpAsyncWait<0>();
 
+  // dV and dK through the K and V tiles (free once every warp is past phase 3) and 16-byte row
+  // stores (StageAccBf16).
+  __syncthreads();
 #pragma unroll
   for (int mi = 0; mi < 2; ++mi) {
-    StoreAccBf16<kDN2>(p.dv + head + dc2, D, kw + 16 * mi, N, lane, dv[mi], 1.f);
-    StoreAccBf16<kDN2>(p.dk + head + dc2, D, kw + 16 * mi, N, lane, dk[mi], p.tau);
+    StageAccBf16<KTile>(vs, kr + 16 * mi, dc2, lane, dv[mi], 1.f, 1.f);
+    StageAccBf16<KTile>(ks, kr + 16 * mi, dc2, lane, dk[mi], p.tau, p.tau);
   }
+  __syncthreads();
+  const int nr = min(kBkv, N - kv0);
+  StoreTileRows<KTile>(vs, p.dv + head + int64_t(kv0) * D, D, nr, tid, kThr);
+  StoreTileRows<KTile>(ks, p.dk + head + int64_t(kv0) * D, D, nr, tid, kThr);
 }
 
 // ----------------------------------------------------------------------------------------------

@@ -593,38 +593,6 @@ __device__ __forceinline__ void ZeroDqRows(float* dsrow, float* dqacc, int64_t b
   for (int i = tid; i < nr; i += nthreads) __stcs(dsrow + bh * n + r0 + i, 0.0f);
 }
 
-// A warpgroup's 64 x D fp32 tile in the mma accumulator layout (thread (warp, g, t): rows
-// 16 warp + g + 8h, columns 8n + 2t and + 1 = a[n][2h], a[n][2h + 1]), times row_scale[h], as
-// bf16 rows of 2D bytes into the staging tile s, its 16-byte chunks XOR-swizzled by row % 8 (no
-// bank conflicts for these 4-byte writes nor for CopyStagedRows' 16-byte reads). Then
-// CopyStagedRows (after a barrier over the writers) stores rows 0 .. nrows - 1 of it to dst (row
-// stride D elements) with 16-byte stores, a warp's covering whole rows, where the accumulator
-// layout's own 4-byte stores wrote 16 bytes of each of eight rows per instruction (lab
-// timeline, SageBwd backward B4 H16 N2048 d128: ~5 us per CTA for dK and dV).
-template <int D>
-__device__ __forceinline__ void StageRowsBf16(const float (&a)[D / 8][4], char* s, int warp,
-                                              int g, int t, const float (&row_scale)[2]) {
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = warp * 16 + g + 8 * h;  // row % 8 == g
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      *reinterpret_cast<__nv_bfloat162*>(s + row * (2 * D) + ((n ^ g) << 4) + 4 * t) =
-          __floats2bfloat162_rn(a[n][2 * h] * row_scale[h], a[n][2 * h + 1] * row_scale[h]);
-    }
-  }
-}
-template <int D>
-__device__ __forceinline__ void CopyStagedRows(const char* s, __nv_bfloat16* dst, int nrows,
-                                               int tid, int nthreads) {
-  constexpr int kRowChunks = 2 * D / 16;
-  for (int q = tid; q < nrows * kRowChunks; q += nthreads) {
-    const int row = q / kRowChunks, c = q % kRowChunks;
-    const int4 v = *reinterpret_cast<const int4*>(s + row * (2 * D) + ((c ^ (row & 7)) << 4));
-    *reinterpret_cast<int4*>(reinterpret_cast<char*>(dst + int64_t(row) * D) + 16 * c) = v;
-  }
-}
-
 // Partial K sums for the K mean: kpart[bh][part][d] = sum of k[bh][r][d] over the rows of part
 // `part` (rows_per_part consecutive rows; double sums). grid: (parts, BH), block: D/2 x 16: thread
 // (cp, lane16) sums columns 2cp, 2cp+1 over rows lane16, lane16 + 16, ... of the part; the 16 are
@@ -1962,14 +1930,15 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
   SAGE_TRACE(0, 5, kWsF && threadIdx.x == 128);
   if constexpr (kWg) {
     // O through the stages (free once both warpgroups are past their last products) and
-    // 16-byte row stores (StageRowsBf16).
-    static_assert(MW == 1 && C::kStages * C::kStage >= 2 * kTile * 2 * D, "staging room");
+    // 16-byte row stores (StageAccBf16).
+    using OT = cuda::Bf16Tile<kTile, D>;
+    static_assert(MW == 1 && C::kStages * C::kStage >= 2 * OT::kBytes, "staging room");
     if constexpr (kWsF) {
       wg::NamedBarSync(1, C::kThreadsV5);
     } else {
       __syncthreads();
     }
-    char* const s_o = smem + C::kStage0 + grp * (kTile * 2 * D);
+    char* const s_o = smem + C::kStage0 + grp * OT::kBytes;
     float inv_l[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -1977,12 +1946,12 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
       const int row = wr0 + g + 8 * h;
       if (t == 0 && row < p.n) p.lse[int64_t(bh) * p.n + row] = m[0][h] * cuda::kLn2 + logf(l[0][h]);
     }
-    StageRowsBf16<D>(acc[0], s_o, warp & 3, g, t, inv_l);
+    cuda::StageAccBf16<OT>(s_o, (warp & 3) * 16, 0, lane, acc[0], inv_l[0], inv_l[1]);
     wg::NamedBarSync(2 + grp, 128);
     const int q0 = r0 + grp * kTile;
     if (q0 < p.n) {
-      CopyStagedRows<D>(s_o, p.o + bh * nd + int64_t(q0) * D, min(kTile, p.n - q0), ctid & 127,
-                        128);
+      cuda::StoreTileRows<OT>(s_o, p.o + bh * nd + int64_t(q0) * D, D, min(kTile, p.n - q0),
+                              ctid & 127, 128);
     }
     SAGE_TRACE(0, 6, kWsF && threadIdx.x == 256);
     return;
@@ -2968,32 +2937,33 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
     } else {
       wg_sync();
     }
-    static_assert(L::kKh == 0 && L::kKht + L::TileT::kBytes >= 4 * kTile * D, "staging room");
-    const float one[2] = {1.0f, 1.0f};
-    StageRowsBf16<D>(dk, base, warp, g, t, one);
-    StageRowsBf16<D>(dv, base + 2 * kTile * D, warp, g, t, one);
+    using OT = cuda::Bf16Tile<kTile, D>;
+    static_assert(L::kKh == 0 && L::kKht + L::TileT::kBytes >= 2 * OT::kBytes, "staging room");
+    cuda::StageAccBf16<OT>(base, warp * 16, 0, lane, dk, 1.0f, 1.0f);
+    cuda::StageAccBf16<OT>(base + OT::kBytes, warp * 16, 0, lane, dv, 1.0f, 1.0f);
     wg_sync();
     const int nr = min(kTile, p.n - c0);
     if (nr > 0) {
-      CopyStagedRows<D>(base, p.dk + bh * nd + int64_t(c0) * D, nr, tid, kThreads);
-      CopyStagedRows<D>(base + 2 * kTile * D, p.dv + bh * nd + int64_t(c0) * D, nr, tid, kThreads);
+      cuda::StoreTileRows<OT>(base, p.dk + bh * nd + int64_t(c0) * D, D, nr, tid, kThreads);
+      cuda::StoreTileRows<OT>(base + OT::kBytes, p.dv + bh * nd + int64_t(c0) * D, D, nr, tid,
+                              kThreads);
     }
     SAGE_TRACE(1, 6, threadIdx.x == 256);
     return;
   } else if constexpr (kTma) {
     // The same through K^ / V / Q^ (the layout's first 4 * 64 * D bytes; the TMA variants only:
     // the older lab variants spill with it).
-    static_assert(L::kKh == 0 && L::kDo >= 4 * kTile * D, "staging room");
+    using OT = cuda::Bf16Tile<kTile, D>;
+    static_assert(L::kKh == 0 && L::kDo >= 2 * OT::kBytes, "staging room");
     __syncthreads();
-    const float one[2] = {1.0f, 1.0f};
-    StageRowsBf16<D>(dk, buf, warp, g, t, one);
-    StageRowsBf16<D>(dv, buf + 2 * kTile * D, warp, g, t, one);
+    cuda::StageAccBf16<OT>(buf, warp * 16, 0, lane, dk, 1.0f, 1.0f);
+    cuda::StageAccBf16<OT>(buf + OT::kBytes, warp * 16, 0, lane, dv, 1.0f, 1.0f);
     __syncthreads();
     const int nr = min(kTile, p.n - c0);
     if (nr > 0) {
-      CopyStagedRows<D>(buf, p.dk + bh * nd + int64_t(c0) * D, nr, threadIdx.x, kThreads);
-      CopyStagedRows<D>(buf + 2 * kTile * D, p.dv + bh * nd + int64_t(c0) * D, nr, threadIdx.x,
-                        kThreads);
+      cuda::StoreTileRows<OT>(buf, p.dk + bh * nd + int64_t(c0) * D, D, nr, threadIdx.x, kThreads);
+      cuda::StoreTileRows<OT>(buf + OT::kBytes, p.dv + bh * nd + int64_t(c0) * D, D, nr,
+                              threadIdx.x, kThreads);
     }
     return;
   }
