@@ -1931,6 +1931,21 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
     }
   }
   SAGE_TRACE(0, 5, kWsF && threadIdx.x == 128);
+  // The natural-log LSE of each row, then O = acc / l: one reciprocal per row (an ulp from the
+  // quotient at most; the divisions were 5.6% of the d64 forward's instructions, ncu, B16 H12
+  // N1024 causal).
+  float inv_l[MW][2];
+#pragma unroll
+  for (int mb = 0; mb < MW; ++mb) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      inv_l[mb][h] = 1.0f / l[mb][h];
+      const int row = wr0 + 16 * mb + g + 8 * h;
+      if (t == 0 && row < p.n) {
+        p.lse[int64_t(bh) * p.n + row] = m[mb][h] * cuda::kLn2 + logf(l[mb][h]);
+      }
+    }
+  }
   if constexpr (kWg) {
     // O through the stages (free once both warpgroups are past their last products) and
     // 16-byte row stores (StageAccBf16).
@@ -1942,14 +1957,7 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
       __syncthreads();
     }
     char* const s_o = smem + C::kStage0 + grp * OT::kBytes;
-    float inv_l[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      inv_l[h] = 1.0f / l[0][h];  // as below
-      const int row = wr0 + g + 8 * h;
-      if (t == 0 && row < p.n) p.lse[int64_t(bh) * p.n + row] = m[0][h] * cuda::kLn2 + logf(l[0][h]);
-    }
-    cuda::StageAccBf16<OT>(s_o, (warp & 3) * 16, 0, lane, acc[0], inv_l[0], inv_l[1]);
+    cuda::StageAccBf16<OT>(s_o, (warp & 3) * 16, 0, lane, acc[0], inv_l[0][0], inv_l[0][1]);
     wg::NamedBarSync(2 + grp, 128);
     const int q0 = r0 + grp * kTile;
     if (q0 < p.n) {
@@ -1966,16 +1974,12 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
       const int row = wr0 + 16 * mb + g + 8 * h;
       if (row >= p.n) continue;
       __nv_bfloat16* orow = p.o + bh * nd + int64_t(row) * D;
-      // CPU: o = acc / l. One reciprocal per row (an ulp from the quotient at most): the
-      // divisions were 5.6% of the d64 forward's instructions (ncu, B16 H12 N1024 causal).
-      const float inv_l = 1.0f / l[mb][h];
 #pragma unroll
       for (int n = 0; n < kNtO; ++n) {
-        const __nv_bfloat162 v2 = __floats2bfloat162_rn(acc[mb][n][2 * h] * inv_l,
-                                                        acc[mb][n][2 * h + 1] * inv_l);
+        const __nv_bfloat162 v2 = __floats2bfloat162_rn(acc[mb][n][2 * h] * inv_l[mb][h],
+                                                        acc[mb][n][2 * h + 1] * inv_l[mb][h]);
         *reinterpret_cast<__nv_bfloat162*>(orow + n * 8 + 2 * t) = v2;
       }
-      if (t == 0) p.lse[int64_t(bh) * p.n + row] = m[mb][h] * cuda::kLn2 + logf(l[mb][h]);
     }
   }
 }
@@ -2932,16 +2936,19 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
     if (lane == 0) cuda::wgmma::BulkWaitRead<0>();
   }
   SAGE_TRACE(1, 3, kWs && threadIdx.x == 256);
-  if constexpr (kWs) {
-    // dK and dV through this consumer's K^ / V / K^T tiles (32 KB at d128, free now: kPair
-    // waits for the other consumer's last dQ product, which reads this one's K^T).
+  if constexpr (kWs || kTma) {
+    // dK and dV through shared memory and 16-byte row stores (StageAccBf16), in the first
+    // 4 * 64 * D bytes of `base`: this consumer's K^ / V / K^T tiles (kWs; free now: kPair waits
+    // for the other consumer's last dQ product, which reads this one's K^T), or the CTA's K^ / V
+    // / Q^ (the TMA variants; the older lab variants keep the stores below: they spill with it).
+    using OT = cuda::Bf16Tile<kTile, D>;
+    static_assert(L::kKh == 0 && (kWs ? L::kKht + L::TileT::kBytes : L::kDo) >= 2 * OT::kBytes,
+                  "staging room");
     if constexpr (kPair) {
       pair_sync();
     } else {
       wg_sync();
     }
-    using OT = cuda::Bf16Tile<kTile, D>;
-    static_assert(L::kKh == 0 && L::kKht + L::TileT::kBytes >= 2 * OT::kBytes, "staging room");
     cuda::StageAccBf16<OT>(base, warp * 16, 0, lane, dk, 1.0f, 1.0f);
     cuda::StageAccBf16<OT>(base + OT::kBytes, warp * 16, 0, lane, dv, 1.0f, 1.0f);
     wg_sync();
@@ -2951,23 +2958,7 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       cuda::StoreTileRows<OT>(base + OT::kBytes, p.dv + bh * nd + int64_t(c0) * D, D, nr, tid,
                               kThreads);
     }
-    SAGE_TRACE(1, 6, threadIdx.x == 256);
-    return;
-  } else if constexpr (kTma) {
-    // The same through K^ / V / Q^ (the layout's first 4 * 64 * D bytes; the TMA variants only:
-    // the older lab variants spill with it).
-    using OT = cuda::Bf16Tile<kTile, D>;
-    static_assert(L::kKh == 0 && L::kDo >= 2 * OT::kBytes, "staging room");
-    __syncthreads();
-    cuda::StageAccBf16<OT>(buf, warp * 16, 0, lane, dk, 1.0f, 1.0f);
-    cuda::StageAccBf16<OT>(buf + OT::kBytes, warp * 16, 0, lane, dv, 1.0f, 1.0f);
-    __syncthreads();
-    const int nr = min(kTile, p.n - c0);
-    if (nr > 0) {
-      cuda::StoreTileRows<OT>(buf, p.dk + bh * nd + int64_t(c0) * D, D, nr, threadIdx.x, kThreads);
-      cuda::StoreTileRows<OT>(buf + OT::kBytes, p.dv + bh * nd + int64_t(c0) * D, D, nr,
-                              threadIdx.x, kThreads);
-    }
+    SAGE_TRACE(1, 6, kWs && threadIdx.x == 256);
     return;
   }
 #pragma unroll
