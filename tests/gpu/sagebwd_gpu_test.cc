@@ -155,7 +155,8 @@ std::vector<double> FromBits(const std::vector<uint16_t>& b) {
 // how many times the backward runs after the one forward (the last call's outputs are returned).
 void RunGpu(const AttnShape& s, const SageCudaOptions& opt, const std::vector<double>& q,
             const std::vector<double>& k, const std::vector<double>& v,
-            const std::vector<double>& dout, bool poison, GpuResult* r, int backward_calls = 1) {
+            const std::vector<double>& dout, bool poison, GpuResult* r, int backward_calls = 1,
+            const std::vector<double>* k_parts = nullptr) {
   const int64_t n = s.numel(), rows = s.rows();
   const size_t tb = sizeof(uint16_t) * n;
   DeviceBuffer dq_, dk_, dv_, dd_, d_o, d_lse, d_dq, d_dk, d_dv, ws;
@@ -183,11 +184,18 @@ void RunGpu(const AttnShape& s, const SageCudaOptions& opt, const std::vector<do
   CUDA_OK(cudaMemset(d_dv.as<void>(), fill, tb));
   CUDA_OK(cudaMemset(ws.as<void>(), fill, wsb));
 
+  DeviceBuffer kp;
+  if (k_parts != nullptr) {
+    CUDA_OK(kp.Alloc(sizeof(double) * k_parts->size()));
+    CUDA_OK(cudaMemcpy(kp.as<void>(), k_parts->data(), sizeof(double) * k_parts->size(),
+                       cudaMemcpyHostToDevice));
+  }
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreate(&stream));
   Status st = SageForwardCuda(s, opt, dq_.as<__nv_bfloat16>(), dk_.as<__nv_bfloat16>(),
                               dv_.as<__nv_bfloat16>(), d_o.as<__nv_bfloat16>(), d_lse.as<float>(),
-                              ws.as<void>(), wsb, stream);
+                              ws.as<void>(), wsb, stream,
+                              k_parts != nullptr ? kp.as<double>() : nullptr);
   ASSERT_TRUE(st.ok()) << st.ToString();
   CUDA_OK(cudaStreamSynchronize(stream));
   for (int call = 0; call < backward_calls; ++call) {
@@ -505,6 +513,51 @@ TEST(SageBwdGpu, KMeanExact) {
           }
         }
         EXPECT_EQ(wrong, 0) << what;
+      }
+    }
+  }
+}
+
+// The K mean's parts from the caller (the trainer's QK-norm / RoPE pass makes them; here the
+// host, in the SageKMeanParts layout) give the same bits as the forward's own K-mean pass:
+// O, LSE and, through kbar, the backward's outputs.
+TEST(SageBwdGpu, CallerKMeanParts) {
+  SKIP_WITHOUT_GPU();
+  for (int d : {64, 128}) {
+    for (bool causal : {false, true}) {
+      for (int n : {77, 1100}) {
+        const AttnShape s{2, 3, n, d, causal};
+        const SageCudaOptions opt;
+        const std::string what = Describe(s, opt);
+        Inputs in = MakeInputs(s, 1.0, 1300 + n + d);
+        for (size_t i = 0; i < in.k.size(); ++i) {  // a mean far from 0
+          in.k[i] = RoundToBf16(static_cast<float>(in.k[i] + 0.5 + 0.01 * double(i % d)));
+        }
+        const SageKMeanPartsLayout kl = SageKMeanParts(n);
+        ASSERT_GE(kl.parts, 1);
+        ASSERT_GE(int64_t(kl.parts) * kl.rows_per_part, n);
+        const int64_t bh = int64_t(s.B) * s.H;
+        std::vector<double> parts(bh * kl.parts * d, 0.0);
+        for (int64_t h = 0; h < bh; ++h) {
+          for (int r = 0; r < n; ++r) {
+            for (int c = 0; c < d; ++c) {
+              parts[(h * kl.parts + r / kl.rows_per_part) * d + c] += in.k[(h * n + r) * d + c];
+            }
+          }
+        }
+        GpuResult own, given;
+        RunGpu(s, opt, in.q, in.k, in.v, in.dout, /*poison=*/true, &own);
+        RunGpu(s, opt, in.q, in.k, in.v, in.dout, /*poison=*/true, &given, 1, &parts);
+        if (::testing::Test::HasFatalFailure()) return;
+        EXPECT_EQ(own.o, given.o) << what;
+        EXPECT_EQ(own.lse, given.lse) << what;
+        EXPECT_EQ(own.dk, given.dk) << what;
+        EXPECT_EQ(own.dv, given.dv) << what;
+        // dQ adds the K tiles' fp32 parts in whichever order the CTAs finish (one run to the
+        // next alike): equal up to that order, i.e. rounding of the last fp32 bits.
+        const Stats dq = Compare(given.dq, own.dq);
+        EXPECT_GE(dq.e.cosine, 0.999999) << "dQ " << what;
+        EXPECT_LE(dq.e.rel_l2, 1e-3) << "dQ " << what;
       }
     }
   }

@@ -3235,7 +3235,7 @@ Status LaunchFwdVariantIn(int var, const AttnShape& s, const Workspace& w, FwdPa
 template <int D>
 Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bfloat16* q,
                    const __nv_bfloat16* k, const __nv_bfloat16* v, __nv_bfloat16* o, float* lse,
-                   const Workspace& w, cudaStream_t stream) {
+                   const Workspace& w, const double* k_parts, cudaStream_t stream) {
   const int bh = s.B * s.H, nt = CeilDiv(s.N, kTile);
   const int kvg = SageKvGroup(opt, D);
   const int fvar = opt.fwd_variant < 0 ? FwdProductionFor(D, s.causal, kvg) : opt.fwd_variant;
@@ -3256,12 +3256,16 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
   qp.kbar = w.kbar;
   qp.mu = w.mu;
   if (opt.smooth_k) {  // K mean: partial sums over up to 16 row ranges per head
-    qp.kparts = std::min(kKMeanMaxParts, CeilDiv(s.N, 256));
-    qp.kpart = w.kpart;
-    const int rows_per_part = CeilDiv(s.N, qp.kparts);
-    KMeanPartKernel<D><<<dim3(qp.kparts, bh), D / 2 * kKMeanLanes, 0, stream>>>(
-        k, s.N, rows_per_part, w.kpart);
-    ABLATE_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "SageBwd KMeanPartKernel launch");
+    const SageKMeanPartsLayout kl = SageKMeanParts(s.N);
+    qp.kparts = kl.parts;
+    if (k_parts != nullptr) {  // the caller's (made where K was produced)
+      qp.kpart = k_parts;
+    } else {
+      qp.kpart = w.kpart;
+      KMeanPartKernel<D><<<dim3(qp.kparts, bh), D / 2 * kKMeanLanes, 0, stream>>>(
+          k, s.N, kl.rows_per_part, w.kpart);
+      ABLATE_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "SageBwd KMeanPartKernel launch");
+    }
   } else {
     ABLATE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(w.kbar, 0, sizeof(float) * bh * D, stream),
                                 "SageBwd kbar memset");
@@ -3542,12 +3546,18 @@ size_t SageWorkspaceBytes(const AttnShape& shape, const SageCudaOptions& /*opt*/
 
 Status SageForwardCuda(const AttnShape& shape, const SageCudaOptions& opt, const __nv_bfloat16* q,
                        const __nv_bfloat16* k, const __nv_bfloat16* v, __nv_bfloat16* o,
-                       float* lse, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+                       float* lse, void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                       const double* k_parts) {
   Status st = CheckArgs(shape, workspace, workspace_bytes, {q, k, v, o, lse});
   if (!st.ok()) return st;
   const Workspace w = CarveWorkspace(shape, static_cast<char*>(workspace));
-  return shape.D == 64 ? ForwardImpl<64>(shape, opt, q, k, v, o, lse, w, stream)
-                       : ForwardImpl<128>(shape, opt, q, k, v, o, lse, w, stream);
+  return shape.D == 64 ? ForwardImpl<64>(shape, opt, q, k, v, o, lse, w, k_parts, stream)
+                       : ForwardImpl<128>(shape, opt, q, k, v, o, lse, w, k_parts, stream);
+}
+
+SageKMeanPartsLayout SageKMeanParts(int n) {
+  const int parts = std::max(1, std::min(kKMeanMaxParts, CeilDiv(n, 256)));
+  return {parts, CeilDiv(n, parts)};
 }
 
 Status SageBackwardCuda(const AttnShape& shape, const SageCudaOptions& opt,

@@ -130,14 +130,30 @@ inline SageOptions SageCpuOptions(const SageCudaOptions& opt, int d) {
 
 size_t SageWorkspaceBytes(const AttnShape& shape, const SageCudaOptions& opt);
 
+// The K mean's first pass (K-smoothing): partial sums over `parts` row ranges of each head,
+// part p = rows [p rows_per_part, min(N, (p + 1) rows_per_part)). The forward sums K itself in
+// this layout, or takes the sums from its caller (SageForwardCuda's k_parts), e.g. from the pass
+// that produced K (the trainer's QK-norm / RoPE kernel: layers QkvNormRopeForwardCuda's k_sums).
+struct SageKMeanPartsLayout {
+  int parts;
+  int rows_per_part;
+};
+SageKMeanPartsLayout SageKMeanParts(int n);
+
 #ifdef ABLATE_SAGE_TRACE
 // Lab timeline (builds with ABLATE_SAGE_TRACE only): buf = 2 x 65536 x 8 uint64 on the device
 // (nullptr: off); the warp-specialized forward / backward write %globaltimer at fixed points.
 Status SageTraceSet(void* buf);
 #endif
+// k_parts (optional, read only with opt.smooth_k): (B*H, SageKMeanParts(N).parts, D) doubles,
+// the sums of k's rows (bf16 values, exactly as stored) over each part, written on `stream` (or
+// synchronized with it) before this call; the forward then skips its own K-mean pass. Sums equal
+// to the forward's own (fp64 sums of bf16 values are exact unless a head's values span more than
+// ~2^35 in magnitude) give bit-identical outputs.
 Status SageForwardCuda(const AttnShape& shape, const SageCudaOptions& opt, const __nv_bfloat16* q,
                        const __nv_bfloat16* k, const __nv_bfloat16* v, __nv_bfloat16* o,
-                       float* lse, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+                       float* lse, void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                       const double* k_parts = nullptr);
 
 Status SageBackwardCuda(const AttnShape& shape, const SageCudaOptions& opt,
                         const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,

@@ -1319,18 +1319,74 @@ int QkvVecForwardBlocks(int64_t rows, int L) {
   return int(std::max<int64_t>(1, std::min<int64_t>(4096, (rows + per_block - 1) / per_block)));
 }
 
-template <int L>
-__global__ void __launch_bounds__(kFusedThreads)
-    QkvNormRopeForwardVecKernel(bf16* q, bf16* k, bf16* v, float* q_rstd, float* k_rstd,
-                                const bf16* qkv, const float* q_gain, const float* k_gain,
-                                const float* cs, const float* sn, int B, int Tn, int H) {
-  constexpr int D = 8 * L, half = 4 * L, G = 32 / L;
-  const int64_t rows = int64_t(B) * Tn * H;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int l = lane % L, grp = lane / L;
+// One (b, t, h) row of the vectorized forward for the L lanes of group `grp` (lane l of it):
+// loads q, k, v of the row from qkv, writes q, k (normed, rotated), v and the rstds when `valid`.
+// kRounded: k's outputs as stored (bf16-rounded) also come back in ka / kb (pairs 4l .. 4l + 3 and
+// D/2 + 4l ..), for the K-mean sums. Every lane of the warp must call it (group shuffles).
+template <int L, bool kRounded>
+__device__ __forceinline__ void QkvNormRopeRowVec(bf16* q, bf16* k, bf16* v, float* q_rstd,
+                                                  float* k_rstd, const bf16* qkv, bool norm,
+                                                  const float (&ga)[2][4], const float (&gb)[2][4],
+                                                  const float* cs, const float* sn, int64_t b,
+                                                  int t, int h, int Tn, int H, bool valid, int l,
+                                                  float (&ka)[4], float (&kb)[4]) {
+  constexpr int D = 8 * L, half = 4 * L;
   const int64_t C = int64_t(H) * D;
+  const int64_t bt = b * Tn + t;
+  const bf16* src = qkv + bt * 3 * C + int64_t(h) * D;
+  const int64_t dst_row = (b * H + h) * Tn + t;
+  const int64_t dst = dst_row * D;
+  float xa[2][4], xb[2][4];
+  LoadBf4(src + 4 * l, xa[0]);
+  LoadBf4(src + half + 4 * l, xb[0]);
+  LoadBf4(src + C + 4 * l, xa[1]);
+  LoadBf4(src + C + half + 4 * l, xb[1]);
+  const uint4 vv = *reinterpret_cast<const uint4*>(src + 2 * C + 8 * l);
+  const float4 c4 = __ldg(reinterpret_cast<const float4*>(cs + int64_t(t) * half + 4 * l));
+  const float4 s4 = __ldg(reinterpret_cast<const float4*>(sn + int64_t(t) * half + 4 * l));
+  const float c[4] = {c4.x, c4.y, c4.z, c4.w};
+  const float s[4] = {s4.x, s4.y, s4.z, s4.w};
+  if (valid) *reinterpret_cast<uint4*>(v + dst + 8 * l) = vv;
+#pragma unroll
+  for (int w = 0; w < 2; ++w) {
+    float rs = 1.f;
+    if (norm) {
+      float ss = 0.f;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) ss += xa[w][j] * xa[w][j] + xb[w][j] * xb[w][j];
+      ss = GroupSum<L>(ss);
+      rs = 1.0f / sqrtf(ss / float(D) + kEps);
+      if (valid && l == 0) (w == 0 ? q_rstd : k_rstd)[dst_row] = rs;
+    }
+    float oa[4], ob[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float a = norm ? xa[w][j] * rs * ga[w][j] : xa[w][j];
+      const float bb = norm ? xb[w][j] * rs * gb[w][j] : xb[w][j];
+      oa[j] = a * c[j] - bb * s[j];
+      ob[j] = a * s[j] + bb * c[j];
+    }
+    if (valid) {
+      bf16* out = w == 0 ? q : k;
+      StoreBf4(out + dst + 4 * l, oa);
+      StoreBf4(out + dst + half + 4 * l, ob);
+    }
+    if (kRounded && w == 1) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        ka[j] = __bfloat162float(__float2bfloat16_rn(oa[j]));
+        kb[j] = __bfloat162float(__float2bfloat16_rn(ob[j]));
+      }
+    }
+  }
+}
+
+// The gains of lane l's pairs (1 without QK-norm).
+template <int L>
+__device__ __forceinline__ void LoadRopeGains(const float* q_gain, const float* k_gain, int l,
+                                              float (&ga)[2][4], float (&gb)[2][4]) {
+  constexpr int half = 4 * L;
   const bool norm = q_gain != nullptr;
-  float ga[2][4], gb[2][4];
 #pragma unroll
   for (int w = 0; w < 2; ++w) {
     const float* gain = w == 0 ? q_gain : k_gain;
@@ -1340,6 +1396,19 @@ __global__ void __launch_bounds__(kFusedThreads)
       gb[w][j] = norm ? __ldg(gain + half + 4 * l + j) : 1.f;
     }
   }
+}
+
+template <int L>
+__global__ void __launch_bounds__(kFusedThreads)
+    QkvNormRopeForwardVecKernel(bf16* q, bf16* k, bf16* v, float* q_rstd, float* k_rstd,
+                                const bf16* qkv, const float* q_gain, const float* k_gain,
+                                const float* cs, const float* sn, int B, int Tn, int H) {
+  constexpr int G = 32 / L;
+  const int64_t rows = int64_t(B) * Tn * H;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int l = lane % L, grp = lane / L;
+  float ga[2][4], gb[2][4], ka[4], kb[4];
+  LoadRopeGains<L>(q_gain, k_gain, l, ga, gb);
   // The loop bound is the warp's first row, so every lane of a warp runs the same iterations (the
   // group sums shuffle across the whole warp); rows past the end load row rows-1 and store nothing.
   for (int64_t wrow = (int64_t(blockIdx.x) * kFusedWarps + warp) * G; wrow < rows;
@@ -1349,47 +1418,58 @@ __global__ void __launch_bounds__(kFusedThreads)
     const int64_t r = valid ? row : rows - 1;
     const int h = int(r % H);
     const int64_t bt = r / H;
-    const int t = int(bt % Tn);
-    const int64_t b = bt / Tn;
-    const bf16* src = qkv + bt * 3 * C + int64_t(h) * D;
-    const int64_t dst_row = (b * H + h) * Tn + t;
-    const int64_t dst = dst_row * D;
-    float xa[2][4], xb[2][4];
-    LoadBf4(src + 4 * l, xa[0]);
-    LoadBf4(src + half + 4 * l, xb[0]);
-    LoadBf4(src + C + 4 * l, xa[1]);
-    LoadBf4(src + C + half + 4 * l, xb[1]);
-    const uint4 vv = *reinterpret_cast<const uint4*>(src + 2 * C + 8 * l);
-    const float4 c4 = __ldg(reinterpret_cast<const float4*>(cs + int64_t(t) * half + 4 * l));
-    const float4 s4 = __ldg(reinterpret_cast<const float4*>(sn + int64_t(t) * half + 4 * l));
-    const float c[4] = {c4.x, c4.y, c4.z, c4.w};
-    const float s[4] = {s4.x, s4.y, s4.z, s4.w};
-    if (valid) *reinterpret_cast<uint4*>(v + dst + 8 * l) = vv;
-#pragma unroll
-    for (int w = 0; w < 2; ++w) {
-      float rs = 1.f;
-      if (norm) {
-        float ss = 0.f;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) ss += xa[w][j] * xa[w][j] + xb[w][j] * xb[w][j];
-        ss = GroupSum<L>(ss);
-        rs = 1.0f / sqrtf(ss / float(D) + kEps);
-        if (valid && l == 0) (w == 0 ? q_rstd : k_rstd)[dst_row] = rs;
-      }
-      float oa[4], ob[4];
+    QkvNormRopeRowVec<L, false>(q, k, v, q_rstd, k_rstd, qkv, q_gain != nullptr, ga, gb, cs, sn,
+                                bt / Tn, int(bt % Tn), h, Tn, H, valid, l, ka, kb);
+  }
+}
+
+// The same rows with the K mean's partial sums (SageBwd's K-smoothing): block (p, BH - 1 - bh)
+// does tokens [p R, min(Tn, (p + 1) R)) of head bh = b H + h, group g (of kFusedThreads / L)
+// tokens g, g + groups, ...; each lane sums its k outputs as stored (bf16) in double, the groups
+// are added in a fixed order: k_sums[(bh P + p) D + d] (P = gridDim.x parts). Deterministic.
+template <int L>
+__global__ void __launch_bounds__(kFusedThreads)
+    QkvNormRopeForwardSumsKernel(bf16* q, bf16* k, bf16* v, float* q_rstd, float* k_rstd,
+                                 double* k_sums, const bf16* qkv, const float* q_gain,
+                                 const float* k_gain, const float* cs, const float* sn, int Tn,
+                                 int H, int rows_per_part) {
+  constexpr int D = 8 * L, half = 4 * L, kGroups = kFusedThreads / L;
+  __shared__ double part[kGroups][D];
+  const int l = threadIdx.x % L, grp = threadIdx.x / L;
+  // Heads in descending order: the lowest heads' q, k, v are written last, so they are the ones
+  // still in L2 when the quantization launch after this pass starts at head 0.
+  const int bh = int(gridDim.y) - 1 - int(blockIdx.y), h = bh % H;
+  const int64_t b = bh / H;
+  const int t0 = blockIdx.x * rows_per_part, t1 = min(Tn, t0 + rows_per_part);
+  float ga[2][4], gb[2][4], ka[4], kb[4];
+  LoadRopeGains<L>(q_gain, k_gain, l, ga, gb);
+  double sa[4] = {0.0, 0.0, 0.0, 0.0}, sb[4] = {0.0, 0.0, 0.0, 0.0};
+  // The loop bound is the warp's first token (the group shuffles span the warp); tokens past t1
+  // load token t1 - 1 and store nothing.
+  constexpr int G = 32 / L;
+  for (int tw = t0 + grp / G * G; tw < t1; tw += kGroups) {
+    const int tt = tw + grp % G;
+    const bool valid = tt < t1;
+    QkvNormRopeRowVec<L, true>(q, k, v, q_rstd, k_rstd, qkv, q_gain != nullptr, ga, gb, cs, sn, b,
+                               valid ? tt : t1 - 1, h, Tn, H, valid, l, ka, kb);
+    if (valid) {
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const float a = norm ? xa[w][j] * rs * ga[w][j] : xa[w][j];
-        const float bb = norm ? xb[w][j] * rs * gb[w][j] : xb[w][j];
-        oa[j] = a * c[j] - bb * s[j];
-        ob[j] = a * s[j] + bb * c[j];
-      }
-      if (valid) {
-        bf16* out = w == 0 ? q : k;
-        StoreBf4(out + dst + 4 * l, oa);
-        StoreBf4(out + dst + half + 4 * l, ob);
+        sa[j] += ka[j];
+        sb[j] += kb[j];
       }
     }
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    part[grp][4 * l + j] = sa[j];
+    part[grp][half + 4 * l + j] = sb[j];
+  }
+  __syncthreads();
+  for (int d = threadIdx.x; d < D; d += kFusedThreads) {
+    double s = 0.0;
+    for (int g = 0; g < kGroups; ++g) s += part[g][d];
+    k_sums[(int64_t(bh) * gridDim.x + blockIdx.x) * D + d] = s;
   }
 }
 
@@ -1589,7 +1669,7 @@ Status CheckQkvNormRope(const char* what, int B, int Tn, int H, int D) {
 Status QkvNormRopeForwardCuda(bf16* q, bf16* k, bf16* v, float* q_rstd, float* k_rstd,
                               const bf16* qkv, const float* q_gain, const float* k_gain,
                               const float* cos, const float* sin, int B, int Tn, int H, int D,
-                              cudaStream_t stream) {
+                              cudaStream_t stream, double* k_sums, int k_rows_per_part) {
   ABLATE_RETURN_IF_ERROR(CheckQkvNormRope("QkvNormRopeForwardCuda", B, Tn, H, D));
   if ((q_gain == nullptr) != (k_gain == nullptr)) {
     return InvalidArgument("QkvNormRopeForwardCuda: q_gain and k_gain must both be set or null");
@@ -1597,6 +1677,27 @@ Status QkvNormRopeForwardCuda(bf16* q, bf16* k, bf16* v, float* q_rstd, float* k
   const int64_t rows = int64_t(B) * Tn * H;
   if (rows == 0) return Status::Ok();
   const int L = QkvVecLanes(D, {q, k, v, qkv, cos, sin});
+  if (k_sums != nullptr) {
+    if (k_rows_per_part < 1) {
+      return InvalidArgument("QkvNormRopeForwardCuda: k_rows_per_part must be >= 1, got " +
+                             std::to_string(k_rows_per_part));
+    }
+    if (L == 0) {
+      return InvalidArgument("QkvNormRopeForwardCuda: k_sums need the vectorized kernel (D / 8 a "
+                             "power of two, 16-byte aligned buffers), got D = " +
+                             std::to_string(D));
+    }
+    const int parts = (Tn + k_rows_per_part - 1) / k_rows_per_part;
+    if (int64_t(B) * H > 65535) {
+      return InvalidArgument("QkvNormRopeForwardCuda: k_sums with B * H > 65535");
+    }
+    DispatchLanes(L, [&](auto lanes) {
+      constexpr int kL = decltype(lanes)::value;
+      QkvNormRopeForwardSumsKernel<kL><<<dim3(parts, B * H), kFusedThreads, 0, stream>>>(
+          q, k, v, q_rstd, k_rstd, k_sums, qkv, q_gain, k_gain, cos, sin, Tn, H, k_rows_per_part);
+    });
+    return Launched("QkvNormRopeForwardCuda (k sums)");
+  }
   if (L > 0) {
     DispatchLanes(L, [&](auto lanes) {
       constexpr int kL = decltype(lanes)::value;

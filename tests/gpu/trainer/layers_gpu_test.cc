@@ -5,6 +5,7 @@
 // embedding lookup are exact. Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <numeric>
 
 #include "gpu_test_util.h"
@@ -395,6 +396,12 @@ TEST(LayersGpu, RmsNormBackwardFused) {
                    .ok());
 }
 
+std::vector<uint16_t> Bits(const std::vector<__nv_bfloat16>& v) {
+  std::vector<uint16_t> b(v.size());
+  if (!v.empty()) std::memcpy(b.data(), v.data(), 2 * v.size());
+  return b;
+}
+
 // QKV split + QK-norm + RoPE fused, forward and backward, against the CPU chain QkvSplit ->
 // RmsNorm (per head) -> Rope, in double on the same bf16 inputs.
 void QkvNormRopeCase(int B, int Tn, int H, int D, bool qk_norm) {
@@ -434,6 +441,49 @@ void QkvNormRopeCase(int B, int Tn, int H, int D, bool qk_norm) {
   if (qk_norm) {
     EXPECT_LE(MaxScaledErr(qr.Get(), qrr, 1e-7, 1e-5), 1.0);
     EXPECT_LE(MaxScaledErr(kr.Get(), krr, 1e-7, 1e-5), 1.0);
+  }
+  if (D == 64 || D == 128) {
+    // With the K sums (SageBwd's K-mean parts): the same bits out, and per (head, part, column)
+    // the double sum of k as stored.
+    const std::vector<__nv_bfloat16> q0 = q.Get(), k0 = k.Get(), v0 = v.Get();
+    const std::vector<float> qr0 = qr.Get(), kr0 = kr.Get();
+    std::vector<double> kf(k0.size());
+    for (size_t i = 0; i < k0.size(); ++i) kf[i] = __bfloat162float(k0[i]);
+    for (int R : {1, 7, 64, Tn}) {
+      const int P = (Tn + R - 1) / R;
+      Dev<double> sums(size_t(BH) * P * D);
+      Dev<__nv_bfloat16> q2(size_t(N) * C), k2(size_t(N) * C), v2(size_t(N) * C);
+      Dev<float> qr2(NH), kr2(NH);
+      ASSERT_TRUE(QkvNormRopeForwardCuda(q2.p, k2.p, v2.p, qr2.p, kr2.p, dqkv_in.p, qgp, kgp, dc.p,
+                                         ds.p, B, Tn, H, D, 0, sums.p, R)
+                      .ok());
+      EXPECT_EQ(Bits(q2.Get()), Bits(q0)) << "D " << D << " R " << R;
+      EXPECT_EQ(Bits(k2.Get()), Bits(k0)) << "D " << D << " R " << R;
+      EXPECT_EQ(Bits(v2.Get()), Bits(v0)) << "D " << D << " R " << R;
+      if (qk_norm) {
+        EXPECT_EQ(qr2.Get(), qr0) << "D " << D << " R " << R;
+        EXPECT_EQ(kr2.Get(), kr0) << "D " << D << " R " << R;
+      }
+      const std::vector<double> got_sums = sums.Get();
+      int64_t wrong = 0;
+      for (int64_t bh = 0; bh < BH; ++bh) {
+        for (int p = 0; p < P; ++p) {
+          for (int c = 0; c < D; ++c) {
+            double want = 0.0, mag = 0.0;
+            for (int t = p * R; t < std::min(Tn, (p + 1) * R); ++t) {
+              want += kf[(bh * Tn + t) * D + c];
+              mag += std::fabs(kf[(bh * Tn + t) * D + c]);
+            }
+            const double got = got_sums[(bh * P + p) * D + c];
+            if (std::fabs(got - want) > 1e-13 * mag && wrong++ < 3) {
+              ADD_FAILURE() << "D " << D << " R " << R << " head " << bh << " part " << p
+                            << " column " << c << ": " << got << " vs " << want;
+            }
+          }
+        }
+      }
+      EXPECT_EQ(wrong, 0) << "D " << D << " R " << R;
+    }
   }
 
   // Backward from bf16 dq, dk, dv; gain gradients accumulate into non-zero values.
@@ -497,6 +547,13 @@ TEST(LayersGpu, QkvNormRopeFused) {
           .ok());
   EXPECT_FALSE(QkvNormRopeForwardCuda(x.p, x.p, x.p, f.p, f.p, x.p, nullptr, nullptr, f.p, f.p, 1,
                                       1, 1, 63, 0)
+                   .ok());
+  Dev<double> sums(64);
+  EXPECT_FALSE(QkvNormRopeForwardCuda(x.p, x.p, x.p, f.p, f.p, x.p, nullptr, nullptr, f.p, f.p, 1,
+                                      1, 1, 64, 0, sums.p, 0)
+                   .ok());
+  EXPECT_FALSE(QkvNormRopeForwardCuda(x.p, x.p, x.p, f.p, f.p, x.p, nullptr, nullptr, f.p, f.p, 1,
+                                      1, 1, 96, 0, sums.p, 1)
                    .ok());
 }
 

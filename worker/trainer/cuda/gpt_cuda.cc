@@ -91,6 +91,10 @@ struct GptCuda::Buffers {
   std::vector<Layer> layers;
   std::vector<float*> res;
   size_t sage_ws_bytes = 0, fpa_ws_bytes = 0, rms_scratch_floats = 0;
+  // SageBwd with K-smoothing: the K mean's partial sums, made by the QK-norm / RoPE pass that
+  // writes K and read by the next SageForwardCuda (one buffer for all layers: stream-ordered).
+  double* k_parts = nullptr;
+  int k_rows_per_part = 0;
   bf16* lnf = nullptr;
   float* lnf_rstd = nullptr;
   bf16* logits = nullptr;
@@ -236,6 +240,12 @@ Status GptCuda::EnsureCapacity(int B) {
                                    kc::QkvNormRopeBackwardScratch(B, int(Tn), int(H), head_dim_),
                                    kc::EncoderBackwardScratch(int64_t(N), int(C))});
   DeviceArena& a = b.arena;
+  b.k_parts = nullptr;
+  if (!fpa && sopt.smooth_k) {
+    const kk::SageKMeanPartsLayout kl = kk::SageKMeanParts(int(Tn));
+    b.k_rows_per_part = kl.rows_per_part;
+    ABLATE_RETURN_IF_ERROR(a.Alloc(&b.k_parts, size_t(B) * H * kl.parts * size_t(head_dim_)));
+  }
   b.layers.assign(cfg_.layers, {});
   for (auto& la : b.layers) {
     ABLATE_RETURN_IF_ERROR(a.Alloc(&la.ln1, NC));
@@ -326,14 +336,16 @@ Status GptCuda::RunForward(const int32_t* inputs, const int32_t* targets, int B,
     // QKV in bf16 (PyTorch autocast's precision), then split + QK-norm + RoPE in one pass.
     RET(gemm.Forward(la.qkv, OutType::kBF16, la.ln1, wb + li.wqkv, N, C, 3 * C, 1.f, 0.f, nullptr,
                      s));
+    // With SageBwd's K-smoothing the same pass sums K for its mean (no K-mean pass over K).
     RET(kc::QkvNormRopeForwardCuda(
         la.q, la.k, la.v, la.q_rstd, la.k_rstd, la.qkv, cfg_.qk_norm ? w + li.q_gain : nullptr,
-        cfg_.qk_norm ? w + li.k_gain : nullptr, rope_cos_, rope_sin_, B, Tn, H, D, s));
+        cfg_.qk_norm ? w + li.k_gain : nullptr, rope_cos_, rope_sin_, B, Tn, H, D, s, b.k_parts,
+        b.k_rows_per_part));
     if (cfg_.attention == AttentionKind::kFpa) {
       RET(kc::FpaForwardCuda(shape, la.q, la.k, la.v, la.o, la.lse, nullptr, 0, s));
     } else {
       RET(kk::SageForwardCuda(shape, sopt, la.q, la.k, la.v, la.o, la.lse, la.sage_ws,
-                              b.sage_ws_bytes, s));
+                              b.sage_ws_bytes, s, b.k_parts));
     }
     RET(kc::HeadsMergeForwardCuda<bf16>(la.atty, la.o, B, Tn, H, D, s));
     // res_mid = x + atty wo^T (the residual fused into the GEMM's C operand).
