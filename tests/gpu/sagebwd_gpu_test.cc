@@ -236,6 +236,13 @@ Inputs MakeInputs(const AttnShape& s, double sigma_qk, uint32_t seed) {
   return in;
 }
 
+// K with a mean far from 0, different per column (still bf16 values): K-smoothing's mean matters.
+void ShiftKMean(Inputs* in, int d) {
+  for (size_t i = 0; i < in->k.size(); ++i) {
+    in->k[i] = RoundToBf16(static_cast<float>(in->k[i] + 0.5 + 0.01 * double(i % d)));
+  }
+}
+
 // Byte offsets of the workspace regions the tests read, from the layout sagebwd_cuda.h documents
 // (each region 256-byte aligned, in order: eight int8 code regions of BH x Np x D, then the f32
 // scales sq, sk, sv, sdo of BH x Np / 64 each, then kbar).
@@ -482,9 +489,7 @@ TEST(SageBwdGpu, KMeanExact) {
         opt.smooth_q = smooth_q;
         const std::string what = Describe(s, opt);
         Inputs in = MakeInputs(s, 1.0, 900 + n + d);
-        for (size_t i = 0; i < in.k.size(); ++i) {  // a mean far from 0, different per column
-          in.k[i] = RoundToBf16(static_cast<float>(in.k[i] + 0.5 + 0.01 * double(i % d)));
-        }
+        ShiftKMean(&in, d);
         ForwardOnly f;
         f.Upload(s, in);
         if (::testing::Test::HasFatalFailure()) return;
@@ -530,9 +535,7 @@ TEST(SageBwdGpu, CallerKMeanParts) {
         const SageCudaOptions opt;
         const std::string what = Describe(s, opt);
         Inputs in = MakeInputs(s, 1.0, 1300 + n + d);
-        for (size_t i = 0; i < in.k.size(); ++i) {  // a mean far from 0
-          in.k[i] = RoundToBf16(static_cast<float>(in.k[i] + 0.5 + 0.01 * double(i % d)));
-        }
+        ShiftKMean(&in, d);
         const SageKMeanPartsLayout kl = SageKMeanParts(n);
         ASSERT_GE(kl.parts, 1);
         ASSERT_GE(int64_t(kl.parts) * kl.rows_per_part, n);

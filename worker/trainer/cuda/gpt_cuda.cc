@@ -94,7 +94,6 @@ struct GptCuda::Buffers {
   // SageBwd with K-smoothing: the K mean's partial sums, made by the QK-norm / RoPE pass that
   // writes K and read by the next SageForwardCuda (one buffer for all layers: stream-ordered).
   double* k_parts = nullptr;
-  int k_rows_per_part = 0;
   bf16* lnf = nullptr;
   float* lnf_rstd = nullptr;
   bf16* logits = nullptr;
@@ -242,9 +241,8 @@ Status GptCuda::EnsureCapacity(int B) {
   DeviceArena& a = b.arena;
   b.k_parts = nullptr;
   if (!fpa && sopt.smooth_k) {
-    const kk::SageKMeanPartsLayout kl = kk::SageKMeanParts(int(Tn));
-    b.k_rows_per_part = kl.rows_per_part;
-    ABLATE_RETURN_IF_ERROR(a.Alloc(&b.k_parts, size_t(B) * H * kl.parts * size_t(head_dim_)));
+    const int parts = kk::SageKMeanParts(int(Tn)).parts;
+    ABLATE_RETURN_IF_ERROR(a.Alloc(&b.k_parts, size_t(B) * H * parts * size_t(head_dim_)));
   }
   b.layers.assign(cfg_.layers, {});
   for (auto& la : b.layers) {
@@ -325,6 +323,7 @@ Status GptCuda::RunForward(const int32_t* inputs, const int32_t* targets, int B,
                                   cudaMemcpyHostToDevice, s), "upload embedding plan"));
   }
   const kk::SageCudaOptions sopt = SageOpts(cfg_.sage);
+  const int k_rows_per_part = kk::SageKMeanParts(Tn).rows_per_part;  // with b.k_parts
 
   RET(kc::EncoderForwardCuda(b.res[0], b.inputs, w + wte_, N, C, s));
   for (int l = 0; l < cfg_.layers; ++l) {
@@ -340,7 +339,7 @@ Status GptCuda::RunForward(const int32_t* inputs, const int32_t* targets, int B,
     RET(kc::QkvNormRopeForwardCuda(
         la.q, la.k, la.v, la.q_rstd, la.k_rstd, la.qkv, cfg_.qk_norm ? w + li.q_gain : nullptr,
         cfg_.qk_norm ? w + li.k_gain : nullptr, rope_cos_, rope_sin_, B, Tn, H, D, s, b.k_parts,
-        b.k_rows_per_part));
+        k_rows_per_part));
     if (cfg_.attention == AttentionKind::kFpa) {
       RET(kc::FpaForwardCuda(shape, la.q, la.k, la.v, la.o, la.lse, nullptr, 0, s));
     } else {
