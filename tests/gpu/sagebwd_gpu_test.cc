@@ -781,12 +781,22 @@ TEST(SageBwdGpu, BwdVariantLab) {
   // + kSageBwdTma: the same with the Q side of each Q tile copied by TMA (one thread's
   // cp.async.bulk.tensor per tile on mbarriers instead of every thread's 16-byte cp.async);
   // production since session 14 at d64 (110520 / 241592 + t) and with kBwdDqPair at d128
-  // (1421240 / 1552312 + t), the others' production variants above without it.
-  const int t = kSageBwdTma;
-  const std::vector<int> vars = {44984,       110520,      241592,      372664,
-                                 503736,      1421240,     1552312,     110520 + t,
-                                 241592 + t,  372664 + t,  503736 + t,  1421240 + t,
-                                 1552312 + t};
+  // (1421240 / 1552312 + t, until session 18), the others' production variants above without it.
+  // + kSageBwdEarlyP1 (with kBwdDqPair and TMA): the next Q tile's S and dP issued during this
+  // tile's last two epilogues; production at d128 without Q-smoothing since session 18 (without
+  // it with int8_dp).
+  // SAGE_BWD_LAB_VARS=v1,v2,... runs those variants only (the first is the ratios' reference).
+  const int t = kSageBwdTma, ep = kSageBwdEarlyP1;
+  std::vector<int> vars = {44984,       110520,      241592,          372664,
+                           503736,      1421240,     1552312,         110520 + t,
+                           241592 + t,  372664 + t,  503736 + t,      1421240 + t,
+                           1552312 + t, 1421240 + t + ep, 1552312 + t + ep};
+  if (const char* only = std::getenv("SAGE_BWD_LAB_VARS")) {
+    vars.clear();
+    std::stringstream ss(only);
+    for (std::string item; std::getline(ss, item, ',');) vars.push_back(std::stoi(item));
+    ASSERT_FALSE(vars.empty()) << "SAGE_BWD_LAB_VARS names no variant";
+  }
   for (int var : vars) {
     SageCudaOptions opt;
     opt.bwd_variant = var;

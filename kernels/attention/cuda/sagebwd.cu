@@ -47,6 +47,8 @@
 // v11 (kBwdTma, at d64 and with kBwdDqPair): each Q tile's Q^, dO, Q^T, dO^T arrive by TMA, one
 // thread issuing the copies that complete on mbarriers (d64: two per CTA, Q^ / dO then Q^T /
 // dO^T; d128: the producer's stage barriers), not by every thread's 16-byte cp.async.
+// v12 (kBwdEarlyP1, with kBwdDqPair): the next Q tile's S and dP wgmmas issued during this
+// tile's last two phase-2 epilogues.
 //
 // Kernel-lab variant: sagebwd v6 forward (kernels/bench/README.md, Variants): SageForwardKernelV5
 // with kFastS and kWg: 8 warps = two warpgroups x 64 rows, 128-row CTAs, S = Q^ K^T by wgmma from
@@ -65,7 +67,8 @@
 // tiles the kernel writes, two of those in flight at a time) + column scale partials by a
 // reduce-scatter (= v7, 4024) + the bits of BwdProductionFor (late phase-2 waits, vector column
 // scales, bulk dQ reductions, longest-first causal grid; v9: warp specialization at D = 128; v10:
-// the two consumers share dQ at D = 128 with 128-key K / V groups; v11: the Q side by TMA); the
+// the two consumers share dQ at D = 128 with 128-key K / V groups; v11: the Q side by TMA; v12:
+// the next tile's phase 1 issued early with shared dQ); the
 // compiled-in variants are
 // BwdCompiled (the GPU test's lab mode times them through SageCudaOptions::bwd_variant). The
 // quantization is two launches (K-mean parts, then K / V / Q) in the forward and one (dO with
@@ -371,6 +374,12 @@ constexpr int kBwdDqPair = kSageBwdDqPair;
 // producer warpgroup) issuing 16-byte cp.async copies with their addresses (~130 of ~1600
 // instructions per warp and tile at d64).
 constexpr int kBwdTma = kSageBwdTma;
+// kBwdEarlyP1 (with kBwdDqPair and kBwdTma; not with int8_dp, whose launches drop the bit): the
+// next Q tile's phase-1 products issued before this tile's last two epilogues, dP = dO V^T after
+// the fourth phase-2 epilogue (in the registers its product freed), S = Q^ K^T after the fifth,
+// so the tensor cores run them while the consumer folds, instead of every consumer waiting for
+// its phase 1 at the top of the tile. The consumer waits for the next stage's copies there.
+constexpr int kBwdEarlyP1 = kSageBwdEarlyP1;
 // (Measured, not kept: dQ converted in the backward kernel by the last contributor per Q tile,
 // found by an acq_rel counter per tile: 0.78-0.98x; docs/gpu/2026-11-21-h200-pdl.)
 template <int D, int kVar>
@@ -2012,20 +2021,38 @@ struct BwdParams {
 // are issued before the wait. The accumulators come back in the mma.sync layout the epilogue
 // reads: warp w holds rows 16w..16w+15, si[n][e] = d[4n + e] (wgmma.cuh). K^ and V are at their
 // L offsets from the buffer of dlo, Q^ and dO from that of dlo_q (kBwdWs: the stage; else dlo).
+// The two products' issue (after a wgmma fence; committed as one group each), shared with
+// kBwdEarlyP1's issue ahead of the tile.
 template <int D, typename L>
-__device__ __forceinline__ void PhaseOneWgmma(uint32_t dlo, uint32_t dlo_q, bool int8_dp, float sdv,
-                                              int32_t (&si)[8][4], float (&dp)[8][4]) {
+__device__ __forceinline__ void PhaseOneIssueS(uint32_t dlo, uint32_t dlo_q, int32_t (&sacc)[32]) {
   namespace wg = cuda::wgmma;
   using T8 = typename L::TileI8;
-  using TB = typename L::TileBf;
-  int32_t sacc[32];
-  wg::Fence();
   wg::MmaS8First(sacc, TileDesc<T8>(dlo_q, L::kQh), TileDesc<T8>(dlo, L::kKh));
 #pragma unroll
   for (int k = 32; k < D; k += 32) {
     wg::MmaS8(sacc, TileDesc<T8>(dlo_q, L::kQh, k), TileDesc<T8>(dlo, L::kKh, k), true);
   }
   wg::Commit();
+}
+template <int D, typename L>
+__device__ __forceinline__ void PhaseOneIssueDpBf16(uint32_t dlo, uint32_t dlo_q, float (&dacc)[32]) {
+  namespace wg = cuda::wgmma;
+  using TB = typename L::TileBf;
+  wg::MmaBf16First(dacc, TileDesc<TB>(dlo_q, L::kDo), TileDesc<TB>(dlo, L::kV));
+#pragma unroll
+  for (int k = 32; k < 2 * D; k += 32) {
+    wg::MmaBf16(dacc, TileDesc<TB>(dlo_q, L::kDo, k), TileDesc<TB>(dlo, L::kV, k), true);
+  }
+  wg::Commit();
+}
+template <int D, typename L>
+__device__ __forceinline__ void PhaseOneWgmma(uint32_t dlo, uint32_t dlo_q, bool int8_dp, float sdv,
+                                              int32_t (&si)[8][4], float (&dp)[8][4]) {
+  namespace wg = cuda::wgmma;
+  using T8 = typename L::TileI8;
+  int32_t sacc[32];
+  wg::Fence();
+  PhaseOneIssueS<D, L>(dlo, dlo_q, sacc);
   if (int8_dp) {
     int32_t dacc[32];
     wg::MmaS8First(dacc, TileDesc<T8>(dlo_q, L::kDo), TileDesc<T8>(dlo, L::kV));
@@ -2042,12 +2069,7 @@ __device__ __forceinline__ void PhaseOneWgmma(uint32_t dlo, uint32_t dlo_q, bool
     }
   } else {
     float dacc[32];
-    wg::MmaBf16First(dacc, TileDesc<TB>(dlo_q, L::kDo), TileDesc<TB>(dlo, L::kV));
-#pragma unroll
-    for (int k = 32; k < 2 * D; k += 32) {
-      wg::MmaBf16(dacc, TileDesc<TB>(dlo_q, L::kDo, k), TileDesc<TB>(dlo, L::kV, k), true);
-    }
-    wg::Commit();
+    PhaseOneIssueDpBf16<D, L>(dlo, dlo_q, dacc);
     wg::Wait<0>();
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
@@ -2102,6 +2124,8 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
   static_assert(!kPair || (kWs && D == 128 && kWsConsumers == 2), "kBwdDqPair: kBwdWs at D = 128");
   constexpr bool kTma = (kVar & kBwdTma) != 0;
   static_assert(!kTma || kSplitWait0, "kBwdTma builds on kBwdSplitWait");
+  constexpr bool kEarly = (kVar & kBwdEarlyP1) != 0;
+  static_assert(!kEarly || (kPair && kTma), "kBwdEarlyP1 builds on kBwdDqPair and kBwdTma");
   using C = SageConfig<D>;
   using L = std::conditional_t<kWs, BwdWsLayout<D>, BwdLayout<D, kWg, kWg2, kBulkDq>>;
   // Byte offset of (row, col) in P^T, dS^T, dS^ (kI8T-padded, or 64B-swizzled with kWg2).
@@ -2425,6 +2449,19 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
   };
   const uint32_t dlo_c0 = cons_dlo(0), dlo_c1 = cons_dlo(1);
   float* s_xrow = nullptr;  // kPair: the stage's per-consumer row max |dS| [2][64]
+  // kEarly: the next tile's S and dP accumulators, in flight across the loop's back edge; the
+  // first tile's issued here.
+  int32_t s_next[32];
+  float dp_next[32];
+  if constexpr (kEarly) {
+    if (ibeg < p.ntq) {
+      ring.ConsumerWait(0);
+      const uint32_t dlo_n = cuda::wgmma::DescLo(cuda::SmemAddr(stage_base(0)));
+      cuda::wgmma::Fence();
+      PhaseOneIssueDpBf16<D, L>(dlo, dlo_n, dp_next);
+      PhaseOneIssueS<D, L>(dlo, dlo_n, s_next);
+    }
+  }
   for (int i = kWs ? ibeg : i0, it = 0; i < p.ntq; ++i, ++it) {
     const int r0 = i * kTile;
     float sqi, sdoi;
@@ -2436,7 +2473,7 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
         continue;
       }
       wg_sync();  // the previous tile's reads of this consumer's region are done
-      ring.ConsumerWait(it);
+      if constexpr (!kEarly) ring.ConsumerWait(it);  // (kEarly: before its phase 1's issue)
       SAGE_TRACE(1, 4, it == 0 && threadIdx.x == 128);
       char* const q = stage_base(it & 1);
       dlo_q = wg::DescLo(cuda::SmemAddr(q));
@@ -2500,7 +2537,17 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
     {
       int32_t si[8][4];
       float dp[8][4];
-      if constexpr (kWg) {
+      if constexpr (kEarly) {
+        cuda::wgmma::Wait<0>();
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            si[n][e] = s_next[4 * n + e];
+            dp[n][e] = dp_next[4 * n + e];
+          }
+        }
+      } else if constexpr (kWg) {
         PhaseOneWgmma<D, L>(dlo, dlo_q, p.int8_dp, sdoi * svj, si, dp);
       } else {
         WarpGemmS8<D, 8>(s_qh + warp * 16 * C::kI8D, C::kI8D, s_kh, C::kI8D, si);
@@ -2871,10 +2918,15 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       };
       issue(std::integral_constant<int, 0>{});
       issue(std::integral_constant<int, 1>{});
+      // kEarly: whether a next tile's phase 1 is issued in the last two steps (uniform).
+      const bool early_next = kEarly && i + 1 < p.ntq;
+      uint32_t dlo_n = 0;
       cuda::StaticFor<kSteps>([&](auto s_c) {
         constexpr int st = decltype(s_c)::value, kind = kind_of(st);
         if constexpr (st + 1 < kSteps) {
           wg::Wait<1>();
+        } else if (kEarly) {
+          wg::Wait<1>();  // the next tile's dP may still run
         } else {
           wg::Wait<0>();
         }
@@ -2884,6 +2936,25 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
         if constexpr (kind == 1) epi_dk(ch_c, at);
         if constexpr (kind == 2) epi_dq(kPair ? cw : ch_of(st), at);
         if constexpr (st + 2 < kSteps) issue(std::integral_constant<int, st + 2>{});
+        // kEarly: dP of the next tile in the registers step st's product freed, then S. On the
+        // last tile both are issued on this tile's operands, their results unused: the
+        // accumulators must be defined by a wgmma on every path into the back edge (otherwise
+        // the old ones stay live through the body: 350 bytes of spills), and defining them by
+        // any other instruction makes ptxas serialize every wgmma of the kernel (C7515).
+        if constexpr (kEarly && st == kSteps - 2) {
+          if (early_next) {
+            ring.ConsumerWait(it + 1);
+            dlo_n = wg::DescLo(cuda::SmemAddr(stage_base((it + 1) & 1)));
+          } else {
+            dlo_n = dlo_q;
+          }
+          wg::Fence();
+          PhaseOneIssueDpBf16<D, L>(dlo, dlo_n, dp_next);
+        }
+        if constexpr (kEarly && st == kSteps - 1) {
+          wg::Fence();
+          PhaseOneIssueS<D, L>(dlo, dlo_n, s_next);
+        }
       });
     } else {
       cuda::StaticFor<D / 64>([&](auto ch_c) {
@@ -2930,6 +3001,7 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
     if constexpr (kWs) ring.ConsumerRelease(it);
   }
   SAGE_TRACE(1, 5, kWs && threadIdx.x == 128);
+  if constexpr (kEarly) cuda::wgmma::Wait<0>();  // the last tile's unused S / dP (they read K^, V)
   if constexpr (kBulkDq) {
     // The staging buffer's reads complete before the CTA exits (its shared memory goes); the
     // dqacc adds themselves complete with the grid, which DqFinalizeKernel waits for (pdl).
@@ -3370,15 +3442,18 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
 //            2207672 / 2338744 1.05-1.08x at d64; 1421240 / 1552312 -> 3518392 / 3649464
 //            1.02-1.04x at d128; 372664 / 503736 -> 2469816 / 2600888 0.96-0.97x (52 bytes of
 //            spills causal), so those stay (session 14, kernel lab on an H200)
-// BwdProductionFor is what production calls (bwd_variant = -1) run (sagebwd v11): d128 3518392 /
-// 3649464 (non-causal / causal) with 128-key K / V groups, 372664 / 503736 with 64-key groups
-// (Q-smoothing), d64 2207672 / 2338744 (kernels/bench/README.md, Variants).
+//   + kBwdEarlyP1 (4194304, with kBwdDqPair and kBwdTma: the next Q tile's S and dP issued
+//            during this tile's last two epilogues): 3518392 / 3649464 -> 7712696 / 7843768
+//            1.000-1.003x non-causal, 1.018-1.024x causal (session 18, kernel lab on an H200)
+// BwdProductionFor is what production calls (bwd_variant = -1) run (sagebwd v12): d128 7712696 /
+// 7843768 (non-causal / causal) with 128-key K / V groups (3518392 / 3649464 with int8_dp),
+// 372664 / 503736 with 64-key groups (Q-smoothing), d64 2207672 / 2338744 (kernels/bench/README.md, Variants).
 constexpr int BwdProductionFor(int d, bool causal, bool dq_pair) {
   constexpr int kV8 = 24 + kBwdExp2 + kBwdFastQ + kBwdWgmma + kBwdWgmma2 + kBwdColRs + kBwdWgPipe +
                       kBwdSplitWait + kBwdColVec + kBwdBulkDq;
   const int v = causal ? kV8 + kBwdLpt : kV8;
   if (d != 128) return v + kBwdTma;
-  return dq_pair ? v + kBwdWs + kBwdDqPair + kBwdTma : v + kBwdWs;
+  return dq_pair ? v + kBwdWs + kBwdDqPair + kBwdTma + kBwdEarlyP1 : v + kBwdWs;
 }
 using BwdKernel = void (*)(BwdParams);
 struct BwdLaunch {
@@ -3417,7 +3492,9 @@ using BwdCompiled =
                    kBwdV8d + kBwdLpt + kBwdWs + kBwdDqPair, kBwdV8d + kBwdTma,
                    kBwdV8d + kBwdLpt + kBwdTma, kBwdV8d + kBwdWs + kBwdTma,
                    kBwdV8d + kBwdLpt + kBwdWs + kBwdTma, kBwdV8d + kBwdWs + kBwdDqPair + kBwdTma,
-                   kBwdV8d + kBwdLpt + kBwdWs + kBwdDqPair + kBwdTma>;
+                   kBwdV8d + kBwdLpt + kBwdWs + kBwdDqPair + kBwdTma,
+                   kBwdV8d + kBwdWs + kBwdDqPair + kBwdTma + kBwdEarlyP1,
+                   kBwdV8d + kBwdLpt + kBwdWs + kBwdDqPair + kBwdTma + kBwdEarlyP1>;
 template <int D, bool kCausal, int... V>
 BwdLaunch BwdLaunchIn(int var, BwdVariantList<V...>) {
   BwdLaunch r{};
@@ -3443,7 +3520,8 @@ Status BackwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_b
   // Whether the consumers share dQ (dS^ row scales over 128 keys): SageBwdKeyBlock decides, for
   // the emulator's options too; an explicit variant must agree with it.
   const bool dq_pair = SageBwdKeyBlock(opt, D) == 2 * kTile;
-  const int var = opt.bwd_variant < 0 ? BwdProductionFor(D, s.causal, dq_pair) : opt.bwd_variant;
+  int var = opt.bwd_variant < 0 ? BwdProductionFor(D, s.causal, dq_pair) : opt.bwd_variant;
+  if (opt.int8_dp) var &= ~kBwdEarlyP1;  // (its early dP issue is the bf16 product's)
   if (((var & kBwdDqPair) != 0) != dq_pair) {
     return InvalidArgument("SageBwd CUDA: backward variant " + std::to_string(var) +
                            " shares dQ over 128 keys, which needs d128 and 128-key K / V "

@@ -105,6 +105,9 @@ inline int SageKvGroup(const SageCudaOptions& opt, int d) {
 inline constexpr int kSageBwdDqPair = 1048576;
 // The backward variant bit (sagebwd.cu, kBwdTma) that copies each Q tile's operands by TMA.
 inline constexpr int kSageBwdTma = 2097152;
+// The backward variant bit (sagebwd.cu, kBwdEarlyP1; with kSageBwdDqPair and kSageBwdTma) that
+// issues the next Q tile's S and dP products during this tile's last epilogues.
+inline constexpr int kSageBwdEarlyP1 = 4194304;
 
 // The backward's key block (the emulator's bkv) for `opt` at head dim d: 128 where the backward
 // quantizes dS^ for dQ with one scale per query row over 128 keys (production at d128 with
