@@ -116,10 +116,11 @@ double TimeMs(const std::function<void()>& fn, int warmup, int iters, cudaStream
 
 #ifdef ABLATE_SAGE_TRACE
 // Lab timeline of the warp-specialized SageBwd kernels (SageTraceSet): one forward and one
-// backward, per-CTA phase means and the gap between a CTA's end and the next start on its SM.
+// backward, per-CTA phase means and the gap between a CTA's end and the next start on its SM;
+// then the backward's phase clocks: SM cycles per Q tile of one consumer thread, by phase.
 template <typename F, typename B>
 void TraceSage(F fwd, B bwd, cudaStream_t stream) {
-  constexpr size_t kCtas = 1 << 16, kWords = 2 * kCtas * 8;
+  constexpr size_t kCtas = 1 << 16, kWords = 3 * kCtas * 8;
   unsigned long long* buf = nullptr;
   CHECK_CUDA(cudaMalloc(&buf, kWords * 8));
   CHECK_CUDA(cudaMemsetAsync(buf, 0, kWords * 8, stream));
@@ -163,6 +164,25 @@ void TraceSage(F fwd, B bwd, cudaStream_t stream) {
                 d[2] / n / 1e3, d[3] / n / 1e3, d[4] / n / 1e3, d[5] / n / 1e3, d[6] / n / 1e3,
                 (d[5] - d[4]) / n / 1e3, (d[6] - d[5]) / n / 1e3, ngap ? gap / ngap / 1e3 : 0.0,
                 first / sm.size() / 1e3);
+  }
+  const unsigned long long* ph = h.data() + 2 * kCtas * 8;
+  double cyc[7] = {0}, tiles = 0;
+  for (size_t c = 0; c < kCtas; ++c) {
+    for (int k = 0; k < 7; ++k) cyc[k] += double(ph[c * 8 + k]);
+    tiles += double(ph[c * 8 + 7]);
+  }
+  if (tiles > 0) {
+    static const char* kNames[7] = {"loop top", "phase-1 wait", "P, dS", "statistics",
+                                    "pair barrier + column scales", "codes + pair barrier",
+                                    "phase 2"};
+    double total = 0;
+    for (double x : cyc) total += x;
+    std::printf("trace bwd phases: %.0f Q tiles, %.0f SM cycles per tile (one consumer thread)\n",
+                tiles, total / tiles);
+    for (int k = 0; k < 7; ++k) {
+      std::printf("  %-30s %7.0f cycles  %5.1f%%\n", kNames[k], cyc[k] / tiles,
+                  100.0 * cyc[k] / total);
+    }
   }
 }
 #endif

@@ -47,8 +47,8 @@
 // v11 (kBwdTma, at d64 and with kBwdDqPair): each Q tile's Q^, dO, Q^T, dO^T arrive by TMA, one
 // thread issuing the copies that complete on mbarriers (d64: two per CTA, Q^ / dO then Q^T /
 // dO^T; d128: the producer's stage barriers), not by every thread's 16-byte cp.async.
-// v12 (kBwdEarlyP1, with kBwdDqPair): the next Q tile's S and dP wgmmas issued during this
-// tile's last two phase-2 epilogues.
+// v12 (kBwdEarlyP1, with kBwdDqPair, causal): the next Q tile's S and dP wgmmas issued during
+// this tile's last two phase-2 epilogues.
 //
 // Kernel-lab variant: sagebwd v6 forward (kernels/bench/README.md, Variants): SageForwardKernelV5
 // with kFastS and kWg: 8 warps = two warpgroups x 64 rows, 128-row CTAs, S = Q^ K^T by wgmma from
@@ -68,7 +68,7 @@
 // reduce-scatter (= v7, 4024) + the bits of BwdProductionFor (late phase-2 waits, vector column
 // scales, bulk dQ reductions, longest-first causal grid; v9: warp specialization at D = 128; v10:
 // the two consumers share dQ at D = 128 with 128-key K / V groups; v11: the Q side by TMA; v12:
-// the next tile's phase 1 issued early with shared dQ); the
+// the next tile's phase 1 issued early with shared dQ, causal); the
 // compiled-in variants are
 // BwdCompiled (the GPU test's lab mode times them through SageCudaOptions::bwd_variant). The
 // quantization is two launches (K-mean parts, then K / V / Q) in the forward and one (dO with
@@ -551,7 +551,8 @@ constexpr int kDqArmed = 0x5A6E4451;
 
 #ifdef ABLATE_SAGE_TRACE
 // Lab timeline (never in production builds): %globaltimer at a few points of every CTA of the
-// warp-specialized forward (kind 0) and backward (kind 1), slot 7 = the SM; SageTraceSet.
+// warp-specialized forward (kind 0) and backward (kind 1), slot 7 = the SM; SageTraceSet. Kind 2:
+// the backward's phase clocks (SAGE_PHASE).
 constexpr int kTraceCtas = 1 << 16;
 __device__ unsigned long long* g_sage_trace = nullptr;
 __device__ __forceinline__ void TraceAt(int kind, int slot) {
@@ -570,9 +571,48 @@ __device__ __forceinline__ void TraceAt(int kind, int slot) {
   do {                               \
     if (cond) TraceAt(kind, slot);   \
   } while (0)
+// Phase clocks of the warp-specialized backward (kind 2): one consumer thread adds the SM cycles
+// (clock; every thread reads it, the add is predicated) since its previous mark to slot k of a
+// shared-memory array (one live register); slot 7 counts the Q
+// tiles; SAGE_PHASE_END copies the array to the CTA's record.
+__device__ __forceinline__ void TracePhaseStore(const unsigned* ph) {
+  if (g_sage_trace == nullptr) return;
+  const int cta = int(blockIdx.x + blockIdx.y * gridDim.x);
+  if (cta >= kTraceCtas) return;
+  unsigned long long* r = g_sage_trace + (size_t(2) * kTraceCtas + cta) * 8;
+  for (int k = 0; k < 8; ++k) r[k] = ph[k];
+}
+#define SAGE_PHASE_START(cond)                   \
+  __shared__ unsigned sage_ph[8];                \
+  unsigned sage_ph_last = 0;                     \
+  do {                                           \
+    if (cond) {                                  \
+      for (int k_ = 0; k_ < 8; ++k_) sage_ph[k_] = 0; \
+      sage_ph_last = unsigned(clock());          \
+    }                                            \
+  } while (0)
+#define SAGE_PHASE(k, cond)                                         \
+  do { /* branch-free but for the predicated add: no block split */ \
+    const unsigned now_ = unsigned(clock());                        \
+    if (cond) sage_ph[k] += (k) == 7 ? 1u : now_ - sage_ph_last;    \
+    sage_ph_last = now_;                                            \
+  } while (0)
+#define SAGE_PHASE_END(cond)            \
+  do {                                  \
+    if (cond) TracePhaseStore(sage_ph); \
+  } while (0)
 #else
 #define SAGE_TRACE(kind, slot, cond) \
   do {                               \
+  } while (0)
+#define SAGE_PHASE(k, cond) \
+  do {                      \
+  } while (0)
+#define SAGE_PHASE_START(cond) \
+  do {                         \
+  } while (0)
+#define SAGE_PHASE_END(cond) \
+  do {                       \
   } while (0)
 #endif
 
@@ -2462,6 +2502,7 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       PhaseOneIssueS<D, L>(dlo, dlo_n, s_next);
     }
   }
+  SAGE_PHASE_START(kWs && threadIdx.x == 128);  // (lab: consumer 0 thread 0's phase clocks)
   for (int i = kWs ? ibeg : i0, it = 0; i < p.ntq; ++i, ++it) {
     const int r0 = i * kTile;
     float sqi, sdoi;
@@ -2487,6 +2528,7 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
         BlockBias<D>(p.k + bh * nd, s_mu, s_kbar, j, p.n, tau, s_bias, tid);
         wg_sync();
       }
+      SAGE_PHASE(0, kWs && threadIdx.x == 128);  // loop top: barrier, stage wait
     } else {
       __syncthreads();  // the previous block's shared reads are done
       if constexpr (kTma) {
@@ -2566,6 +2608,7 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
                              C::kBfD, reinterpret_cast<const __nv_bfloat16*>(s_v), C::kBfD, dp);
         }
       }
+      SAGE_PHASE(1, kWs && threadIdx.x == 128);  // phase 1's wgmma wait
       const float a = tau * sqi * skj;
       // Interior block: every (row, key) visible (no N tail, causal: wholly below the diagonal).
       const bool interior = kInt && r0 + kTile <= p.n && c0 + kTile <= p.n &&
@@ -2637,6 +2680,7 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
         }
       }
     }
+    SAGE_PHASE(2, kWs && threadIdx.x == 128);  // P, dS
     // Row scales of dS (this thread's rows 16w+g, +8: the same rows as its dQ rows) and rowsum.
     float rmax[2], rscale[2], rinv[2];  // per row: max |dS| (kPair: over this consumer's keys)
 #pragma unroll
@@ -2720,6 +2764,7 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       }
     }
     }
+    SAGE_PHASE(3, kWs && threadIdx.x == 128);  // row and column statistics
     if constexpr (kPair) {
       pair_sync();  // both consumers' row maxima of |dS| (and this one's column partials)
 #pragma unroll
@@ -2751,6 +2796,7 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       }
     }
     wg_sync();
+    SAGE_PHASE(4, kWs && threadIdx.x == 128);  // pair barrier, column scales, their barrier
     // int8 P^T [key][q], dS^T [key][q] (column scales) and dS^ [q][key] (row scales).
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
@@ -2798,6 +2844,7 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       wg_sync();
     }
 
+    SAGE_PHASE(5, kWs && threadIdx.x == 128);  // the codes, their stores and the pair barrier
     // dV, dK (this warp's 16 keys) and dQ (this warp's 16 query rows), 64 head-dim columns at a
     // time to bound the live int32 accumulators. The epilogues read the chunk's int32 products
     // through at(n, e) (the m16n8 / m64n64 accumulator layouts agree per warp).
@@ -2999,8 +3046,11 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
     }
     // kWs: every wgmma of this tile has completed and its shared reads of the stage are done.
     if constexpr (kWs) ring.ConsumerRelease(it);
+    SAGE_PHASE(6, kWs && threadIdx.x == 128);  // phase 2: the dV / dK / dQ wgmmas and epilogues
+    SAGE_PHASE(7, kWs && threadIdx.x == 128);  // (the tile count)
   }
   SAGE_TRACE(1, 5, kWs && threadIdx.x == 128);
+  SAGE_PHASE_END(kWs && threadIdx.x == 128);
   if constexpr (kEarly) cuda::wgmma::Wait<0>();  // the last tile's unused S / dP (they read K^, V)
   if constexpr (kBulkDq) {
     // The staging buffer's reads complete before the CTA exits (its shared memory goes); the
@@ -3444,16 +3494,20 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
 //            spills causal), so those stay (session 14, kernel lab on an H200)
 //   + kBwdEarlyP1 (4194304, with kBwdDqPair and kBwdTma: the next Q tile's S and dP issued
 //            during this tile's last two epilogues): 3518392 / 3649464 -> 7712696 / 7843768
-//            1.000-1.003x non-causal, 1.018-1.024x causal (session 18, kernel lab on an H200)
-// BwdProductionFor is what production calls (bwd_variant = -1) run (sagebwd v12): d128 7712696 /
-// 7843768 (non-causal / causal) with 128-key K / V groups (3518392 / 3649464 with int8_dp),
+//            0.992-1.003x non-causal, 1.000-1.024x causal over four calls (session 18, H200s), so
+//            production causal only
+// (Measured and not kept, session 18: the consumers' two rendezvous per Q tile split into
+// arrivals and later waits, 0.995-1.010x; with consumer 1's phase 1 issued after consumer 0's
+// on top, 0.980-0.992x.)
+// BwdProductionFor is what production calls (bwd_variant = -1) run (sagebwd v12): d128 3518392 /
+// 7843768 (non-causal / causal) with 128-key K / V groups (3649464 causal with int8_dp),
 // 372664 / 503736 with 64-key groups (Q-smoothing), d64 2207672 / 2338744 (kernels/bench/README.md, Variants).
 constexpr int BwdProductionFor(int d, bool causal, bool dq_pair) {
   constexpr int kV8 = 24 + kBwdExp2 + kBwdFastQ + kBwdWgmma + kBwdWgmma2 + kBwdColRs + kBwdWgPipe +
                       kBwdSplitWait + kBwdColVec + kBwdBulkDq;
   const int v = causal ? kV8 + kBwdLpt : kV8;
   if (d != 128) return v + kBwdTma;
-  return dq_pair ? v + kBwdWs + kBwdDqPair + kBwdTma + kBwdEarlyP1 : v + kBwdWs;
+  return dq_pair ? v + kBwdWs + kBwdDqPair + kBwdTma + (causal ? kBwdEarlyP1 : 0) : v + kBwdWs;
 }
 using BwdKernel = void (*)(BwdParams);
 struct BwdLaunch {
