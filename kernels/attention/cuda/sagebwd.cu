@@ -27,7 +27,9 @@
 //   dQ += dS^ K^    A = dS^ [q][key]   B = K^T [d][key]
 //   dP = dO V^T     bf16 m16n8k16 (A = dO [q][d], B = V [key][d]), or s8 (dO^, V^) with int8_dp
 // The quantization kernels write Q^, K^, V^, dO^ and their transposes (padded to 64 rows, zero
-// padding) to the workspace; the forward's are reused by the backward.
+// padding) to the workspace; the forward's are reused by the backward. The query index of Q^T
+// and dO^T (and of the P^T / dS^T tiles they meet) runs in BwdQueryOfSlot order within each 16;
+// the key index of the forward's V^T in FwdKeyOfSlot order.
 //
 // Backward: one CTA per (b,h, K tile) walks the Q tiles (causal: only tiles with a visible key).
 // P and dS of a block stay in registers: per-row scales (dS for dQ) by quad shuffles, per-column
@@ -540,6 +542,16 @@ __host__ __device__ constexpr int FwdKeyOfSlot(int slot) {
   return ((slot >> 2) << 1) + (slot & 1) + (((slot >> 1) & 1) << 3);
 }
 
+// Query order of the backward's Q^T and dO^T (QuantJob::qperm, every Q^T / dO^T writer): within
+// each run of 16 queries, byte slot 2 g + h holds query g + 8 h. A backward thread holds P and dS
+// of query rows g and g + 8 (the m16n8 accumulator layout) for each of its keys, so their P^T /
+// dS^T codes (A operands of dV = P^T dO^ and dK = dS^T Q^, contracted over queries) become
+// adjacent bytes: one 16-bit store instead of two byte stores. Both operands of each product
+// use the same order, so the int32 sums are unchanged.
+__host__ __device__ constexpr int BwdQueryOfSlot(int slot) {
+  return ((slot & 15) >> 1) + ((slot & 1) << 3) + (slot & ~15);
+}
+
 // ----------------------------------------------------------------------------------------------
 // Quantization kernels.
 // ----------------------------------------------------------------------------------------------
@@ -744,13 +756,19 @@ __device__ __forceinline__ void StageCodesT(int8_t* s_t, const uint32_t (&code)[
 // tid of nthreads, after a barrier over the staging stores). np by reference to the kernel
 // parameter: read in the loop from the parameter bank, not held in a register (by value,
 // the d64 quantize kernel at its 40-register cap spilled 12 bytes).
+// qperm: each 16-byte run written in BwdQueryOfSlot order (byte 2 g + h <- staged byte g + 8 h:
+// four byte permutes per run).
 template <int D>
 __device__ __forceinline__ void WriteCodesT(const int8_t* s_t, int8_t* xht, const int& np,
-                                            int tid, int nthreads) {
+                                            int tid, int nthreads, bool qperm) {
   for (int idx = tid; idx < D * (kTile / 16); idx += nthreads) {
     const int c = idx >> 2, unit = idx & 3;
-    *reinterpret_cast<int4*>(xht + int64_t(c) * np + 16 * unit) =
-        *reinterpret_cast<const int4*>(s_t + CodesTUnit(c, unit));
+    int4 x = *reinterpret_cast<const int4*>(s_t + CodesTUnit(c, unit));
+    if (qperm) {  // words (x, y) hold queries 0..7, (z, w) 8..15
+      x = make_int4(__byte_perm(x.x, x.z, 0x5140), __byte_perm(x.x, x.z, 0x7362),
+                    __byte_perm(x.y, x.w, 0x5140), __byte_perm(x.y, x.w, 0x7362));
+    }
+    *reinterpret_cast<int4*>(xht + int64_t(c) * np + 16 * unit) = x;
   }
 }
 
@@ -762,6 +780,7 @@ struct QuantJob {
   float* scale;            // (BH, tiles)
   int mode;                // 0: X; 1: X - kbar (the K mean, from kpart); 2: X - the tile's mean
   bool perm16;             // xht in the forward's permuted key order (FwdKeyOfSlot)
+  bool qperm;              // xht in the backward's query order (BwdQueryOfSlot): Q, dO
 };
 struct QuantParams {
   QuantJob job[3];  // blockIdx.z picks one
@@ -924,7 +943,7 @@ __global__ void __launch_bounds__(256 * kG, (QuantizeMinBlocks<D, kPrep, kG>()))
   }
   StageCodesT<kPer>(s_t, code, c8, sbase);
   __syncthreads();
-  if (tile_in) WriteCodesT<D>(s_t, J.xht + int64_t(bh) * D * p.np + r0, p.np, tid, 256);
+  if (tile_in) WriteCodesT<D>(s_t, J.xht + int64_t(bh) * D * p.np + r0, p.np, tid, 256, J.qperm);
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -1033,7 +1052,7 @@ __device__ __forceinline__ float FusedQQuantize(const FwdParams& p, int64_t bh, 
   }
   StageCodesT<kPer>(s_t, code, c8, sbase);
   cuda::wgmma::NamedBarSync(bar, 128);
-  WriteCodesT<D>(s_t, p.qht + bh * D * p.np + q0, p.np, tid, 128);
+  WriteCodesT<D>(s_t, p.qht + bh * D * p.np + q0, p.np, tid, 128, true);
   return s;
 }
 
@@ -2224,16 +2243,18 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
   const int warp = kWs ? int((threadIdx.x >> 5) & 3) : int(threadIdx.x >> 5);
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   // Byte offsets of this thread's stores into P^T / dS^T [key][q] (key c = 8n + 2t + b, query
-  // row 16w + g + 8h) and dS^ [q][key] (row 16w + g + 8h, keys 8n + 2t, +1), padded (kI8T) or
-  // 64B-swizzled with kWg2, where the swizzle term is fixed per thread and the rest is a constant
-  // (the per-store XOR / shifts of GmmaTile::ByteOffset folded by hand; equal to it for every
-  // thread, n, b, h: 16-byte unit u of row r sits at u ^ ((r / 2) % 4)).
-  const int pt_base = kWg2 ? 128 * t + (((warp ^ t) & 3) << 4) + g : 2 * t * kI8T + warp * 16 + g;
+  // rows 16w + g + 8h at bytes 16w + 2g + h: BwdQueryOfSlot, the order of Q^T and dO^T, so one
+  // 16-bit store covers h = 0, 1) and dS^ [q][key] (row 16w + g + 8h, keys 8n + 2t, +1), padded
+  // (kI8T) or 64B-swizzled with kWg2, where the swizzle term is fixed per thread and the rest is a
+  // constant (the per-store XOR / shifts of GmmaTile::ByteOffset folded by hand; equal to it for
+  // every thread, n, b: 16-byte unit u of row r sits at u ^ ((r / 2) % 4)).
+  const int pt_base =
+      kWg2 ? 128 * t + (((warp ^ t) & 3) << 4) + 2 * g : 2 * t * kI8T + warp * 16 + 2 * g;
   const int dsh_base = (warp * 16 + g) * (kWg2 ? kTile : kI8T) + 2 * t;
   const int dsh_sw = ((g >> 1) & 3) << 4;
-  auto pt_off = [&](int n, int b, int h) {
-    if constexpr (kWg2) return pt_base + n * 512 + b * 64 + 8 * h;
-    return pt_base + (n * 8 + b) * kI8T + 8 * h;
+  auto pt_off = [&](int n, int b) {  // the 16-bit pair of query rows g, g + 8
+    if constexpr (kWg2) return pt_base + n * 512 + b * 64;
+    return pt_base + (n * 8 + b) * kI8T;
   };
   auto dsh_off = [&](int n, int h) {
     if constexpr (kWg2) return dsh_base + h * 512 + (n & 1) * 8 + (((n >> 1) << 4) ^ dsh_sw);
@@ -2808,16 +2829,20 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
         const int c = n * 8 + 2 * t + b;
         const float ip = kColVec ? (b ? inv4.z : inv4.x) : s_cinvp[c];
         const float ids = kColVec ? (b ? inv4.w : inv4.y) : s_cinvds[c];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          if constexpr (kFq) {  // FMA + byte store of the low byte (no F2I, no clamp)
-            s_pt[pt_off(n, b, h)] = static_cast<int8_t>(QuantBits(pf[n][2 * h + b], ip) & 0xFFu);
-            s_dst[pt_off(n, b, h)] = static_cast<int8_t>(QuantBits(dsf[n][2 * h + b], ids) & 0xFFu);
-          } else {
-            s_pt[pt_off(n, b, h)] = QuantizeS8Inv(pf[n][2 * h + b], ip);
-            s_dst[pt_off(n, b, h)] = QuantizeS8Inv(dsf[n][2 * h + b], ids);
-          }
+        // Query rows g (h = 0) and g + 8 (h = 1): two codes, one 16-bit store.
+        uint32_t pp, pds;
+        if constexpr (kFq) {  // two FMAs + one PRMT (no F2I, no clamp)
+          pp = QuantPack2(pf[n][b], pf[n][2 + b], ip);
+          pds = QuantPack2(dsf[n][b], dsf[n][2 + b], ids);
+        } else {
+          const auto pack = [](int8_t lo, int8_t hi) {
+            return uint32_t(uint8_t(lo)) | (uint32_t(uint8_t(hi)) << 8);
+          };
+          pp = pack(QuantizeS8Inv(pf[n][b], ip), QuantizeS8Inv(pf[n][2 + b], ip));
+          pds = pack(QuantizeS8Inv(dsf[n][b], ids), QuantizeS8Inv(dsf[n][2 + b], ids));
         }
+        *reinterpret_cast<uint16_t*>(s_pt + pt_off(n, b)) = static_cast<uint16_t>(pp);
+        *reinterpret_cast<uint16_t*>(s_dst + pt_off(n, b)) = static_cast<uint16_t>(pds);
       }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -3399,7 +3424,7 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
   // mean: both launches are bandwidth-bound and the forward did not move.)
   qp.job[0] = {k, w.kh, w.kht, w.sk, opt.smooth_k ? 1 : 0, false};
   qp.job[1] = {v, opt.int8_dp ? w.vh : nullptr, w.vht, w.sv, 0, fvar != 3};
-  qp.job[2] = {q, w.qh, w.qht, w.sq, opt.smooth_q ? 2 : 0, false};
+  qp.job[2] = {q, w.qh, w.qht, w.sq, opt.smooth_q ? 2 : 0, false, true};
   const bool fuse_q = FwdFusesQ(fvar != 3 && FwdFlagsOf(fvar).wg, opt.smooth_q);
   if (k128) {  // K and V in 128-key groups, Q (not smoothed: refused) fused at d128
     if (opt.smooth_q) return InvalidArgument("SageBwd CUDA: kv_group 128 without smooth_q");
@@ -3586,7 +3611,7 @@ Status BackwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_b
   QuantParams qp{};
   qp.n = s.N;
   qp.np = nt * kTile;
-  qp.job[0] = {do_, opt.int8_dp ? w.doh : nullptr, w.doht, w.sdo, 0, false};
+  qp.job[0] = {do_, opt.int8_dp ? w.doh : nullptr, w.doht, w.sdo, 0, false, true};
   qp.o = o;
   qp.drow = w.drow;
   qp.dsrow = w.dsrow;
