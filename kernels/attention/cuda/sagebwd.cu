@@ -532,7 +532,9 @@ __device__ __forceinline__ void BlockBias(const __nv_bfloat16* k, const float* m
   }
 }
 
-// Key order of the forward's V^T (QuantJob::perm16, forward v5): within each run of
+// Key order of the forward's V^T and of the backward's K^T (QuantJob::perm16; forward v5: V^T;
+// since session 18 K^T too, so that a backward thread's dS^ codes of keys 8n + 2t + b, n = 2m,
+// 2m + 1, b = 0, 1 are four adjacent bytes: one 32-bit store): within each run of
 // 16 keys, byte slot 4t + b holds key 2t + b (b < 2) or 8 + 2t + b - 2 (b >= 2). That is the
 // order in which an s32 m16n8 accumulator fragment (lane t: columns 2t, 2t + 1 of n-blocks
 // 2h, 2h + 1) lands in the s8 m16n8k32 A fragment (lane t: k bytes 4t..4t+3 of each 16-run), so
@@ -779,7 +781,7 @@ struct QuantJob {
   int8_t* xht;             // (BH, D, Np) transposed codes
   float* scale;            // (BH, tiles)
   int mode;                // 0: X; 1: X - kbar (the K mean, from kpart); 2: X - the tile's mean
-  bool perm16;             // xht in the forward's permuted key order (FwdKeyOfSlot)
+  bool perm16;             // xht in FwdKeyOfSlot key order: V^T (forward), K^T (backward's dQ)
   bool qperm;              // xht in the backward's query order (BwdQueryOfSlot): Q, dO
 };
 struct QuantParams {
@@ -2080,18 +2082,23 @@ struct BwdParams {
 // are issued before the wait. The accumulators come back in the mma.sync layout the epilogue
 // reads: warp w holds rows 16w..16w+15, si[n][e] = d[4n + e] (wgmma.cuh). K^ and V are at their
 // L offsets from the buffer of dlo, Q^ and dO from that of dlo_q (kBwdWs: the stage; else dlo).
-// The two products' issue (after a wgmma fence; committed as one group each), shared with
-// kBwdEarlyP1's issue ahead of the tile.
-template <int D, typename L>
-__device__ __forceinline__ void PhaseOneIssueS(uint32_t dlo, uint32_t dlo_q, int32_t (&sacc)[32]) {
+// The products' issue (after a wgmma fence; committed as one group each), shared with
+// kBwdEarlyP1's issue ahead of the tile: an s8 one of the Q side's tile at kA (Q^, or dO^ with
+// int8_dp) and the K side's at kB (K^, V^), and the bf16 dP.
+template <int D, typename L, int kA, int kB>
+__device__ __forceinline__ void PhaseOneIssueS8(uint32_t dlo, uint32_t dlo_q, int32_t (&acc)[32]) {
   namespace wg = cuda::wgmma;
   using T8 = typename L::TileI8;
-  wg::MmaS8First(sacc, TileDesc<T8>(dlo_q, L::kQh), TileDesc<T8>(dlo, L::kKh));
+  wg::MmaS8First(acc, TileDesc<T8>(dlo_q, kA), TileDesc<T8>(dlo, kB));
 #pragma unroll
   for (int k = 32; k < D; k += 32) {
-    wg::MmaS8(sacc, TileDesc<T8>(dlo_q, L::kQh, k), TileDesc<T8>(dlo, L::kKh, k), true);
+    wg::MmaS8(acc, TileDesc<T8>(dlo_q, kA, k), TileDesc<T8>(dlo, kB, k), true);
   }
   wg::Commit();
+}
+template <int D, typename L>
+__device__ __forceinline__ void PhaseOneIssueS(uint32_t dlo, uint32_t dlo_q, int32_t (&sacc)[32]) {
+  PhaseOneIssueS8<D, L, L::kQh, L::kKh>(dlo, dlo_q, sacc);
 }
 template <int D, typename L>
 __device__ __forceinline__ void PhaseOneIssueDpBf16(uint32_t dlo, uint32_t dlo_q, float (&dacc)[32]) {
@@ -2108,18 +2115,12 @@ template <int D, typename L>
 __device__ __forceinline__ void PhaseOneWgmma(uint32_t dlo, uint32_t dlo_q, bool int8_dp, float sdv,
                                               int32_t (&si)[8][4], float (&dp)[8][4]) {
   namespace wg = cuda::wgmma;
-  using T8 = typename L::TileI8;
   int32_t sacc[32];
   wg::Fence();
   PhaseOneIssueS<D, L>(dlo, dlo_q, sacc);
   if (int8_dp) {
     int32_t dacc[32];
-    wg::MmaS8First(dacc, TileDesc<T8>(dlo_q, L::kDo), TileDesc<T8>(dlo, L::kV));
-#pragma unroll
-    for (int k = 32; k < D; k += 32) {
-      wg::MmaS8(dacc, TileDesc<T8>(dlo_q, L::kDo, k), TileDesc<T8>(dlo, L::kV, k), true);
-    }
-    wg::Commit();
+    PhaseOneIssueS8<D, L, L::kDo, L::kV>(dlo, dlo_q, dacc);
     wg::Wait<0>();
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
@@ -2250,15 +2251,17 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
   // every thread, n, b: 16-byte unit u of row r sits at u ^ ((r / 2) % 4)).
   const int pt_base =
       kWg2 ? 128 * t + (((warp ^ t) & 3) << 4) + 2 * g : 2 * t * kI8T + warp * 16 + 2 * g;
-  const int dsh_base = (warp * 16 + g) * (kWg2 ? kTile : kI8T) + 2 * t;
+  // dS^'s keys run in K^T's FwdKeyOfSlot order: keys 16m + 2t + b and 16m + 8 + 2t + b (b = 0,
+  // 1) at bytes 16m + 4t .. 16m + 4t + 3 of the row, one 32-bit store per m.
+  const int dsh_base = (warp * 16 + g) * (kWg2 ? kTile : kI8T) + 4 * t;
   const int dsh_sw = ((g >> 1) & 3) << 4;
   auto pt_off = [&](int n, int b) {  // the 16-bit pair of query rows g, g + 8
     if constexpr (kWg2) return pt_base + n * 512 + b * 64;
     return pt_base + (n * 8 + b) * kI8T;
   };
-  auto dsh_off = [&](int n, int h) {
-    if constexpr (kWg2) return dsh_base + h * 512 + (n & 1) * 8 + (((n >> 1) << 4) ^ dsh_sw);
-    return dsh_base + 8 * h * kI8T + n * 8;
+  auto dsh_off = [&](int m, int h) {  // keys 16m.., row g + 8h
+    if constexpr (kWg2) return dsh_base + h * 512 + ((m << 4) ^ dsh_sw);
+    return dsh_base + 8 * h * kI8T + m * 16;
   };
   const int c0 = j * kTile;
   const int64_t nd = int64_t(p.n) * D, npd = int64_t(p.np) * D;
@@ -2819,6 +2822,7 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
     wg_sync();
     SAGE_PHASE(4, kWs && threadIdx.x == 128);  // pair barrier, column scales, their barrier
     // int8 P^T [key][q], dS^T [key][q] (column scales) and dS^ [q][key] (row scales).
+    uint32_t dsh_lo[2];  // dS^ codes of the even n-block, stored with the odd one's
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
       // kColVec: (1/s_P, 1/s_dS) of columns 8n + 2t and 8n + 2t + 1 in one 16-byte load.
@@ -2854,7 +2858,12 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
           const uint32_t hi = static_cast<uint8_t>(QuantizeS8Inv(dsf[n][2 * h + 1], rinv[h]));
           packed = lo | (hi << 8);
         }
-        *reinterpret_cast<uint16_t*>(s_dsh + dsh_off(n, h)) = static_cast<uint16_t>(packed);
+        if (n % 2 == 0) {
+          dsh_lo[h] = packed;
+        } else {  // keys 8(n - 1) + 2t, +1, 8n + 2t, +1: four adjacent bytes (K^T's order)
+          *reinterpret_cast<uint32_t*>(s_dsh + dsh_off(n >> 1, h)) =
+              __byte_perm(dsh_lo[h], packed, 0x5410);
+        }
       }
     }
     if constexpr (kTma && !kWs) {
@@ -3422,7 +3431,7 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
   // right after KMeanPartKernel. (Measured and dropped: K last and this launch a programmatic
   // dependent of KMeanPartKernel's, with smaller K-mean blocks, so that V and Q run beside the
   // mean: both launches are bandwidth-bound and the forward did not move.)
-  qp.job[0] = {k, w.kh, w.kht, w.sk, opt.smooth_k ? 1 : 0, false};
+  qp.job[0] = {k, w.kh, w.kht, w.sk, opt.smooth_k ? 1 : 0, true};
   qp.job[1] = {v, opt.int8_dp ? w.vh : nullptr, w.vht, w.sv, 0, fvar != 3};
   qp.job[2] = {q, w.qh, w.qht, w.sq, opt.smooth_q ? 2 : 0, false, true};
   const bool fuse_q = FwdFusesQ(fvar != 3 && FwdFlagsOf(fvar).wg, opt.smooth_q);
