@@ -719,6 +719,17 @@ TEST(SageBwdGpu, TimingReport) {
   }
 }
 
+// The labs' variant list: `defaults`, or the comma-separated variants in the environment
+// variable `env` when it is set and not empty (the first is the timing ratios' reference).
+std::vector<int> LabVariants(const char* env, std::vector<int> defaults) {
+  const char* sel = std::getenv(env);
+  if (sel == nullptr || *sel == '\0') return defaults;
+  std::vector<int> vars;
+  std::stringstream ss(sel);
+  for (std::string item; std::getline(ss, item, ',');) vars.push_back(std::stoi(item));
+  return vars;
+}
+
 // The lab's timing: `call(var)` for each variant of `vars`, 3 warm-up calls each, then `reps`
 // rounds that time one call of every variant in turn (CUDA events on the default stream, so the
 // variants see the same clocks and caches); prints one table row per variant: the median ms,
@@ -787,16 +798,12 @@ TEST(SageBwdGpu, BwdVariantLab) {
   // (without it with int8_dp).
   // SAGE_BWD_LAB_VARS=v1,v2,... runs those variants only (the first is the ratios' reference).
   const int t = kSageBwdTma, ep = kSageBwdEarlyP1;
-  std::vector<int> vars = {44984,       110520,      241592,          372664,
-                           503736,      1421240,     1552312,         110520 + t,
-                           241592 + t,  372664 + t,  503736 + t,      1421240 + t,
-                           1552312 + t, 1421240 + t + ep, 1552312 + t + ep};
-  if (const char* only = std::getenv("SAGE_BWD_LAB_VARS")) {
-    vars.clear();
-    std::stringstream ss(only);
-    for (std::string item; std::getline(ss, item, ',');) vars.push_back(std::stoi(item));
-    ASSERT_FALSE(vars.empty()) << "SAGE_BWD_LAB_VARS names no variant";
-  }
+  const std::vector<int> vars =
+      LabVariants("SAGE_BWD_LAB_VARS", {44984, 110520, 241592, 372664, 503736, 1421240, 1552312,
+                                        110520 + t, 241592 + t, 372664 + t, 503736 + t,
+                                        1421240 + t, 1552312 + t, 1421240 + t + ep,
+                                        1552312 + t + ep});
+  ASSERT_FALSE(vars.empty()) << "SAGE_BWD_LAB_VARS names no variant";
   for (int var : vars) {
     SageCudaOptions opt;
     opt.bwd_variant = var;
@@ -890,12 +897,8 @@ TEST(SageBwdGpu, FwdVariantLab) {
   // the two consumer warpgroups' S wgmmas issued in ping-pong turns and the lazy rescale (the
   // running max moves only by more than 8 in log2 units); 23 / 24 = 10 / 11 with the lazy
   // rescale. SAGE_FWD_LAB_VARS (comma-separated) runs a subset, in its order.
-  std::vector<int> vars = {10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24};
-  if (const char* sel = std::getenv("SAGE_FWD_LAB_VARS"); sel != nullptr && *sel != '\0') {
-    vars.clear();
-    std::stringstream ss(sel);
-    for (std::string item; std::getline(ss, item, ',');) vars.push_back(std::stoi(item));
-  }
+  const std::vector<int> vars = LabVariants(
+      "SAGE_FWD_LAB_VARS", {10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24});
   const auto k128 = SageFwdVariantSteps128;
   auto lab_options = [&](int var) {
     SageCudaOptions o;

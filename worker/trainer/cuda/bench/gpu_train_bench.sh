@@ -11,6 +11,7 @@ train="${1:?usage: gpu_train_bench.sh ABLATE_TRAIN OUT_DIR [STEPS]}"
 out="${2:?usage: gpu_train_bench.sh ABLATE_TRAIN OUT_DIR [STEPS]}"
 steps="${3:-30}"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+source "$here/bench_config.sh"
 mkdir -p "$out"
 
 # A byte corpus (vocab padded to 50304): 8 MB of seeded toy sentences.
@@ -18,16 +19,7 @@ python3 "$here/toy_corpus.py" "$out/corpus.txt"
 
 run_ablate() {  # name attention
   local name="$1" att="$2"
-  cat > "$out/$name.yaml" <<YAML
-seed: 1
-data: {corpus: $out/corpus.txt, vocab_size: 50304, val_fraction: 0.01, eval_batches: 1}
-model: {seq_len: 1024, layers: 12, d_model: 768, heads: 12, mlp: gelu, tie_embeddings: true}
-attention: {kind: $att, qk_norm: true, block_q: 64, block_kv: 64}
-optimizer: {kind: adamw, lr: 6.0e-4, lr_vector: 6.0e-4, weight_decay: 0.1}
-train: {steps: $steps, tokens_per_step: 16384, micro_batch: 16, warmup: 5, eval_every: 0,
-        diagnostics_every: 0, checkpoint_every: 0, grad_clip: 1.0}
-device: cuda
-YAML
+  bench_trial_yaml "$out/corpus.txt" "$att" "$steps" > "$out/$name.yaml"
   "$train" --config "$out/$name.yaml" --out "$out/run_$name" > "$out/$name.jsonl" 2> "$out/$name.err" || {
     echo "ablate-train $name failed:"; cat "$out/$name.err"; return 1; }
   rm -rf "$out/run_$name/checkpoints"

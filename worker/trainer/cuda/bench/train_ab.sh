@@ -14,6 +14,7 @@ runs="${3:?runs}"
 shift 3
 [ $# -ge 2 ] || { echo "train_ab.sh: need at least two NAME=ABLATE_TRAIN:KIND variants" >&2; exit 2; }
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+source "$here/bench_config.sh"
 mkdir -p "$out"
 [ -f "$out/corpus.txt" ] || python3 "$here/toy_corpus.py" "$out/corpus.txt"
 names=()
@@ -23,16 +24,7 @@ for v in "$@"; do
   case "$name" in (*[!A-Za-z0-9_-]*|"") echo "train_ab.sh: bad name '$name'" >&2; exit 2;; esac
   case "$kind" in (fpa|sagebwd) ;; (*) echo "train_ab.sh: kind must be fpa or sagebwd, got '$kind'" >&2; exit 2;; esac
   names+=("$name")
-  cat > "$out/$name.yaml" <<YAML
-seed: 1
-data: {corpus: $out/corpus.txt, vocab_size: 50304, val_fraction: 0.01, eval_batches: 1}
-model: {seq_len: 1024, layers: 12, d_model: 768, heads: 12, mlp: gelu, tie_embeddings: true}
-attention: {kind: $kind, qk_norm: true, block_q: 64, block_kv: 64}
-optimizer: {kind: adamw, lr: 6.0e-4, lr_vector: 6.0e-4, weight_decay: 0.1}
-train: {steps: $steps, tokens_per_step: 16384, micro_batch: 16, warmup: 5, eval_every: 0,
-        diagnostics_every: 0, checkpoint_every: 0, grad_clip: 1.0}
-device: cuda
-YAML
+  bench_trial_yaml "$out/corpus.txt" "$kind" "$steps" > "$out/$name.yaml"
 done
 for i in $(seq 1 "$runs"); do
   for v in "$@"; do
