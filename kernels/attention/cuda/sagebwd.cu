@@ -2537,7 +2537,10 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
         ring.ConsumerRelease(it);
         continue;
       }
-      wg_sync();  // the previous tile's reads of this consumer's region are done
+      // The previous tile's reads of this consumer's region are done. (Without it the tile's
+      // stores would still be ordered, by the barriers after the statistics, but the warps
+      // start the tile apart: 0.983-0.994x at d128, session 19.)
+      wg_sync();
       if constexpr (!kEarly) ring.ConsumerWait(it);  // (kEarly: before its phase 1's issue)
       SAGE_TRACE(1, 4, it == 0 && threadIdx.x == 128);
       char* const q = stage_base(it & 1);
@@ -2800,7 +2803,23 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
     } else {
       wg_sync();
     }
-    if (tid < kTile) {
+    if constexpr (kColVec) {
+      // One scale per thread: warps 0-1 (which = 0) take P's of column c, warps 2-3 dS's (and
+      // the dS column sum with Q-smoothing), so the four warps share the combine, the division
+      // and the stores (the codes below read the 1 / scales interleaved from s_cinv2).
+      static_assert(kThreads == 2 * kTile, "two quantities per column over the warpgroup");
+      const int c = tid & (kTile - 1), which = tid >> 6;
+      float m = 0.0f, cs = 0.0f;
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        m = fmaxf(m, s_part[(which * 4 + w) * kTile + c]);
+        if (col_sum && which) cs += s_part[(2 * 4 + w) * kTile + c];
+      }
+      const float sc = GroupScale(m);
+      s_vec[which * kTile + c] = sc;  // s_csp (which = 0) or s_csds (1)
+      s_cinv2[2 * c + which] = 1.0f / sc;
+      if (col_sum && which) s_colsum[c] = cs;
+    } else if (tid < kTile) {
       const int c = tid;
       float mp = 0.0f, mds = 0.0f, cs = 0.0f;
 #pragma unroll
@@ -2815,9 +2834,6 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       if (col_sum) s_colsum[c] = cs;
       s_cinvp[c] = 1.0f / sp;
       s_cinvds[c] = 1.0f / sds;
-      if constexpr (kColVec) {
-        reinterpret_cast<float2*>(s_cinv2)[c] = make_float2(1.0f / sp, 1.0f / sds);
-      }
     }
     wg_sync();
     SAGE_PHASE(4, kWs && threadIdx.x == 128);  // pair barrier, column scales, their barrier
@@ -3133,34 +3149,49 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
   }
 }
 
-// dq = dqacc (+ tau * rowsum(dS) * kbar with the K-mean correction), to bf16; four elements
-// (16-byte load from dqacc's DqAccIndex blocks, 8-byte store) per thread.
-// Also clears *armed (dqacc is no longer zero).
+// dq = dqacc (+ tau * rowsum(dS) * kbar with the K-mean correction), to bf16. Grid (blocks per
+// head, BH): each thread converts kDqFinPer runs of four elements of head blockIdx.y (16-byte
+// loads from dqacc's DqAccIndex blocks, all issued before the first store; 8-byte stores), with
+// 32-bit index arithmetic (one flat grid over BH x N x D / 4 needed a 64-bit division by N per
+// thread). Also clears *armed (dqacc is no longer zero).
+constexpr int kDqFinThreads = 256, kDqFinPer = 2;
 template <int D>
-__global__ void DqFinalizeKernel(const float* __restrict__ dqacc, const float* __restrict__ dsrow,
-                                 const float* __restrict__ kbar, int n, int np, int64_t total4,
-                                 bool correct, float tau, __nv_bfloat16* __restrict__ dq,
-                                 int* __restrict__ armed) {
+__global__ void __launch_bounds__(kDqFinThreads) DqFinalizeKernel(
+    const float* __restrict__ dqacc, const float* __restrict__ dsrow,
+    const float* __restrict__ kbar, int n, int np, bool correct, float tau,
+    __nv_bfloat16* __restrict__ dq, int* __restrict__ armed) {
+  constexpr int kRun = D / 4;  // runs of four per row
+  const int bh = blockIdx.y, runs = n * kRun;
+  const int first = blockIdx.x * (kDqFinThreads * kDqFinPer) + threadIdx.x;
   cuda::GridDepWait();  // dqacc, dsrow: the backward kernel (pdl)
-  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx == 0) *armed = 0;
-  if (idx >= total4) return;
-  const int64_t row = idx / (D / 4);  // (bh, token)
-  const int d = static_cast<int>(idx % (D / 4)) * 4;
-  const int64_t bh = row / n;
-  float4 x = *reinterpret_cast<const float4*>(
-      dqacc + DqAccIndex<D>(bh, np, static_cast<int>(row - bh * n), d));
-  if (correct) {
-    const float c = tau * dsrow[row];
-    const float4 kb = *reinterpret_cast<const float4*>(kbar + bh * D + d);
-    x.x += c * kb.x;
-    x.y += c * kb.y;
-    x.z += c * kb.z;
-    x.w += c * kb.w;
+  if (first == 0 && bh == 0) *armed = 0;
+  float4 x[kDqFinPer];
+#pragma unroll
+  for (int k = 0; k < kDqFinPer; ++k) {
+    const int i = first + k * kDqFinThreads;
+    if (i < runs) {
+      x[k] = *reinterpret_cast<const float4*>(dqacc + DqAccIndex<D>(bh, np, i / kRun, i % kRun * 4));
+    }
   }
-  __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(dq + idx * 4);
-  out[0] = __floats2bfloat162_rn(x.x, x.y);
-  out[1] = __floats2bfloat162_rn(x.z, x.w);
+#pragma unroll
+  for (int k = 0; k < kDqFinPer; ++k) {
+    const int i = first + k * kDqFinThreads;
+    if (i >= runs) break;
+    const int row = i / kRun, d = i % kRun * 4;
+    float4 v = x[k];
+    if (correct) {
+      const float c = tau * dsrow[int64_t(bh) * n + row];
+      const float4 kb = *reinterpret_cast<const float4*>(kbar + bh * D + d);
+      v.x += c * kb.x;
+      v.y += c * kb.y;
+      v.z += c * kb.z;
+      v.w += c * kb.w;
+    }
+    __nv_bfloat162* out =
+        reinterpret_cast<__nv_bfloat162*>(dq + (int64_t(bh) * n + row) * D + d);
+    out[0] = __floats2bfloat162_rn(v.x, v.y);
+    out[1] = __floats2bfloat162_rn(v.z, v.w);
+  }
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -3600,7 +3631,6 @@ Status BackwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_b
                     const float* lse, __nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv,
                     const Workspace& w, cudaStream_t stream) {
   const int bh = s.B * s.H, nt = CeilDiv(s.N, kTile);
-  const int64_t rows = int64_t(bh) * s.N;
   const int kvg = SageKvGroup(opt, D);
   if (kvg != kTile && kvg != 2 * kTile) {
     return InvalidArgument("SageBwd CUDA: kv_group " + std::to_string(kvg) + " (64 or 128)");
@@ -3688,12 +3718,13 @@ Status BackwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_b
       cuda::LaunchKernel(L.kernel, grid, dim3(L.threads), L.smem, stream, /*pdl=*/true, p),
       "SageBwd backward kernel launch");
 
-  const int64_t total4 = rows * D / 4;
+  const int per_block = kDqFinThreads * kDqFinPer;
   return CudaStatus(
-      cuda::LaunchKernel(DqFinalizeKernel<D>, dim3(static_cast<unsigned>((total4 + 255) / 256)),
-                         dim3(256), 0, stream, /*pdl=*/true,
-                         w.dqacc, w.dsrow, w.kbar, s.N, nt * kTile, total4,
-                         opt.smooth_k && opt.dq_kmean_correction, p.tau, dq, w.armed),
+      cuda::LaunchKernel(DqFinalizeKernel<D>,
+                         dim3(static_cast<unsigned>(CeilDiv(s.N * (D / 4), per_block)), bh),
+                         dim3(kDqFinThreads), 0, stream, /*pdl=*/true, w.dqacc, w.dsrow, w.kbar,
+                         s.N, nt * kTile, opt.smooth_k && opt.dq_kmean_correction, p.tau, dq,
+                         w.armed),
       "SageBwd DqFinalizeKernel launch");
 }
 
