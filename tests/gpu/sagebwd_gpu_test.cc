@@ -794,8 +794,8 @@ TEST(SageBwdGpu, BwdVariantLab) {
   // production since session 14 at d64 (110520 / 241592 + t) and with kBwdDqPair at d128
   // (1421240 / 1552312 + t, until session 18), the others' production variants above without it.
   // + kSageBwdEarlyP1 (with kBwdDqPair and TMA): the next Q tile's S and dP issued during this
-  // tile's last two epilogues; production at d128 causal without Q-smoothing since session 18
-  // (without it with int8_dp).
+  // tile's last two epilogues; production at d128 without Q-smoothing, causal since session 18,
+  // non-causal since session 19 (without it with int8_dp).
   // SAGE_BWD_LAB_VARS=v1,v2,... runs those variants only (the first is the ratios' reference).
   const int t = kSageBwdTma, ep = kSageBwdEarlyP1;
   const std::vector<int> vars =

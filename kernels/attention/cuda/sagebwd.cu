@@ -3560,19 +3560,21 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
 //   + kBwdEarlyP1 (4194304, with kBwdDqPair and kBwdTma: the next Q tile's S and dP issued
 //            during this tile's last two epilogues): 3518392 / 3649464 -> 7712696 / 7843768
 //            0.992-1.003x non-causal, 1.000-1.024x causal over four calls (session 18, H200s), so
-//            production causal only
+//            production causal only; non-causal too since session 19, when, with the column
+//            scales over the whole warpgroup, 7712696 measured 1.021-1.022x of 3518392 (backward,
+//            N2048 / N8192, same binary, alternating)
 // (Measured and not kept, session 18: the consumers' two rendezvous per Q tile split into
 // arrivals and later waits, 0.995-1.010x; with consumer 1's phase 1 issued after consumer 0's
 // on top, 0.980-0.992x.)
-// BwdProductionFor is what production calls (bwd_variant = -1) run (sagebwd v12): d128 3518392 /
-// 7843768 (non-causal / causal) with 128-key K / V groups (3649464 causal with int8_dp),
+// BwdProductionFor is what production calls (bwd_variant = -1) run (sagebwd v12): d128 7712696 /
+// 7843768 (non-causal / causal) with 128-key K / V groups (3518392 / 3649464 with int8_dp),
 // 372664 / 503736 with 64-key groups (Q-smoothing), d64 2207672 / 2338744 (kernels/bench/README.md, Variants).
 constexpr int BwdProductionFor(int d, bool causal, bool dq_pair) {
   constexpr int kV8 = 24 + kBwdExp2 + kBwdFastQ + kBwdWgmma + kBwdWgmma2 + kBwdColRs + kBwdWgPipe +
                       kBwdSplitWait + kBwdColVec + kBwdBulkDq;
   const int v = causal ? kV8 + kBwdLpt : kV8;
   if (d != 128) return v + kBwdTma;
-  return dq_pair ? v + kBwdWs + kBwdDqPair + kBwdTma + (causal ? kBwdEarlyP1 : 0) : v + kBwdWs;
+  return dq_pair ? v + kBwdWs + kBwdDqPair + kBwdTma + kBwdEarlyP1 : v + kBwdWs;
 }
 using BwdKernel = void (*)(BwdParams);
 struct BwdLaunch {
