@@ -49,8 +49,8 @@
 // v11 (kBwdTma, at d64 and with kBwdDqPair): each Q tile's Q^, dO, Q^T, dO^T arrive by TMA, one
 // thread issuing the copies that complete on mbarriers (d64: two per CTA, Q^ / dO then Q^T /
 // dO^T; d128: the producer's stage barriers), not by every thread's 16-byte cp.async.
-// v12 (kBwdEarlyP1, with kBwdDqPair, causal): the next Q tile's S and dP wgmmas issued during
-// this tile's last two phase-2 epilogues.
+// v12 (kBwdEarlyP1, with kBwdDqPair; causal since session 18, non-causal since 19): the next
+// Q tile's S and dP wgmmas issued during this tile's last two phase-2 epilogues.
 //
 // Kernel-lab variant: sagebwd v6 forward (kernels/bench/README.md, Variants): SageForwardKernelV5
 // with kFastS and kWg: 8 warps = two warpgroups x 64 rows, 128-row CTAs, S = Q^ K^T by wgmma from
@@ -70,7 +70,7 @@
 // reduce-scatter (= v7, 4024) + the bits of BwdProductionFor (late phase-2 waits, vector column
 // scales, bulk dQ reductions, longest-first causal grid; v9: warp specialization at D = 128; v10:
 // the two consumers share dQ at D = 128 with 128-key K / V groups; v11: the Q side by TMA; v12:
-// the next tile's phase 1 issued early with shared dQ, causal); the
+// the next tile's phase 1 issued early with shared dQ); the
 // compiled-in variants are
 // BwdCompiled (the GPU test's lab mode times them through SageCudaOptions::bwd_variant). The
 // quantization is two launches (K-mean parts, then K / V / Q) in the forward and one (dO with
