@@ -804,10 +804,13 @@ struct QuantParams {
 // byte-permute staging took it to 72: the backward 0.986x; at 40 it spilled and measured no
 // better); the two-tile launch 2 (<= 64 registers; one 512-thread block per SM at its 116
 // registers left the loads of one block at a time in flight, 80.6 vs 65.3 us at B4 H16 N2048
-// d128 under ncu, then with 88 bytes of spills); else 1.
+// d128 under ncu, then with 88 bytes of spills; 3 since session 19, when the tile was staged in
+// shared memory and its values converted twice, <= 40 registers: 41.6 -> 37.8 us at B4 H16 N2048
+// d128 in situ, and at 2 blocks of 64 registers ncu put it at half occupancy, neither DRAM- nor
+// issue-bound); else 1.
 template <int D, bool kPrep, int kG>
 constexpr int QuantizeMinBlocks() {
-  if constexpr (kG == 2) return 2;
+  if constexpr (kG == 2) return 3;
   if constexpr (D == 64) return kPrep ? 4 : 6;
   return 1;
 }
@@ -827,7 +830,9 @@ constexpr int QuantizeMinBlocks() {
 // kG = 2 (K / V quantization groups of 128 keys, SageCudaOptions::kv_group; modes 0 and 1):
 // 512 threads, each half quantizes one of the group's two tiles as above with the group's scale
 // (the max over both halves); a second tile past the padded length writes nothing. Scales are
-// stored per group, with the row stride of the per-tile ones (BH, Np / 64).
+// stored per group, with the row stride of the per-tile ones (BH, Np / 64). Its values are not
+// register-resident: the tile is copied to shared memory by cp.async and each thread converts
+// its chunks twice (for the maximum, then for the codes), so it fits 40 registers, 3 blocks per SM.
 template <int D, bool kPrep, int kG = 1>
 __global__ void __launch_bounds__(256 * kG, (QuantizeMinBlocks<D, kPrep, kG>()))
     QuantizeKernel(QuantParams p) {
@@ -836,15 +841,23 @@ __global__ void __launch_bounds__(256 * kG, (QuantizeMinBlocks<D, kPrep, kG>()))
   constexpr int kGroups = 256 / kC8;     // row groups (16 / 32)
   constexpr int kPer = kTile / kGroups;  // rows per thread (4 / 2)
   static_assert(kPer == 2 || kPer == 4, "row groups");
+  // kG = 2 (modes 0 and 1): the bf16 tile goes to shared memory by cp.async (each thread reads
+  // back only the chunks it copied), and the values are converted twice, for the maximum and
+  // for the codes, so that no thread holds its 32 values across the block's reduction (the
+  // transposed codes then reuse the tile's buffer).
+  constexpr bool kStageRaw = kG == 2;
   constexpr int kPartBytes = kGroups * D * 8, kTBytes = D * kTile;
-  __shared__ __align__(16) char s_bufs[kG][kPartBytes > kTBytes ? kPartBytes : kTBytes];
+  __shared__ __align__(16) char s_bufs[kG][kStageRaw ? 16 : (kPartBytes > kTBytes ? kPartBytes : kTBytes)];
+  __shared__ __align__(16) __nv_bfloat16 s_raw[kStageRaw ? kG * kTile * D : 8];
+  static_assert(!kStageRaw || kTBytes <= kTile * D * 2, "the transposed codes fit the tile");
   __shared__ __align__(16) float s_shift[D];
   __shared__ float s_red[8 * kG];
   const int half = kG == 1 ? 0 : int(threadIdx.x) / 256;
   // unsigned, so that the divisions by kC8 below are shifts (signed: 8 more bytes of spills)
   const unsigned tid = kG == 1 ? threadIdx.x : threadIdx.x % 256;
   double* s_part = reinterpret_cast<double*>(s_bufs[half]);  // mode 2: [kGroups][D] column sums
-  int8_t* s_t = reinterpret_cast<int8_t*>(s_bufs[half]);     // [D][64] transposed codes
+  int8_t* s_t = reinterpret_cast<int8_t*>(kStageRaw ? static_cast<void*>(s_raw + half * kTile * D)
+                                                    : static_cast<void*>(s_bufs[half]));  // [D][64]
   cuda::GridDepLaunchDependents();  // the kernel after it (pdl) waits for its completion
   const QuantJob& J = p.job[blockIdx.z];
   const int tiles = kG == 1 ? int(gridDim.x) : p.np / kTile;  // the same value
@@ -858,10 +871,21 @@ __global__ void __launch_bounds__(256 * kG, (QuantizeMinBlocks<D, kPrep, kG>()))
     rows[k] = J.perm16 ? (sbase & ~15) + FwdKeyOfSlot((sbase & 15) + k) : sbase + k;
   }
   const int64_t xrow0 = int64_t(bh) * p.n + r0;  // (bh, token r0) row of the (BH, N, D) tensors
-  float v[kPer][8];
+  __nv_bfloat16* const raw = s_raw + (kStageRaw ? half * kTile * D : 0);
+  if constexpr (kStageRaw) {
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {  // rows past N: zero-filled
+      const bool ok = rows[k] < nr;
+      cuda::CpAsync16(cuda::SmemAddr(raw + rows[k] * D + c8 * 8),
+                      ok ? static_cast<const void*>(J.x + (xrow0 + rows[k]) * D + c8 * 8) : J.x,
+                      ok);
+    }
+    cuda::CpAsyncCommit();
+  }
+  float v[kStageRaw ? 1 : kPer][8];
   float dot[kPer];
 #pragma unroll
-  for (int k = 0; k < kPer; ++k) {
+  for (int k = 0; k < (kStageRaw ? 0 : kPer); ++k) {
     int4 raw = make_int4(0, 0, 0, 0), oraw = make_int4(0, 0, 0, 0);
     if (rows[k] < nr) {
       raw = *reinterpret_cast<const int4*>(J.x + (xrow0 + rows[k]) * D + c8 * 8);
@@ -891,6 +915,7 @@ __global__ void __launch_bounds__(256 * kG, (QuantizeMinBlocks<D, kPrep, kG>()))
     }
     if (zero) ZeroDqRows<D>(p.dsrow, p.dqacc, bh, p.n, p.np, r0, kTile, threadIdx.x, blockDim.x);
   }
+  float sh[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};  // modes 1, 2: the shift
   if (J.mode != 0) {
     if (J.mode == 1) {
       if (threadIdx.x < D) {
@@ -900,7 +925,7 @@ __global__ void __launch_bounds__(256 * kG, (QuantizeMinBlocks<D, kPrep, kG>()))
         s_shift[threadIdx.x] = kb;
         if (ti == 0) p.kbar[int64_t(bh) * D + threadIdx.x] = kb;
       }
-    } else {
+    } else if constexpr (!kStageRaw) {
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
         double cs = 0.0;
@@ -920,14 +945,45 @@ __global__ void __launch_bounds__(256 * kG, (QuantizeMinBlocks<D, kPrep, kG>()))
     __syncthreads();  // s_shift complete; s_part (aliasing s_t) read
     const float4 sh0 = reinterpret_cast<const float4*>(s_shift)[2 * c8];
     const float4 sh1 = reinterpret_cast<const float4*>(s_shift)[2 * c8 + 1];
-    const float sh[8] = {sh0.x, sh0.y, sh0.z, sh0.w, sh1.x, sh1.y, sh1.z, sh1.w};
+    sh[0] = sh0.x, sh[1] = sh0.y, sh[2] = sh0.z, sh[3] = sh0.w;
+    sh[4] = sh1.x, sh[5] = sh1.y, sh[6] = sh1.z, sh[7] = sh1.w;
+    if constexpr (!kStageRaw) {
 #pragma unroll
-    for (int k = 0; k < kPer; ++k) {
+      for (int k = 0; k < kPer; ++k) {
 #pragma unroll
-      for (int i = 0; i < 8; ++i) v[k][i] = rows[k] < nr ? v[k][i] - sh[i] : 0.0f;
+        for (int i = 0; i < 8; ++i) v[k][i] = rows[k] < nr ? v[k][i] - sh[i] : 0.0f;
+      }
     }
   }
-  float m = WarpAbsMax<kPer>(v);
+  // kStageRaw: row k's values (minus the shift) from this thread's chunk of the staged tile.
+  const auto staged_row = [&](int k, float (&x)[8]) {
+    const int4 r = *reinterpret_cast<const int4*>(raw + rows[k] * D + c8 * 8);
+    const __nv_bfloat162* h2 = reinterpret_cast<const __nv_bfloat162*>(&r);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float2 f = __bfloat1622float2(h2[e]);
+      x[2 * e] = f.x;
+      x[2 * e + 1] = f.y;
+    }
+    if (J.mode != 0) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) x[i] = rows[k] < nr ? x[i] - sh[i] : 0.0f;
+    }
+  };
+  float m = 0.0f;
+  if constexpr (kStageRaw) {
+    cuda::CpAsyncWait<0>();  // this thread's own chunks
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      float x[8];
+      staged_row(k, x);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) m = fmaxf(m, fabsf(x[i]));
+    }
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  } else {
+    m = WarpAbsMax<kPer>(v);
+  }
   if ((threadIdx.x & 31) == 0) s_red[threadIdx.x >> 5] = m;
   __syncthreads();
 #pragma unroll
@@ -935,7 +991,19 @@ __global__ void __launch_bounds__(256 * kG, (QuantizeMinBlocks<D, kPrep, kG>()))
   const float s = GroupScale(m), inv = 1.0f / s;
   if (threadIdx.x == 0) J.scale[int64_t(bh) * tiles + blockIdx.x] = s;
   uint32_t code[kPer][2];
-  QuantizeRows8<kPer>(v, inv, code);
+  if constexpr (kStageRaw) {
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      float x[1][8];
+      staged_row(k, x[0]);
+      uint32_t c[1][2];
+      QuantizeRows8<1>(x, inv, c);
+      code[k][0] = c[0][0];
+      code[k][1] = c[0][1];
+    }
+  } else {
+    QuantizeRows8<kPer>(v, inv, code);
+  }
   const int64_t hrow0 = int64_t(bh) * p.np + r0;  // (bh, token r0) row of the padded codes
   if (J.xh != nullptr && tile_in) {
 #pragma unroll
@@ -943,6 +1011,7 @@ __global__ void __launch_bounds__(256 * kG, (QuantizeMinBlocks<D, kPrep, kG>()))
       *reinterpret_cast<uint2*>(J.xh + (hrow0 + rows[k]) * D + c8 * 8) = make_uint2(code[k][0], code[k][1]);
     }
   }
+  if constexpr (kStageRaw) __syncthreads();  // every thread's reads of the tile are done
   StageCodesT<kPer>(s_t, code, c8, sbase);
   __syncthreads();
   if (tile_in) WriteCodesT<D>(s_t, J.xht + int64_t(bh) * D * p.np + r0, p.np, tid, 256, J.qperm);
