@@ -544,6 +544,17 @@ __host__ __device__ constexpr int FwdKeyOfSlot(int slot) {
   return ((slot >> 2) << 1) + (slot & 1) + (((slot >> 1) & 1) << 3);
 }
 
+// The eight bf16 values of a 16-byte chunk as floats (x[i] = value i).
+__device__ __forceinline__ void Bf16x8ToFloat(const int4& raw, float (&x)[8]) {
+  const __nv_bfloat162* h2 = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const float2 f = __bfloat1622float2(h2[e]);
+    x[2 * e] = f.x;
+    x[2 * e + 1] = f.y;
+  }
+}
+
 // Query order of the backward's Q^T and dO^T (QuantJob::qperm, every Q^T / dO^T writer): within
 // each run of 16 queries, byte slot 2 g + h holds query g + 8 h. A backward thread holds P and dS
 // of query rows g and g + 8 (the m16n8 accumulator layout) for each of its keys, so their P^T /
@@ -553,6 +564,23 @@ __host__ __device__ constexpr int FwdKeyOfSlot(int slot) {
 __host__ __device__ constexpr int BwdQueryOfSlot(int slot) {
   return ((slot & 15) >> 1) + ((slot & 1) << 3) + (slot & ~15);
 }
+// WriteCodesT's byte permutes into that order: a staged 16-byte run holds queries 0..7 in words
+// (x, y) and 8..15 in (z, w); output word 2j + h is __byte_perm of words (j of (x, y), j of
+// (z, w)) with selector kQpermLo (h = 0) or kQpermHi (h = 1). QpermQueryOfSlot reads from the
+// selectors the query each slot gets, and the static_assert ties them to BwdQueryOfSlot.
+constexpr unsigned kQpermLo = 0x5140, kQpermHi = 0x7362;
+constexpr int QpermQueryOfSlot(int slot) {
+  const int w = slot >> 2;
+  const int src = int(((w & 1) ? kQpermHi : kQpermLo) >> (4 * (slot & 3))) & 7;
+  return (src & 3) + 4 * (w >> 1) + 8 * (src >> 2);
+}
+constexpr bool QpermIsBwdQueryOrder() {
+  for (int s = 0; s < 16; ++s) {
+    if (QpermQueryOfSlot(s) != BwdQueryOfSlot(s)) return false;
+  }
+  return true;
+}
+static_assert(QpermIsBwdQueryOrder(), "WriteCodesT's qperm selectors give BwdQueryOfSlot order");
 
 // ----------------------------------------------------------------------------------------------
 // Quantization kernels.
@@ -767,8 +795,8 @@ __device__ __forceinline__ void WriteCodesT(const int8_t* s_t, int8_t* xht, cons
     const int c = idx >> 2, unit = idx & 3;
     int4 x = *reinterpret_cast<const int4*>(s_t + CodesTUnit(c, unit));
     if (qperm) {  // words (x, y) hold queries 0..7, (z, w) 8..15
-      x = make_int4(__byte_perm(x.x, x.z, 0x5140), __byte_perm(x.x, x.z, 0x7362),
-                    __byte_perm(x.y, x.w, 0x5140), __byte_perm(x.y, x.w, 0x7362));
+      x = make_int4(__byte_perm(x.x, x.z, kQpermLo), __byte_perm(x.x, x.z, kQpermHi),
+                    __byte_perm(x.y, x.w, kQpermLo), __byte_perm(x.y, x.w, kQpermHi));
     }
     *reinterpret_cast<int4*>(xht + int64_t(c) * np + 16 * unit) = x;
   }
@@ -957,14 +985,7 @@ __global__ void __launch_bounds__(256 * kG, (QuantizeMinBlocks<D, kPrep, kG>()))
   }
   // kStageRaw: row k's values (minus the shift) from this thread's chunk of the staged tile.
   const auto staged_row = [&](int k, float (&x)[8]) {
-    const int4 r = *reinterpret_cast<const int4*>(raw + rows[k] * D + c8 * 8);
-    const __nv_bfloat162* h2 = reinterpret_cast<const __nv_bfloat162*>(&r);
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float2 f = __bfloat1622float2(h2[e]);
-      x[2 * e] = f.x;
-      x[2 * e + 1] = f.y;
-    }
+    Bf16x8ToFloat(*reinterpret_cast<const int4*>(raw + rows[k] * D + c8 * 8), x);
     if (J.mode != 0) {
 #pragma unroll
       for (int i = 0; i < 8; ++i) x[i] = rows[k] < nr ? x[i] - sh[i] : 0.0f;
@@ -1088,13 +1109,7 @@ __device__ __forceinline__ void FusedQLoad(const FwdParams& p, int64_t bh, int q
   for (int k = 0; k < kPer; ++k) {
     int4 raw = make_int4(0, 0, 0, 0);
     if (sbase + k < nr) raw = __ldg(reinterpret_cast<const int4*>(qb + int64_t(sbase + k) * D));
-    const __nv_bfloat162* h2 = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float2 f = __bfloat1622float2(h2[e]);
-      v[k][2 * e] = f.x;
-      v[k][2 * e + 1] = f.y;
-    }
+    Bf16x8ToFloat(raw, v[k]);
   }
 }
 template <int D, typename TILE>
