@@ -2,7 +2,8 @@
 // present) forward, backward and forward+backward on the shapes of kernels/bench/README.md.
 //
 // Timing: CUDA events around each iteration on one stream, `--warmup` untimed iterations, the
-// median of `--iters` (>= 20) timed ones. Backward alone is timed after one forward (its saved
+// median of `--iters` (>= 20) timed ones, enqueued back to back (--sync-each: the host waits for
+// each before the next; see TimeMs). Backward alone is timed after one forward (its saved
 // lse / O stay valid); fwd+bwd times both launchers back to back. SageBwd's numbers include its
 // quantization and smoothing kernels (they run inside SageForwardCuda / SageBackwardCuda).
 // FLOPs (ALGORITHMS.md §1): forward 4 B H N^2 D, halved when causal; backward 2.5x; fwd+bwd 3.5x.
@@ -12,6 +13,7 @@
 //   {"device": ..., "results": [{"impl", "B", "H", "N", "D", "causal", "pass", "ms", "tflops"}]}
 // Usage: ablate-attention-bench [--json PATH] [--iters N] [--warmup N] [--impl fpa|sage|all]
 //          [--shape B,H,N,D] [--causal yes|no] [--sage-bwd-variant N] [--sage-fwd-variant N]
+//          [--sync-each]
 // --shape / --causal restrict the run to one shape / one masking (for a profiler such as ncu);
 // --sage-bwd-variant / --sage-fwd-variant run a compiled-in SageBwd backward / forward lab
 // variant instead of production.
@@ -90,24 +92,29 @@ double FwdFlops(const AttnShape& s) {
   return s.causal ? f / 2 : f;
 }
 
-// Median milliseconds of `iters` timed runs of fn after `warmup` untimed ones.
-double TimeMs(const std::function<void()>& fn, int warmup, int iters, cudaStream_t stream) {
+// Median milliseconds of `iters` timed runs of fn after `warmup` untimed ones. Each run sits
+// between two events; by default the runs are enqueued back to back and the host waits once at
+// the end, so an event pair measures the GPU's time for one run and not the host's time to
+// launch it (the host stays ahead while a run takes longer on the GPU than its launches on the
+// CPU). sync_each (--sync-each, the method until session 20): the host waits for each run before
+// enqueueing the next, so each run also includes the wait for its first launch.
+double TimeMs(const std::function<void()>& fn, int warmup, int iters, cudaStream_t stream,
+              bool sync_each) {
   for (int i = 0; i < warmup; ++i) fn();
   CHECK_CUDA(cudaStreamSynchronize(stream));
-  cudaEvent_t a, b;
-  CHECK_CUDA(cudaEventCreate(&a));
-  CHECK_CUDA(cudaEventCreate(&b));
+  std::vector<cudaEvent_t> ev(2 * iters);
+  for (cudaEvent_t& e : ev) CHECK_CUDA(cudaEventCreate(&e));
   std::vector<float> t(iters);
   for (int i = 0; i < iters; ++i) {
-    CHECK_CUDA(cudaEventRecord(a, stream));
+    CHECK_CUDA(cudaEventRecord(ev[2 * i], stream));
     fn();
-    CHECK_CUDA(cudaEventRecord(b, stream));
-    CHECK_CUDA(cudaEventSynchronize(b));
-    CHECK_CUDA(cudaEventElapsedTime(&t[i], a, b));
+    CHECK_CUDA(cudaEventRecord(ev[2 * i + 1], stream));
+    if (sync_each) CHECK_CUDA(cudaEventSynchronize(ev[2 * i + 1]));
   }
+  CHECK_CUDA(cudaStreamSynchronize(stream));
+  for (int i = 0; i < iters; ++i) CHECK_CUDA(cudaEventElapsedTime(&t[i], ev[2 * i], ev[2 * i + 1]));
   CHECK_CUDA(cudaGetLastError());
-  CHECK_CUDA(cudaEventDestroy(a));
-  CHECK_CUDA(cudaEventDestroy(b));
+  for (cudaEvent_t& e : ev) CHECK_CUDA(cudaEventDestroy(e));
   std::sort(t.begin(), t.end());
   return iters % 2 ? t[iters / 2] : 0.5 * (t[iters / 2 - 1] + t[iters / 2]);
 }
@@ -191,11 +198,13 @@ int main(int argc, char** argv) {
   std::string json_path = "attention_bench.json", impl = "all";
   int iters = 30, warmup = 5, sage_bwd_variant = -1, sage_fwd_variant = -1;
   int only_causal = -1;  // -1: both, 0: non-causal only, 1: causal only
+  bool sync_each = false;
   struct Sh { int B, H, N, D; };
   std::vector<Sh> shapes = {{4, 16, 2048, 128}, {2, 16, 8192, 128}, {8, 16, 1024, 64}};
   const char* usage =
       "usage: %s [--json PATH] [--iters N>=20] [--warmup N] [--impl fpa|sage|all] "
-      "[--shape B,H,N,D] [--causal yes|no] [--sage-bwd-variant N] [--sage-fwd-variant N]\n";
+      "[--shape B,H,N,D] [--causal yes|no] [--sage-bwd-variant N] [--sage-fwd-variant N] "
+      "[--sync-each]\n";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -211,6 +220,7 @@ int main(int argc, char** argv) {
     else if (a == "--impl") impl = next();
     else if (a == "--sage-bwd-variant") sage_bwd_variant = std::atoi(next().c_str());
     else if (a == "--sage-fwd-variant") sage_fwd_variant = std::atoi(next().c_str());
+    else if (a == "--sync-each") sync_each = true;
     else if (a == "--causal") {
       const std::string c = next();
       if (c != "yes" && c != "no") {
@@ -290,10 +300,11 @@ int main(int argc, char** argv) {
         auto bwd = [&] {
           CheckStatus(c::FpaBackwardCuda(s, q, k, v, o, lse, dO, dq, dk, dv, ws, ws_bytes, stream), "fpa bwd");
         };
-        add("fpa", "fwd", TimeMs(fwd, warmup, iters, stream), ff);
+        add("fpa", "fwd", TimeMs(fwd, warmup, iters, stream, sync_each), ff);
         fwd();
-        add("fpa", "bwd", TimeMs(bwd, warmup, iters, stream), 2.5 * ff);
-        add("fpa", "fwd+bwd", TimeMs([&] { fwd(); bwd(); }, warmup, iters, stream), 3.5 * ff);
+        add("fpa", "bwd", TimeMs(bwd, warmup, iters, stream, sync_each), 2.5 * ff);
+        add("fpa", "fwd+bwd", TimeMs([&] { fwd(); bwd(); }, warmup, iters, stream, sync_each),
+            3.5 * ff);
       }
 #if ABLATE_BENCH_HAVE_SAGE
       if (impl == "all" || impl == "sage") {
@@ -305,10 +316,11 @@ int main(int argc, char** argv) {
           CheckStatus(kk::SageBackwardCuda(s, sopt, q, k, v, o, dO, lse, dq, dk, dv, ws, ws_bytes, stream),
                       "sage bwd");
         };
-        add("sagebwd", "fwd", TimeMs(fwd, warmup, iters, stream), ff);
+        add("sagebwd", "fwd", TimeMs(fwd, warmup, iters, stream, sync_each), ff);
         fwd();
-        add("sagebwd", "bwd", TimeMs(bwd, warmup, iters, stream), 2.5 * ff);
-        add("sagebwd", "fwd+bwd", TimeMs([&] { fwd(); bwd(); }, warmup, iters, stream), 3.5 * ff);
+        add("sagebwd", "bwd", TimeMs(bwd, warmup, iters, stream, sync_each), 2.5 * ff);
+        add("sagebwd", "fwd+bwd", TimeMs([&] { fwd(); bwd(); }, warmup, iters, stream, sync_each),
+            3.5 * ff);
 #ifdef ABLATE_SAGE_TRACE
         if (std::getenv("SAGE_TRACE") != nullptr) TraceSage(fwd, bwd, stream);
 #endif
@@ -322,10 +334,11 @@ int main(int argc, char** argv) {
     }
   }
 
-  std::printf("device: %s (%d SMs); median of %d iterations after %d warm-up; SageBwd includes "
-              "quantization/smoothing; TFLOP/s (TOPS for sagebwd) with 4BHN^2d fwd, /2 causal, "
-              "x2.5 bwd, x3.5 fwd+bwd\n\n",
-              prop.name, prop.multiProcessorCount, iters, warmup);
+  std::printf("device: %s (%d SMs); median of %d iterations after %d warm-up, %s; SageBwd "
+              "includes quantization/smoothing; TFLOP/s (TOPS for sagebwd) with 4BHN^2d fwd, /2 "
+              "causal, x2.5 bwd, x3.5 fwd+bwd\n\n",
+              prop.name, prop.multiProcessorCount, iters, warmup,
+              sync_each ? "each waited for" : "back to back");
   std::printf("| impl | B | H | N | D | causal | pass | ms | TFLOP/s |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|\n");
   for (const Result& r : results) {
@@ -338,7 +351,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::fprintf(f, "{\"source\": \"ablate-attention-bench\", \"device\": \"%s\", \"iters\": %d, "
-                  "\"results\": [\n", prop.name, iters);
+                  "\"timing\": \"%s\", \"results\": [\n",
+               prop.name, iters, sync_each ? "sync-each" : "back-to-back");
   for (size_t i = 0; i < results.size(); ++i) {
     const Result& r = results[i];
     std::fprintf(f,

@@ -2,7 +2,8 @@
 """PyTorch SDPA (flash and cuDNN backends) on the shapes of ablate-attention-bench.
 
 Same conventions as the C++ bench: bf16 (B, H, N, D) inputs ~ N(0, 1), CUDA events, warm-up, the
-median of --iters timed iterations; FLOPs 4*B*H*N^2*D forward (halved when causal), backward 2.5x,
+median of --iters timed iterations enqueued back to back (--sync-each: each waited for before the
+next, the method until session 20); FLOPs 4*B*H*N^2*D forward (halved when causal), backward 2.5x,
 fwd+bwd 3.5x. Backward alone is timed with torch.autograd.grad on a retained graph.
 Writes JSON (--json, default sdpa_bench.json) in the C++ bench's format and prints it.
 """
@@ -18,20 +19,23 @@ SHAPES = [(4, 16, 2048, 128), (2, 16, 8192, 128), (8, 16, 1024, 64)]
 BACKENDS = {"sdpa-flash": SDPBackend.FLASH_ATTENTION, "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION}
 
 
-def time_ms(fn, warmup, iters):
+def time_ms(fn, warmup, iters, sync_each):
+    """Median ms per run; runs enqueued back to back unless sync_each (see the C++ bench's TimeMs)."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
-    times = []
+    pairs = []
     for _ in range(iters):
         a = torch.cuda.Event(enable_timing=True)
         b = torch.cuda.Event(enable_timing=True)
         a.record()
         fn()
         b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
+        if sync_each:
+            b.synchronize()
+        pairs.append((a, b))
+    torch.cuda.synchronize()
+    return statistics.median(a.elapsed_time(b) for a, b in pairs)
 
 
 def main():
@@ -39,6 +43,8 @@ def main():
     ap.add_argument("--json", default="sdpa_bench.json")
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--sync-each", action="store_true",
+                    help="wait for each timed run before enqueueing the next")
     args = ap.parse_args()
     iters = max(20, args.iters)
     torch.manual_seed(0)
@@ -67,7 +73,7 @@ def main():
 
                         for pass_, fn, mult in (("fwd", fwd, 1.0), ("bwd", bwd, 2.5),
                                                 ("fwd+bwd", both, 3.5)):
-                            ms = time_ms(fn, args.warmup, iters)
+                            ms = time_ms(fn, args.warmup, iters, args.sync_each)
                             results.append(dict(impl=name, B=B, H=H, N=N, D=D, causal=causal,
                                                 pass_=pass_, ms=ms,
                                                 tflops=mult * fwd_flops / (ms * 1e-3) / 1e12))
@@ -77,7 +83,8 @@ def main():
     for r in results:
         r["pass"] = r.pop("pass_")
     doc = {"source": "sdpa_bench.py", "device": torch.cuda.get_device_name(0),
-           "torch": torch.__version__, "iters": iters, "results": results}
+           "torch": torch.__version__, "iters": iters,
+           "timing": "sync-each" if args.sync_each else "back-to-back", "results": results}
     with open(args.json, "w") as f:
         json.dump(doc, f, indent=1)
     print("| impl | B | H | N | D | causal | pass | ms | TFLOP/s |")
