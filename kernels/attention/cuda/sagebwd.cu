@@ -874,18 +874,20 @@ __global__ void __launch_bounds__(256 * kG, (QuantizeMinBlocks<D, kPrep, kG>()))
   // for the codes, so that no thread holds its 32 values across the block's reduction (the
   // transposed codes then reuse the tile's buffer).
   constexpr bool kStageRaw = kG == 2;
-  constexpr int kPartBytes = kGroups * D * 8, kTBytes = D * kTile;
-  __shared__ __align__(16) char s_bufs[kG][kStageRaw ? 16 : (kPartBytes > kTBytes ? kPartBytes : kTBytes)];
-  __shared__ __align__(16) __nv_bfloat16 s_raw[kStageRaw ? kG * kTile * D : 8];
-  static_assert(!kStageRaw || kTBytes <= kTile * D * 2, "the transposed codes fit the tile");
+  // Each half's buffer: the staged bf16 tile (kStageRaw), then its transposed codes; otherwise
+  // mode 2's column sums, then the transposed codes.
+  constexpr int kPartBytes = kGroups * D * 8, kTBytes = D * kTile, kRawBytes = kTile * D * 2;
+  constexpr int kBufBytes =
+      kStageRaw ? kRawBytes : (kPartBytes > kTBytes ? kPartBytes : kTBytes);
+  static_assert(kTBytes <= kBufBytes, "the transposed codes fit the buffer");
+  __shared__ __align__(16) char s_bufs[kG][kBufBytes];
   __shared__ __align__(16) float s_shift[D];
   __shared__ float s_red[8 * kG];
   const int half = kG == 1 ? 0 : int(threadIdx.x) / 256;
   // unsigned, so that the divisions by kC8 below are shifts (signed: 8 more bytes of spills)
   const unsigned tid = kG == 1 ? threadIdx.x : threadIdx.x % 256;
   double* s_part = reinterpret_cast<double*>(s_bufs[half]);  // mode 2: [kGroups][D] column sums
-  int8_t* s_t = reinterpret_cast<int8_t*>(kStageRaw ? static_cast<void*>(s_raw + half * kTile * D)
-                                                    : static_cast<void*>(s_bufs[half]));  // [D][64]
+  int8_t* s_t = reinterpret_cast<int8_t*>(s_bufs[half]);     // [D][64] transposed codes
   cuda::GridDepLaunchDependents();  // the kernel after it (pdl) waits for its completion
   const QuantJob& J = p.job[blockIdx.z];
   const int tiles = kG == 1 ? int(gridDim.x) : p.np / kTile;  // the same value
@@ -899,7 +901,7 @@ __global__ void __launch_bounds__(256 * kG, (QuantizeMinBlocks<D, kPrep, kG>()))
     rows[k] = J.perm16 ? (sbase & ~15) + FwdKeyOfSlot((sbase & 15) + k) : sbase + k;
   }
   const int64_t xrow0 = int64_t(bh) * p.n + r0;  // (bh, token r0) row of the (BH, N, D) tensors
-  __nv_bfloat16* const raw = s_raw + (kStageRaw ? half * kTile * D : 0);
+  __nv_bfloat16* const raw = reinterpret_cast<__nv_bfloat16*>(s_bufs[half]);  // kStageRaw
   if constexpr (kStageRaw) {
 #pragma unroll
     for (int k = 0; k < kPer; ++k) {  // rows past N: zero-filled
