@@ -544,14 +544,15 @@ __host__ __device__ constexpr int FwdKeyOfSlot(int slot) {
   return ((slot >> 2) << 1) + (slot & 1) + (((slot >> 1) & 1) << 3);
 }
 
-// The eight bf16 values of a 16-byte chunk as floats (x[i] = value i).
+// The eight bf16 values of a 16-byte chunk as floats (x[i] = value i): a bf16 is the high half
+// of the float with the same bits, so each value is one shift or one mask of its word (the
+// intrinsic's conversion issued ~1.6 instructions per value in the quantize launches).
 __device__ __forceinline__ void Bf16x8ToFloat(const int4& raw, float (&x)[8]) {
-  const __nv_bfloat162* h2 = reinterpret_cast<const __nv_bfloat162*>(&raw);
+  const uint32_t w[4] = {uint32_t(raw.x), uint32_t(raw.y), uint32_t(raw.z), uint32_t(raw.w)};
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
-    const float2 f = __bfloat1622float2(h2[e]);
-    x[2 * e] = f.x;
-    x[2 * e + 1] = f.y;
+    x[2 * e] = __uint_as_float(w[e] << 16);
+    x[2 * e + 1] = __uint_as_float(w[e] & 0xffff0000u);
   }
 }
 
@@ -828,9 +829,9 @@ struct QuantParams {
 
 // Minimum blocks per SM of QuantizeKernel (launch bounds): the d64 forward launch 6 (<= 40
 // registers, 6 blocks per SM instead of 5 at 48: 46.0 -> 43.6 us at B16 H12 N1024 under ncu),
-// the d64 prep launch 4 (<= 64 registers, the count it had on its own until session 13's
-// byte-permute staging took it to 72: the backward 0.986x; at 40 it spilled and measured no
-// better); the two-tile launch 2 (<= 64 registers; one 512-thread block per SM at its 116
+// the d64 prep launch 6 (<= 40 registers; until session 21 it held its values in registers at
+// 4 blocks (<= 64: at 40 that form spilled and measured no better), since then it stages dO in
+// shared memory like the two-tile launch: 25.7 -> 23.7 us at B16 H12 N1024 in situ); the two-tile launch 2 (<= 64 registers; one 512-thread block per SM at its 116
 // registers left the loads of one block at a time in flight, 80.6 vs 65.3 us at B4 H16 N2048
 // d128 under ncu, then with 88 bytes of spills; 3 since session 19, when the tile was staged in
 // shared memory and its values converted twice, <= 40 registers: 41.6 -> 37.8 us at B4 H16 N2048
@@ -839,7 +840,8 @@ struct QuantParams {
 template <int D, bool kPrep, int kG>
 constexpr int QuantizeMinBlocks() {
   if constexpr (kG == 2) return 3;
-  if constexpr (D == 64) return kPrep ? 4 : 6;
+  if constexpr (kPrep) return D == 64 ? 6 : 1;
+  if constexpr (D == 64) return 6;
   return 1;
 }
 
@@ -853,7 +855,7 @@ constexpr int QuantizeMinBlocks() {
 // for one column pack into one 32-bit (D 128) / 16-bit (D 64) store; with perm16, slot s of a
 // 16-key run holds key FwdKeyOfSlot(s).
 // kPrep (the backward's dO): also drow[row] = sum_d dO O (fp32; the kC8 threads of a row are
-// adjacent lanes, combined by shuffles), dsrow[row] = 0 and the fp32 dQ accumulator rows zeroed
+// adjacent lanes, combined by shuffles; at D = 64 dO is staged in shared memory as in kG = 2), dsrow[row] = 0 and the fp32 dQ accumulator rows zeroed
 // (the backward kernel adds into both) unless the forward armed them.
 // kG = 2 (K / V quantization groups of 128 keys, SageCudaOptions::kv_group; modes 0 and 1):
 // 512 threads, each half quantizes one of the group's two tiles as above with the group's scale
@@ -869,11 +871,19 @@ __global__ void __launch_bounds__(256 * kG, (QuantizeMinBlocks<D, kPrep, kG>()))
   constexpr int kGroups = 256 / kC8;     // row groups (16 / 32)
   constexpr int kPer = kTile / kGroups;  // rows per thread (4 / 2)
   static_assert(kPer == 2 || kPer == 4, "row groups");
-  // kG = 2 (modes 0 and 1): the bf16 tile goes to shared memory by cp.async (each thread reads
-  // back only the chunks it copied), and the values are converted twice, for the maximum and
-  // for the codes, so that no thread holds its 32 values across the block's reduction (the
-  // transposed codes then reuse the tile's buffer).
-  constexpr bool kStageRaw = kG == 2;
+  // kG = 2 (modes 0 and 1) and the d64 prep launch (dO, mode 0): the bf16 tile goes to shared
+  // memory by cp.async (each thread reads back only the chunks it copied), and the values are
+  // converted twice, for the maximum and for the codes, so that no thread holds its 32 values
+  // across the block's reduction (the transposed codes then reuse the tile's buffer). The prep's
+  // O chunks (for D_i) come straight to registers. (Measured, session 21, ncu in situ: the d64
+  // prep 25.7 -> 23.8 us at B16 H12 N1024, 40 registers and 6 blocks per SM instead of 64 and 4;
+  // the d128 one staged the same way 28.8 -> 30.9 us at B4 H16 N2048, so it stays
+  // register-resident.)
+  constexpr bool kStageRaw = kG == 2 || (kPrep && D == 64);
+  // The staged maximum on packed bf16 pairs (below): the d64 prep's (with it 23.8 us); in the
+  // two-tile K / V launch it (and, for K, the column max / min form of max |x - shift|) measured
+  // 37.2 against 36.0 us, so that one takes the per-value loop.
+  constexpr bool kPackedMax = kStageRaw && kPrep;
   // Each half's buffer: the staged bf16 tile (kStageRaw), then its transposed codes; otherwise
   // mode 2's column sums, then the transposed codes.
   constexpr int kPartBytes = kGroups * D * 8, kTBytes = D * kTile, kRawBytes = kTile * D * 2;
@@ -912,30 +922,51 @@ __global__ void __launch_bounds__(256 * kG, (QuantizeMinBlocks<D, kPrep, kG>()))
     }
     cuda::CpAsyncCommit();
   }
+  // This thread's chunk of row k of the staged tile (kStageRaw).
+  const auto staged_chunk = [&](int k) {
+    return *reinterpret_cast<const int4*>(raw + rows[k] * D + c8 * 8);
+  };
   float v[kStageRaw ? 1 : kPer][8];
   float dot[kPer];
+  // D_i's terms of row k: the dO values x and O's chunk (the same order of operations staged or
+  // not).
+  const auto row_dot = [](const float (&x)[8], const int4& oc) {
+    float o[8];
+    Bf16x8ToFloat(oc, o);
+    float d = 0.0f;
 #pragma unroll
-  for (int k = 0; k < (kStageRaw ? 0 : kPer); ++k) {
-    int4 raw = make_int4(0, 0, 0, 0), oraw = make_int4(0, 0, 0, 0);
-    if (rows[k] < nr) {
-      raw = *reinterpret_cast<const int4*>(J.x + (xrow0 + rows[k]) * D + c8 * 8);
-      if constexpr (kPrep) oraw = *reinterpret_cast<const int4*>(p.o + (xrow0 + rows[k]) * D + c8 * 8);
-    }
-    const __nv_bfloat162* h2 = reinterpret_cast<const __nv_bfloat162*>(&raw);
-    const __nv_bfloat162* o2 = reinterpret_cast<const __nv_bfloat162*>(&oraw);
-    dot[k] = 0.0f;
+    for (int e = 0; e < 4; ++e) d += x[2 * e] * o[2 * e] + x[2 * e + 1] * o[2 * e + 1];
+    return d;
+  };
+  constexpr bool kStagedPrep = kPrep && kStageRaw;
+  int4 oraw[kStagedPrep ? kPer : 1];  // the staged prep: O's chunks of its rows (zero past N)
+  if constexpr (kStagedPrep) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float2 f = __bfloat1622float2(h2[e]);
-      v[k][2 * e] = f.x;
-      v[k][2 * e + 1] = f.y;
-      if constexpr (kPrep) {
-        const float2 of = __bfloat1622float2(o2[e]);
-        dot[k] += f.x * of.x + f.y * of.y;
-      }
+    for (int k = 0; k < kPer; ++k) {
+      oraw[k] = rows[k] < nr ? *reinterpret_cast<const int4*>(p.o + (xrow0 + rows[k]) * D + c8 * 8)
+                             : make_int4(0, 0, 0, 0);
     }
   }
+#pragma unroll
+  for (int k = 0; k < (kStageRaw ? 0 : kPer); ++k) {
+    int4 raw = make_int4(0, 0, 0, 0), oc = make_int4(0, 0, 0, 0);
+    if (rows[k] < nr) {
+      raw = *reinterpret_cast<const int4*>(J.x + (xrow0 + rows[k]) * D + c8 * 8);
+      if constexpr (kPrep) oc = *reinterpret_cast<const int4*>(p.o + (xrow0 + rows[k]) * D + c8 * 8);
+    }
+    Bf16x8ToFloat(raw, v[k]);
+    if constexpr (kPrep) dot[k] = row_dot(v[k], oc);
+  }
   if constexpr (kPrep) {
+    if constexpr (kStagedPrep) {
+      cuda::CpAsyncWait<0>();  // this thread's own dO chunks
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) {
+        float x[8];
+        Bf16x8ToFloat(staged_chunk(k), x);
+        dot[k] = row_dot(x, oraw[k]);
+      }
+    }
     const bool zero = *p.armed != kDqArmed;
 #pragma unroll
     for (int k = 0; k < kPer; ++k) {
@@ -986,22 +1017,46 @@ __global__ void __launch_bounds__(256 * kG, (QuantizeMinBlocks<D, kPrep, kG>()))
     }
   }
   // kStageRaw: row k's values (minus the shift) from this thread's chunk of the staged tile.
+  // Rows past N are zero-filled, so x - shift there times 0 gives their 0: one FMA per value
+  // (fmaf(-sh, 1, x) is the subtraction's rounding), no select.
   const auto staged_row = [&](int k, float (&x)[8]) {
-    Bf16x8ToFloat(*reinterpret_cast<const int4*>(raw + rows[k] * D + c8 * 8), x);
+    Bf16x8ToFloat(staged_chunk(k), x);
     if (J.mode != 0) {
+      const float okf = rows[k] < nr ? 1.0f : 0.0f;
 #pragma unroll
-      for (int i = 0; i < 8; ++i) x[i] = rows[k] < nr ? x[i] - sh[i] : 0.0f;
+      for (int i = 0; i < 8; ++i) x[i] = fmaf(-sh[i], okf, x[i]);
     }
   };
   float m = 0.0f;
   if constexpr (kStageRaw) {
-    cuda::CpAsyncWait<0>();  // this thread's own chunks
+    if constexpr (!kStagedPrep) cuda::CpAsyncWait<0>();  // this thread's own chunks
+    // kPackedMax (mode 0): the largest |x| on the packed bf16 pairs, two values per instruction
+    // (exact: the floats are the bf16 values; rows past N are zero-filled and count as zeros).
+    if (kPackedMax && J.mode == 0) {
+      const auto bf2 = [](uint32_t w) { return *reinterpret_cast<const __nv_bfloat162*>(&w); };
+      __nv_bfloat162 a2[4];
 #pragma unroll
-    for (int k = 0; k < kPer; ++k) {
-      float x[8];
-      staged_row(k, x);
+      for (int k = 0; k < kPer; ++k) {
+        const int4 c = staged_chunk(k);
+        const uint32_t w[4] = {uint32_t(c.x), uint32_t(c.y), uint32_t(c.z), uint32_t(c.w)};
 #pragma unroll
-      for (int i = 0; i < 8; ++i) m = fmaxf(m, fabsf(x[i]));
+        for (int e = 0; e < 4; ++e) {
+          a2[e] = k == 0 ? __habs2(bf2(w[e])) : __hmax2(a2[e], __habs2(bf2(w[e])));
+        }
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const uint32_t u = *reinterpret_cast<const uint32_t*>(&a2[e]);
+        m = fmaxf(m, fmaxf(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u)));
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) {
+        float x[8];
+        staged_row(k, x);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) m = fmaxf(m, fabsf(x[i]));
+      }
     }
     for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
   } else {
