@@ -165,10 +165,13 @@ __device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, bool va
 }
 __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
 // Waits until at most N committed groups are still pending (N = 0: all done). The caller still
-// needs __syncthreads() before other threads read the data.
+// needs __syncthreads() before other threads read the data. The memory clobber keeps the
+// compiler from moving the thread's own reads of its copies above the wait (the quantize
+// kernel's staged paths read them without a barrier; every other caller's barrier was one
+// already: the attention kernels' PTX is the same with or without it, session 21).
 template <int N>
 __device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 // Issues (does not commit) the cp.async copies of rows [row0, row0 + TILE::kRows) of a row-major

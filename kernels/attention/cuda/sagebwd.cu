@@ -556,14 +556,6 @@ __device__ __forceinline__ void Bf16x8ToFloat(const int4& raw, float (&x)[8]) {
   }
 }
 
-// Waits for all of this thread's cp.async copies, then a compiler memory barrier: the thread
-// reads what its own copies wrote without a __syncthreads() (cuda::CpAsyncWait's asm has no
-// memory clobber, so the compiler could otherwise move those shared loads above the wait).
-__device__ __forceinline__ void CpAsyncWaitOwn() {
-  cuda::CpAsyncWait<0>();
-  asm volatile("" ::: "memory");
-}
-
 // Query order of the backward's Q^T and dO^T (QuantJob::qperm, every Q^T / dO^T writer): within
 // each run of 16 queries, byte slot 2 g + h holds query g + 8 h. A backward thread holds P and dS
 // of query rows g and g + 8 (the m16n8 accumulator layout) for each of its keys, so their P^T /
@@ -967,7 +959,7 @@ __global__ void __launch_bounds__(256 * kG, (QuantizeMinBlocks<D, kPrep, kG>()))
   }
   if constexpr (kPrep) {
     if constexpr (kStagedPrep) {
-      CpAsyncWaitOwn();  // this thread's own dO chunks
+      cuda::CpAsyncWait<0>();  // this thread's own dO chunks (read without a barrier)
 #pragma unroll
       for (int k = 0; k < kPer; ++k) {
         float x[8];
@@ -1037,7 +1029,7 @@ __global__ void __launch_bounds__(256 * kG, (QuantizeMinBlocks<D, kPrep, kG>()))
   };
   float m = 0.0f;
   if constexpr (kStageRaw) {
-    if constexpr (!kStagedPrep) CpAsyncWaitOwn();  // this thread's own chunks
+    if constexpr (!kStagedPrep) cuda::CpAsyncWait<0>();  // this thread's own chunks (no barrier)
     // kPackedMax (mode 0): the largest |x| on the packed bf16 pairs, two values per instruction
     // (exact: the floats are the bf16 values; rows past N are zero-filled and count as zeros).
     if (kPackedMax && J.mode == 0) {
