@@ -831,8 +831,9 @@ struct QuantParams {
 // registers, 6 blocks per SM instead of 5 at 48: 46.0 -> 43.6 us at B16 H12 N1024 under ncu),
 // the d64 prep launch 6 (<= 40 registers; until session 21 it held its values in registers at
 // 4 blocks (<= 64: at 40 that form spilled and measured no better), since then it stages dO in
-// shared memory like the two-tile launch: 25.7 -> 23.7 us at B16 H12 N1024 in situ); the two-tile launch 2 (<= 64 registers; one 512-thread block per SM at its 116
-// registers left the loads of one block at a time in flight, 80.6 vs 65.3 us at B4 H16 N2048
+// shared memory like the two-tile launch: 25.7 -> 23.7 us at B16 H12 N1024 in situ); the
+// two-tile launch 2 (<= 64 registers; one 512-thread block per SM at its 116 registers left
+// the loads of one block at a time in flight, 80.6 vs 65.3 us at B4 H16 N2048
 // d128 under ncu, then with 88 bytes of spills; 3 since session 19, when the tile was staged in
 // shared memory and its values converted twice, <= 40 registers: 41.6 -> 37.8 us at B4 H16 N2048
 // d128 in situ, and at 2 blocks of 64 registers ncu put it at half occupancy, neither DRAM- nor
@@ -840,9 +841,7 @@ struct QuantParams {
 template <int D, bool kPrep, int kG>
 constexpr int QuantizeMinBlocks() {
   if constexpr (kG == 2) return 3;
-  if constexpr (kPrep) return D == 64 ? 6 : 1;
-  if constexpr (D == 64) return 6;
-  return 1;
+  return D == 64 ? 6 : 1;
 }
 
 // Quantizes one 64-row tile of a job's tensor (grid: tiles, BH, jobs; block: 256) with one scale
@@ -855,8 +854,9 @@ constexpr int QuantizeMinBlocks() {
 // for one column pack into one 32-bit (D 128) / 16-bit (D 64) store; with perm16, slot s of a
 // 16-key run holds key FwdKeyOfSlot(s).
 // kPrep (the backward's dO): also drow[row] = sum_d dO O (fp32; the kC8 threads of a row are
-// adjacent lanes, combined by shuffles; at D = 64 dO is staged in shared memory as in kG = 2), dsrow[row] = 0 and the fp32 dQ accumulator rows zeroed
-// (the backward kernel adds into both) unless the forward armed them.
+// adjacent lanes, combined by shuffles; at D = 64 dO is staged in shared memory as with kG = 2),
+// dsrow[row] = 0 and the fp32 dQ accumulator rows zeroed (the backward kernel adds into both)
+// unless the forward armed them.
 // kG = 2 (K / V quantization groups of 128 keys, SageCudaOptions::kv_group; modes 0 and 1):
 // 512 threads, each half quantizes one of the group's two tiles as above with the group's scale
 // (the max over both halves); a second tile past the padded length writes nothing. Scales are
@@ -876,13 +876,13 @@ __global__ void __launch_bounds__(256 * kG, (QuantizeMinBlocks<D, kPrep, kG>()))
   // converted twice, for the maximum and for the codes, so that no thread holds its 32 values
   // across the block's reduction (the transposed codes then reuse the tile's buffer). The prep's
   // O chunks (for D_i) come straight to registers. (Measured, session 21, ncu in situ: the d64
-  // prep 25.7 -> 23.8 us at B16 H12 N1024, 40 registers and 6 blocks per SM instead of 64 and 4;
+  // prep 25.7 -> 23.7 us at B16 H12 N1024, 40 registers and 6 blocks per SM instead of 64 and 4;
   // the d128 one staged the same way 28.8 -> 30.9 us at B4 H16 N2048, so it stays
   // register-resident.)
   constexpr bool kStageRaw = kG == 2 || (kPrep && D == 64);
-  // The staged maximum on packed bf16 pairs (below): the d64 prep's (with it 23.8 us); in the
-  // two-tile K / V launch it (and, for K, the column max / min form of max |x - shift|) measured
-  // 37.2 against 36.0 us, so that one takes the per-value loop.
+  // The staged maximum on packed bf16 pairs (below): the d64 prep's (its job is dO, mode 0); in
+  // the two-tile K / V launch it (and, for K, the column max / min form of max |x - shift|)
+  // measured 37.2 against 36.0 us, so that one takes the per-value loop.
   constexpr bool kPackedMax = kStageRaw && kPrep;
   // Each half's buffer: the staged bf16 tile (kStageRaw), then its transposed codes; otherwise
   // mode 2's column sums, then the transposed codes.
@@ -952,7 +952,9 @@ __global__ void __launch_bounds__(256 * kG, (QuantizeMinBlocks<D, kPrep, kG>()))
     int4 raw = make_int4(0, 0, 0, 0), oc = make_int4(0, 0, 0, 0);
     if (rows[k] < nr) {
       raw = *reinterpret_cast<const int4*>(J.x + (xrow0 + rows[k]) * D + c8 * 8);
-      if constexpr (kPrep) oc = *reinterpret_cast<const int4*>(p.o + (xrow0 + rows[k]) * D + c8 * 8);
+      if constexpr (kPrep) {
+        oc = *reinterpret_cast<const int4*>(p.o + (xrow0 + rows[k]) * D + c8 * 8);
+      }
     }
     Bf16x8ToFloat(raw, v[k]);
     if constexpr (kPrep) dot[k] = row_dot(v[k], oc);
@@ -1030,11 +1032,12 @@ __global__ void __launch_bounds__(256 * kG, (QuantizeMinBlocks<D, kPrep, kG>()))
   float m = 0.0f;
   if constexpr (kStageRaw) {
     if constexpr (!kStagedPrep) cuda::CpAsyncWait<0>();  // this thread's own chunks (no barrier)
-    // kPackedMax (mode 0): the largest |x| on the packed bf16 pairs, two values per instruction
-    // (exact: the floats are the bf16 values; rows past N are zero-filled and count as zeros).
-    if (kPackedMax && J.mode == 0) {
+    // kPackedMax (the prep's dO, mode 0): the largest |x| on the packed bf16 pairs, two values
+    // per instruction (exact: the floats are the bf16 values; rows past N are zero-filled and
+    // count as zeros).
+    if constexpr (kPackedMax) {
       const auto bf2 = [](uint32_t w) { return *reinterpret_cast<const __nv_bfloat162*>(&w); };
-      __nv_bfloat162 a2[4];
+      alignas(16) __nv_bfloat162 a2[4];
 #pragma unroll
       for (int k = 0; k < kPer; ++k) {
         const int4 c = staged_chunk(k);
@@ -1044,11 +1047,10 @@ __global__ void __launch_bounds__(256 * kG, (QuantizeMinBlocks<D, kPrep, kG>()))
           a2[e] = k == 0 ? __habs2(bf2(w[e])) : __hmax2(a2[e], __habs2(bf2(w[e])));
         }
       }
+      float x[8];
+      Bf16x8ToFloat(*reinterpret_cast<const int4*>(a2), x);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const uint32_t u = *reinterpret_cast<const uint32_t*>(&a2[e]);
-        m = fmaxf(m, fmaxf(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u)));
-      }
+      for (int i = 0; i < 8; ++i) m = fmaxf(m, x[i]);
     } else {
 #pragma unroll
       for (int k = 0; k < kPer; ++k) {
