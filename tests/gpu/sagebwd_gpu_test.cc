@@ -21,9 +21,8 @@
 //   (e) Variants: smooth_q, int8_dp, dq_kmean_correction = false, smooth_k = false against the
 //       emulator with the same options.
 //   (f) BwdVariantLab (only with SAGE_BWD_LAB=1): every compiled-in backward variant
-//       in the lab list (SageCudaOptions::bwd_variant: the sagebwd v8 production variants and the
-//       warp-specialized 503736) against the emulator, then their backward times side by side on
-//       the benchmark shapes (kernel lab, kernels/bench/README.md).
+//       (SageCudaOptions::bwd_variant) against the emulator, then their backward times side by
+//       side on the benchmark shapes (kernel lab, kernels/bench/README.md).
 //   (g) FwdVariantLab (only with SAGE_FWD_LAB=1): the same for the forward variants
 //       (SageCudaOptions::fwd_variant), forward-launcher times.
 // Every comparison prints cosine, rel L2 and max abs diff, so a failure shows which tensor broke.
@@ -772,37 +771,26 @@ void TimeVariantsInterleaved(const AttnShape& s, const std::vector<int>& vars, i
 // bits of sagebwd.cu): the emulator check at tails / causal for both head dims and the options,
 // then the median time of the backward launcher (same inputs for every variant, after one
 // forward) on the benchmark shapes, the variants interleaved call by call; ratios against the
-// first variant of the list (4024, sagebwd v7).
+// first variant of the list.
 TEST(SageBwdGpu, BwdVariantLab) {
   SKIP_WITHOUT_GPU();
   const char* env = std::getenv("SAGE_BWD_LAB");
   if (env == nullptr || std::string(env) != "1") GTEST_SKIP() << "set SAGE_BWD_LAB=1";
-  // 44984 = sagebwd v7 (all five products by wgmma, two of the dV / dK / dQ wgmmas in flight)
-  // waiting for Q^T / dO^T only before phase 2, with the column inverse scales read as one 16-byte
-  // load per column pair, dQ by vector atomics; 110520 = 44984 with dQ added by one bulk reduction
-  // per warp and 16 x 64 block (production at d64 non-causal); 241592 = 110520 with the grid in
-  // longest-first order across heads (production at d64 causal); 372664 / 503736 = 110520 /
-  // 241592 warp-specialized (kBwdWs: a producer warpgroup copying the Q side into a two-stage
-  // ring, two consumer warpgroups of 64 keys each, one CTA per SM; production at d128
-  // non-causal / causal). Also compiled in (figures in the bench notes): 24 = v4, 184 = v4q
-  // (mma.sync), 1464 / 1976 / 4024 = the wgmma steps of v7, 12216, 77752, 176056.
-  // 1421240 / 1552312 = 372664 / 503736 with kBwdDqPair (the two consumers share dQ: dS^ row
-  // scales over 128 keys, the emulator's bkv = 128; d128 with 128-key K / V groups only, so no
-  // Q-smoothing; production at d128 without Q-smoothing).
-  // + kSageBwdTma: the same with the Q side of each Q tile copied by TMA (one thread's
-  // cp.async.bulk.tensor per tile on mbarriers instead of every thread's 16-byte cp.async);
-  // production since session 14 at d64 (110520 / 241592 + t) and with kBwdDqPair at d128
-  // (1421240 / 1552312 + t, until session 18), the others' production variants above without it.
-  // + kSageBwdEarlyP1 (with kBwdDqPair and TMA): the next Q tile's S and dP issued during this
-  // tile's last two epilogues; production at d128 without Q-smoothing, causal since session 18,
-  // non-causal since session 19 (without it with int8_dp).
+  // The compiled-in variants (sagebwd.cu, BwdCompiled; figures in the bench notes): 2207672 /
+  // 2338744 = sagebwd v8 (110520) + the Q side by TMA (+ the longest-first causal grid),
+  // production at d64; 372664 / 503736 = 110520 / 241592 warp-specialized (a producer warpgroup
+  // copying the Q side into a two-stage ring, two consumer warpgroups of 64 keys each, one CTA
+  // per SM), production at d128 with 64-key K / V groups (Q-smoothing); 3518392 / 3649464 = those
+  // with kBwdDqPair (the two consumers share dQ: dS^ row scales over 128 keys, the emulator's bkv
+  // = 128; d128 with 128-key K / V groups only) and the TMA Q side, production at d128 with
+  // int8_dp; + kSageBwdEarlyP1 (the next Q tile's S and dP issued during this tile's last two
+  // epilogues): 7712696 / 7843768, production at d128 without Q-smoothing.
   // SAGE_BWD_LAB_VARS=v1,v2,... runs those variants only (the first is the ratios' reference).
-  const int t = kSageBwdTma, ep = kSageBwdEarlyP1;
+  const int t = kSageBwdTma, pr = kSageBwdDqPair, ep = kSageBwdEarlyP1;
   const std::vector<int> vars =
-      LabVariants("SAGE_BWD_LAB_VARS", {44984, 110520, 241592, 372664, 503736, 1421240, 1552312,
-                                        110520 + t, 241592 + t, 372664 + t, 503736 + t,
-                                        1421240 + t, 1552312 + t, 1421240 + t + ep,
-                                        1552312 + t + ep});
+      LabVariants("SAGE_BWD_LAB_VARS", {110520 + t, 241592 + t, 372664, 503736, 372664 + pr + t,
+                                        503736 + pr + t, 372664 + pr + t + ep,
+                                        503736 + pr + t + ep});
   ASSERT_FALSE(vars.empty()) << "SAGE_BWD_LAB_VARS names no variant";
   for (int var : vars) {
     SageCudaOptions opt;
@@ -873,32 +861,31 @@ TEST(SageBwdGpu, BwdVariantLab) {
 }
 
 // Forward kernel lab: runs only with SAGE_FWD_LAB=1. Forward variants of the list
-// (SageCudaOptions::fwd_variant; compiled in: 3 = v3/v4 forward, 5 = v5a 8 warps x 16 rows, 6 =
-// v5b 4 warps x 32 rows, 7 = v5c = v5b + fast interior logits, 8 = v5a + fast interior logits,
-// 10 = v6 = 8 with S and P^ V^ by wgmma; 11 = 10 with the grid in longest-first order across
-// heads; 12 / 13 = 10 / 11 warp-specialized, production at d128 with 64-key groups; 14 / 15 =
-// 12 / 13 with S of the next K tile issued before the softmax; 16 / 17 = 12 / 13 over 128-key
-// K / V quantization groups, SageCudaOptions::kv_group; 18-22 with TMA stages, 22 production
-// non-causal at d128; 23 / 24 = 10 / 11 with the lazy rescale, production at d64) against the
-// emulator (forward and the backward that follows it), then the median forward-launcher time
-// (quantization included) on the benchmark shapes, variants interleaved; ratios against the
-// first of the list.
+// (SageCudaOptions::fwd_variant; compiled in, sagebwd.cu FwdCompiled: 8 = v5a + fast interior
+// logits by mma.sync, 10 = v6 = 8 with S and P^ V^ by wgmma; 11 = 10 with the grid in
+// longest-first order across heads; 12 = 10 warp-specialized, production at d128 with 64-key
+// groups; 15 = 11 warp-specialized with S of the next K tile issued before the softmax,
+// production causal there; 16 = 12 over 128-key K / V quantization groups,
+// SageCudaOptions::kv_group; 20 / 21 with TMA stages, 21 production causal at d128; 22
+// production non-causal at d128; 23 / 24 = 10 / 11 with the lazy rescale, production at d64)
+// against the emulator (forward and the backward that follows it), then the median
+// forward-launcher time (quantization included) on the benchmark shapes, variants interleaved;
+// ratios against the first of the list.
 TEST(SageBwdGpu, FwdVariantLab) {
   SKIP_WITHOUT_GPU();
   const char* env = std::getenv("SAGE_FWD_LAB");
   if (env == nullptr || std::string(env) != "1") GTEST_SKIP() << "set SAGE_FWD_LAB=1";
-  // 12 / 13 = 10 / 11 warp-specialized (kWsF: a producer warpgroup fills a 3-stage K^ / V^T ring,
-  // the two consumer warpgroups have no CTA barrier in their loop; production at d128); 14 / 15 =
-  // 12 / 13 with the consumers' S of K tile j issued before the P^ V^ of tile j - 1; 16 / 17 =
-  // 12 / 13 stepping two K tiles at a time, with K / V quantization groups of 128 keys (kv_group,
-  // no Q-smoothing; checked against the emulator with the same groups, forward and the backward
-  // that reads the group scales).
-  // 18 / 19 / 20 / 21 = 10 / 11 / 16 / 17 with the K^ / V^T tiles copied by TMA; 22 = 20 with
+  // 12 = 10 warp-specialized (kWsF: a producer warpgroup fills a 3-stage K^ / V^T ring, the two
+  // consumer warpgroups have no CTA barrier in their loop); 15 = its causal form with the
+  // consumers' S of K tile j issued before the P^ V^ of tile j - 1; 16 = 12 stepping two K tiles
+  // at a time, with K / V quantization groups of 128 keys (kv_group, no Q-smoothing; checked
+  // against the emulator with the same groups, forward and the backward that reads the group
+  // scales); 20 / 21 = 16 / its causal form with the K^ / V^T tiles copied by TMA; 22 = 20 with
   // the two consumer warpgroups' S wgmmas issued in ping-pong turns and the lazy rescale (the
   // running max moves only by more than 8 in log2 units); 23 / 24 = 10 / 11 with the lazy
   // rescale. SAGE_FWD_LAB_VARS (comma-separated) runs a subset, in its order.
   const std::vector<int> vars = LabVariants(
-      "SAGE_FWD_LAB_VARS", {10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24});
+      "SAGE_FWD_LAB_VARS", {10, 11, 12, 15, 16, 20, 21, 22, 23, 24});
   const auto k128 = SageFwdVariantSteps128;
   auto lab_options = [&](int var) {
     SageCudaOptions o;
@@ -990,7 +977,7 @@ TEST(SageBwdGpu, RejectsBadArguments) {
       ASSERT_TRUE(fwd(12, 64).ok());
       SageCudaOptions opt;
       opt.kv_group = 64;
-      opt.bwd_variant = 372664 + kSageBwdDqPair;
+      opt.bwd_variant = 372664 + kSageBwdDqPair + kSageBwdTma;
       const auto* x = q.as<__nv_bfloat16>();
       auto* y = o.as<__nv_bfloat16>();
       const Status st = SageBackwardCuda(sd, opt, x, x, x, x, x, lse.as<float>(), y, y, y,

@@ -1,10 +1,11 @@
-// SageBwd INT8 attention, forward and backward, for sm_90a (wgmma and mma.sync): the CUDA twin
-// of the CPU emulator in attention/sagebwd_cpu.cc (ALGORITHMS.md §1.2). Host API: sagebwd_cuda.h.
+// SageBwd INT8 attention, forward and backward, for sm_90a (wgmma; mma.sync in one lab forward):
+// the CUDA twin of the CPU emulator in attention/sagebwd_cpu.cc (ALGORITHMS.md §1.2). Host API:
+// sagebwd_cuda.h.
 //
 // Layout: q, k, v, o, do, dq, dk, dv (B, H, N, D) bf16 row-major; lse (B, H, N) f32. Tiles
-// (quantization groups and the emulator's bq / bkv): Bq = Bkv = 64 (kSageBq, kSageBkv). The
-// backward runs 4 warps per CTA, each warp owning 16 rows of a 64-row tile; the forward (v5 / v6)
-// runs 128 query rows = two 64-row Q groups per CTA (see SageForwardKernelV5).
+// (quantization groups and the emulator's bq / bkv): Bq = Bkv = 64 (kSageBq, kSageBkv). Each
+// backward warpgroup owns 64 keys, each of its warps 16 rows of a 64-row tile; the forward runs
+// 128 query rows = two 64-row Q groups per CTA (see SageForwardKernelV5).
 //
 // Quantization scheme (the emulator's; s = max|X| / 127 over the group, all-zero group: s = 1;
 // X^ = round_half_even(X / s) clamped to [-127, 127]; the kernels multiply by 1/s, taken once per
@@ -18,72 +19,62 @@
 //   P   (backward, dV = P^T dO) per key column of each block
 //   dS  per query row of the block for dQ = dS K (block: the two consumers' 128 keys with
 //       kBwdDqPair, SageBwdKeyBlock), per key column for dK = dS^T Q
-// Every int8 product is an m16n8k32 s8 mma ("TN": both operands stored with the contraction
-// index contiguous), so each quantized tensor is stored in the orientation(s) its products need:
+// Every int8 product is an s8 wgmma (or m16n8k32 mma; "TN": both operands stored with the
+// contraction index contiguous), so each quantized tensor is stored in the orientation(s) its
+// products need:
 //   S = Q^ K^T      A = Q^ [q][d]      B = K^ [key][d]
 //   O += P^ V^      A = P^ [q][key]    B = V^T [d][key]
 //   dV += P^T dO^   A = P^T [key][q]   B = dO^T [d][q]
 //   dK += dS^T Q^   A = dS^T [key][q]  B = Q^T [d][q]
 //   dQ += dS^ K^    A = dS^ [q][key]   B = K^T [d][key]
-//   dP = dO V^T     bf16 m16n8k16 (A = dO [q][d], B = V [key][d]), or s8 (dO^, V^) with int8_dp
+//   dP = dO V^T     bf16 (A = dO [q][d], B = V [key][d]), or s8 (dO^, V^) with int8_dp
 // The quantization kernels write Q^, K^, V^, dO^ and their transposes (padded to 64 rows, zero
 // padding) to the workspace; the forward's are reused by the backward. The query index of Q^T
 // and dO^T (and of the P^T / dS^T tiles they meet) runs in BwdQueryOfSlot order within each 16;
 // the key index of the forward's V^T in FwdKeyOfSlot order.
 //
 // Backward: one CTA per (b,h, K tile) walks the Q tiles (causal: only tiles with a visible key).
-// P and dS of a block stay in registers: per-row scales (dS for dQ) by quad shuffles, per-column
-// scales (P for dV, dS for dK; a max over the 64 rows of 4 warps) by shuffles over the 8 lane
-// groups plus a 3 x 4 x 64 fp32 partial table in shared memory; the int8 copies (P^T, dS^T,
-// dS^) are written straight from registers. dK, dV stay in registers; dQ is accumulated into the
-// workspace's fp32 dqacc (16 x 64 blocks, DqAccIndex: each warp's share of a Q tile is one block,
-// staged in shared memory and added by one bulk reduction; or 8-byte vector atomics), rowsum dS
-// (K-smoothing correction) with scalar atomics, and a last kernel converts dQ. Accumulation
-// order differs from the emulator. Interior blocks (no N tail; causal: wholly below the diagonal)
-// skip the mask arithmetic and read lse / D_i once per row. D = 64: ~66 KB shared memory per CTA
-// with __launch_bounds__(128, 3) (<= 168 registers): 3 CTAs (12 warps) per SM. D = 128 (sagebwd
-// v9, kBwdWs): one CTA per SM and pair of K tiles, a producer warpgroup copying each Q tile's
-// operands into a two-stage ring, two consumer warpgroups (240 registers each) running the
-// per-tile body for one K tile each; v10 (kBwdDqPair, with 128-key K / V groups): the two
-// consumers share dQ (dS^ row scales over their 128 keys; each computes half of dQ's columns).
-// v11 (kBwdTma, at d64 and with kBwdDqPair): each Q tile's Q^, dO, Q^T, dO^T arrive by TMA, one
-// thread issuing the copies that complete on mbarriers (d64: two per CTA, Q^ / dO then Q^T /
-// dO^T; d128: the producer's stage barriers), not by every thread's 16-byte cp.async.
-// v12 (kBwdEarlyP1, with kBwdDqPair; causal since session 18, non-causal since 19): the next
-// Q tile's S and dP wgmmas issued during this tile's last two phase-2 epilogues.
+// All five products by wgmma (sm_90a, wgmma.cuh): S and dP from the swizzled Q^ / K^ / dO / V
+// tiles, dV / dK / dQ from the P^T / dS^T / dS^ tiles the kernel writes, two of those in flight
+// at a time. P and dS of a block stay in registers (P by ex2.approx in the log2 domain): per-row
+// scales (dS for dQ) by quad shuffles, per-column scales (P for dV, dS for dK; a max over the 64
+// rows of 4 warps) by a reduce-scatter over the 8 lane groups plus a 3 x 4 x 64 fp32 partial
+// table in shared memory; the int8 copies (P^T, dS^T, dS^) are made by one FMA into the 1.5 *
+// 2^23 mantissa (no F2I / clamp) and written straight from registers. dK, dV stay in registers;
+// dQ is accumulated into the workspace's fp32 dqacc (16 x 64 blocks, DqAccIndex: each warp's
+// share of a Q tile is one block, staged in shared memory and added by one bulk reduction),
+// rowsum dS (K-smoothing correction) with scalar atomics, and a last kernel converts dQ.
+// Accumulation order differs from the emulator. Interior blocks (no N tail; causal: wholly below
+// the diagonal) skip the mask arithmetic and read lse / D_i once per row. D = 64: 4 warps per
+// CTA, __launch_bounds__(128, 3) (<= 168 registers): 3 CTAs (12 warps) per SM, each Q tile's Q^,
+// dO, Q^T, dO^T by TMA (v11). D = 128 (sagebwd v9, kBwdWs): one CTA per SM and pair of K tiles, a
+// producer warpgroup copying each Q tile's operands into a two-stage ring, two consumer
+// warpgroups (240 registers each) running the per-tile body for one K tile each; v10
+// (kBwdDqPair, with 128-key K / V groups): the two consumers share dQ (dS^ row scales over their
+// 128 keys; each computes half of dQ's columns), v11 its Q side by TMA; v12 (kBwdEarlyP1): the
+// next Q tile's S and dP wgmmas issued during this tile's last two phase-2 epilogues. The
+// compiled-in variants are BwdCompiled (the GPU test's lab mode times them through
+// SageCudaOptions::bwd_variant); BwdProductionFor picks production's.
 //
-// Kernel-lab variant: sagebwd v6 forward (kernels/bench/README.md, Variants): SageForwardKernelV5
-// with kFastS and kWg: 8 warps = two warpgroups x 64 rows, 128-row CTAs, S = Q^ K^T by wgmma from
-// swizzled tiles, P~^ packed from registers into s8 A fragments and multiplied by V^T through
-// wgmma with A from registers (V^T stored in the permuted key order FwdKeyOfSlot), chosen by
-// FwdProductionFor (11 = the same with the causal grid longest-first; at D = 128 v7 = 12 / 13, the
-// same warp-specialized: a producer warpgroup fills a 3-stage K^ / V^T ring; v9 = 16 / 17 = 12 /
-// 13 stepping two K tiles (one 128-key K / V quantization group) at a time, 15 = 13 with the
-// next K tile's S issued before the softmax when the groups are 64 keys; 21 = 17 with the K^ /
-// V^T stages filled by TMA, production causal at d128 since session 14); the v3/v4 forward
-// (SageForwardKernel) and the v5 variants (mma.sync) stay compiled in for the lab
-// (SageCudaOptions::fwd_variant). Backward: sagebwd v8 / v9 = v4 (bits kBwdInterior | kBwdOcc3) +
-// kBwdFastQ (P^T / dS^T / dS^ codes by one FMA into the 1.5 * 2^23 mantissa, no F2I / clamp) +
-// kBwdExp2 (P by ex2.approx in the log2 domain) + all five products by wgmma (sm_90a, wgmma.cuh:
-// S and dP from the swizzled Q^ / K^ / dO / V tiles, dV / dK / dQ from the P^T / dS^T / dS^
-// tiles the kernel writes, two of those in flight at a time) + column scale partials by a
-// reduce-scatter (= v7, 4024) + the bits of BwdProductionFor (late phase-2 waits, vector column
-// scales, bulk dQ reductions, longest-first causal grid; v9: warp specialization at D = 128; v10:
-// the two consumers share dQ at D = 128 with 128-key K / V groups; v11: the Q side by TMA; v12:
-// the next tile's phase 1 issued early with shared dQ); the
-// compiled-in variants are
-// BwdCompiled (the GPU test's lab mode times them through SageCudaOptions::bwd_variant). The
-// quantization is two launches (K-mean parts, then K / V / Q) in the forward and one (dO with
-// D_i) in the backward; the forward kernel zeroes the backward's dQ accumulator. Lab forward
-// v3: mma.sync m16n8k32 s8 with ldmatrix fragment loads
-// from padded tiles (row strides of an odd number of 16-byte chunks: conflict-free), cp.async
-// copies, K^ / V^T double-buffered (next tile prefetched during the current one); backward: Q^ /
-// dO / lse / D_i of a Q tile loaded at the top of its iteration (v3's one-ahead prefetch, 16-byte
-// dQ atomics and S32ToF32 conversion were 2-6% slower together and are gone).
+// Forward: SageForwardKernelV5, 128 query rows per CTA. Production (FwdProductionFor) is the v6
+// structure: 8 warps = two warpgroups x 64 rows, S = Q^ K^T by wgmma from swizzled tiles, P~^
+// packed from registers into s8 A fragments and multiplied by V^T through wgmma with A from
+// registers (V^T stored in the permuted key order FwdKeyOfSlot), the Q quantization fused into
+// the prologue, the lazy rescale of O (d64: 23 / 24); at D = 128 warp-specialized (a producer
+// warpgroup fills a K^ / V^T ring: v7), stepping two K tiles (one 128-key K / V quantization
+// group) at a time with the stages filled by TMA (21 causal; 22 non-causal, with the consumers'
+// S wgmmas in ping-pong turns and the lazy rescale), or with 64-key groups (Q-smoothing) 12 / 15.
+// The compiled-in variants are FwdCompiled (SageCudaOptions::fwd_variant); lab variant 8 is the
+// mma.sync kernel (m16n8k32 s8 with ldmatrix fragment loads from padded tiles, cp.async copies),
+// which quantizes Q in the quantize launch.
+// The quantization is two launches (K-mean parts, then K / V, and Q where the forward does not
+// fuse it) in the forward and one (dO with D_i) in the backward; the forward kernel zeroes the
+// backward's dQ accumulator.
 //
-// Backward lab, sagebwd v6 (fpa.cu's backward v2 structure: 8 warps, 128 keys per CTA): measured
-// 0.76-0.88x of v4 in its best build and removed (kernels/bench/README.md, Variants, names the
-// commit that still has it).
+// Removed lab kernels (kernels/bench/README.md, Variants, has their figures): the v3 / v4
+// forward and backward, the mma.sync backward v4q and the wgmma steps v7a-v7s (session 22; commit
+// 78f17c5 has them), the v5b / v5c forwards (4 warps x 32 rows; without the fast interior
+// logits), and the backward v6 (fpa.cu's backward v2 structure: 0.76-0.88x of v4).
 #include "attention/cuda/sagebwd_cuda.h"
 
 #include <cuda_bf16.h>
@@ -114,94 +105,40 @@ static_assert(kSageBq == kTile && kSageBkv == kTile, "kernels assume Bq == Bkv =
 constexpr int kThreads = 128;
 constexpr int kI8T = kTile + 16;  // int8 row stride (bytes) of a tile whose k index is a token
 
-// Per head dim configuration: shared-memory strides and layouts.
+// Backward shared-memory layout (without kBwdWs): the S / dP operands (K^, V, Q^, dO) as
+// 1024-byte-aligned GmmaTiles (wgmma.cuh, no padding), the operands of dV, dK and dQ (K^T, Q^T,
+// dO^T [D][64] and P^T, dS^, dS^T [64][64]) as 64-byte-swizzled GmmaTiles, then the column
+// partials, vectors and mu, the dQ staging blocks and the TMA mbarriers, plus 1 KB of slack to
+// align the dynamic shared memory base.
 template <int D>
-struct SageConfig {
-  static_assert(D == 64 || D == 128, "head dim 64 or 128");
-  static constexpr int kI8D = D + 16;  // int8 row stride, k index = head dim (bank-conflict-free)
-  static constexpr int kBfD = D + 8;   // bf16 row stride (elements)
-  // Forward: qh, kh [64][kI8D]; vht [D][kI8T]; ph [64][kI8T]; bias[64], mu[D], kbar[D] f32.
-  static constexpr int kFwdQh = 0;
-  // Two stages (double buffer, cp.async prefetch of the next K tile) of kh [64][kI8D] followed
-  // by vht [D][kI8T]; stage s at kFwdKh + s * kFwdStage.
-  static constexpr int kFwdKh = kFwdQh + kTile * kI8D;
-  static constexpr int kFwdVht = kFwdKh + kTile * kI8D;
-  static constexpr int kFwdStage = kTile * kI8D + D * kI8T;
-  static constexpr int kFwdPh = kFwdKh + 2 * kFwdStage;
-  static constexpr int kFwdF32 = kFwdPh + kTile * kI8T;
-  static constexpr int kFwdBytes = kFwdF32 + (kTile + 2 * D) * 4;
-  // Backward: kh [64][kI8D], kht [D][kI8T], vb (bf16 [64][kBfD] or int8 vh), qh, qht, dob/doh,
-  // doht, column partials 3 x 4 x 64 f32, pT, dsh, dsT int8 [64][kI8T], 8 x 64 f32 vectors,
-  // mu, kbar [D].
-  static constexpr int kOpBytes = kTile * kBfD * 2 > kTile * kI8D ? kTile * kBfD * 2 : kTile * kI8D;
-  static constexpr int kBwdKh = 0;
-  static constexpr int kBwdKht = kBwdKh + kTile * kI8D;
-  static constexpr int kBwdV = kBwdKht + D * kI8T;
-  static constexpr int kBwdQh = kBwdV + kOpBytes;
-  static constexpr int kBwdQht = kBwdQh + kTile * kI8D;
-  static constexpr int kBwdDo = kBwdQht + D * kI8T;
-  static constexpr int kBwdDoht = kBwdDo + kOpBytes;
-  // Column partials of P / dS (max P, max |dS|, sum dS) per warp: 3 x 4 x 64 f32.
-  static constexpr int kBwdPart = kBwdDoht + D * kI8T;
-  static constexpr int kBwdPT = kBwdPart + 3 * 4 * kTile * 4;
-  static constexpr int kBwdDsh = kBwdPT + kTile * kI8T;
-  static constexpr int kBwdDsT = kBwdDsh + kTile * kI8T;
-  static constexpr int kBwdVec = kBwdDsT + kTile * kI8T;  // 10 vectors of 64 f32
-  static constexpr int kBwdMu = kBwdVec + 10 * kTile * 4;
-  static constexpr int kBwdBytes = kBwdMu + 2 * D * 4;
-  static_assert(kFwdBytes <= 227 * 1024, "forward shared memory over the sm_90 limit");
-  static_assert(kBwdBytes <= 227 * 1024, "backward shared memory over the sm_90 limit");
-  static_assert(kI8D % 16 == 0 && kI8T % 16 == 0 && (kBfD * 2) % 16 == 0, "16-byte rows");
-  static_assert(kFwdKh % 16 == 0 && kFwdVht % 16 == 0 && kFwdStage % 16 == 0 && kFwdPh % 16 == 0 && kFwdF32 % 16 == 0,
-                "16-byte aligned forward regions");
-  static_assert(kBwdV % 16 == 0 && kBwdQh % 16 == 0 && kBwdQht % 16 == 0 && kBwdDo % 16 == 0 &&
-                    kBwdDoht % 16 == 0 && kBwdPart % 16 == 0 && kBwdPT % 16 == 0 &&
-                    kBwdVec % 16 == 0 && kBwdMu % 16 == 0,
-                "16-byte aligned backward regions");
-};
-
-// Backward shared-memory layout. Default: SageConfig's padded tiles. kWg (kBwdWgmma): the S / dP
-// operands (K^, V, Q^, dO) first, as 1024-byte-aligned GmmaTiles (wgmma.cuh, no padding), then
-// the other regions in SageConfig's order. kWg2 (kBwdWgmma2, with kWg): the operands of dV, dK
-// and dQ too: K^T, Q^T, dO^T [D][64] and P^T, dS^, dS^T [64][64] as 64-byte-swizzled GmmaTiles,
-// then the column partials, vectors and mu. Either wgmma layout adds 1 KB of slack to align the
-// dynamic shared memory base.
-template <int D, bool kWg, bool kWg2 = false, bool kDqStage = false>
 struct BwdLayout {
-  static_assert(!kWg2 || kWg, "kBwdWgmma2 builds on kBwdWgmma");
-  using C = SageConfig<D>;
   using TileI8 = cuda::wgmma::GmmaTile<kTile, D>;      // K^, Q^ (V^, dO^ with int8_dp)
   using TileBf = cuda::wgmma::GmmaTile<kTile, 2 * D>;  // V, dO (bf16)
   using TileT = cuda::wgmma::GmmaTile<D, kTile>;       // K^T, Q^T, dO^T: [D][64 tokens]
   using TileP = cuda::wgmma::GmmaTile<kTile, kTile>;   // P^T, dS^T [key][q], dS^ [q][key]
-  static constexpr int kKh = kWg ? 0 : C::kBwdKh;
-  static constexpr int kV = kWg ? TileI8::kBytes : C::kBwdV;
-  static constexpr int kQh = kWg ? kV + TileBf::kBytes : C::kBwdQh;
-  static constexpr int kDo = kWg ? kQh + TileI8::kBytes : C::kBwdDo;
-  static constexpr int kTBytes = kWg2 ? TileT::kBytes : D * kI8T;  // one of K^T, Q^T, dO^T
-  static constexpr int kKht = kWg ? kDo + TileBf::kBytes : C::kBwdKht;
-  static constexpr int kQht = kWg ? kKht + kTBytes : C::kBwdQht;
-  static constexpr int kDoht = kWg ? kQht + kTBytes : C::kBwdDoht;
-  // Without kWg2 the rest keeps SageConfig's relative order from kRest; with it, P^T, dS^, dS^T
-  // (4 KB each, aligned) come first, then the partials, vectors and mu.
-  static constexpr int kRest = kWg ? kDoht + kTBytes : C::kBwdPart;
-  static constexpr int kPT = kWg2 ? kRest : kRest + (C::kBwdPT - C::kBwdPart);
-  static constexpr int kDsh = kWg2 ? kPT + TileP::kBytes : kRest + (C::kBwdDsh - C::kBwdPart);
-  static constexpr int kDsT = kWg2 ? kPT + 2 * TileP::kBytes : kRest + (C::kBwdDsT - C::kBwdPart);
-  static constexpr int kPart = kWg2 ? kPT + 3 * TileP::kBytes : kRest;
-  static constexpr int kVec = kWg2 ? kPart + 3 * 4 * kTile * 4 : kRest + (C::kBwdVec - C::kBwdPart);
-  static constexpr int kMu = kWg2 ? kVec + 10 * kTile * 4 : kRest + (C::kBwdMu - C::kBwdPart);
-  // kDqStage (kBwdBulkDq): the dQ staging blocks, one 16 x 64 f32 block (4 KB, DqAccIndex order)
-  // per warp.
+  static constexpr int kKh = 0;
+  static constexpr int kV = TileI8::kBytes;
+  static constexpr int kQh = kV + TileBf::kBytes;
+  static constexpr int kDo = kQh + TileI8::kBytes;
+  static constexpr int kKht = kDo + TileBf::kBytes;
+  static constexpr int kQht = kKht + TileT::kBytes;
+  static constexpr int kDoht = kQht + TileT::kBytes;
+  static constexpr int kPT = kDoht + TileT::kBytes;  // P^T, dS^, dS^T: 4 KB each, aligned
+  static constexpr int kDsh = kPT + TileP::kBytes;
+  static constexpr int kDsT = kPT + 2 * TileP::kBytes;
+  static constexpr int kPart = kPT + 3 * TileP::kBytes;
+  static constexpr int kVec = kPart + 3 * 4 * kTile * 4;
+  static constexpr int kMu = kVec + 10 * kTile * 4;
+  // The dQ staging blocks, one 16 x 64 f32 block (4 KB, DqAccIndex order) per warp.
   static constexpr int kDqSt = (kMu + 2 * D * 4 + 15) / 16 * 16;
-  // kBwdTma: two mbarriers (Q^ / dO, then Q^T / dO^T of the Q tile).
-  static constexpr int kTmaBar = kDqStage ? kDqSt + kTile * 64 * 4 : (kMu + 2 * D * 4 + 7) / 8 * 8;
-  static constexpr int kBytes = kTmaBar + 16 + (kWg ? 1024 : 0);
+  // Two mbarriers (Q^ / dO, then Q^T / dO^T of the Q tile).
+  static constexpr int kTmaBar = kDqSt + kTile * 64 * 4;
+  static constexpr int kBytes = kTmaBar + 16 + 1024;
   static_assert(kBytes <= 227 * 1024, "backward shared memory over the sm_90 limit");
-  static_assert(!kWg || (TileI8::kBytes % 1024 == 0 && TileBf::kBytes % 1024 == 0),
+  static_assert(TileI8::kBytes % 1024 == 0 && TileBf::kBytes % 1024 == 0,
                 "GmmaTiles stay 1024-byte aligned");
-  static_assert(!kWg2 || (kKht % 1024 == 0 && kTBytes % 1024 == 0 && kPT % 1024 == 0 &&
-                          TileP::kBytes % 1024 == 0),
+  static_assert(kKht % 1024 == 0 && TileT::kBytes % 1024 == 0 && kPT % 1024 == 0 &&
+                    TileP::kBytes % 1024 == 0,
                 "64B-swizzled tiles stay aligned");
 };
 
@@ -268,25 +205,19 @@ __device__ __forceinline__ float GroupScale(float max_abs) {
   return s == 0.0f ? 1.0f : s;
 }
 
-// round_half_even(x * inv_s) clamped to [-127, 127]: the quantizer of the kernels' inner loops,
-// with the reciprocal of the group scale taken once per group (may differ from x / s by one
-// step at exact ties, within the tests' tolerance).
-__device__ __forceinline__ int8_t QuantizeS8Inv(float x, float inv_s) {
-  const int r = __float2int_rn(x * inv_s);
-  return static_cast<int8_t>(max(-127, min(127, r)));
-}
-
-
-// Fast quantizer (backward with kBwdFastQ): round_half_even(x * inv_s) formed by one
-// FMA into the mantissa of 1.5 * 2^23 (the integer lands in the low bits, two's complement in the
+// The quantizer of the kernels' inner loops, with the reciprocal of the group scale taken once per
+// group (may differ from x / s by one step at exact ties, within the tests' tolerance). Fast form
+// (backward, kBwdFastQ): round_half_even(x * inv_s) formed by one FMA into the mantissa of 1.5 *
+// 2^23 (the integer lands in the low bits, two's complement in the
 // low byte; exact for |x inv_s| < 2^22), no clamp: x is one of the values whose largest magnitude
 // m gave s = m / 127 (rounded) and inv_s = 1 / s (rounded), so |x inv_s| <= 127 (1 + 2^-22) <
-// 127.5. Rounds the exact product once, half to even (QuantizeS8Inv rounds the fp32 product, then
-// to an integer): the two differ only at near-ties, as both differ from the emulator's x / s. A
+// 127.5. Rounds the exact product once, half to even (the reference form, QuantBitsRn and the
+// removed F2I quantizer rne(fl(x inv_s)) clamped, rounds the fp32 product, then to an integer):
+// the two differ only at near-ties, as both differ from the emulator's x / s. A
 // host sweep (12.8M values, 4.4M of them within an ulp of a tie, 200k group maxima from 2^-20 to
 // 2^10 and 0; plus every float within 64 ulps of each tie point for 6 scales) found no |code| >
 // 127, every group max coded +-127, and fewer disagreements with the emulator's rne(x / s) in
-// double than QuantizeS8Inv has (1.49M vs 1.79M of the near-tie inputs; 19 of 8.4M random ones).
+// double than the F2I form has (1.49M vs 1.79M of the near-tie inputs; 19 of 8.4M random ones).
 constexpr float kQMagic = 12582912.0f;  // 1.5 * 2^23
 // The forward's lazy rescale (kLazyF): the running max (log2 domain) moves only for a tile row
 // max more than this above it (coef then up to 2^8 times s_V / 127).
@@ -296,12 +227,12 @@ constexpr int kQMagicBits = 0x4B400000;
 __device__ __forceinline__ uint32_t QuantBits(float x, float inv_s) {
   return __float_as_uint(fmaf(x, inv_s, kQMagic));
 }
-// QuantizeS8Inv's code bit for bit in the low byte, without F2I or clamps: the fp32 product x inv_s
-// (rounded as QuantizeS8Inv rounds it) rounded to an integer by adding 1.5 * 2^23; no clamp under
-// QuantBits' condition (x one of the values whose largest magnitude gave the scale). QuantBits'
-// single FMA rounds the exact product instead: on bf16 inputs (the quantize launches) it
-// disagreed with the emulator's codes 2.5x as often (host count, 8.2M values) and failed the
-// GPU test's tight emulator comparisons.
+// The F2I quantizer's code (rne(fl(x inv_s)) clamped to [-127, 127]) bit for bit in the low
+// byte, without F2I or clamps: the fp32 product x inv_s rounded to an integer by adding 1.5 *
+// 2^23; no clamp under QuantBits' condition (x one of the values whose largest magnitude gave the
+// scale). QuantBits' single FMA rounds the exact product instead: on bf16 inputs (the quantize
+// launches) it disagreed with the emulator's codes 2.5x as often (host count, 8.2M values) and
+// failed the GPU test's tight emulator comparisons.
 __device__ __forceinline__ uint32_t QuantBitsRn(float x, float inv_s) {
   return __float_as_uint(__fadd_rn(__fmul_rn(x, inv_s), kQMagic));  // _rn: never fused
 }
@@ -332,18 +263,21 @@ __device__ __forceinline__ float SoftmaxScale(float a) {
   return __uint_as_float(__float_as_uint(a) & ~3u);
 }
 
-// Backward kernel-lab variants (kernels/bench/README.md, Variants): bits of a template parameter,
-// selected per call by SageCudaOptions::bwd_variant (the GPU test's lab mode; production calls
-// leave it at -1 = kBwdProduction).
+// Backward variants (kernels/bench/README.md, Variants): bits of a template parameter, selected
+// per call by SageCudaOptions::bwd_variant (the GPU test's lab mode; production calls leave it at
+// -1 = BwdProductionFor). The bits below up to kBwdBulkDq are the steps of sagebwd v4-v8 (each
+// measured in the bench notes); every compiled variant has all of them (kBwdBase), so the kernel
+// has no code without them, and each has kBwdTma or kBwdWs. The lab variants that lacked some
+// (the mma.sync kernels v4 / v4q, the wgmma steps v7a-v7s, the cp.async Q side without kBwdWs)
+// were removed in session 22; commit 78f17c5 still has them.
 // (Bits 1, 2, 4 were v3's Q-tile prefetch, 16-byte dQ atomics and S32ToF32 conversion: 2-6%
 // slower together, removed; git history.)
 constexpr int kBwdInterior = 8;  // interior blocks (no tail, no causal diagonal) skip the masks
 constexpr int kBwdOcc3 = 16;     // D = 64: __launch_bounds__(128, 3): <= 168 registers, 3 CTAs/SM
 constexpr int kBwdExp2 = 32;     // P = ex2.approx(x a log2e - lse log2e) instead of expf(a x - lse)
-                                 // (v4 lab variant 56 measured exp2f there, interior blocks only)
 constexpr int kBwdFastQ = 128;   // P^T, dS^T, dS^ codes by QuantBits / QuantPack2 (no F2I / clamp)
-constexpr int kBwdWgmma = 256;   // S = Q^ K^T and dP = dO V^T by wgmma from GmmaTiles (lab, v7a)
-constexpr int kBwdWgmma2 = 512;  // with 256: dV, dK, dQ by wgmma too (lab, v7b)
+constexpr int kBwdWgmma = 256;   // S = Q^ K^T and dP = dO V^T by wgmma from GmmaTiles (v7a)
+constexpr int kBwdWgmma2 = 512;  // with 256: dV, dK, dQ by wgmma too (v7b)
 constexpr int kBwdColRs = 1024;  // column partials by ColumnReduceScatter (14 shuffles, not 48)
 constexpr int kBwdWgPipe = 2048;  // with 512: dV / dK / dQ wgmma two in flight (epilogue overlap)
 // (4096 was v7's next-Q-tile prefetch, measured slower and removed.)
@@ -353,14 +287,24 @@ constexpr int kBwdColVec = 32768;  // with 8192: the per-column 1 / scale of P a
                                    // one 16-byte shared load per column pair in the quantization
 constexpr int kBwdBulkDq = 65536;  // with 2048: dQ partials staged in shared memory (per warp, its
                                    // 16 rows) and added by bulk reductions, not red.global
+// sagebwd v8 (110520): what every compiled backward variant builds on.
+constexpr int kBwdBase = kBwdInterior + kBwdOcc3 + kBwdExp2 + kBwdFastQ + kBwdWgmma + kBwdWgmma2 +
+                         kBwdColRs + kBwdWgPipe + kBwdSplitWait + kBwdColVec + kBwdBulkDq;
+static_assert(kBwdBase == 110520, "the variant numbers of the bench notes");
+// The optional bits:
+// kBwdTma: the Q side of each Q tile (Q^, dO or dO^, Q^T, dO^T) copied by TMA, one thread issuing
+// a few cp.async.bulk.tensor per tile that complete on mbarriers (wgmma.cuh, LoadGmmaTileTma),
+// instead of every thread of the CTA (kBwdWs: of the producer warpgroup) issuing 16-byte
+// cp.async copies with their addresses (~130 of ~1600 instructions per warp and tile at d64).
+constexpr int kBwdTma = kSageBwdTma;
 constexpr int kBwdLpt = 131072;  // grid (BH, K tiles): causal CTAs in longest-first order across
                                  // all heads (K tile 0 of every head first), not head by head
-// kBwdWs (with kBwdWgPipe and kBwdColVec): warp-specialized. C = kWsConsumers (2) + 1
-// warpgroups: warpgroup 0 is the producer (cp.async copies of each Q tile's Q^,
-// dO, Q^T, dO^T plus its lse, D_i, mu and scales into a two-stage ring, mbarriers full / empty),
-// warpgroup 1 + c is the consumer of K tile C jj + c of CTA jj, running the per-tile body with
-// named barriers per warpgroup; the consumers issue no Q-side copies and share one copy of the Q
-// side, the producer gives its registers to them (setmaxnreg). One CTA per SM.
+// kBwdWs: warp-specialized. C = kWsConsumers (2) + 1 warpgroups: warpgroup 0 is the producer
+// (copies of each Q tile's Q^, dO, Q^T, dO^T, by TMA with kBwdTma, else cp.async, plus its lse,
+// D_i, mu and scales into a two-stage ring, mbarriers full / empty), warpgroup 1 + c is the
+// consumer of K tile C jj + c of CTA jj, running the per-tile body with named barriers per
+// warpgroup; the consumers issue no Q-side copies and share one copy of the Q side, the producer
+// gives its registers to them (setmaxnreg). One CTA per SM.
 constexpr int kBwdWs = 262144;
 // kBwdDqPair (with kBwdWs, D = 128, 128-key K / V groups): the two consumers share dQ. dS^ is
 // quantized with one scale per query row over both consumers' 128 keys (the emulator's bkv = 128:
@@ -370,13 +314,7 @@ constexpr int kBwdWs = 262144;
 // instead of two of K = 64). Both consumers run every Q tile of the CTA (a causal tile above a
 // consumer's diagonal or a K tile past N is computed fully masked: P = dS = 0).
 constexpr int kBwdDqPair = kSageBwdDqPair;
-// kBwdTma (with kBwdSplitWait; kBwdWs or not): the Q side of each Q tile (Q^, dO or dO^, Q^T,
-// dO^T) copied by TMA, one thread issuing a few cp.async.bulk.tensor per tile that complete on
-// mbarriers (wgmma.cuh, LoadGmmaTileTma), instead of every thread of the CTA (kBwdWs: of the
-// producer warpgroup) issuing 16-byte cp.async copies with their addresses (~130 of ~1600
-// instructions per warp and tile at d64).
-constexpr int kBwdTma = kSageBwdTma;
-// kBwdEarlyP1 (with kBwdDqPair and kBwdTma; not with int8_dp, whose launches drop the bit): the
+// kBwdEarlyP1 (with kBwdDqPair; not with int8_dp, whose launches drop the bit): the
 // next Q tile's phase-1 products issued before this tile's last two epilogues, dP = dO V^T after
 // the fourth phase-2 epilogue (in the registers its product freed), S = Q^ K^T after the fifth,
 // so the tensor cores run them while the consumer folds, instead of every consumer waiting for
@@ -386,7 +324,7 @@ constexpr int kBwdEarlyP1 = kSageBwdEarlyP1;
 // found by an acq_rel counter per tile: 0.78-0.98x; docs/gpu/2026-11-21-h200-pdl.)
 template <int D, int kVar>
 constexpr int BwdMinBlocks() {
-  return (D == 64 && (kVar & kBwdOcc3) != 0 && (kVar & kBwdWs) == 0) ? 3 : 1;
+  return (D == 64 && (kVar & kBwdWs) == 0) ? 3 : 1;  // kBwdOcc3
 }
 template <int D, int kVar>
 constexpr int BwdThreads() {
@@ -419,8 +357,8 @@ __device__ __forceinline__ void ColumnReduceScatter(const float (&v)[16], int la
   }
 }
 
-// Fragment loads by ldmatrix from the padded tiles: every row stride used here (kI8D, kI8T,
-// kBfD * 2 bytes) is an odd number of 16-byte chunks, so the 8 row addresses of one 8x8 matrix
+// Fragment loads by ldmatrix from the padded tiles: every row stride used here (kI8D = D + 16,
+// kI8T bytes) is an odd number of 16-byte chunks, so the 8 row addresses of one 8x8 matrix
 // fall in 8 different 16-byte bank groups (conflict-free). int8 tiles are read as b16 (the s8
 // m16n8k32 fragments have the bf16 m16n8k16 layout with bytes for elements, see
 // attention_common.cuh).
@@ -461,28 +399,6 @@ __device__ __forceinline__ void WarpGemmS8(const int8_t* A, int sa, const int8_t
   }
 }
 
-// acc[nt] = A (16 x KD bf16, element stride sa) * B^T (8*NT x KD bf16, stride sb), fp32.
-template <int KD, int NT>
-__device__ __forceinline__ void WarpGemmBf16(const __nv_bfloat16* A, int sa,
-                                             const __nv_bfloat16* B, int sb, float (&acc)[NT][4]) {
-  static_assert(NT % 2 == 0, "n-blocks in pairs");
-  const int lane = threadIdx.x & 31;
-#pragma unroll
-  for (int n = 0; n < NT; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-#pragma unroll
-  for (int k0 = 0; k0 < KD; k0 += 16) {
-    uint32_t a[4];
-    LdA(a, A, 2 * sa, 2 * k0, lane);
-#pragma unroll
-    for (int n = 0; n < NT; n += 2) {
-      uint32_t b[4];
-      LdB2(b, B, 2 * sb, n * 8, 2 * k0, lane);
-      MmaBf16(acc[n], a, b[0], b[1]);
-      MmaBf16(acc[n + 1], a, b[2], b[3]);
-    }
-  }
-}
-
 // Copies `rows` rows of `row_bytes` bytes (multiple of 16, 16-byte aligned) from global to a
 // shared tile with byte stride `dst_stride`.
 __device__ __forceinline__ void CopyRows(void* dst, int dst_stride, const void* src,
@@ -497,20 +413,7 @@ __device__ __forceinline__ void CopyRows(void* dst, int dst_stride, const void* 
   }
 }
 
-// Copies 64 bf16 rows of length D starting at token row0 into a [64][D + 8] tile; rows >= n are 0.
-template <int D>
-__device__ __forceinline__ void CopyBf16Rows(__nv_bfloat16* dst, const __nv_bfloat16* src, int row0,
-                                             int n) {
-  constexpr int kChunks = D / 8;
-  for (int idx = threadIdx.x; idx < kTile * kChunks; idx += blockDim.x) {
-    const int r = idx / kChunks, c = idx % kChunks;
-    const bool ok = row0 + r < n;
-    cuda::CpAsync16(cuda::SmemAddr(dst + r * SageConfig<D>::kBfD + c * 8),
-                    ok ? static_cast<const void*>(src + int64_t(row0 + r) * D + c * 8) : src, ok);
-  }
-}
-
-// Waits for this thread's CopyRows / CopyBf16Rows (the caller then syncs the block).
+// Waits for this thread's cp.async copies (the caller then syncs the block).
 __device__ __forceinline__ void CopyWait() {
   cuda::CpAsyncCommit();
   cuda::CpAsyncWait<0>();
@@ -1201,164 +1104,16 @@ __device__ __forceinline__ float FusedQQuantize(const FwdParams& p, int64_t bh, 
   return s;
 }
 
-// grid: (Q tiles, BH); block: 128 (warp w: rows 16w..16w+15 of the Q tile).
-template <int D, bool kCausal>
-__global__ void __launch_bounds__(kThreads) SageForwardKernel(FwdParams p) {
-  using C = SageConfig<D>;
-  extern __shared__ __align__(16) char smem[];
-  int8_t* s_qh = reinterpret_cast<int8_t*>(smem + C::kFwdQh);
-  int8_t* s_kh = reinterpret_cast<int8_t*>(smem + C::kFwdKh);
-  int8_t* s_vht = reinterpret_cast<int8_t*>(smem + C::kFwdVht);
-  int8_t* s_ph = reinterpret_cast<int8_t*>(smem + C::kFwdPh);
-  float* s_bias = reinterpret_cast<float*>(smem + C::kFwdF32);
-  float* s_mu = s_bias + kTile;
-  float* s_kbar = s_mu + D;
-
-  const int i = blockIdx.x, bh = blockIdx.y;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int r0 = i * kTile, nr = min(kTile, p.n - r0);
-  const int64_t nd = int64_t(p.n) * D, npd = int64_t(p.np) * D;
-
-  CopyRows(s_qh, C::kI8D, p.qh + bh * npd + int64_t(r0) * D, D, kTile, D);
-  if (p.smooth_q) {
-    for (int d = threadIdx.x; d < D; d += blockDim.x) {
-      s_mu[d] = p.mu[(int64_t(bh) * p.ntq + i) * D + d];
-      s_kbar[d] = p.kbar[int64_t(bh) * D + d];
-    }
-  }
-  const float sq = p.sq[int64_t(bh) * p.ntq + i];
-
-  // Rows owned by this thread: lr[0] = 16w + g, lr[1] = lr[0] + 8.
-  const int gr[2] = {r0 + warp * 16 + g, r0 + warp * 16 + g + 8};
-  constexpr int kNtO = D / 8;
-  float acc[kNtO][4];
-#pragma unroll
-  for (int n = 0; n < kNtO; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-
-  const int last = kCausal ? min(p.ntk - 1, (r0 + nr - 1) / kTile) : p.ntk - 1;
-  // Stage 0 <- K tile 0 (one cp.async group with Q^); tile j + 1 is issued at the top of
-  // iteration j into the other stage, so its copy overlaps tile j's math.
-  CopyRows(s_kh, C::kI8D, p.kh + bh * npd, D, kTile, D);
-  CopyRows(s_vht, kI8T, p.vht + bh * npd, p.np, D, kTile);
-  cuda::CpAsyncCommit();
-  for (int j = 0; j <= last; ++j) {
-    const int c0 = j * kTile;
-    __syncthreads();  // previous tile's smem reads (of the stage refilled below, s_bias) are done
-    if (j < last) {
-      const int nx = (j + 1) & 1;
-      CopyRows(s_kh + nx * C::kFwdStage, C::kI8D, p.kh + bh * npd + int64_t(c0 + kTile) * D, D,
-               kTile, D);
-      CopyRows(s_vht + nx * C::kFwdStage, kI8T, p.vht + bh * npd + c0 + kTile, p.np, D, kTile);
-    }
-    cuda::CpAsyncCommit();  // possibly empty group: keeps the wait count uniform
-    if (p.smooth_q) BlockBias<D>(p.k + bh * nd, s_mu, s_kbar, j, p.n, p.tau, s_bias);
-    cuda::CpAsyncWait<1>();  // tile j (and Q^) landed for this thread
-    __syncthreads();
-    const int8_t* s_khj = s_kh + (j & 1) * C::kFwdStage;
-    const int8_t* s_vhtj = s_vht + (j & 1) * C::kFwdStage;
-
-    int32_t si[8][4];
-    WarpGemmS8<D, 8>(s_qh + warp * 16 * C::kI8D, C::kI8D, s_khj, C::kI8D, si);
-    const float a = p.tau * sq * KvGroupScale(p.sk, p, bh, j);
-    const float svj = KvGroupScale(p.sv, p, bh, j);
-    float sf[8][4];
-    float rowmax[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int n = 0; n < 8; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int h = e >> 1, c = n * 8 + 2 * t + (e & 1), gc = c0 + c;
-        const bool valid = gr[h] < p.n && gc < p.n && (!kCausal || gc <= gr[h]);
-        float x = a * S32ToF32(si[n][e]);
-        if (p.smooth_q) x += s_bias[c];
-        sf[n][e] = valid ? x : -INFINITY;
-        rowmax[h] = fmaxf(rowmax[h], sf[n][e]);
-      }
-    }
-    float m_new[2], alpha[2], coef[2], sp[2], spinv[2], rowsum[2] = {0.0f, 0.0f}, pmax[2] = {0.0f, 0.0f};
-    bool live[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      rowmax[h] = QuadMax(rowmax[h]);
-      live[h] = rowmax[h] != -INFINITY;  // the row has a visible key in this tile
-      m_new[h] = live[h] ? fmaxf(m[h], rowmax[h]) : m[h];
-    }
-#pragma unroll
-    for (int n = 0; n < 8; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int h = e >> 1;
-        const float pe = sf[n][e] == -INFINITY ? 0.0f : expf(sf[n][e] - m_new[h]);
-        sf[n][e] = pe;
-        pmax[h] = fmaxf(pmax[h], pe);
-        rowsum[h] += pe;
-      }
-    }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      pmax[h] = QuadMax(pmax[h]);
-      rowsum[h] = QuadSum(rowsum[h]);
-      sp[h] = GroupScale(pmax[h]);
-      alpha[h] = live[h] ? expf(m[h] - m_new[h]) : 1.0f;  // m = -inf on the first visible tile
-      coef[h] = sp[h] * svj;
-      spinv[h] = 1.0f / sp[h];
-    }
-    // P~^ of this warp's 16 rows to shared memory, [row][key].
-    int8_t* ph = s_ph + warp * 16 * kI8T;
-#pragma unroll
-    for (int n = 0; n < 8; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int h = e >> 1;
-        ph[(g + 8 * h) * kI8T + n * 8 + 2 * t + (e & 1)] = QuantizeS8Inv(sf[n][e], spinv[h]);
-      }
-    }
-    __syncwarp();
-    int32_t pv[kNtO][4];
-    WarpGemmS8<kTile, kNtO>(ph, kI8T, s_vhtj, kI8T, pv);
-#pragma unroll
-    for (int n = 0; n < kNtO; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int h = e >> 1;
-        acc[n][e] = acc[n][e] * alpha[h] + coef[h] * S32ToF32(pv[n][e]);
-      }
-    }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      if (live[h]) {
-        l[h] = l[h] * alpha[h] + rowsum[h];
-        m[h] = m_new[h];
-      }
-    }
-    __syncwarp();
-  }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    if (gr[h] >= p.n) continue;
-    __nv_bfloat16* orow = p.o + bh * nd + int64_t(gr[h]) * D;
-    const float inv_l = 1.0f / l[h];  // CPU: o = acc / l (this differs by an ulp at most)
-#pragma unroll
-    for (int n = 0; n < kNtO; ++n) {
-      const __nv_bfloat162 v2 =
-          __floats2bfloat162_rn(acc[n][2 * h] * inv_l, acc[n][2 * h + 1] * inv_l);
-      *reinterpret_cast<__nv_bfloat162*>(orow + n * 8 + 2 * t) = v2;
-    }
-    if (t == 0) p.lse[int64_t(bh) * p.n + gr[h]] = m[h] + logf(l[h]);
-  }
-}
-
-// Forward v5 (kernels/bench/README.md, Variants): 128 query rows per CTA = two 64-row
-// quantization groups (Q^ scales, mu and the emulator's Bq stay 64), MW m16 row blocks per warp
-// (MW = 1: 8 warps, MW = 2: 4 warps with each K^ / V^T fragment feeding two row blocks), K^ and
-// V^T double-buffered by cp.async, fragments by ldmatrix. Softmax in the log2 domain (the logits
+// Forward v5 (kernels/bench/README.md, Variants): 128 query rows per CTA = two 64-row quantization
+// groups (Q^ scales, mu and the emulator's Bq stay 64), one m16 row block per warp (8 warps;
+// FwdV5Config::kMw), K^ and V^T double-buffered by cp.async, fragments by ldmatrix (v5a, lab
+// variant 8; the wgmma kernels below keep its structure). Softmax in the log2 domain (the logits
 // scaled by log2 e; LSE converted back): P~^ = rne(127 exp2(x - rowmax)) (= P~ / s_P of the
 // emulator: s_P = exp(rowmax - m_new) / 127 cancels m_new), made by one FMA into the mantissa of
-// 1.5 * 2^23 and packed from the S registers straight into the s8 A fragments of P^ V^ (the V^T
-// key order is permuted to match: FwdKeyOfSlot); l += exp(rowmax - m_new) * rowsum; O += s_P s_V
-// (P^ V^). Tiles with no masked entry for the warp (interior) skip the mask arithmetic; causal
-// tiles past a warp's last row are skipped by that warp; causal CTAs run heaviest first.
+// 1.5 * 2^23 and packed from the S registers straight into the s8 A fragments of P^ V^ (the V^T key
+// order is permuted to match: FwdKeyOfSlot); l += exp(rowmax - m_new) * rowsum; O += s_P s_V (P^
+// V^). Tiles with no masked entry for the warp (interior) skip the mask arithmetic; causal tiles
+// past a warp's last row are skipped by that warp; causal CTAs run heaviest first.
 
 constexpr int kFwdRows = 128;
 // kWg (v6 forward, MW = 1): the same regions as GmmaTiles (wgmma.cuh): Q^ as two [64][D] int8
@@ -1375,14 +1130,16 @@ constexpr int kFwdRows = 128;
 constexpr bool FwdFusesQ(bool wgmma, bool smooth_q) { return wgmma && !smooth_q; }
 
 // kK128 (lab forward 16 / 17): 4 stages, the consumers step two K tiles at a time.
-template <int D, int MW, bool kWg = false, bool kWsF = false, bool kK128 = false>
+template <int D, bool kWg = false, bool kWsF = false, bool kK128 = false>
 struct FwdV5Config {
-  static_assert(!kWg || MW == 1, "the wgmma forward has one 16-row block per warp");
+  // m16 row blocks per warp: 1 (v5b's 2, 4 warps with each K^ / V^T fragment feeding two row
+  // blocks, was removed in session 22; the loops over it stay).
+  static constexpr int kMw = 1;
   static_assert(!kWsF || kWg, "the warp-specialized forward builds on the wgmma one");
   static_assert(!kK128 || kWsF, "the 128-key forward builds on the warp-specialized one");
   using TileI8 = cuda::wgmma::GmmaTile<kTile, D>;  // Q^ group, K^
   using TileT = cuda::wgmma::GmmaTile<D, kTile>;   // V^T [D][64 keys]
-  static constexpr int kWarps = kFwdRows / (16 * MW);
+  static constexpr int kWarps = kFwdRows / (16 * kMw);
   static constexpr int kThreadsV5 = kWarps * 32;  // the threads of the attention math
   static constexpr int kThreadsLaunch = kThreadsV5 + (kWsF ? 128 : 0);
   static constexpr int kStages = kK128 ? 4 : kWsF ? 3 : 2;
@@ -1401,15 +1158,15 @@ struct FwdV5Config {
   static constexpr int kQt = (kBar + (kWsF ? 2 * kStages : kStages) * 8 + 15) / 16 * 16;
   static constexpr int kQRed = kQt + (kQStaging ? 2 * D * kTile : 0);
   static constexpr int kBytes = kQRed + (kQStaging ? 8 * 4 : 0) + (kWg ? 1024 : 0);
-  static constexpr int kMinBlocks = kWsF ? 1 : (MW == 1) ? (D == 64 ? 2 : 1) : 2;
+  static constexpr int kMinBlocks = kWsF ? 1 : (D == 64 ? 2 : 1);
   static_assert(kBytes * kMinBlocks <= 227 * 1024, "forward v5 shared memory over the sm_90 limit");
   static_assert(kStage0 % 16 == 0 && kVh % 16 == 0 && kStage % 16 == 0 && kF32 % 16 == 0,
                 "16-byte aligned forward v5 regions");
 };
 
-// kFastS (v5c): interior tiles without Q-smoothing take the row max over the raw int32 sums and
-// scale only the differences (one FMA on the mantissa form of 1.5 * 2^23 + S - rowmax); the
-// P^ V^ sums are folded into O by two FMAs on the same mantissa form.
+// Interior tiles without Q-smoothing take the row max over the raw int32 sums and scale only the
+// differences (one FMA on the mantissa form of 1.5 * 2^23 + S - rowmax: v5c's kFastS, now in every
+// variant); the P^ V^ sums are folded into O by two FMAs on the same mantissa form.
 // kWg (v6 forward, MW = 1): S = Q^ K^T by wgmma from the GmmaTiles (one warpgroup per 64-row Q
 // group) and P^ V^ by wgmma with P^ from registers (MmaS8RS: the packed A fragments as they are;
 // V^T keeps the permuted key order). No warp skips a tile and the mask test is per CTA, so every
@@ -1423,18 +1180,19 @@ struct FwdV5Config {
 // each K tile's two scales; warpgroups 1 and 2 compute as in 10 / 11 without any CTA barrier in
 // the loop (each waits for full[s] and releases empty[s] after its P^ V^ wgmmas); registers move
 // from the producer to them (setmaxnreg 24 / 240).
-template <int D, bool kCausal, bool kSmoothQ, int MW, bool kFastS, bool kWg = false,
-          bool kLptF = false, bool kWsF = false, bool kPipeF = false, bool kK128 = false,
-          bool kTmaF = false, bool kPingF = false, bool kLazyF = false>
-__global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreadsLaunch,
-                                  FwdV5Config<D, MW, kWg, kWsF, kK128>::kMinBlocks)
+template <int D, bool kCausal, bool kSmoothQ, bool kWg = false, bool kLptF = false,
+          bool kWsF = false, bool kPipeF = false, bool kK128 = false, bool kTmaF = false,
+          bool kPingF = false, bool kLazyF = false>
+__global__ void __launch_bounds__(FwdV5Config<D, kWg, kWsF, kK128>::kThreadsLaunch,
+                                  FwdV5Config<D, kWg, kWsF, kK128>::kMinBlocks)
     SageForwardKernelV5(const __grid_constant__ FwdParams p) {
   static_assert(!kPipeF || kWsF, "the pipelined forward loop builds on the warp-specialized one");
   static_assert(!kTmaF || kWg, "the TMA copies fill the wgmma forwards' GmmaTiles");
   static_assert(!(kPipeF && kK128), "one or the other");
   static_assert(!kPingF || kK128, "the ping-pong issue order is the 128-key loop's");
   static_assert(!kLazyF || kWg, "the lazy rescale is in the wgmma forwards' fold");
-  using C = FwdV5Config<D, MW, kWg, kWsF, kK128>;
+  using C = FwdV5Config<D, kWg, kWsF, kK128>;
+  constexpr int MW = C::kMw;  // m16 row blocks per warp
   using cuda::FastExp2;
   using cuda::kLog2e;
   namespace wg = cuda::wgmma;
@@ -1674,7 +1432,7 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
   auto softmax_rows = [&](auto mask_tag, int mb, const auto& s, float a, float svj, int c0,
                           auto& pam, float (&alpham)[2], float (&coefm)[2]) {
     constexpr bool kMask = decltype(mask_tag)::value;
-    constexpr bool kFast = !kMask && !kSmoothQ && kFastS;
+    constexpr bool kFast = !kMask && !kSmoothQ;
     constexpr int NB = std::extent_v<std::remove_reference_t<decltype(s)>>;
     static_assert(NB % 4 == 0 && std::extent_v<std::remove_reference_t<decltype(pam)>> == NB / 4,
                   "P~^ k-steps of 32 keys");
@@ -1831,12 +1589,8 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
         for (int e = 0; e < 4; ++e) {
           const int h = e >> 1;
           float& o = acc[0][ch * 8 + n][e];
-          if constexpr (kFastS) {
-            o = fmaf(coef0[h], __int_as_float(kQMagicBits + pv[ch][4 * n + e]),
-                     fmaf(o, alpha0[h], cb[h]));
-          } else {
-            o = o * alpha0[h] + coef0[h] * S32ToF32(pv[ch][4 * n + e]);
-          }
+          o = fmaf(coef0[h], __int_as_float(kQMagicBits + pv[ch][4 * n + e]),
+                   fmaf(o, alpha0[h], cb[h]));
         }
       }
     });
@@ -2121,13 +1875,8 @@ __global__ void __launch_bounds__(FwdV5Config<D, MW, kWg, kWsF, kK128>::kThreads
                 const int h = e >> 1;
                 // alpha acc + coef (fb - 1.5 * 2^23) as two FMAs (cb = -coef * 1.5 * 2^23: one
                 // rounding, ~0.75 coef, an int8-product unit, per tile).
-                if constexpr (kFastS) {
-                  acc[mb][n + q][e] = fmaf(coef[mb][h], __int_as_float(kQMagicBits + pv[mb][q][e]),
-                                           fmaf(acc[mb][n + q][e], alpha[mb][h], cb[mb][h]));
-                } else {
-                  acc[mb][n + q][e] =
-                      acc[mb][n + q][e] * alpha[mb][h] + coef[mb][h] * S32ToF32(pv[mb][q][e]);
-                }
+                acc[mb][n + q][e] = fmaf(coef[mb][h], __int_as_float(kQMagicBits + pv[mb][q][e]),
+                                         fmaf(acc[mb][n + q][e], alpha[mb][h], cb[mb][h]));
               }
             }
           }
@@ -2287,26 +2036,6 @@ __device__ __forceinline__ void PhaseOneWgmma(uint32_t dlo, uint32_t dlo_q, bool
   }
 }
 
-// tmp (64 x 64, s32) = A B^T for two 64 x 64-byte int8 GmmaTiles (64-byte swizzle; kBwdWgmma2:
-// P^T dO^T-slice, dS^T Q^T-slice, dS^ K^T-slice) at a_byte / b_byte of the shared buffer: two
-// m64n64k32 wgmmas, the result in the mma.sync layout (warp w: rows 16w..16w+15).
-__device__ __forceinline__ void WgmmaS8Tile64(uint32_t dlo, int a_byte, int b_byte,
-                                              int32_t (&tmp)[8][4]) {
-  namespace wg = cuda::wgmma;
-  using TP = wg::GmmaTile<kTile, kTile>;
-  int32_t acc[32];
-  wg::Fence();
-  wg::MmaS8First(acc, TileDesc<TP>(dlo, a_byte), TileDesc<TP>(dlo, b_byte));
-  wg::MmaS8(acc, TileDesc<TP>(dlo, a_byte, 32), TileDesc<TP>(dlo, b_byte, 32), true);
-  wg::Commit();
-  wg::Wait<0>();
-#pragma unroll
-  for (int n = 0; n < 8; ++n) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) tmp[n][e] = acc[4 * n + e];
-  }
-}
-
 // grid: (K tiles, BH); block: 128. Warp w owns keys 16w..16w+15 of the K tile for dK and dV, and
 // query rows 16w..16w+15 of each Q tile for S, dP, P, dS and dQ. kBwdWs: grid (groups of C =
 // kWsConsumers K tiles, BH), block 128 (C + 1): warpgroup 0 the producer, warpgroup 1 + c the
@@ -2314,28 +2043,19 @@ __device__ __forceinline__ void WgmmaS8Tile64(uint32_t dlo, int a_byte, int b_by
 template <int D, bool kCausal, int kVar>
 __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>()))
     SageBackwardKernel(const __grid_constant__ BwdParams p) {
-  constexpr bool kInt = (kVar & kBwdInterior) != 0, kFx = (kVar & kBwdExp2) != 0, kFq = (kVar & kBwdFastQ) != 0;
-  constexpr bool kWg = (kVar & kBwdWgmma) != 0, kWg2 = (kVar & kBwdWgmma2) != 0;
-  constexpr bool kWgPipe = kWg2 && (kVar & kBwdWgPipe) != 0;
+  static_assert((kVar & kBwdBase) == kBwdBase, "every backward variant builds on kBwdBase");
   constexpr bool kWs = (kVar & kBwdWs) != 0;
-  constexpr bool kSplitWait0 = kWg2 && (kVar & kBwdSplitWait) != 0;
-  constexpr bool kColVec = kSplitWait0 && (kVar & kBwdColVec) != 0;
-  constexpr bool kSplitWait = kSplitWait0 && !kWs;  // kWs: the producer waits for the copies
-  constexpr bool kBulkDq = kWgPipe && (kVar & kBwdBulkDq) != 0;
-  static_assert(!kWs || (kWgPipe && kColVec), "kBwdWs builds on kBwdWgPipe and kBwdColVec");
+  constexpr bool kTma = (kVar & kBwdTma) != 0;
+  static_assert(kTma || kWs, "the Q side by TMA, or by the producer's cp.async (kBwdWs)");
   constexpr bool kPair = (kVar & kBwdDqPair) != 0;
   static_assert(!kPair || (kWs && D == 128 && kWsConsumers == 2), "kBwdDqPair: kBwdWs at D = 128");
-  constexpr bool kTma = (kVar & kBwdTma) != 0;
-  static_assert(!kTma || kSplitWait0, "kBwdTma builds on kBwdSplitWait");
   constexpr bool kEarly = (kVar & kBwdEarlyP1) != 0;
-  static_assert(!kEarly || (kPair && kTma), "kBwdEarlyP1 builds on kBwdDqPair and kBwdTma");
-  using C = SageConfig<D>;
-  using L = std::conditional_t<kWs, BwdWsLayout<D>, BwdLayout<D, kWg, kWg2, kBulkDq>>;
-  // Byte offset of (row, col) in P^T, dS^T, dS^ (kI8T-padded, or 64B-swizzled with kWg2).
+  static_assert(!kEarly || kPair, "kBwdEarlyP1 builds on kBwdDqPair");
+  using L = std::conditional_t<kWs, BwdWsLayout<D>, BwdLayout<D>>;
 
   extern __shared__ __align__(16) char smem[];
-  // kWg: GmmaTiles need a 1024-byte-aligned base (L::kBytes has the slack).
-  char* const buf = kWg ? smem + ((1024 - (cuda::SmemAddr(smem) & 1023)) & 1023) : smem;
+  // GmmaTiles need a 1024-byte-aligned base (L::kBytes has the slack).
+  char* const buf = smem + ((1024 - (cuda::SmemAddr(smem) & 1023)) & 1023);
   // kWs: cw = this thread's consumer warpgroup (-1: the producer), tid its index in its
   // warpgroup; base = its consumer region. Otherwise cw = 0, tid = threadIdx.x, base = buf.
   // (Broadcast from lane 0 so that the compiler knows it is warp-uniform: the consumer region's
@@ -2351,10 +2071,11 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
   }();
   int8_t* s_kh = reinterpret_cast<int8_t*>(base + L::kKh);
   int8_t* s_kht = reinterpret_cast<int8_t*>(base + L::kKht);
-  char* s_v = base + L::kV;  // bf16 V [64][kBfD], or int8 V^ [64][kI8D] with int8_dp
+  char* s_v = base + L::kV;  // bf16 V, or int8 V^ with int8_dp
+  // (Without kWs: the Q side's tiles, which kWs keeps in the stages.)
   int8_t* s_qh = reinterpret_cast<int8_t*>(base + L::kQh);
   int8_t* s_qht = reinterpret_cast<int8_t*>(base + L::kQht);
-  char* s_do = base + L::kDo;  // bf16 dO [64][kBfD], or int8 dO^ [64][kI8D] with int8_dp
+  char* s_do = base + L::kDo;  // bf16 dO, or int8 dO^ with int8_dp
   int8_t* s_doht = reinterpret_cast<int8_t*>(base + L::kDoht);
   float* s_part = reinterpret_cast<float*>(base + L::kPart);
   int8_t* s_pt = reinterpret_cast<int8_t*>(base + L::kPT);
@@ -2364,10 +2085,8 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
   float* s_csp = s_vec;               // per key column: scale of P
   float* s_csds = s_vec + kTile;      // per key column: scale of dS
   float* s_colsum = s_vec + 2 * kTile;  // per key column: sum of dS
-  float* s_cinvp = s_vec + 3 * kTile;   // per key column: 1 / scale of P
-  float* s_bias = s_vec + 4 * kTile;
-  float* s_cinvds = s_vec + 7 * kTile;  // per key column: 1 / scale of dS
-  float* s_cinv2 = s_vec + 8 * kTile;   // kColVec: per key column (1 / scale of P, of dS)
+  float* s_bias = s_vec + 4 * kTile;    // (vectors 3 and 7 unused)
+  float* s_cinv2 = s_vec + 8 * kTile;   // per key column: (1 / scale of P, 1 / scale of dS)
   // The Q side's lse, D_i and mu (kWs: in the stage, set per tile).
   float* s_lse = s_vec + 5 * kTile;
   float* s_drow = s_vec + 6 * kTile;
@@ -2388,93 +2107,74 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   // Byte offsets of this thread's stores into P^T / dS^T [key][q] (key c = 8n + 2t + b, query
   // rows 16w + g + 8h at bytes 16w + 2g + h: BwdQueryOfSlot, the order of Q^T and dO^T, so one
-  // 16-bit store covers h = 0, 1) and dS^ [q][key] (row 16w + g + 8h, keys 8n + 2t, +1), padded
-  // (kI8T) or 64B-swizzled with kWg2, where the swizzle term is fixed per thread and the rest is a
-  // constant (the per-store XOR / shifts of GmmaTile::ByteOffset folded by hand; equal to it for
-  // every thread, n, b: 16-byte unit u of row r sits at u ^ ((r / 2) % 4)).
-  const int pt_base =
-      kWg2 ? 128 * t + (((warp ^ t) & 3) << 4) + 2 * g : 2 * t * kI8T + warp * 16 + 2 * g;
+  // 16-bit store covers h = 0, 1) and dS^ [q][key] (row 16w + g + 8h, keys 8n + 2t, +1),
+  // 64B-swizzled, where the swizzle term is fixed per thread and the rest is a constant (the
+  // per-store XOR / shifts of GmmaTile::ByteOffset folded by hand; equal to it for every thread,
+  // n, b: 16-byte unit u of row r sits at u ^ ((r / 2) % 4)).
+  const int pt_base = 128 * t + (((warp ^ t) & 3) << 4) + 2 * g;
   // dS^'s keys run in K^T's FwdKeyOfSlot order: keys 16m + 2t + b and 16m + 8 + 2t + b (b = 0,
   // 1) at bytes 16m + 4t .. 16m + 4t + 3 of the row, one 32-bit store per m.
-  const int dsh_base = (warp * 16 + g) * (kWg2 ? kTile : kI8T) + 4 * t;
+  const int dsh_base = (warp * 16 + g) * kTile + 4 * t;
   const int dsh_sw = ((g >> 1) & 3) << 4;
   auto pt_off = [&](int n, int b) {  // the 16-bit pair of query rows g, g + 8
-    if constexpr (kWg2) return pt_base + n * 512 + b * 64;
-    return pt_base + (n * 8 + b) * kI8T;
+    return pt_base + n * 512 + b * 64;
   };
   auto dsh_off = [&](int m, int h) {  // keys 16m.., row g + 8h
-    if constexpr (kWg2) return dsh_base + h * 512 + ((m << 4) ^ dsh_sw);
-    return dsh_base + 8 * h * kI8T + m * 16;
+    return dsh_base + h * 512 + ((m << 4) ^ dsh_sw);
   };
   const int c0 = j * kTile;
   const int64_t nd = int64_t(p.n) * D, npd = int64_t(p.np) * D;
   const float tau = p.tau;
 
-  // The address word of the wgmma descriptors of every tile in the buffer (kWg; kWs: in this
+  // The address word of the wgmma descriptors of every tile in the buffer (kWs: in this
   // consumer's region, dlo_q in the stage of the current Q tile).
-  const uint32_t dlo = kWg ? cuda::wgmma::DescLo(cuda::SmemAddr(base)) : 0u;
+  const uint32_t dlo = cuda::wgmma::DescLo(cuda::SmemAddr(base));
   uint32_t dlo_q = dlo;
 
   using cuda::wgmma::LoadGmmaTileAsync;
-  // Q^ and dO (the S / dP operands) of the Q tile at row rr into qh_dst / do_dst, and Q^T / dO^T
-  // (the dK / dV operands) into qht_dst / doht_dst, copied by the kThreads threads (index tid)
-  // of the CTA (kWs: of the producer); cp.async, not committed.
+  // kWs without kTma: Q^ and dO (the S / dP operands) of the Q tile at row rr into qh_dst / do_dst,
+  // and Q^T / dO^T (the dK / dV operands) into qht_dst / doht_dst, copied by the producer's
+  // kThreads threads (index tid); cp.async, not committed.
   auto copy_q_do = [&](int8_t* qh_dst, char* do_dst, int rr, int tid) {
-    if constexpr (kWg) {
+    LoadGmmaTileAsync<typename L::TileI8, kThreads, false>(
+        qh_dst, p.qh + bh * npd + int64_t(rr) * D, 0, kTile, tid);
+    if (p.int8_dp) {
       LoadGmmaTileAsync<typename L::TileI8, kThreads, false>(
-          qh_dst, p.qh + bh * npd + int64_t(rr) * D, 0, kTile, tid);
-      if (p.int8_dp) {
-        LoadGmmaTileAsync<typename L::TileI8, kThreads, false>(
-            do_dst, p.doh + bh * npd + int64_t(rr) * D, 0, kTile, tid);
-      } else {
-        LoadGmmaTileAsync<typename L::TileBf, kThreads>(do_dst, p.do_ + bh * nd, rr, p.n, tid);
-      }
+          do_dst, p.doh + bh * npd + int64_t(rr) * D, 0, kTile, tid);
     } else {
-      CopyRows(qh_dst, C::kI8D, p.qh + bh * npd + int64_t(rr) * D, D, kTile, D);
-      if (p.int8_dp) {
-        CopyRows(do_dst, C::kI8D, p.doh + bh * npd + int64_t(rr) * D, D, kTile, D);
-      } else {
-        CopyBf16Rows<D>(reinterpret_cast<__nv_bfloat16*>(do_dst), p.do_ + bh * nd, rr, p.n);
-      }
+      LoadGmmaTileAsync<typename L::TileBf, kThreads>(do_dst, p.do_ + bh * nd, rr, p.n, tid);
     }
   };
   auto copy_qt_dot = [&](int8_t* qht_dst, int8_t* doht_dst, int rr, int tid) {
-    if constexpr (kWg2) {
-      LoadGmmaTileAsync<typename L::TileT, kThreads, false>(qht_dst, p.qht + bh * npd + rr, 0, D,
-                                                            tid, p.np);
-      LoadGmmaTileAsync<typename L::TileT, kThreads, false>(doht_dst, p.doht + bh * npd + rr, 0,
-                                                            D, tid, p.np);
-    } else {
-      CopyRows(qht_dst, kI8T, p.qht + bh * npd + rr, p.np, D, kTile);
-      CopyRows(doht_dst, kI8T, p.doht + bh * npd + rr, p.np, D, kTile);
-    }
+    LoadGmmaTileAsync<typename L::TileT, kThreads, false>(qht_dst, p.qht + bh * npd + rr, 0, D,
+                                                          tid, p.np);
+    LoadGmmaTileAsync<typename L::TileT, kThreads, false>(doht_dst, p.doht + bh * npd + rr, 0, D,
+                                                          tid, p.np);
   };
-  // kTma: one thread's TMA copies of the Q tile at row rr: Q^ and dO (dO^ with int8_dp)
-  // completing on the mbarrier bar_a, Q^T and dO^T on bar_b (kWs: both on the stage's full
-  // barrier, bar_b == bar_a). The thread's arrive.expect_tx is its arrival on each barrier.
+  // kTma: one thread's TMA copies of the Q tile at row rr: Q^ and dO (dO^ with int8_dp) completing
+  // on the mbarrier bar_a, Q^T and dO^T on bar_b (kWs: both on the stage's full barrier, bar_b ==
+  // bar_a). The thread's arrive.expect_tx is its arrival on each barrier.
   auto tma_q_side = [&](char* qh_dst, char* do_dst, char* qht_dst, char* doht_dst, int rr,
                         uint32_t bar_a, uint32_t bar_b) {
-    if constexpr (kTma) {
-      namespace wg = cuda::wgmma;
-      using T8 = typename L::TileI8;
-      using TB = typename L::TileBf;
-      using TT = typename L::TileT;
-      const uint32_t a_bytes = T8::kBytes + (p.int8_dp ? T8::kBytes : TB::kBytes);
-      if (bar_a == bar_b) {
-        wg::MbarArriveExpectTx(bar_a, a_bytes + 2 * TT::kBytes);
-      } else {
-        wg::MbarArriveExpectTx(bar_a, a_bytes);
-        wg::MbarArriveExpectTx(bar_b, 2 * TT::kBytes);
-      }
-      wg::LoadGmmaTileTma<T8, 1>(cuda::SmemAddr(qh_dst), &p.tm_qh, 0, rr, bh, bar_a);
-      if (p.int8_dp) {
-        wg::LoadGmmaTileTma<T8, 1>(cuda::SmemAddr(do_dst), &p.tm_do, 0, rr, bh, bar_a);
-      } else {
-        wg::LoadGmmaTileTma<TB, 2>(cuda::SmemAddr(do_dst), &p.tm_do, 0, rr, bh, bar_a);
-      }
-      wg::LoadGmmaTileTma<TT, 1>(cuda::SmemAddr(qht_dst), &p.tm_qht, rr, 0, bh, bar_b);
-      wg::LoadGmmaTileTma<TT, 1>(cuda::SmemAddr(doht_dst), &p.tm_doht, rr, 0, bh, bar_b);
+    namespace wg = cuda::wgmma;
+    using T8 = typename L::TileI8;
+    using TB = typename L::TileBf;
+    using TT = typename L::TileT;
+    const uint32_t a_bytes = T8::kBytes + (p.int8_dp ? T8::kBytes : TB::kBytes);
+    if (bar_a == bar_b) {
+      wg::MbarArriveExpectTx(bar_a, a_bytes + 2 * TT::kBytes);
+    } else {
+      wg::MbarArriveExpectTx(bar_a, a_bytes);
+      wg::MbarArriveExpectTx(bar_b, 2 * TT::kBytes);
     }
+    wg::LoadGmmaTileTma<T8, 1>(cuda::SmemAddr(qh_dst), &p.tm_qh, 0, rr, bh, bar_a);
+    if (p.int8_dp) {
+      wg::LoadGmmaTileTma<T8, 1>(cuda::SmemAddr(do_dst), &p.tm_do, 0, rr, bh, bar_a);
+    } else {
+      wg::LoadGmmaTileTma<TB, 2>(cuda::SmemAddr(do_dst), &p.tm_do, 0, rr, bh, bar_a);
+    }
+    wg::LoadGmmaTileTma<TT, 1>(cuda::SmemAddr(qht_dst), &p.tm_qht, rr, 0, bh, bar_b);
+    wg::LoadGmmaTileTma<TT, 1>(cuda::SmemAddr(doht_dst), &p.tm_doht, rr, 0, bh, bar_b);
   };
   // kWs: the ring of Q-side stages; use `it` = the CTA loop's it-th Q tile (both roles walk the
   // same tiles from ibeg).
@@ -2552,33 +2252,19 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
   }
   // (kPair, a K tile past N: no K^ / K^T to copy; whatever the tiles hold meets only masked
   // scores and zero dS^ codes.)
-  if constexpr (kWg) {
-    if (!kPair || j < p.ntk) {
-      LoadGmmaTileAsync<typename L::TileI8, kThreads, false>(
-          s_kh, p.kh + bh * npd + int64_t(c0) * D, 0, kTile, tid);
-    }
-  } else {
-    CopyRows(s_kh, C::kI8D, p.kh + bh * npd + int64_t(c0) * D, D, kTile, D);
+  if (!kPair || j < p.ntk) {
+    LoadGmmaTileAsync<typename L::TileI8, kThreads, false>(
+        s_kh, p.kh + bh * npd + int64_t(c0) * D, 0, kTile, tid);
   }
-  if constexpr (kWg2) {
-    if (!kPair || j < p.ntk) {
-      LoadGmmaTileAsync<typename L::TileT, kThreads, false>(s_kht, p.kht + bh * npd + c0, 0, D,
-                                                            tid, p.np);
-    }
-  } else {
-    CopyRows(s_kht, kI8T, p.kht + bh * npd + c0, p.np, D, kTile);
+  if (!kPair || j < p.ntk) {  // (two tests: the copies as issued before session 22)
+    LoadGmmaTileAsync<typename L::TileT, kThreads, false>(s_kht, p.kht + bh * npd + c0, 0, D,
+                                                          tid, p.np);
   }
-  if constexpr (kWg) {
-    if (p.int8_dp) {
-      LoadGmmaTileAsync<typename L::TileI8, kThreads, false>(s_v, p.vh + bh * npd + int64_t(c0) * D, 0,
-                                                      kTile, tid);
-    } else {
-      LoadGmmaTileAsync<typename L::TileBf, kThreads>(s_v, p.v + bh * nd, c0, p.n, tid);
-    }
-  } else if (p.int8_dp) {
-    CopyRows(s_v, C::kI8D, p.vh + bh * npd + int64_t(c0) * D, D, kTile, D);
+  if (p.int8_dp) {
+    LoadGmmaTileAsync<typename L::TileI8, kThreads, false>(
+        s_v, p.vh + bh * npd + int64_t(c0) * D, 0, kTile, tid);
   } else {
-    CopyBf16Rows<D>(reinterpret_cast<__nv_bfloat16*>(s_v), p.v + bh * nd, c0, p.n);
+    LoadGmmaTileAsync<typename L::TileBf, kThreads>(s_v, p.v + bh * nd, c0, p.n, tid);
   }
   if (p.smooth_q) {
     for (int d = tid; d < D; d += kThreads) s_kbar[d] = p.kbar[int64_t(bh) * D + d];
@@ -2604,9 +2290,9 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       __syncthreads();
     }
   };
-  // Q^ and dO (the S / dP operands) of Q tile ii, plus its lse / D_i rows into registers
-  // (threads 0..63), loaded at the top of its iteration with Q^T and dO^T (single-buffered: 2-3
-  // CTAs per SM overlap one CTA's copies with another's work).
+  // Without kWs: the lse / D_i rows of the Q tile at rr into registers (threads 0..63), loaded
+  // at the top of its iteration (single-buffered: 2-3 CTAs per SM overlap one CTA's copies with
+  // another's work), and the mbarriers of the Q side's two copy groups (one phase per Q tile).
   float lse_i = 0.0f, drow_i = 0.0f;
   auto load_rows = [&](int rr) {  // lse_i, drow_i of row rr + threadIdx.x (threads 0..63)
     if (threadIdx.x < kTile) {
@@ -2615,21 +2301,14 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       drow_i = ok ? p.drow[int64_t(bh) * p.n + rr + threadIdx.x] : 0.0f;
     }
   };
-  auto load_q_tile = [&](int ii) {
-    const int rr = ii * kTile;
-    copy_q_do(s_qh, s_do, rr, threadIdx.x);
-    cuda::CpAsyncCommit();
-    load_rows(rr);
-  };
-  // kTma without kWs: the mbarriers of the Q side's two copy groups (one phase per Q tile).
   const uint32_t tma_bar = [&] {
-    if constexpr (kTma && !kWs) {
+    if constexpr (!kWs) {
       return cuda::SmemAddr(buf + L::kTmaBar);
     } else {
       return 0u;
     }
   }();
-  if constexpr (kTma && !kWs) {
+  if constexpr (!kWs) {
     if (threadIdx.x == 0) {
       cuda::wgmma::MbarInit(tma_bar, 1);
       cuda::wgmma::MbarInit(tma_bar + 8, 1);
@@ -2701,16 +2380,11 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       SAGE_PHASE(0, kWs && threadIdx.x == 128);  // loop top: barrier, stage wait
     } else {
       __syncthreads();  // the previous block's shared reads are done
-      if constexpr (kTma) {
-        if (threadIdx.x == 0) {
-          tma_q_side(reinterpret_cast<char*>(s_qh), s_do, reinterpret_cast<char*>(s_qht),
-                     reinterpret_cast<char*>(s_doht), r0, tma_bar, tma_bar + 8);
-        }
-        load_rows(r0);
-      } else {
-        load_q_tile(i);
-        copy_qt_dot(s_qht, s_doht, r0, threadIdx.x);
+      if (threadIdx.x == 0) {
+        tma_q_side(reinterpret_cast<char*>(s_qh), s_do, reinterpret_cast<char*>(s_qht),
+                   reinterpret_cast<char*>(s_doht), r0, tma_bar, tma_bar + 8);
       }
+      load_rows(r0);
       if (threadIdx.x < kTile) {
         s_lse[threadIdx.x] = lse_i;
         s_drow[threadIdx.x] = drow_i;
@@ -2720,19 +2394,9 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
           s_mu[d] = p.mu[(int64_t(bh) * p.ntq + i) * D + d];
         }
       }
-      if constexpr (kTma) {
-        if (it == 0) {  // the K side's cp.async copies, issued before the loop
-          CopyWait();
-          cuda::wgmma::FenceProxyAsync();
-        }
-      } else {
-        if constexpr (kSplitWait) {
-          cuda::CpAsyncCommit();  // group 2: Q^T, dO^T, waited for before phase 2
-          cuda::CpAsyncWait<1>();  // group 1 (load_q_tile): Q^, dO
-        } else {
-          CopyWait();  // this iteration's Q^, Q^T, dO, dO^T
-        }
-        if constexpr (kWg) cuda::wgmma::FenceProxyAsync();  // cp.async writes -> wgmma's reads
+      if (it == 0) {  // the K side's cp.async copies, issued before the loop
+        CopyWait();
+        cuda::wgmma::FenceProxyAsync();
       }
       __syncthreads();
       if (p.smooth_q) {
@@ -2741,7 +2405,7 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       }
       sqi = p.sq[int64_t(bh) * p.ntq + i];
       sdoi = p.sdo[int64_t(bh) * p.ntq + i];
-      if constexpr (kTma) cuda::wgmma::MbarWait(tma_bar, it & 1);  // Q^, dO landed (TMA)
+      cuda::wgmma::MbarWait(tma_bar, it & 1);  // Q^, dO landed (TMA)
     }
 
     // S and dP for this warp's 16 query rows x 64 keys; P and dS stay in registers (pf, dsf).
@@ -2759,32 +2423,16 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
             dp[n][e] = dp_next[4 * n + e];
           }
         }
-      } else if constexpr (kWg) {
-        PhaseOneWgmma<D, L>(dlo, dlo_q, p.int8_dp, sdoi * svj, si, dp);
       } else {
-        WarpGemmS8<D, 8>(s_qh + warp * 16 * C::kI8D, C::kI8D, s_kh, C::kI8D, si);
-        if (p.int8_dp) {
-          int32_t di[8][4];
-          WarpGemmS8<D, 8>(reinterpret_cast<const int8_t*>(s_do) + warp * 16 * C::kI8D, C::kI8D,
-                           reinterpret_cast<const int8_t*>(s_v), C::kI8D, di);
-          const float sdv = sdoi * svj;
-  #pragma unroll
-          for (int n = 0; n < 8; ++n) {
-  #pragma unroll
-            for (int e = 0; e < 4; ++e) dp[n][e] = sdv * __int2float_rn(di[n][e]);
-          }
-        } else {
-          WarpGemmBf16<D, 8>(reinterpret_cast<const __nv_bfloat16*>(s_do) + warp * 16 * C::kBfD,
-                             C::kBfD, reinterpret_cast<const __nv_bfloat16*>(s_v), C::kBfD, dp);
-        }
+        PhaseOneWgmma<D, L>(dlo, dlo_q, p.int8_dp, sdoi * svj, si, dp);
       }
       SAGE_PHASE(1, kWs && threadIdx.x == 128);  // phase 1's wgmma wait
       const float a = tau * sqi * skj;
       // Interior block: every (row, key) visible (no N tail, causal: wholly below the diagonal).
-      const bool interior = kInt && r0 + kTile <= p.n && c0 + kTile <= p.n &&
+      const bool interior = r0 + kTile <= p.n && c0 + kTile <= p.n &&
                             (!kCausal || c0 + kTile - 1 <= r0);
-      // kFx: log2 domain, P = ex2.approx(a log2e x + (bias log2e - lse log2e)): one FMA and the
-      // SFU op per element (expf: range reduction + ex2 + scaling, ~8 instructions).
+      // Log2 domain, P = ex2.approx(a log2e x + (bias log2e - lse log2e)): one FMA and the SFU op
+      // per element (expf: range reduction + ex2 + scaling, ~8 instructions).
       const float a2 = SoftmaxScale(a * cuda::kLog2e);  // the v5+ forwards' a, bit for bit
       // The Q-smoothing bias as a compile-time choice of two loops (a runtime test per element
       // was if-converted into predicated loads and FMAs issued either way).
@@ -2806,25 +2454,11 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
           }
         }
       };
-      if (interior && kFx) {
+      if (interior) {
         if (p.smooth_q) {
           interior_fx(std::true_type{});
         } else {
           interior_fx(std::false_type{});
-        }
-      } else if (interior) {
-        const float lse0 = s_lse[warp * 16 + g], lse1 = s_lse[warp * 16 + g + 8];
-        const float dr0 = s_drow[warp * 16 + g], dr1 = s_drow[warp * 16 + g + 8];
-#pragma unroll
-        for (int n = 0; n < 8; ++n) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            float x = a * __int2float_rn(si[n][e]);
-            if (p.smooth_q) x += s_bias[n * 8 + 2 * t + (e & 1)];
-            const float pe = expf(x - ((e >> 1) ? lse1 : lse0));
-            pf[n][e] = pe;
-            dsf[n][e] = pe * (dp[n][e] - ((e >> 1) ? dr1 : dr0));
-          }
         }
       } else {
 #pragma unroll
@@ -2834,16 +2468,9 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
             const int lr = warp * 16 + g + 8 * (e >> 1), c = n * 8 + 2 * t + (e & 1);
             const int grow = r0 + lr, gc = c0 + c;
             const bool valid = grow < p.n && gc < p.n && (!kCausal || gc <= grow);
-            float pe;
-            if constexpr (kFx) {
-              const float l = s_lse[lr] * cuda::kLog2e;
-              const float bl = p.smooth_q ? fmaf(s_bias[c], cuda::kLog2e, -l) : -l;
-              pe = valid ? cuda::FastExp2(fmaf(a2, __int2float_rn(si[n][e]), bl)) : 0.0f;
-            } else {
-              float x = a * __int2float_rn(si[n][e]);
-              if (p.smooth_q) x += s_bias[c];
-              pe = valid ? expf(x - s_lse[lr]) : 0.0f;
-            }
+            const float l = s_lse[lr] * cuda::kLog2e;
+            const float bl = p.smooth_q ? fmaf(s_bias[c], cuda::kLog2e, -l) : -l;
+            const float pe = valid ? cuda::FastExp2(fmaf(a2, __int2float_rn(si[n][e]), bl)) : 0.0f;
             pf[n][e] = pe;
             dsf[n][e] = valid ? pe * (dp[n][e] - s_drow[lr]) : 0.0f;
           }
@@ -2883,7 +2510,7 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
     // backward 1.016-1.030x, d128 (no column sums with kPair) unchanged; the branch costs the
     // d64 kernels 4-8 bytes of spills at their 168-register bound (session 14).
     const bool col_sum = !kPair && p.smooth_q;
-    if constexpr ((kVar & kBwdColRs) != 0) {
+    {
       float vp[16], vds[16];
 #pragma unroll
       for (int n = 0; n < 8; ++n) {
@@ -2911,28 +2538,6 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
         *reinterpret_cast<float2*>(s_part + (2 * 4 + warp) * kTile + c) =
             make_float2(rcs[0], rcs[1]);
       }
-    } else {
-#pragma unroll
-    for (int n = 0; n < 8; ++n) {
-#pragma unroll
-      for (int b = 0; b < 2; ++b) {
-        float mp = fmaxf(pf[n][b], pf[n][2 + b]);
-        float mds = fmaxf(fabsf(dsf[n][b]), fabsf(dsf[n][2 + b]));
-        float cs = dsf[n][b] + dsf[n][2 + b];
-#pragma unroll
-        for (int o = 4; o < 32; o <<= 1) {
-          mp = fmaxf(mp, __shfl_xor_sync(0xffffffffu, mp, o));
-          mds = fmaxf(mds, __shfl_xor_sync(0xffffffffu, mds, o));
-          cs += __shfl_xor_sync(0xffffffffu, cs, o);
-        }
-        if (g == 0) {
-          const int c = n * 8 + 2 * t + b;
-          s_part[(0 * 4 + warp) * kTile + c] = mp;
-          s_part[(1 * 4 + warp) * kTile + c] = mds;
-          s_part[(2 * 4 + warp) * kTile + c] = cs;
-        }
-      }
-    }
     }
     SAGE_PHASE(3, kWs && threadIdx.x == 128);  // row and column statistics
     if constexpr (kPair) {
@@ -2946,7 +2551,7 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
     } else {
       wg_sync();
     }
-    if constexpr (kColVec) {
+    {
       // One scale per thread: warps 0-1 (which = 0) take P's of column c, warps 2-3 dS's (and
       // the dS column sum with Q-smoothing), so the four warps share the combine, the division
       // and the stores (the codes below read the 1 / scales interleaved from s_cinv2).
@@ -2962,21 +2567,6 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       s_vec[which * kTile + c] = sc;  // s_csp (which = 0) or s_csds (1)
       s_cinv2[2 * c + which] = 1.0f / sc;
       if (col_sum && which) s_colsum[c] = cs;
-    } else if (tid < kTile) {
-      const int c = tid;
-      float mp = 0.0f, mds = 0.0f, cs = 0.0f;
-#pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        mp = fmaxf(mp, s_part[(0 * 4 + w) * kTile + c]);
-        mds = fmaxf(mds, s_part[(1 * 4 + w) * kTile + c]);
-        if (col_sum) cs += s_part[(2 * 4 + w) * kTile + c];
-      }
-      const float sp = GroupScale(mp), sds = GroupScale(mds);
-      s_csp[c] = sp;
-      s_csds[c] = sds;
-      if (col_sum) s_colsum[c] = cs;
-      s_cinvp[c] = 1.0f / sp;
-      s_cinvds[c] = 1.0f / sds;
     }
     wg_sync();
     SAGE_PHASE(4, kWs && threadIdx.x == 128);  // pair barrier, column scales, their barrier
@@ -2984,39 +2574,22 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
     uint32_t dsh_lo[2];  // dS^ codes of the even n-block, stored with the odd one's
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
-      // kColVec: (1/s_P, 1/s_dS) of columns 8n + 2t and 8n + 2t + 1 in one 16-byte load.
-      float4 inv4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if constexpr (kColVec) inv4 = reinterpret_cast<const float4*>(s_cinv2)[n * 4 + t];
+      // (1/s_P, 1/s_dS) of columns 8n + 2t and 8n + 2t + 1 in one 16-byte load.
+      const float4 inv4 = reinterpret_cast<const float4*>(s_cinv2)[n * 4 + t];
 #pragma unroll
       for (int b = 0; b < 2; ++b) {
-        const int c = n * 8 + 2 * t + b;
-        const float ip = kColVec ? (b ? inv4.z : inv4.x) : s_cinvp[c];
-        const float ids = kColVec ? (b ? inv4.w : inv4.y) : s_cinvds[c];
-        // Query rows g (h = 0) and g + 8 (h = 1): two codes, one 16-bit store.
-        uint32_t pp, pds;
-        if constexpr (kFq) {  // two FMAs + one PRMT (no F2I, no clamp)
-          pp = QuantPack2(pf[n][b], pf[n][2 + b], ip);
-          pds = QuantPack2(dsf[n][b], dsf[n][2 + b], ids);
-        } else {
-          const auto pack = [](int8_t lo, int8_t hi) {
-            return uint32_t(uint8_t(lo)) | (uint32_t(uint8_t(hi)) << 8);
-          };
-          pp = pack(QuantizeS8Inv(pf[n][b], ip), QuantizeS8Inv(pf[n][2 + b], ip));
-          pds = pack(QuantizeS8Inv(dsf[n][b], ids), QuantizeS8Inv(dsf[n][2 + b], ids));
-        }
+        const float ip = b ? inv4.z : inv4.x;
+        const float ids = b ? inv4.w : inv4.y;
+        // Query rows g (h = 0) and g + 8 (h = 1): two codes (two FMAs + one PRMT: no F2I, no
+        // clamp), one 16-bit store.
+        const uint32_t pp = QuantPack2(pf[n][b], pf[n][2 + b], ip);
+        const uint32_t pds = QuantPack2(dsf[n][b], dsf[n][2 + b], ids);
         *reinterpret_cast<uint16_t*>(s_pt + pt_off(n, b)) = static_cast<uint16_t>(pp);
         *reinterpret_cast<uint16_t*>(s_dst + pt_off(n, b)) = static_cast<uint16_t>(pds);
       }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        uint32_t packed;
-        if constexpr (kFq) {  // two FMAs + one PRMT
-          packed = QuantPack2(dsf[n][2 * h], dsf[n][2 * h + 1], rinv[h]);
-        } else {
-          const uint32_t lo = static_cast<uint8_t>(QuantizeS8Inv(dsf[n][2 * h], rinv[h]));
-          const uint32_t hi = static_cast<uint8_t>(QuantizeS8Inv(dsf[n][2 * h + 1], rinv[h]));
-          packed = lo | (hi << 8);
-        }
+        const uint32_t packed = QuantPack2(dsf[n][2 * h], dsf[n][2 * h + 1], rinv[h]);
         if (n % 2 == 0) {
           dsh_lo[h] = packed;
         } else {  // keys 8(n - 1) + 2t, +1, 8n + 2t, +1: four adjacent bytes (K^T's order)
@@ -3025,12 +2598,8 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
         }
       }
     }
-    if constexpr (kTma && !kWs) {
-      cuda::wgmma::MbarWait(tma_bar + 8, it & 1);  // Q^T, dO^T landed
-    } else if constexpr (kSplitWait) {
-      cuda::CpAsyncWait<0>();  // Q^T, dO^T landed (this thread's)
-    }
-    if constexpr (kWg2) cuda::wgmma::FenceProxyAsync();  // st.shared, cp.async -> wgmma's reads
+    if constexpr (!kWs) cuda::wgmma::MbarWait(tma_bar + 8, it & 1);  // Q^T, dO^T landed
+    cuda::wgmma::FenceProxyAsync();  // st.shared -> wgmma's reads
     if constexpr (kPair) {
       pair_sync();  // the dQ wgmma reads both consumers' dS^
     } else {
@@ -3042,7 +2611,6 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
     // time to bound the live int32 accumulators. The epilogues read the chunk's int32 products
     // through at(n, e) (the m16n8 / m64n64 accumulator layouts agree per warp).
     const float c0f = tau * rscale[0] * skj, c1f = tau * rscale[1] * skj;
-    const int grow0 = r0 + warp * 16 + g, grow1 = grow0 + 8;
     const auto epi_dv = [&](auto ch_c, const auto& at) {
       constexpr int ch = decltype(ch_c)::value;
 #pragma unroll
@@ -3062,17 +2630,12 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
         for (int e = 0; e < 4; ++e) {
           const int key = kr[e >> 1];
           const float coef = tau * s_csds[key] * sqi;
-          float x = dk[ch * 8 + n][e] + coef * __int2float_rn(at(n, e));
-          if constexpr (!kWgPipe) {  // kWgPipe: after the tile's wgmmas (below)
-            if (p.smooth_q) x += (tau * s_colsum[key]) * s_mu[ch * 64 + n * 8 + 2 * t + (e & 1)];
-          }
-          dk[ch * 8 + n][e] = x;
+          dk[ch * 8 + n][e] += coef * __int2float_rn(at(n, e));
         }
       }
     };
-    // dQ: 8-byte vector atomics (red.global.add.v2.f32), rows g and g + 8. All 32 values are
-    // scaled first and the atomics issued back to back under one row test each (an atomic per
-    // branch, its source registers reused by the next conversion, stalled on every one).
+    // dQ: rows g and g + 8 of this warp, all 32 values scaled first, then added into dqacc by one
+    // bulk reduction per warp.
     const auto epi_dq = [&](int ch, const auto& at) {  // dQ columns 64 ch..
       float2 v0[8], v1[8];
 #pragma unroll
@@ -3084,45 +2647,29 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       // g + 8 of it at float 64 g (+ 512), columns 8n + 2t, +1 in 16-byte unit (2n + t / 2) ^ g.
       const int64_t blk = (int64_t(bh) * p.np + r0 + warp * 16) * D + ch * 1024;
       const int x = (t >> 1) ^ g, o0 = g * 64 + ((t & 1) << 1);
-      if constexpr (kBulkDq) {
-        // Staged in shared memory in the block's own order (once the previous bulk read of the
-        // staging is done), then lane 0 adds the whole block into dqacc with one bulk reduction
-        // (padded rows past N add zeros: dqacc holds whole blocks).
-        namespace wg = cuda::wgmma;
-        float* st = reinterpret_cast<float*>(base + L::kDqSt) + warp * 1024;
-        if (lane == 0) wg::BulkWaitRead<0>();
-        __syncwarp();
+      // Staged in shared memory in the block's own order (once the previous bulk read of the
+      // staging is done), then lane 0 adds the whole block into dqacc with one bulk reduction
+      // (padded rows past N add zeros: dqacc holds whole blocks).
+      namespace wg = cuda::wgmma;
+      float* st = reinterpret_cast<float*>(base + L::kDqSt) + warp * 1024;
+      if (lane == 0) wg::BulkWaitRead<0>();
+      __syncwarp();
 #pragma unroll
-        for (int n = 0; n < 8; ++n) {
-          const int o = o0 + (((2 * n) ^ x) << 2);
-          *reinterpret_cast<float2*>(st + o) = v0[n];
-          *reinterpret_cast<float2*>(st + o + 512) = v1[n];
-        }
-        wg::FenceProxyAsync();
-        __syncwarp();
-        if (lane == 0) {
-          wg::BulkReduceAddF32(p.dqacc + blk, cuda::SmemAddr(st), 1024 * 4);
-          wg::BulkCommit();
-        }
-      } else {
-        float* dst = p.dqacc + blk + o0;
-        if (grow0 < p.n) {
-#pragma unroll
-          for (int n = 0; n < 8; ++n) {
-            atomicAdd(reinterpret_cast<float2*>(dst + (((2 * n) ^ x) << 2)), v0[n]);
-          }
-        }
-        if (grow1 < p.n) {
-#pragma unroll
-          for (int n = 0; n < 8; ++n) {
-            atomicAdd(reinterpret_cast<float2*>(dst + 512 + (((2 * n) ^ x) << 2)), v1[n]);
-          }
-        }
+      for (int n = 0; n < 8; ++n) {
+        const int o = o0 + (((2 * n) ^ x) << 2);
+        *reinterpret_cast<float2*>(st + o) = v0[n];
+        *reinterpret_cast<float2*>(st + o + 512) = v1[n];
+      }
+      wg::FenceProxyAsync();
+      __syncwarp();
+      if (lane == 0) {
+        wg::BulkReduceAddF32(p.dqacc + blk, cuda::SmemAddr(st), 1024 * 4);
+        wg::BulkCommit();
       }
     };
     // The 64 head-dim rows ch * 64.. of K^T, Q^T, dO^T start ch * kChBytes into their tiles.
-    constexpr int kChBytes = kWg2 ? L::TileP::kBytes : 64 * kI8T;
-    if constexpr (kWgPipe) {
+    constexpr int kChBytes = L::TileP::kBytes;
+    {
       // Six (d128) / three (d64) products in flight two at a time: step s = 3 ch + kind (dV, dK,
       // dQ); the epilogue of step s runs while step s + 1's wgmma does. kPair: five steps, dV /
       // dK of head-dim chunk 0, dQ (this consumer's chunk cw over both consumers' 128 keys: four
@@ -3196,36 +2743,11 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
           PhaseOneIssueS<D, L>(dlo, dlo_n, s_next);
         }
       });
-    } else {
-      cuda::StaticFor<D / 64>([&](auto ch_c) {
-        constexpr int ch = decltype(ch_c)::value;
-        int32_t tmp[8][4];
-        if constexpr (kWg2) {
-          WgmmaS8Tile64(dlo, L::kPT, L::kDoht + ch * kChBytes, tmp);
-        } else {
-          WarpGemmS8<kTile, 8>(s_pt + warp * 16 * kI8T, kI8T, s_doht + ch * 64 * kI8T, kI8T, tmp);
-        }
-        const auto at = [&](int n, int e) { return tmp[n][e]; };
-        epi_dv(ch_c, at);
-        if constexpr (kWg2) {
-          WgmmaS8Tile64(dlo, L::kDsT, L::kQht + ch * kChBytes, tmp);
-        } else {
-          WarpGemmS8<kTile, 8>(s_dst + warp * 16 * kI8T, kI8T, s_qht + ch * 64 * kI8T, kI8T, tmp);
-        }
-        epi_dk(ch_c, at);
-        if constexpr (kWg2) {
-          WgmmaS8Tile64(dlo, L::kDsh, L::kKht + ch * kChBytes, tmp);
-        } else {
-          WarpGemmS8<kTile, 8>(s_dsh + warp * 16 * kI8T, kI8T, s_kht + ch * 64 * kI8T, kI8T, tmp);
-        }
-        epi_dq(ch_c, at);
-      });
     }
-    // kWgPipe: Q-smoothing's dK term tau rowsum_q(dS)[key] mu (ALGORITHMS.md 1.2) after the
-    // tile's wgmmas, not per element of the dK epilogue behind a runtime test (if-converted there:
-    // ~250 instructions per warp and tile at d128 issued with or without Q-smoothing). The older
-    // lab variants keep it in the epilogue (here they would spill).
-    if (kWgPipe && p.smooth_q) {
+    // Q-smoothing's dK term tau rowsum_q(dS)[key] mu (ALGORITHMS.md 1.2) after the tile's
+    // wgmmas, not per element of the dK epilogue behind a runtime test (if-converted there: ~250
+    // instructions per warp and tile at d128 issued with or without Q-smoothing).
+    if (p.smooth_q) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const float cs = tau * s_colsum[kr[h]];
@@ -3245,51 +2767,32 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
   SAGE_TRACE(1, 5, kWs && threadIdx.x == 128);
   SAGE_PHASE_END(kWs && threadIdx.x == 128);
   if constexpr (kEarly) cuda::wgmma::Wait<0>();  // the last tile's unused S / dP (they read K^, V)
-  if constexpr (kBulkDq) {
-    // The staging buffer's reads complete before the CTA exits (its shared memory goes); the
-    // dqacc adds themselves complete with the grid, which DqFinalizeKernel waits for (pdl).
-    if (lane == 0) cuda::wgmma::BulkWaitRead<0>();
-  }
+  // The staging buffer's reads complete before the CTA exits (its shared memory goes); the dqacc
+  // adds themselves complete with the grid, which DqFinalizeKernel waits for (pdl).
+  if (lane == 0) cuda::wgmma::BulkWaitRead<0>();
   SAGE_TRACE(1, 3, kWs && threadIdx.x == 256);
-  if constexpr (kWs || kTma) {
-    // dK and dV through shared memory and 16-byte row stores (StageAccBf16), in the first
-    // 4 * 64 * D bytes of `base`: this consumer's K^ / V / K^T tiles (kWs; free now: kPair waits
-    // for the other consumer's last dQ product, which reads this one's K^T), or the CTA's K^ / V
-    // / Q^ (the TMA variants; the older lab variants keep the stores below: they spill with it).
-    using OT = cuda::Bf16Tile<kTile, D>;
-    static_assert(L::kKh == 0 && (kWs ? L::kKht + L::TileT::kBytes : L::kDo) >= 2 * OT::kBytes,
-                  "staging room");
-    if constexpr (kPair) {
-      pair_sync();
-    } else {
-      wg_sync();
-    }
-    cuda::StageAccBf16<OT>(base, warp * 16, 0, lane, dk, 1.0f, 1.0f);
-    cuda::StageAccBf16<OT>(base + OT::kBytes, warp * 16, 0, lane, dv, 1.0f, 1.0f);
+  // dK and dV through shared memory and 16-byte row stores (StageAccBf16), in the first
+  // 4 * 64 * D bytes of `base`: this consumer's K^ / V / K^T tiles (kWs; free now: kPair waits
+  // for the other consumer's last dQ product, which reads this one's K^T), or the CTA's K^ / V /
+  // Q^.
+  using OT = cuda::Bf16Tile<kTile, D>;
+  static_assert(L::kKh == 0 && (kWs ? L::kKht + L::TileT::kBytes : L::kDo) >= 2 * OT::kBytes,
+                "staging room");
+  if constexpr (kPair) {
+    pair_sync();
+  } else {
     wg_sync();
-    const int nr = min(kTile, p.n - c0);
-    if (nr > 0) {
-      cuda::StoreTileRows<OT>(base, p.dk + bh * nd + int64_t(c0) * D, D, nr, tid, kThreads);
-      cuda::StoreTileRows<OT>(base + OT::kBytes, p.dv + bh * nd + int64_t(c0) * D, D, nr, tid,
-                              kThreads);
-    }
-    SAGE_TRACE(1, 6, kWs && threadIdx.x == 256);
-    return;
   }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int gk = c0 + kr[h];
-    if (gk >= p.n) continue;
-    __nv_bfloat16* dkr = p.dk + bh * nd + int64_t(gk) * D;
-    __nv_bfloat16* dvr = p.dv + bh * nd + int64_t(gk) * D;
-#pragma unroll
-    for (int n = 0; n < kNtD; ++n) {
-      *reinterpret_cast<__nv_bfloat162*>(dkr + n * 8 + 2 * t) =
-          __floats2bfloat162_rn(dk[n][2 * h], dk[n][2 * h + 1]);
-      *reinterpret_cast<__nv_bfloat162*>(dvr + n * 8 + 2 * t) =
-          __floats2bfloat162_rn(dv[n][2 * h], dv[n][2 * h + 1]);
-    }
+  cuda::StageAccBf16<OT>(base, warp * 16, 0, lane, dk, 1.0f, 1.0f);
+  cuda::StageAccBf16<OT>(base + OT::kBytes, warp * 16, 0, lane, dv, 1.0f, 1.0f);
+  wg_sync();
+  const int nr = min(kTile, p.n - c0);
+  if (nr > 0) {
+    cuda::StoreTileRows<OT>(base, p.dk + bh * nd + int64_t(c0) * D, D, nr, tid, kThreads);
+    cuda::StoreTileRows<OT>(base + OT::kBytes, p.dv + bh * nd + int64_t(c0) * D, D, nr, tid,
+                            kThreads);
   }
+  SAGE_TRACE(1, 6, kWs && threadIdx.x == 256);
 }
 
 // dq = dqacc (+ tau * rowsum(dS) * kbar with the K-mean correction), to bf16. Grid (blocks per
@@ -3433,57 +2936,60 @@ Status LaunchQuantize(const AttnShape& s, const QuantParams& qp, int jobs, cudaS
   return CudaStatus(cudaGetLastError(), "SageBwd QuantizeKernel launch");
 }
 
-// Forward variants compiled in (SageCudaOptions::fwd_variant): 3 = sagebwd v3/v4 forward
-// (SageForwardKernel), 5 = v5a (SageForwardKernelV5, 8 warps x 16 rows), 6 = v5b (4 warps x 32
-// rows), 7 = v5c (v5b + kFastS), 8 = v5a + kFastS, 10 = v6 = 8 with S and P^ V^ by wgmma (kWg;
-// 9, its per-warpgroup-branch form, measured slower and was removed), 11 = 10 + kLptF (grid in
-// longest-first order across heads: causal 1.04-1.11x of 10, non-causal 0.99x), 12 / 13 = 10 /
-// 11 + kWsF (v7 forward, warp-specialized: 1.12-1.16x of 10 non-causal, 1.08-1.14x of 11 causal at
-// d128; 0.87-0.95x at d64, where the non-specialized kernel runs two CTAs per SM).
-// 14 / 15 = 12 / 13 + kPipeF (the next tile's S issued before the softmax: causal 1.01-1.05x of
-// 13, non-causal 0.985-0.99x of 12); 16 / 17 = 12 / 13 + kK128 (two K tiles per step over
-// 128-key K / V quantization groups, kv_group 128: 1.10-1.20x of 12 non-causal, 1.02-1.12x of 15
-// causal); 18 / 19 / 20 / 21 = 10 / 11 / 16 / 17 + kTmaF (each K tile's K^ / V^T stage filled by
-// one thread's TMA copies on an mbarrier, not by every thread's cp.async; session 14's forward
-// lab: 21 1.045x of 17 at d128 causal, the others within 0.997-1.009x). 22 = 20 + kPingF (the
-// two consumers' S wgmmas issued in turns) + kLazyF (the running max moves only by more than
-// kLazyThresh, so most folds are one FMA): 1.024-1.043x of 20 at d128 non-causal (session 15; the
-// ping-pong alone 1.014-1.027x, with P^ V^ in turns too 0.99x; both on the causal kernel 0.99-1.01x
-// of 21, lazy alone there 0.99x); 23 / 24 = 10 / 11 + kLazyF (1.006-1.017x at d64; 1.024x
-// forward at the training shape B16 H12 N1024 d64 causal).
-// Their template flags: FwdFlagsOf below (each variant as the one it adds to); FwdCompiled lists
-// them. FwdProductionFor is what production calls run (measured: kernels/bench/README.md): d128
-// with 128-key K / V groups (SageKvGroup: without Q-smoothing) 22 (non-causal) and v9 + TMA = 21
-// (causal), with 64-key groups 12 / 15; d64 v6 + lazy rescale = 23 / 24.
+// Forward variants (SageCudaOptions::fwd_variant; each as the one it adds to): 8 = v5a + kFastS
+// (SageForwardKernelV5 by mma.sync, 8 warps x 16 rows, the fast interior logits; its Q from the
+// quantize launch), 10 = v6 = 8 with S and P^ V^ by wgmma (kWg; 9, its per-warpgroup-branch form,
+// measured slower and was removed), 11 = 10 + kLptF (grid in longest-first order across heads:
+// causal 1.04-1.11x of 10, non-causal 0.99x), 12 / 13 = 10 / 11 + kWsF (v7 forward,
+// warp-specialized: 1.12-1.16x of 10 non-causal, 1.08-1.14x of 11 causal at d128; 0.87-0.95x at
+// d64, where the non-specialized kernel runs two CTAs per SM). 14 / 15 = 12 / 13 + kPipeF (the
+// next tile's S issued before the softmax: causal 1.01-1.05x of 13, non-causal 0.985-0.99x of
+// 12); 16 / 17 = 12 / 13 + kK128 (two K tiles per step over 128-key K / V quantization groups,
+// kv_group 128: 1.10-1.20x of 12 non-causal, 1.02-1.12x of 15 causal); 18 / 19 / 20 / 21 = 10 /
+// 11 / 16 / 17 + kTmaF (each K tile's K^ / V^T stage filled by one thread's TMA copies on an
+// mbarrier, not by every thread's cp.async; session 14's forward lab: 21 1.045x of 17 at d128
+// causal, the others within 0.997-1.009x). 22 = 20 + kPingF (the two consumers' S wgmmas issued
+// in turns) + kLazyF (the running max moves only by more than kLazyThresh, so most folds are one
+// FMA): 1.024-1.043x of 20 at d128 non-causal (session 15; the ping-pong alone 1.014-1.027x, with
+// P^ V^ in turns too 0.99x; both on the causal kernel 0.99-1.01x of 21, lazy alone there 0.99x);
+// 23 / 24 = 10 / 11 + kLazyF (1.006-1.017x at d64; 1.024x forward at the training shape B16 H12
+// N1024 d64 causal).
+// Compiled in (FwdCompiled): production's and those the GPU tests compare them with (8: the
+// quantize launch's Q; 10 / 11 / 20: the eager rescale; 16: the 128-key groups without TMA).
+// Removed in session 22 (commit 78f17c5 has them): 3 = the v3 / v4 forward (SageForwardKernel),
+// 5 / 6 / 7 = v5a (without the fast interior logits), v5b (4 warps x 32 rows), v5c, and 13, 14,
+// 17, 18, 19. Their template flags: FwdFlagsOf below. FwdProductionFor is what production calls
+// run (measured: kernels/bench/README.md): d128 with 128-key K / V groups (SageKvGroup: without
+// Q-smoothing) 22 (non-causal) and v9 + TMA = 21 (causal), with 64-key groups 12 / 15; d64 v6 +
+// lazy rescale = 23 / 24.
 constexpr int FwdProductionFor(int d, bool causal, int kv_group) {
   if (d == 128) return kv_group == 2 * kTile ? (causal ? 21 : 22) : (causal ? 15 : 12);
   return causal ? 24 : 23;
 }
 
-template <int D, int MW, bool kFastS, bool kWg = false, bool kLptF = false, bool kWsF = false,
-          bool kPipeF = false, bool kK128 = false, bool kTmaF = false, bool kPingF = false,
-          bool kLazyF = false>
+template <int D, bool kWg = false, bool kLptF = false, bool kWsF = false, bool kPipeF = false,
+          bool kK128 = false, bool kTmaF = false, bool kPingF = false, bool kLazyF = false>
 Status LaunchForwardV5(const AttnShape& s, const FwdParams& p, bool smooth_q, cudaStream_t stream) {
-  using C = FwdV5Config<D, MW, kWg, kWsF, kK128>;
+  using C = FwdV5Config<D, kWg, kWsF, kK128>;
   using K = void (*)(FwdParams);
   K kernel = nullptr;
   if constexpr (kK128) {  // no Q-smoothing (its bias buffer holds one K tile)
     if (smooth_q) return InvalidArgument("SageBwd CUDA: kv_group 128 without smooth_q");
-    kernel = s.causal ? SageForwardKernelV5<D, true, false, MW, kFastS, kWg, kLptF, kWsF, false,
+    kernel = s.causal ? SageForwardKernelV5<D, true, false, kWg, kLptF, kWsF, false,
                                             true, kTmaF, kPingF, kLazyF>
-                      : SageForwardKernelV5<D, false, false, MW, kFastS, kWg, kLptF, kWsF, false,
+                      : SageForwardKernelV5<D, false, false, kWg, kLptF, kWsF, false,
                                             true, kTmaF, kPingF, kLazyF>;
   } else {
-    kernel = s.causal ? (smooth_q ? SageForwardKernelV5<D, true, true, MW, kFastS, kWg, kLptF,
+    kernel = s.causal ? (smooth_q ? SageForwardKernelV5<D, true, true, kWg, kLptF,
                                                         kWsF, kPipeF, false, kTmaF, false,
                                                         kLazyF>
-                                  : SageForwardKernelV5<D, true, false, MW, kFastS, kWg, kLptF,
+                                  : SageForwardKernelV5<D, true, false, kWg, kLptF,
                                                         kWsF, kPipeF, false, kTmaF, false,
                                                         kLazyF>)
-                      : (smooth_q ? SageForwardKernelV5<D, false, true, MW, kFastS, kWg, kLptF,
+                      : (smooth_q ? SageForwardKernelV5<D, false, true, kWg, kLptF,
                                                         kWsF, kPipeF, false, kTmaF, false,
                                                         kLazyF>
-                                  : SageForwardKernelV5<D, false, false, MW, kFastS, kWg, kLptF,
+                                  : SageForwardKernelV5<D, false, false, kWg, kLptF,
                                                         kWsF, kPipeF, false, kTmaF, false,
                                                         kLazyF>);
   }
@@ -3500,23 +3006,17 @@ Status LaunchForwardV5(const AttnShape& s, const FwdParams& p, bool smooth_q, cu
 // LaunchForwardV5's template flags of each compiled-in v5+ forward variant (the list above),
 // built the way the variants were: each one names the variant it adds to.
 struct FwdVariantFlags {
-  int mw = 1;  // 16-row blocks per warp
-  bool fast_s = true, wg = true, lpt = false, ws = false, pipe = false, k128 = false, tma = false,
-       ping = false, lazy = false;
+  bool wg = true, lpt = false, ws = false, pipe = false, k128 = false, tma = false, ping = false,
+       lazy = false;
 };
 constexpr FwdVariantFlags FwdFlagsOf(int v) {
   FwdVariantFlags f;
   switch (v) {
-    case 5: case 6: case 7: case 8:  // v5: mma.sync
-      f.wg = false;
-      f.mw = (v == 6 || v == 7) ? 2 : 1;
-      f.fast_s = v == 7 || v == 8;
-      return f;
+    case 8: f.wg = false; return f;  // v5a + kFastS: mma.sync
     case 11: f.lpt = true; return f;
     case 12: case 13: f = FwdFlagsOf(v - 2); f.ws = true; return f;
     case 14: case 15: f = FwdFlagsOf(v - 2); f.pipe = true; return f;
     case 16: case 17: f = FwdFlagsOf(v - 4); f.k128 = true; return f;
-    case 18: case 19: f = FwdFlagsOf(v - 8); f.tma = true; return f;
     case 20: case 21: f = FwdFlagsOf(v - 4); f.tma = true; return f;
     case 22: f = FwdFlagsOf(20); f.ping = f.lazy = true; return f;
     case 23: case 24: f = FwdFlagsOf(v - 13); f.lazy = true; return f;
@@ -3525,8 +3025,7 @@ constexpr FwdVariantFlags FwdFlagsOf(int v) {
 }
 template <int... V>
 struct FwdVariantList {};
-using FwdCompiled =
-    FwdVariantList<5, 6, 7, 8, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24>;
+using FwdCompiled = FwdVariantList<8, 10, 11, 12, 15, 16, 20, 21, 22, 23, 24>;
 template <int... V>
 constexpr bool FwdCompiledHas(int v, FwdVariantList<V...>) {
   return ((v == V) || ...);
@@ -3547,8 +3046,8 @@ Status LaunchFwdVariant(const AttnShape& s, const Workspace& w, FwdParams& p, bo
     ABLATE_RETURN_IF_ERROR(CodesTensorMap<D>(&p.tm_kh, w.kh, s, "K^"));
     ABLATE_RETURN_IF_ERROR(CodesTTensorMap<D>(&p.tm_vht, w.vht, s, "V^T"));
   }
-  return LaunchForwardV5<D, f.mw, f.fast_s, f.wg, f.lpt, f.ws, f.pipe, f.k128, f.tma, f.ping,
-                         f.lazy>(s, p, smooth_q, stream);
+  return LaunchForwardV5<D, f.wg, f.lpt, f.ws, f.pipe, f.k128, f.tma, f.ping, f.lazy>(
+      s, p, smooth_q, stream);
 }
 template <int D, int V0, int... V>
 Status LaunchFwdVariantIn(int var, const AttnShape& s, const Workspace& w, FwdParams& p,
@@ -3569,7 +3068,7 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
   const int bh = s.B * s.H, nt = CeilDiv(s.N, kTile);
   const int kvg = SageKvGroup(opt, D);
   const int fvar = opt.fwd_variant < 0 ? FwdProductionFor(D, s.causal, kvg) : opt.fwd_variant;
-  if (fvar != 3 && !FwdCompiledHas(fvar, FwdCompiled{})) {
+  if (!FwdCompiledHas(fvar, FwdCompiled{})) {
     return InvalidArgument("SageBwd CUDA: forward variant " + std::to_string(fvar) +
                            " is not compiled in");
   }
@@ -3606,9 +3105,9 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
   // dependent of KMeanPartKernel's, with smaller K-mean blocks, so that V and Q run beside the
   // mean: both launches are bandwidth-bound and the forward did not move.)
   qp.job[0] = {k, w.kh, w.kht, w.sk, opt.smooth_k ? 1 : 0, true};
-  qp.job[1] = {v, opt.int8_dp ? w.vh : nullptr, w.vht, w.sv, 0, fvar != 3};
+  qp.job[1] = {v, opt.int8_dp ? w.vh : nullptr, w.vht, w.sv, 0, true};
   qp.job[2] = {q, w.qh, w.qht, w.sq, opt.smooth_q ? 2 : 0, false, true};
-  const bool fuse_q = FwdFusesQ(fvar != 3 && FwdFlagsOf(fvar).wg, opt.smooth_q);
+  const bool fuse_q = FwdFusesQ(FwdFlagsOf(fvar).wg, opt.smooth_q);
   if (k128) {  // K and V in 128-key groups, Q (not smoothed: refused) fused at d128
     if (opt.smooth_q) return InvalidArgument("SageBwd CUDA: kv_group 128 without smooth_q");
     if (Status st = LaunchQuantize<D, false, 2>(s, qp, 2, stream); !st.ok()) return st;
@@ -3645,77 +3144,37 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
   p.kv_shift = KvShift(kvg);
   p.smooth_q = opt.smooth_q;
   p.tau = 1.0f / std::sqrt(static_cast<float>(D));
-  if (fvar != 3) return LaunchFwdVariantIn<D>(fvar, s, w, p, opt.smooth_q, stream, FwdCompiled{});
-  constexpr int kSmem = SageConfig<D>::kFwdBytes;
-  auto kernel = s.causal ? SageForwardKernel<D, true> : SageForwardKernel<D, false>;
-  ABLATE_CUDA_RETURN_IF_ERROR(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
-      "SageBwd forward smem attribute");
-  kernel<<<dim3(nt, bh), kThreads, kSmem, stream>>>(p);
-  return CudaStatus(cudaGetLastError(), "SageBwd forward kernel launch");
+  return LaunchFwdVariantIn<D>(fvar, s, w, p, opt.smooth_q, stream, FwdCompiled{});
 }
 
-// Backward variants compiled in (SageCudaOptions::bwd_variant; measured: kernels/bench/README.md):
-//   24       sagebwd v4 (SageBackwardKernel, bits kBwdInterior | kBwdOcc3: 4 warps, 64 keys per
-//            CTA, 3 CTAs/SM at D = 64). The other v2-v4 bit combinations of the v4 lab are no
-//            longer compiled in (git history; their figures stay in the bench notes).
-//   184      sagebwd v4q = 24 + kBwdFastQ (128: P^T, dS^T, dS^ codes by one FMA into the 1.5 * 2^23
-//            mantissa, no F2I / clamp) + kBwdExp2 (32: P = ex2.approx(a log2e x + bias log2e -
-//            lse log2e)); every product by mma.sync
-//   1464     184 + kBwdWgmma (256: S and dP by wgmma from swizzled GmmaTiles, PhaseOneWgmma) +
-//            kBwdColRs (1024: column partials by ColumnReduceScatter)
-//   1976     1464 + kBwdWgmma2 (512: dV, dK, dQ by wgmma too, WgmmaS8Tile64 on 64B-swizzled
-//            P^T / dS^T / dS^ and K^T / Q^T / dO^T)
-//   4024     sagebwd v7 = 1976 + kBwdWgPipe (2048: the dV / dK / dQ wgmmas two in flight, each
-//            epilogue overlapping the next product)
-//   12216    sagebwd v7b = 4024 + kBwdSplitWait (8192: the phase-2-only Q^T / dO^T copies waited
-//            for after phase 1, not before it): 1.01-1.02x of 4024
-//   44984    12216 + kBwdColVec (32768: the quantization's per-column 1 / scales as one 16-byte
-//            load per column pair): 1.03-1.04x of 4024 at d128; 0.99x at d64 (168 registers:
-//            16 bytes of spills)
-//   77752    12216 + kBwdBulkDq (65536: each warp's dQ rows staged in shared memory and added
-//            into dqacc by bulk reductions, cp.reduce.async.bulk, instead of red.global):
-//            1.05-1.09x of 4024 at d64, 1.01-1.04x at d128
-//   110520   44984 + kBwdBulkDq: 1.07-1.10x of 4024 at d64; at d128 1.05x causal, 1.01-1.02x
-//            non-causal (44984: 1.03x there)
-// Measured and no longer compiled in: 152 (= 184 without kBwdExp2), 440 / 952 (= 1464 / 1976
-// without kBwdColRs), 1208 (= 184 + kBwdColRs), 8120 (= 4024 + the next Q tile's Q^ / dO
-// copied right after phase 1: 0.94-0.99x of 4024), 1976 / 4024 with 4 CTAs/SM at d64
-// (0.87-0.96x: spills); 28600 (= 12216 + the next Q tile's lse, D_i and scales loaded one
-// iteration ahead: 0.98-1.02x of 12216); sagebwd v6 (64 / 96 / 104 / 120, SageBackwardKernelV6).
-//   176056 / 241592  44984 / 110520 + kBwdLpt (131072: grid (BH, K tiles), so causal CTAs run
-//            longest-first across every head): causal 1.07-1.16x of 4024 (d128 N2048 1.10x, d64
-//            1.16x); non-causal neutral at d128, 0.96-1.04x at d64 (less L2 reuse of Q tiles)
+// Backward variants compiled in (SageCudaOptions::bwd_variant; measured: kernels/bench/README.md,
+// Variants, where the removed steps v4 (24) to v8 (110520) and their lab neighbours are too):
+//   2207672 / 2338744  sagebwd v8 (110520 = kBwdBase) + kBwdTma (2097152: the Q side of each Q
+//            tile by TMA; 1.05-1.08x at d64, session 14) / + kBwdLpt (131072: grid (BH, K
+//            tiles), so causal CTAs run longest-first across every head: causal 1.07-1.16x):
+//            production at d64
 //   372664 / 503736  110520 / 241592 + kBwdWs (262144: warp-specialized, a producer warpgroup
 //            filling a two-stage ring of Q-side tiles for two consumer warpgroups of 64 keys
-//            each, one CTA per SM). With dQ added by one bulk reduction per warp and block
-//            (DqAccIndex; before it, 16 per warp, which the compiler issued one lane at a time):
-//            d128 non-causal 372664 1.17x of 44984 (1.05x of 110520), causal 503736 1.02x of
-//            241592; d64 0.94-1.06x of 44984 (8 consumer warps per SM instead of 12).
-//   1421240 / 1552312  372664 / 503736 + kBwdDqPair (1048576: the two consumers share dQ over
-//            128 keys, dS^ row scales over 128 keys = the emulator's bkv 128; 128-key K / V
-//            groups only): 1.02-1.03x non-causal, 1.05-1.09x causal of 372664 / 503736
-//            (session 12, after the Q-smoothing tests left the unrolled loops)
-//   + kBwdTma (2097152: the Q side of each Q tile copied by TMA, kBwdTma): 110520 / 241592 ->
-//            2207672 / 2338744 1.05-1.08x at d64; 1421240 / 1552312 -> 3518392 / 3649464
-//            1.02-1.04x at d128; 372664 / 503736 -> 2469816 / 2600888 0.96-0.97x (52 bytes of
-//            spills causal), so those stay (session 14, kernel lab on an H200)
-//   + kBwdEarlyP1 (4194304, with kBwdDqPair and kBwdTma: the next Q tile's S and dP issued
-//            during this tile's last two epilogues): 3518392 / 3649464 -> 7712696 / 7843768
-//            0.992-1.003x non-causal, 1.000-1.024x causal over four calls (session 18, H200s), so
-//            production causal only; non-causal too since session 19, when, with the column
-//            scales over the whole warpgroup, 7712696 measured 1.021-1.022x of 3518392 (backward,
-//            N2048 / N8192, same binary, alternating)
+//            each, one CTA per SM): d128 non-causal 1.17x of 44984 (1.05x of 110520), causal
+//            1.02x of 241592; production at d128 with 64-key K / V groups (Q-smoothing), where
+//            the TMA Q side measured 0.96-0.97x (52 bytes of spills causal; session 14)
+//   3518392 / 3649464  372664 / 503736 + kBwdDqPair (1048576: the two consumers share dQ over 128
+//            keys, dS^ row scales over 128 keys = the emulator's bkv 128; 128-key K / V groups
+//            only: 1.02-1.03x non-causal, 1.05-1.09x causal, session 12) + kBwdTma (1.02-1.04x,
+//            session 14): production at d128 with int8_dp
+//   7712696 / 7843768  3518392 / 3649464 + kBwdEarlyP1 (4194304: the next Q tile's S and dP
+//            issued during this tile's last two epilogues; 1.000-1.024x causal, session 18;
+//            non-causal 1.021-1.022x after session 19's column scales over the whole
+//            warpgroup): production at d128 with 128-key K / V groups
 // (Measured and not kept, session 18: the consumers' two rendezvous per Q tile split into
 // arrivals and later waits, 0.995-1.010x; with consumer 1's phase 1 issued after consumer 0's
-// on top, 0.980-0.992x.)
-// BwdProductionFor is what production calls (bwd_variant = -1) run (sagebwd v12): d128 7712696 /
-// 7843768 (non-causal / causal) with 128-key K / V groups (3518392 / 3649464 with int8_dp),
-// 372664 / 503736 with 64-key groups (Q-smoothing), d64 2207672 / 2338744 (kernels/bench/README.md, Variants).
+// on top, 0.980-0.992x. Session 22: FlashAttention-3's ping-pong on the decoupled consumers of
+// 2469816 / 2600888 (= 372664 / 503736 + kBwdTma), the two taking turns at the element-wise part
+// (P / dS, statistics, codes) or at the products and folds: 0.94-1.01x (d64 0.85-0.88x) resp.
+// 0.97-1.03x of the same variant without turns; docs/gpu/2026-11-27-h200-s22.)
+// BwdProductionFor is what production calls (bwd_variant = -1) run (sagebwd v12).
 constexpr int BwdProductionFor(int d, bool causal, bool dq_pair) {
-  constexpr int kV8 = 24 + kBwdExp2 + kBwdFastQ + kBwdWgmma + kBwdWgmma2 + kBwdColRs + kBwdWgPipe +
-                      kBwdSplitWait + kBwdColVec + kBwdBulkDq;
-  const int v = causal ? kV8 + kBwdLpt : kV8;
+  const int v = causal ? kBwdBase + kBwdLpt : kBwdBase;
   if (d != 128) return v + kBwdTma;
   return dq_pair ? v + kBwdWs + kBwdDqPair + kBwdTma + kBwdEarlyP1 : v + kBwdWs;
 }
@@ -3733,9 +3192,7 @@ BwdLaunch BwdLaunchOf() {
     return {};  // D = 128 only
   } else {
     constexpr bool kWs = (kVar & kBwdWs) != 0;
-    using Layout = BwdLayout<D, (kVar & kBwdWgmma) != 0, (kVar & kBwdWgmma2) != 0,
-                             (kVar & kBwdWgPipe) != 0 && (kVar & kBwdBulkDq) != 0>;
-    constexpr int kSmem = kWs ? BwdWsLayout<D>::kBytes : Layout::kBytes;
+    constexpr int kSmem = kWs ? BwdWsLayout<D>::kBytes : BwdLayout<D>::kBytes;
     return {SageBackwardKernel<D, kCausal, kVar>, kSmem, (kVar & kBwdLpt) != 0,
             BwdThreads<D, kVar>(), kWs ? kWsConsumers * kTile : kTile};
   }
@@ -3743,22 +3200,12 @@ BwdLaunch BwdLaunchOf() {
 // The backward variants compiled in (the list above), one instantiation per head dim and mask.
 template <int... V>
 struct BwdVariantList {};
-constexpr int kBwdV4q = 24 + kBwdExp2 + kBwdFastQ;                                  // 184
-constexpr int kBwdV7a = kBwdV4q + kBwdWgmma + kBwdColRs;                             // 1464
-constexpr int kBwdV7b = kBwdV7a + kBwdWgmma2;                                        // 1976
-constexpr int kBwdV7 = kBwdV7b + kBwdWgPipe;                                         // 4024
-constexpr int kBwdV7s = kBwdV7 + kBwdSplitWait;                                      // 12216
-constexpr int kBwdV8d = kBwdV7s + kBwdColVec + kBwdBulkDq;                          // 110520
 using BwdCompiled =
-    BwdVariantList<24, kBwdV4q, kBwdV7a, kBwdV7b, kBwdV7, kBwdV7s, kBwdV7s + kBwdColVec,
-                   kBwdV7s + kBwdBulkDq, kBwdV8d, kBwdV8d + kBwdLpt, kBwdV7s + kBwdColVec + kBwdLpt,
-                   kBwdV8d + kBwdWs, kBwdV8d + kBwdLpt + kBwdWs, kBwdV8d + kBwdWs + kBwdDqPair,
-                   kBwdV8d + kBwdLpt + kBwdWs + kBwdDqPair, kBwdV8d + kBwdTma,
-                   kBwdV8d + kBwdLpt + kBwdTma, kBwdV8d + kBwdWs + kBwdTma,
-                   kBwdV8d + kBwdLpt + kBwdWs + kBwdTma, kBwdV8d + kBwdWs + kBwdDqPair + kBwdTma,
-                   kBwdV8d + kBwdLpt + kBwdWs + kBwdDqPair + kBwdTma,
-                   kBwdV8d + kBwdWs + kBwdDqPair + kBwdTma + kBwdEarlyP1,
-                   kBwdV8d + kBwdLpt + kBwdWs + kBwdDqPair + kBwdTma + kBwdEarlyP1>;
+    BwdVariantList<kBwdBase + kBwdTma, kBwdBase + kBwdLpt + kBwdTma, kBwdBase + kBwdWs,
+                   kBwdBase + kBwdLpt + kBwdWs, kBwdBase + kBwdWs + kBwdDqPair + kBwdTma,
+                   kBwdBase + kBwdLpt + kBwdWs + kBwdDqPair + kBwdTma,
+                   kBwdBase + kBwdWs + kBwdDqPair + kBwdTma + kBwdEarlyP1,
+                   kBwdBase + kBwdLpt + kBwdWs + kBwdDqPair + kBwdTma + kBwdEarlyP1>;
 template <int D, bool kCausal, int... V>
 BwdLaunch BwdLaunchIn(int var, BwdVariantList<V...>) {
   BwdLaunch r{};

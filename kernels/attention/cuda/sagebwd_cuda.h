@@ -65,31 +65,28 @@ struct SageCudaOptions {
   // value >= 0 picks one of the compiled-in backward variants (sagebwd.cu, kBwd* bits; the
   // launcher returns InvalidArgument for one that is not compiled in).
   int bwd_variant = -1;
-  // Kernel lab only: -1 runs the production forward; 3 = the v3/v4 forward kernel, 5 / 6 = the
-  // v5 forward with 8 warps x 16 rows / 4 warps x 32 rows per 128-row CTA, 7 / 8 = 6 / 5 with
-  // the fast interior logits, 10 = 8 by wgmma (v6), 11 = 10 with the grid in longest-first
-  // order across heads, 12 / 13 = 10 / 11 warp-specialized (v7, 12 production non-causal at d128
-  // with 64-key groups), 14 / 15 = 12 / 13 with S of the next K tile issued before the softmax
-  // (15: production causal, 64-key groups), 16 / 17 = 12 / 13 stepping 128 keys (two K tiles)
-  // per iteration, for kv_group = 128; 18 / 19 / 20 / 21 = 10 / 11 / 16 / 17 with the K^ / V^T
-  // tiles copied by TMA (one thread, mbarriers; 21: production causal at d128); 22 = 20 with the
-  // consumers' S wgmmas in ping-pong turns and the lazy rescale (production non-causal at d128);
-  // 23 / 24 = 10 / 11 with the lazy rescale (production at d64; sagebwd.cu); other values:
+  // Kernel lab only: -1 runs the production forward; 8 = the mma.sync forward (its Q from the
+  // quantize launch), 10 = the same by wgmma (v6), 11 = 10 with the grid in longest-first order
+  // across heads, 12 = 10 warp-specialized (v7, production non-causal at d128 with 64-key
+  // groups), 15 = 11 warp-specialized with S of the next K tile issued before the softmax
+  // (production causal, 64-key groups), 16 = 12 stepping 128 keys (two K tiles) per iteration,
+  // for kv_group = 128; 20 / 21 = 16 / its causal form with the K^ / V^T tiles copied by TMA (one
+  // thread, mbarriers; 21: production causal at d128); 22 = 20 with the consumers' S wgmmas in
+  // ping-pong turns and the lazy rescale (production non-causal at d128); 23 / 24 = 10 / 11 with
+  // the lazy rescale (production at d64; sagebwd.cu, FwdCompiled); other values:
   // InvalidArgument.
   int fwd_variant = -1;
   // K / V quantization group in keys (ALGORITHMS.md: tile sizes are parameters; the CPU
   // emulator's SageOptions::kv_group): kSageBkv, or 2 * kSageBkv with the forward variants that
-  // step 128 keys at a time (16 / 17 / 20 / 21, no Q-smoothing); 0 = SageKvGroup's choice;
+  // step 128 keys at a time (16 / 20 / 21 / 22, no Q-smoothing); 0 = SageKvGroup's choice;
   // anything else: InvalidArgument. The backward must get the forward's value.
   int kv_group = 0;
 };
 
 // Whether the lab forward variant v (SageCudaOptions::fwd_variant >= 0) steps 128 keys at a time,
-// over 128-key K / V groups (sagebwd v9: 16 / 17, 20 / 21 with TMA stages, 22 = 20 with the
-// ping-pong issue and the lazy rescale).
-constexpr bool SageFwdVariantSteps128(int v) {
-  return v == 16 || v == 17 || v == 20 || v == 21 || v == 22;
-}
+// over 128-key K / V groups (sagebwd v9: 16, 20 / 21 with TMA stages, 22 = 20 with the ping-pong
+// issue and the lazy rescale).
+constexpr bool SageFwdVariantSteps128(int v) { return v == 16 || v == 20 || v == 21 || v == 22; }
 
 // The K / V quantization group that `opt` runs at head dim d: kv_group when set, else 128 keys
 // where the forward that steps 128 keys runs (d128 without Q-smoothing, production or a variant
