@@ -95,7 +95,6 @@ using cuda::wgmma::TileDesc;
 
 using cuda::CeilDiv;
 using cuda::CudaStatus;
-using cuda::MmaBf16;
 using cuda::MmaS8;
 using cuda::QuadMax;
 using cuda::QuadSum;
@@ -374,29 +373,6 @@ __device__ __forceinline__ void LdB2(uint32_t (&b)[4], const void* B, int sb, in
   const char* p = static_cast<const char*>(B) + (n0 + (lane & 7) + ((lane >> 4) << 3)) * sb + kb +
                   (((lane >> 3) & 1) << 4);
   cuda::LdMatrixX4(b, cuda::SmemAddr(p));
-}
-
-// acc[nt] = A (16 x KD, rows at A with byte stride sa) * B^T (B: 8*NT rows x KD, stride sb).
-template <int KD, int NT>
-__device__ __forceinline__ void WarpGemmS8(const int8_t* A, int sa, const int8_t* B, int sb,
-                                           int32_t (&acc)[NT][4]) {
-  static_assert(NT % 2 == 0, "n-blocks in pairs");
-  static_assert(KD <= kMaxS8K, "int32 sums must stay in the exact range of S32ToF32");
-  const int lane = threadIdx.x & 31;
-#pragma unroll
-  for (int n = 0; n < NT; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0;
-#pragma unroll
-  for (int k0 = 0; k0 < KD; k0 += 32) {
-    uint32_t a[4];
-    LdA(a, A, sa, k0, lane);
-#pragma unroll
-    for (int n = 0; n < NT; n += 2) {
-      uint32_t b[4];
-      LdB2(b, B, sb, n * 8, k0, lane);
-      MmaS8(acc[n], a, b[0], b[1]);
-      MmaS8(acc[n + 1], a, b[2], b[3]);
-    }
-  }
 }
 
 // Copies `rows` rows of `row_bytes` bytes (multiple of 16, 16-byte aligned) from global to a
