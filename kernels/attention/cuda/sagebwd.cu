@@ -1099,13 +1099,13 @@ constexpr int kFwdRows = 128;
 // the kThreadsV5 consumer threads, kStages = 3 K^ / V^T stages filled by it (the K tile's two
 // scales at kScal, mbarriers full / empty at kBar).
 // Whether a forward quantizes Q itself (FusedQLoad / FusedQQuantize; the quantize launch then
-// has no Q job): the wgmma forwards (variants 10-17) without Q-smoothing. (D = 64 since session
+// has no Q job): the wgmma forwards (variants 10-24) without Q-smoothing. (D = 64 since session
 // 13: with the leaner quantize launch, in situ at B16 H12 N1024 causal the launch 38.6 -> 27.1 us
 // against the forward kernel 106.8 -> 116.3 us, forward 1.019-1.028x, backward unchanged; in
 // session 11, before it, neutral.)
 constexpr bool FwdFusesQ(bool wgmma, bool smooth_q) { return wgmma && !smooth_q; }
 
-// kK128 (lab forward 16 / 17): 4 stages, the consumers step two K tiles at a time.
+// kK128 (forward 16, 20-22): 4 stages, the consumers step two K tiles at a time.
 template <int D, bool kWg = false, bool kWsF = false, bool kK128 = false>
 struct FwdV5Config {
   // m16 row blocks per warp: 1 (v5b's 2, 4 warps with each K^ / V^T fragment feeding two row
@@ -1151,11 +1151,11 @@ struct FwdV5Config {
 // a warpgroup could skip are computed fully masked (P = 0, alpha = 1: no change).
 // kLptF (lab variant 11, with kWg): grid (BH, row blocks), so causal CTAs run longest-first
 // across all heads rather than head by head.
-// kWsF (v7 forward, lab variants 12 / 13 = 10 / 11 + it): warpgroup 0 is a producer that fills
-// the kStages-deep K^ / V^T ring (cp.async, its copies waited for, then mbarrier full[s]) with
-// each K tile's two scales; warpgroups 1 and 2 compute as in 10 / 11 without any CTA barrier in
-// the loop (each waits for full[s] and releases empty[s] after its P^ V^ wgmmas); registers move
-// from the producer to them (setmaxnreg 24 / 240).
+// kWsF (v7 forward, variant 12 = 10 + it): warpgroup 0 is a producer that fills the
+// kStages-deep K^ / V^T ring (cp.async, its copies waited for, then mbarrier full[s]; TMA with
+// kTmaF) with each K tile's two scales; warpgroups 1 and 2 compute as in 10 / 11 without any CTA
+// barrier in the loop (each waits for full[s] and releases empty[s] after its P^ V^ wgmmas);
+// registers move from the producer to them (setmaxnreg 24 / 240).
 template <int D, bool kCausal, bool kSmoothQ, bool kWg = false, bool kLptF = false,
           bool kWsF = false, bool kPipeF = false, bool kK128 = false, bool kTmaF = false,
           bool kPingF = false, bool kLazyF = false>
@@ -1597,7 +1597,7 @@ __global__ void __launch_bounds__(FwdV5Config<D, kWg, kWsF, kK128>::kThreadsLaun
     }
   };
   if constexpr (kK128) {
-    // kK128 (lab variants 16 / 17 = 12 / 13 with kv_group = 128): the consumers take two K tiles
+    // kK128 (variant 16 = 12 with kv_group = 128; 20-22): the consumers take two K tiles
     // (one K / V quantization group: one K scale, one V scale) per step: S of both (two wgmma
     // groups), one online-softmax step over the 128 keys (one row max, alpha and l update), P~^
     // as four k-steps of 32 keys, P^ V^ of both tiles summed in one int32 accumulator per 64
@@ -1663,7 +1663,7 @@ __global__ void __launch_bounds__(FwdV5Config<D, kWg, kWsF, kK128>::kThreadsLaun
       if (has1) ring.ConsumerRelease(j1);
     }
   } else if constexpr (kPipeF) {
-    // kPipeF (lab variants 14 / 15 = 12 / 13 + it): each consumer issues S of K tile j before the
+    // kPipeF (variant 15 = 13 + it): each consumer issues S of K tile j before the
     // P^ V^ of tile j - 1 and runs tile j's softmax while the tensor cores compute that product
     // (FlashAttention-3's intra-warpgroup overlap); the fold of tile j - 1 follows the softmax of
     // tile j (the same folds in the same order as the loop below: the same O). Stage j - 1 is
