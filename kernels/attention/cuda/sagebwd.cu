@@ -1126,7 +1126,8 @@ struct FwdV5Config {
   static constexpr int kStage = kWg ? TileI8::kBytes + TileT::kBytes : kTile * kI8D + D * kI8T;
   static constexpr int kF32 = kStage0 + kStages * kStage;       // bias [2][64], mu [2][D], kbar [D]
   static constexpr int kScal = kF32 + (2 * kTile + 3 * D) * 4;  // kWsF: [kStages][2] (sK, sV)
-  // kWsF: full[], empty[]; else (kTmaF) one mbarrier per stage.
+  // kWsF: full[], empty[] (without kWsF the kStages mbarrier words that variants 18 / 19 used
+  // stay reserved: the layout, and so the kernels' code, of 78f17c5).
   static constexpr int kBar = kScal + (kWsF ? kStages * 8 : 0);
   // FwdFusesQ (without Q-smoothing): the fused Q quantization's staging, [2][D][64] transposed
   // codes + [2][4] float maxima.
@@ -1163,7 +1164,7 @@ __global__ void __launch_bounds__(FwdV5Config<D, kWg, kWsF, kK128>::kThreadsLaun
                                   FwdV5Config<D, kWg, kWsF, kK128>::kMinBlocks)
     SageForwardKernelV5(const __grid_constant__ FwdParams p) {
   static_assert(!kPipeF || kWsF, "the pipelined forward loop builds on the warp-specialized one");
-  static_assert(!kTmaF || kWg, "the TMA copies fill the wgmma forwards' GmmaTiles");
+  static_assert(!kTmaF || kWsF, "the TMA copies fill the warp-specialized forwards' stages");
   static_assert(!(kPipeF && kK128), "one or the other");
   static_assert(!kPingF || kK128, "the ping-pong issue order is the 128-key loop's");
   static_assert(!kLazyF || kWg, "the lazy rescale is in the wgmma forwards' fold");
@@ -1268,8 +1269,6 @@ __global__ void __launch_bounds__(FwdV5Config<D, kWg, kWsF, kK128>::kThreadsLaun
   };
   // kWsF: the K tiles' ring (use j = K tile j) and the producer, which leaves after its last tile.
   const wg::MbarRing<C::kStages> ring{cuda::SmemAddr(smem + C::kBar)};
-  // kTmaF without kWsF: stage st's mbarrier (one phase per K tile it holds).
-  [[maybe_unused]] const uint32_t tma_bar = cuda::SmemAddr(smem + C::kBar);
   float* s_scal = reinterpret_cast<float*>(smem + C::kScal);
   if constexpr (kWsF) {
     if (threadIdx.x == 0) {
@@ -1364,16 +1363,7 @@ __global__ void __launch_bounds__(FwdV5Config<D, kWg, kWsF, kK128>::kThreadsLaun
     wg::FenceProxyAsync();
     wg::NamedBarSync(1, C::kThreadsV5);  // Q^, mu, kbar visible to both consumer warpgroups
   } else {
-    if constexpr (kTmaF) {
-      if (threadIdx.x == 0) {
-        wg::MbarInit(tma_bar, 1);
-        wg::MbarInit(tma_bar + 8, 1);
-        wg::FenceMbarInit();
-        tma_stage(s_stage, 0, tma_bar);  // the barriers' first users: this thread's own copies
-      }
-    } else {
-      load_stage(all_c, s_stage, 0, threadIdx.x);
-    }
+    load_stage(all_c, s_stage, 0, threadIdx.x);
     cuda::CpAsyncCommit();
     if constexpr (kFuseQ) {
       if (fq_mine) fused_q_quantize();
@@ -1725,33 +1715,16 @@ __global__ void __launch_bounds__(FwdV5Config<D, kWg, kWsF, kK128>::kThreadsLaun
         ws_wait_tile(j);
       } else {
         __syncthreads();  // previous tile's reads of the stage refilled below (and s_bias) done
-        if constexpr (kTmaF) {
-          if (j < last && threadIdx.x == 0) {
-            tma_stage(s_stage + ((j + 1) & 1) * C::kStage, c0 + kTile, tma_bar + 8 * ((j + 1) & 1));
-          }
-        } else {
-          if (j < last) {
-            load_stage(all_c, s_stage + ((j + 1) & 1) * C::kStage, c0 + kTile, threadIdx.x);
-          }
-          cuda::CpAsyncCommit();  // possibly empty group: keeps the wait count uniform
+        if (j < last) {
+          load_stage(all_c, s_stage + ((j + 1) & 1) * C::kStage, c0 + kTile, threadIdx.x);
         }
+        cuda::CpAsyncCommit();  // possibly empty group: keeps the wait count uniform
         if (kSmoothQ && threadIdx.x < 2 * kTile) {
           store_bias(threadIdx.x / kTile, threadIdx.x % kTile, c0);
         }
-        if constexpr (kTmaF) {
-          // Q^ (its cp.async copies, or the fused quantization's stores) before the first tile;
-          // the barrier after it also publishes s_bias.
-          if (j == 0) {
-            CopyWait();
-            wg::FenceProxyAsync();
-          }
-          wg::MbarWait(tma_bar + 8 * (j & 1), (j >> 1) & 1);  // tile j landed
-          if (j == 0 || kSmoothQ) __syncthreads();
-        } else {
-          cuda::CpAsyncWait<1>();  // tile j (and Q^) landed for this thread
-          if constexpr (kWg) wg::FenceProxyAsync();  // cp.async writes -> wgmma's reads
-          __syncthreads();
-        }
+        cuda::CpAsyncWait<1>();  // tile j (and Q^) landed for this thread
+        if constexpr (kWg) wg::FenceProxyAsync();  // cp.async writes -> wgmma's reads
+        __syncthreads();
       }
       if constexpr (!kWg) {
         if (!wvalid || (kCausal && c0 > wlast)) continue;  // warp-uniform; no barrier below
