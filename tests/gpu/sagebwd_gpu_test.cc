@@ -577,7 +577,7 @@ TEST(SageBwdGpu, EmulatorMatchLong) {
 
 // The production forwards' lazy rescale (sagebwd.cu, kLazyF: the running max moves only for a
 // tile row max more than 8 above it, log2 units) against the same kernels without it (eager: 10 /
-// 11 at d64, 20 at d128), on logits up to sigma_Q = sigma_K = 8 (logit standard deviation 64:
+// 11 at d64; at d128 the three-warpgroup 25 / 26 against 27 / 28, and 20 against 22), on logits up to sigma_Q = sigma_K = 8 (logit standard deviation 64:
 // tiles whose row maxima jump far above the running max, rows whose mass sits on a few keys).
 // The P~^ codes are relative to each tile's own row max, so only the folds' rounding may differ:
 // the LSE to fp32 rounding, O (bf16) by the eager fold's own rounding (its -coef * 1.5 * 2^23
@@ -589,39 +589,48 @@ TEST(SageBwdGpu, EmulatorMatchLong) {
 // which the larger logits turn into a larger change of the softmax.)
 TEST(SageBwdGpu, LazyRescaleMatchesEager) {
   SKIP_WITHOUT_GPU();
-  for (int d : {64, 128}) {
-    for (bool causal : {false, true}) {
-      for (double sigma : {1.0, 3.0, 8.0}) {
-        const AttnShape s{1, 2, 1000, d, causal};
-        const Inputs in = MakeInputs(s, sigma, 430 + d + (causal ? 1 : 0));
-        SageCudaOptions lazy, eager;
-        lazy.fwd_variant = d == 64 ? (causal ? 24 : 23) : 22;
-        eager.fwd_variant = d == 64 ? (causal ? 11 : 10) : 20;
-        const std::string what = Describe(s, lazy) + " sigma_qk " + std::to_string(sigma);
-        std::printf("[lazy vs eager] %s\n", what.c_str());
-        GpuResult a, b;
-        RunGpu(s, lazy, in.q, in.k, in.v, in.dout, /*poison=*/true, &a);
-        RunGpu(s, eager, in.q, in.k, in.v, in.dout, /*poison=*/true, &b);
-        if (::testing::Test::HasFatalFailure()) return;
-        Expect("O", Compare(a.o, b.o), 0.999999, 1e-3, what);
-        Expect("LSE", Compare(a.lse, b.lse), 0.99999999, 1e-6, what);
-        if (sigma != 3.0) continue;
-        std::vector<double> o(s.numel());
-        SageSaved<double> saved;
-        SageForward(s, SageCpuOptions(lazy, s.D), in.q.data(), in.k.data(), in.v.data(),
-                    o.data(), &saved);
-        for (double& y : o) y = RoundToBf16(y);
-        Stats so[2], sl[2];
-        for (int i = 0; i < 2; ++i) {
-          const GpuResult& r = i == 0 ? a : b;
-          so[i] = Compare(r.o, o);
-          sl[i] = Compare(r.lse, saved.lse);
-          std::printf("  %s vs emulator: O relL2=%.3e, LSE relL2=%.3e maxabs=%.3e\n",
-                      i == 0 ? "lazy " : "eager", so[i].e.rel_l2, sl[i].e.rel_l2, sl[i].max_abs);
-        }
-        EXPECT_LE(so[0].e.rel_l2, 1.01 * so[1].e.rel_l2) << what;
-        EXPECT_NEAR(sl[0].e.rel_l2, sl[1].e.rel_l2, 1e-6) << what;
+  struct Pair {
+    int d;
+    bool causal;
+    int lazy, eager;
+  };
+  // d64: production 23 / 24; d128: production 27 / 28 (three consumer warpgroups) and 22, the
+  // two-warpgroup form.
+  const Pair pairs[] = {{64, false, 23, 10}, {64, true, 24, 11},  {128, false, 27, 25},
+                        {128, true, 28, 26}, {128, false, 22, 20}};
+  for (const Pair& pr : pairs) {
+    for (double sigma : {1.0, 3.0, 8.0}) {
+      const AttnShape s{1, 2, 1000, pr.d, pr.causal};
+      const Inputs in = MakeInputs(s, sigma, 430 + pr.d + (pr.causal ? 1 : 0));
+      SageCudaOptions lazy, eager;
+      lazy.fwd_variant = pr.lazy;
+      eager.fwd_variant = pr.eager;
+      const std::string what = Describe(s, lazy) + " sigma_qk " + std::to_string(sigma) +
+                               " variants " + std::to_string(pr.lazy) + " / " +
+                               std::to_string(pr.eager);
+      std::printf("[lazy vs eager] %s\n", what.c_str());
+      GpuResult a, b;
+      RunGpu(s, lazy, in.q, in.k, in.v, in.dout, /*poison=*/true, &a);
+      RunGpu(s, eager, in.q, in.k, in.v, in.dout, /*poison=*/true, &b);
+      if (::testing::Test::HasFatalFailure()) return;
+      Expect("O", Compare(a.o, b.o), 0.999999, 1e-3, what);
+      Expect("LSE", Compare(a.lse, b.lse), 0.99999999, 1e-6, what);
+      if (sigma != 3.0) continue;
+      std::vector<double> o(s.numel());
+      SageSaved<double> saved;
+      SageForward(s, SageCpuOptions(lazy, s.D), in.q.data(), in.k.data(), in.v.data(), o.data(),
+                  &saved);
+      for (double& y : o) y = RoundToBf16(y);
+      Stats so[2], sl[2];
+      for (int i = 0; i < 2; ++i) {
+        const GpuResult& r = i == 0 ? a : b;
+        so[i] = Compare(r.o, o);
+        sl[i] = Compare(r.lse, saved.lse);
+        std::printf("  %s vs emulator: O relL2=%.3e, LSE relL2=%.3e maxabs=%.3e\n",
+                    i == 0 ? "lazy " : "eager", so[i].e.rel_l2, sl[i].e.rel_l2, sl[i].max_abs);
       }
+      EXPECT_LE(so[0].e.rel_l2, 1.01 * so[1].e.rel_l2) << what;
+      EXPECT_NEAR(sl[0].e.rel_l2, sl[1].e.rel_l2, 1e-6) << what;
     }
   }
 }
@@ -866,11 +875,12 @@ TEST(SageBwdGpu, BwdVariantLab) {
 // longest-first order across heads; 12 = 10 warp-specialized, production at d128 with 64-key
 // groups; 15 = 11 warp-specialized with S of the next K tile issued before the softmax,
 // production causal there; 16 = 12 over 128-key K / V quantization groups,
-// SageCudaOptions::kv_group; 20 / 21 with TMA stages, 21 production causal at d128; 22
-// production non-causal at d128; 23 / 24 = 10 / 11 with the lazy rescale, production at d64)
-// against the emulator (forward and the backward that follows it), then the median
-// forward-launcher time (quantization included) on the benchmark shapes, variants interleaved;
-// ratios against the first of the list.
+// SageCudaOptions::kv_group; 20 / 21 with TMA stages, 21 production causal at d128 below N =
+// 4096; 22 = 20 with ping-pong S issue and the lazy rescale; 23 / 24 = 10 / 11 with the lazy
+// rescale, production at d64; 25 / 26 = 20 / 21 with three consumer warpgroups, 27 / 28 = 25 / 26
+// with the lazy rescale, production at d128) against the emulator (forward and the backward that
+// follows it), then the median forward-launcher time (quantization included) on the benchmark
+// shapes, variants interleaved; ratios against the first of the list.
 TEST(SageBwdGpu, FwdVariantLab) {
   SKIP_WITHOUT_GPU();
   const char* env = std::getenv("SAGE_FWD_LAB");
@@ -885,7 +895,7 @@ TEST(SageBwdGpu, FwdVariantLab) {
   // running max moves only by more than 8 in log2 units); 23 / 24 = 10 / 11 with the lazy
   // rescale. SAGE_FWD_LAB_VARS (comma-separated) runs a subset, in its order.
   const std::vector<int> vars = LabVariants(
-      "SAGE_FWD_LAB_VARS", {10, 11, 12, 15, 16, 20, 21, 22, 23, 24});
+      "SAGE_FWD_LAB_VARS", {10, 11, 12, 15, 16, 20, 21, 22, 23, 24, 25, 26, 27, 28});
   const auto k128 = SageFwdVariantSteps128;
   auto lab_options = [&](int var) {
     SageCudaOptions o;

@@ -62,8 +62,9 @@
 // registers (V^T stored in the permuted key order FwdKeyOfSlot), the Q quantization fused into
 // the prologue, the lazy rescale of O (d64: 23 / 24); at D = 128 warp-specialized (a producer
 // warpgroup fills a K^ / V^T ring: v7), stepping two K tiles (one 128-key K / V quantization
-// group) at a time with the stages filled by TMA (21 causal; 22 non-causal, with the consumers'
-// S wgmmas in ping-pong turns and the lazy rescale), or with 64-key groups (Q-smoothing) 12 / 15.
+// group) at a time with the stages filled by TMA and three consumer warpgroups of 64 rows (27
+// non-causal, 28 causal from N = 4096; 21 causal below it, with two), or with 64-key groups
+// (Q-smoothing) 12 / 15.
 // The compiled-in variants are FwdCompiled (SageCudaOptions::fwd_variant); lab variant 8 is the
 // mma.sync kernel (m16n8k32 s8 with ldmatrix fragment loads from padded tiles, cp.async copies),
 // which quantizes Q in the quantize launch.
@@ -1106,8 +1107,14 @@ constexpr int kFwdRows = 128;
 constexpr bool FwdFusesQ(bool wgmma, bool smooth_q) { return wgmma && !smooth_q; }
 
 // kK128 (forward 16, 20-22): 4 stages, the consumers step two K tiles at a time.
-template <int D, bool kWg = false, bool kWsF = false, bool kK128 = false>
+template <int D, bool kWg = false, bool kWsF = false, bool kK128 = false, bool kG3 = false>
 struct FwdV5Config {
+  // kG3 (variants 25-28): three consumer warpgroups of 64 rows (192 rows per CTA) at 160
+  // registers each instead of two at 240: more warps per scheduler for the softmax's latency.
+  static_assert(!kG3 || kK128, "three consumer groups: the 128-key warp-specialized forward");
+  static constexpr int kGroups = kG3 ? 3 : 2;  // 64-row Q groups per CTA
+  static constexpr int kRows = kGroups * kTile;
+  static constexpr int kConsumerRegs = kG3 ? 160 : kWsConsumerRegs;
   // m16 row blocks per warp: 1 (v5b's 2, 4 warps with each K^ / V^T fragment feeding two row
   // blocks, was removed in session 22; the loops over it stay).
   static constexpr int kMw = 1;
@@ -1115,26 +1122,27 @@ struct FwdV5Config {
   static_assert(!kK128 || kWsF, "the 128-key forward builds on the warp-specialized one");
   using TileI8 = cuda::wgmma::GmmaTile<kTile, D>;  // Q^ group, K^
   using TileT = cuda::wgmma::GmmaTile<D, kTile>;   // V^T [D][64 keys]
-  static constexpr int kWarps = kFwdRows / (16 * kMw);
+  static constexpr int kWarps = kRows / (16 * kMw);
   static constexpr int kThreadsV5 = kWarps * 32;  // the threads of the attention math
   static constexpr int kThreadsLaunch = kThreadsV5 + (kWsF ? 128 : 0);
   static constexpr int kStages = kK128 ? 4 : kWsF ? 3 : 2;
   static constexpr int kI8D = D + 16;
-  static constexpr int kQh = 0;                                 // Q^ [128][kI8D]
-  static constexpr int kStage0 = kQh + (kWg ? 2 * TileI8::kBytes : kFwdRows * kI8D);
+  static constexpr int kQh = 0;                                 // Q^ [kRows][kI8D]
+  static constexpr int kStage0 = kQh + (kWg ? kGroups * TileI8::kBytes : kRows * kI8D);
   static constexpr int kVh = kWg ? TileI8::kBytes : kTile * kI8D;  // V^T offset inside a stage
   static constexpr int kStage = kWg ? TileI8::kBytes + TileT::kBytes : kTile * kI8D + D * kI8T;
-  static constexpr int kF32 = kStage0 + kStages * kStage;       // bias [2][64], mu [2][D], kbar [D]
-  static constexpr int kScal = kF32 + (2 * kTile + 3 * D) * 4;  // kWsF: [kStages][2] (sK, sV)
+  // bias [kGroups][64], mu [kGroups][D], kbar [D]
+  static constexpr int kF32 = kStage0 + kStages * kStage;
+  static constexpr int kScal = kF32 + (kGroups * kTile + (kGroups + 1) * D) * 4;  // kWsF: [kStages][2]
   // kWsF: full[], empty[] (without kWsF the kStages mbarrier words that variants 18 / 19 used
   // stay reserved: the layout, and so the kernels' code, of 78f17c5).
   static constexpr int kBar = kScal + (kWsF ? kStages * 8 : 0);
-  // FwdFusesQ (without Q-smoothing): the fused Q quantization's staging, [2][D][64] transposed
-  // codes + [2][4] float maxima.
+  // FwdFusesQ (without Q-smoothing): the fused Q quantization's staging, [kGroups][D][64]
+  // transposed codes + [kGroups][4] float maxima.
   static constexpr bool kQStaging = FwdFusesQ(kWg, false);
   static constexpr int kQt = (kBar + (kWsF ? 2 * kStages : kStages) * 8 + 15) / 16 * 16;
-  static constexpr int kQRed = kQt + (kQStaging ? 2 * D * kTile : 0);
-  static constexpr int kBytes = kQRed + (kQStaging ? 8 * 4 : 0) + (kWg ? 1024 : 0);
+  static constexpr int kQRed = kQt + (kQStaging ? kGroups * D * kTile : 0);
+  static constexpr int kBytes = kQRed + (kQStaging ? 4 * kGroups * 4 : 0) + (kWg ? 1024 : 0);
   static constexpr int kMinBlocks = kWsF ? 1 : (D == 64 ? 2 : 1);
   static_assert(kBytes * kMinBlocks <= 227 * 1024, "forward v5 shared memory over the sm_90 limit");
   static_assert(kStage0 % 16 == 0 && kVh % 16 == 0 && kStage % 16 == 0 && kF32 % 16 == 0,
@@ -1159,17 +1167,19 @@ struct FwdV5Config {
 // registers move from the producer to them (setmaxnreg 24 / 240).
 template <int D, bool kCausal, bool kSmoothQ, bool kWg = false, bool kLptF = false,
           bool kWsF = false, bool kPipeF = false, bool kK128 = false, bool kTmaF = false,
-          bool kPingF = false, bool kLazyF = false>
-__global__ void __launch_bounds__(FwdV5Config<D, kWg, kWsF, kK128>::kThreadsLaunch,
-                                  FwdV5Config<D, kWg, kWsF, kK128>::kMinBlocks)
+          bool kPingF = false, bool kLazyF = false, bool kG3 = false>
+__global__ void __launch_bounds__(FwdV5Config<D, kWg, kWsF, kK128, kG3>::kThreadsLaunch,
+                                  FwdV5Config<D, kWg, kWsF, kK128, kG3>::kMinBlocks)
     SageForwardKernelV5(const __grid_constant__ FwdParams p) {
   static_assert(!kPipeF || kWsF, "the pipelined forward loop builds on the warp-specialized one");
   static_assert(!kTmaF || kWsF, "the TMA copies fill the warp-specialized forwards' stages");
   static_assert(!(kPipeF && kK128), "one or the other");
   static_assert(!kPingF || kK128, "the ping-pong issue order is the 128-key loop's");
   static_assert(!kLazyF || kWg, "the lazy rescale is in the wgmma forwards' fold");
-  using C = FwdV5Config<D, kWg, kWsF, kK128>;
+  static_assert(!(kG3 && kPingF), "the ping-pong turns are the two groups'");
+  using C = FwdV5Config<D, kWg, kWsF, kK128, kG3>;
   constexpr int MW = C::kMw;  // m16 row blocks per warp
+  constexpr int kRows = C::kRows, kGroups = C::kGroups;
   using cuda::FastExp2;
   using cuda::kLog2e;
   namespace wg = cuda::wgmma;
@@ -1180,9 +1190,9 @@ __global__ void __launch_bounds__(FwdV5Config<D, kWg, kWsF, kK128>::kThreadsLaun
   const uint32_t dlo = kWg ? wg::DescLo(cuda::SmemAddr(smem)) : 0u;
   int8_t* s_qh = reinterpret_cast<int8_t*>(smem + C::kQh);
   int8_t* s_stage = reinterpret_cast<int8_t*>(smem + C::kStage0);
-  float* s_bias = reinterpret_cast<float*>(smem + C::kF32);  // [2][64], log2 domain
-  float* s_mu = s_bias + 2 * kTile;                           // [2][D]
-  float* s_kbar = s_mu + 2 * D;
+  float* s_bias = reinterpret_cast<float*>(smem + C::kF32);  // [kGroups][64], log2 domain
+  float* s_mu = s_bias + kGroups * kTile;                     // [kGroups][D]
+  float* s_kbar = s_mu + kGroups * D;
 
   const int rb = kLptF ? int(blockIdx.y) : int(blockIdx.x);  // row block, heaviest first
   const int bx = kCausal ? int(kLptF ? gridDim.y : gridDim.x) - 1 - rb : rb;
@@ -1191,11 +1201,11 @@ __global__ void __launch_bounds__(FwdV5Config<D, kWg, kWsF, kK128>::kThreadsLaun
   const int ctid = kWsF ? int(threadIdx.x) - 128 : int(threadIdx.x);
   const int warp = kWsF ? (ctid >> 5) : int(threadIdx.x >> 5);
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int r0 = bx * kFwdRows;
+  const int r0 = bx * kRows;
   const int64_t nd = int64_t(p.n) * D, npd = int64_t(p.np) * D;
   const int wrow = warp * 16 * MW;  // first row of this warp inside the CTA
   const int wr0 = r0 + wrow;        // ... in the sequence
-  const int grp = wrow / kTile;     // quantization group (Q tile 2 bx + grp)
+  const int grp = wrow / kTile;     // quantization group (Q tile kGroups bx + grp)
   // Rows of this warp in the sequence (kWg: of its warpgroup, which shares one Q group).
   const bool wvalid = (kWg ? r0 + (warp / 4) * kTile : wr0) < p.n;
   const int wlast = min(wr0 + 16 * MW, p.n) - 1;
@@ -1225,11 +1235,11 @@ __global__ void __launch_bounds__(FwdV5Config<D, kWg, kWsF, kK128>::kThreadsLaun
     if (fq_mine) FusedQLoad<D>(p, bh, r0 + fq_group * kTile, ctid & 127, fq_rows);
   }
   if constexpr (!kWsF) {  // the zero stores after the Q loads' issue, not in front of them
-    ZeroDqRows<D>(p.dsrow, p.dqacc, bh, p.n, p.np, r0, kFwdRows, threadIdx.x, C::kThreadsLaunch);
+    ZeroDqRows<D>(p.dsrow, p.dqacc, bh, p.n, p.np, r0, kRows, threadIdx.x, C::kThreadsLaunch);
     cuda::GridDepWait();
   }
 
-  const int last_row = min(r0 + kFwdRows, p.n) - 1;
+  const int last_row = min(r0 + kRows, p.n) - 1;
   const int last = kCausal ? min(p.ntk - 1, last_row / kTile) : p.ntk - 1;
   // Stage <- K^ tile / V^T columns starting at token c, copied by the kT threads (index tid) of
   // the CTA (kWsF: of the producer).
@@ -1305,12 +1315,12 @@ __global__ void __launch_bounds__(FwdV5Config<D, kWg, kWsF, kK128>::kThreadsLaun
         // tile 0 instead, the Q rows arrive 0.65 us sooner but the loop beside the stores runs
         // as much longer: 0.99-1.00x.)
         if (j == min(last, C::kStages - 1)) {
-          ZeroDqRows<D>(p.dsrow, p.dqacc, bh, p.n, p.np, r0, kFwdRows, threadIdx.x, 128);
+          ZeroDqRows<D>(p.dsrow, p.dqacc, bh, p.n, p.np, r0, kRows, threadIdx.x, 128);
         }
       }
       return;
     }
-    wg::SetMaxNRegInc<kWsConsumerRegs>();
+    wg::SetMaxNRegInc<C::kConsumerRegs>();
     SAGE_TRACE(0, 2, threadIdx.x == 128);
     if constexpr (kFuseQ) {
       if (fq_mine) {
@@ -1328,17 +1338,17 @@ __global__ void __launch_bounds__(FwdV5Config<D, kWg, kWsF, kK128>::kThreadsLaun
     // Q^ is in place (above)
   } else if constexpr (kWg) {
     using T8 = typename C::TileI8;
-    for (int gq = 0; gq < 2 && r0 + gq * kTile < p.np; ++gq) {
+    for (int gq = 0; gq < kGroups && r0 + gq * kTile < p.np; ++gq) {
       wg::LoadGmmaTileAsync<T8, C::kThreadsV5, false>(
           s_qh + gq * T8::kBytes, p.qh + bh * npd + int64_t(r0 + gq * kTile) * D, 0, kTile,
           ctid);
     }
   } else {
-    CopyRows(s_qh, C::kI8D, p.qh + bh * npd + int64_t(r0) * D, D, min(kFwdRows, p.np - r0), D);
+    CopyRows(s_qh, C::kI8D, p.qh + bh * npd + int64_t(r0) * D, D, min(kRows, p.np - r0), D);
   }
   if (kSmoothQ) {
-    for (int idx = ctid; idx < 2 * D; idx += C::kThreadsV5) {
-      const int qt = 2 * bx + idx / D;
+    for (int idx = ctid; idx < kGroups * D; idx += C::kThreadsV5) {
+      const int qt = kGroups * bx + idx / D;
       s_mu[idx] = qt < p.ntq ? p.mu[(int64_t(bh) * p.ntq + qt) * D + idx % D] : 0.0f;
     }
     for (int d = ctid; d < D; d += C::kThreadsV5) s_kbar[d] = p.kbar[int64_t(bh) * D + d];
@@ -1369,7 +1379,8 @@ __global__ void __launch_bounds__(FwdV5Config<D, kWg, kWsF, kK128>::kThreadsLaun
       if (fq_mine) fused_q_quantize();
     }
   }
-  const float sq = !wvalid ? 0.0f : kFuseQ ? fq_scale : p.sq[int64_t(bh) * p.ntq + 2 * bx + grp];
+  const float sq =
+      !wvalid ? 0.0f : kFuseQ ? fq_scale : p.sq[int64_t(bh) * p.ntq + kGroups * bx + grp];
   // The per-tile steps (kWg: one 64-row group per warpgroup, MW = 1):
   // issue_s: S = Q^ K^T of the K tile in the stage at stage_byte, committed (not waited for).
   // The descriptors are formed and pinned (wg::PinDesc) before the fence: an instruction defining
@@ -1861,7 +1872,7 @@ __global__ void __launch_bounds__(FwdV5Config<D, kWg, kWsF, kK128>::kThreadsLaun
     // O through the stages (free once both warpgroups are past their last products) and
     // 16-byte row stores (StageAccBf16).
     using OT = cuda::Bf16Tile<kTile, D>;
-    static_assert(MW == 1 && C::kStages * C::kStage >= 2 * OT::kBytes, "staging room");
+    static_assert(MW == 1 && C::kStages * C::kStage >= kGroups * OT::kBytes, "staging room");
     if constexpr (kWsF) {
       wg::NamedBarSync(1, C::kThreadsV5);
     } else {
@@ -2902,32 +2913,42 @@ Status LaunchQuantize(const AttnShape& s, const QuantParams& qp, int jobs, cudaS
 // FMA): 1.024-1.043x of 20 at d128 non-causal (session 15; the ping-pong alone 1.014-1.027x, with
 // P^ V^ in turns too 0.99x; both on the causal kernel 0.99-1.01x of 21, lazy alone there 0.99x);
 // 23 / 24 = 10 / 11 + kLazyF (1.006-1.017x at d64; 1.024x forward at the training shape B16 H12
-// N1024 d64 causal).
+// N1024 d64 causal). 25 / 26 = 20 / 21 + kG3 (three consumer warpgroups of 64 rows, 192 rows
+// per CTA, at 160 registers each instead of two at 240: more warps per scheduler for the
+// softmax's latency), 27 / 28 = 25 / 26 + kLazyF (session 22, same call against production:
+// forward 1.135x / 1.101x at N8192 non-causal / causal, 1.033x / 1.030x at N4096, 1.020x /
+// 0.983x at N2048, where the 192-row grid fills the last wave worse: 5.3 waves of 132 CTAs
+// instead of 7.8).
 // Compiled in (FwdCompiled): production's and those the GPU tests compare them with (8: the
-// quantize launch's Q; 10 / 11 / 20: the eager rescale; 16: the 128-key groups without TMA).
+// quantize launch's Q; 10 / 11 / 20 / 25 / 26: the eager rescale; 16: the 128-key groups without
+// TMA), and 22 / 25 / 26, production's neighbours.
 // Removed in session 22 (commit 78f17c5 has them): 3 = the v3 / v4 forward (SageForwardKernel),
 // 5 / 6 / 7 = v5a (without the fast interior logits), v5b (4 warps x 32 rows), v5c, and 13, 14,
 // 17, 18, 19. Their template flags: FwdFlagsOf below. FwdProductionFor is what production calls
 // run (measured: kernels/bench/README.md): d128 with 128-key K / V groups (SageKvGroup: without
-// Q-smoothing) 22 (non-causal) and v9 + TMA = 21 (causal), with 64-key groups 12 / 15; d64 v6 +
-// lazy rescale = 23 / 24.
-constexpr int FwdProductionFor(int d, bool causal, int kv_group) {
-  if (d == 128) return kv_group == 2 * kTile ? (causal ? 21 : 22) : (causal ? 15 : 12);
+// Q-smoothing) 27 (non-causal) and, causal, 28 from N = 4096 on, else v9 + TMA = 21; with 64-key
+// groups 12 / 15; d64 v6 + lazy rescale = 23 / 24.
+constexpr int FwdProductionFor(int d, bool causal, int kv_group, int n) {
+  if (d == 128) {
+    if (kv_group != 2 * kTile) return causal ? 15 : 12;
+    return causal ? (n >= 4096 ? 28 : 21) : 27;
+  }
   return causal ? 24 : 23;
 }
 
 template <int D, bool kWg = false, bool kLptF = false, bool kWsF = false, bool kPipeF = false,
-          bool kK128 = false, bool kTmaF = false, bool kPingF = false, bool kLazyF = false>
+          bool kK128 = false, bool kTmaF = false, bool kPingF = false, bool kLazyF = false,
+          bool kG3 = false>
 Status LaunchForwardV5(const AttnShape& s, const FwdParams& p, bool smooth_q, cudaStream_t stream) {
-  using C = FwdV5Config<D, kWg, kWsF, kK128>;
+  using C = FwdV5Config<D, kWg, kWsF, kK128, kG3>;
   using K = void (*)(FwdParams);
   K kernel = nullptr;
   if constexpr (kK128) {  // no Q-smoothing (its bias buffer holds one K tile)
     if (smooth_q) return InvalidArgument("SageBwd CUDA: kv_group 128 without smooth_q");
     kernel = s.causal ? SageForwardKernelV5<D, true, false, kWg, kLptF, kWsF, false,
-                                            true, kTmaF, kPingF, kLazyF>
+                                            true, kTmaF, kPingF, kLazyF, kG3>
                       : SageForwardKernelV5<D, false, false, kWg, kLptF, kWsF, false,
-                                            true, kTmaF, kPingF, kLazyF>;
+                                            true, kTmaF, kPingF, kLazyF, kG3>;
   } else {
     kernel = s.causal ? (smooth_q ? SageForwardKernelV5<D, true, true, kWg, kLptF,
                                                         kWsF, kPipeF, false, kTmaF, false,
@@ -2945,7 +2966,7 @@ Status LaunchForwardV5(const AttnShape& s, const FwdParams& p, bool smooth_q, cu
   ABLATE_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kBytes),
       "SageBwd forward v5 smem attribute");
-  const unsigned grid_x = static_cast<unsigned>(CeilDiv(s.N, kFwdRows));
+  const unsigned grid_x = static_cast<unsigned>(CeilDiv(s.N, C::kRows));
   const dim3 grid = kLptF ? dim3(s.B * s.H, grid_x) : dim3(grid_x, s.B * s.H);
   return CudaStatus(cuda::LaunchKernel(kernel, grid, dim3(C::kThreadsLaunch), C::kBytes, stream,
                                        /*pdl=*/true, p),
@@ -2956,7 +2977,7 @@ Status LaunchForwardV5(const AttnShape& s, const FwdParams& p, bool smooth_q, cu
 // built the way the variants were: each one names the variant it adds to.
 struct FwdVariantFlags {
   bool wg = true, lpt = false, ws = false, pipe = false, k128 = false, tma = false, ping = false,
-       lazy = false;
+       lazy = false, g3 = false;
 };
 constexpr FwdVariantFlags FwdFlagsOf(int v) {
   FwdVariantFlags f;
@@ -2969,12 +2990,15 @@ constexpr FwdVariantFlags FwdFlagsOf(int v) {
     case 20: case 21: f = FwdFlagsOf(v - 4); f.tma = true; return f;
     case 22: f = FwdFlagsOf(20); f.ping = f.lazy = true; return f;
     case 23: case 24: f = FwdFlagsOf(v - 13); f.lazy = true; return f;
+    case 25: case 26: f = FwdFlagsOf(v - 5); f.g3 = true; return f;
+    case 27: case 28: f = FwdFlagsOf(v - 2); f.lazy = true; return f;
     default: return f;  // 10
   }
 }
 template <int... V>
 struct FwdVariantList {};
-using FwdCompiled = FwdVariantList<8, 10, 11, 12, 15, 16, 20, 21, 22, 23, 24>;
+using FwdCompiled =
+    FwdVariantList<8, 10, 11, 12, 15, 16, 20, 21, 22, 23, 24, 25, 26, 27, 28>;
 template <int... V>
 constexpr bool FwdCompiledHas(int v, FwdVariantList<V...>) {
   return ((v == V) || ...);
@@ -2995,7 +3019,7 @@ Status LaunchFwdVariant(const AttnShape& s, const Workspace& w, FwdParams& p, bo
     ABLATE_RETURN_IF_ERROR(CodesTensorMap<D>(&p.tm_kh, w.kh, s, "K^"));
     ABLATE_RETURN_IF_ERROR(CodesTTensorMap<D>(&p.tm_vht, w.vht, s, "V^T"));
   }
-  return LaunchForwardV5<D, f.wg, f.lpt, f.ws, f.pipe, f.k128, f.tma, f.ping, f.lazy>(
+  return LaunchForwardV5<D, f.wg, f.lpt, f.ws, f.pipe, f.k128, f.tma, f.ping, f.lazy, f.g3>(
       s, p, smooth_q, stream);
 }
 template <int D, int V0, int... V>
@@ -3016,7 +3040,7 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
                    const Workspace& w, const double* k_parts, cudaStream_t stream) {
   const int bh = s.B * s.H, nt = CeilDiv(s.N, kTile);
   const int kvg = SageKvGroup(opt, D);
-  const int fvar = opt.fwd_variant < 0 ? FwdProductionFor(D, s.causal, kvg) : opt.fwd_variant;
+  const int fvar = opt.fwd_variant < 0 ? FwdProductionFor(D, s.causal, kvg, s.N) : opt.fwd_variant;
   if (!FwdCompiledHas(fvar, FwdCompiled{})) {
     return InvalidArgument("SageBwd CUDA: forward variant " + std::to_string(fvar) +
                            " is not compiled in");

@@ -67,14 +67,15 @@ struct SageCudaOptions {
   int bwd_variant = -1;
   // Kernel lab only: -1 runs the production forward; 8 = the mma.sync forward (its Q from the
   // quantize launch), 10 = the same by wgmma (v6), 11 = 10 with the grid in longest-first order
-  // across heads, 12 = 10 warp-specialized (v7, production non-causal at d128 with 64-key
-  // groups), 15 = 11 warp-specialized with S of the next K tile issued before the softmax
-  // (production causal, 64-key groups), 16 = 12 stepping 128 keys (two K tiles) per iteration,
-  // for kv_group = 128; 20 / 21 = 16 / its causal form with the K^ / V^T tiles copied by TMA (one
-  // thread, mbarriers; 21: production causal at d128); 22 = 20 with the consumers' S wgmmas in
-  // ping-pong turns and the lazy rescale (production non-causal at d128); 23 / 24 = 10 / 11 with
-  // the lazy rescale (production at d64; sagebwd.cu, FwdCompiled); other values:
-  // InvalidArgument.
+  // across heads, 12 = 10 warp-specialized (v7, production non-causal at d128 with 64-key groups),
+  // 15 = 11 warp-specialized with S of the next K tile issued before the softmax (production
+  // causal, 64-key groups), 16 = 12 stepping 128 keys (two K tiles) per iteration, for kv_group =
+  // 128; 20 / 21 = 16 / its causal form with the K^ / V^T tiles copied by TMA (one thread,
+  // mbarriers; 21: production causal at d128 below N = 4096); 22 = 20 with the consumers' S wgmmas
+  // in ping-pong turns and the lazy rescale; 23 / 24 = 10 / 11 with the lazy rescale (production at
+  // d64); 25 / 26 = 20 / 21 with three consumer warpgroups of 64 rows (192 rows per CTA), 27 / 28 =
+  // 25 / 26 with the lazy rescale (production at d128: 27 non-causal, 28 causal from N = 4096;
+  // sagebwd.cu, FwdCompiled); other values: InvalidArgument.
   int fwd_variant = -1;
   // K / V quantization group in keys (ALGORITHMS.md: tile sizes are parameters; the CPU
   // emulator's SageOptions::kv_group): kSageBkv, or 2 * kSageBkv with the forward variants that
@@ -85,8 +86,10 @@ struct SageCudaOptions {
 
 // Whether the lab forward variant v (SageCudaOptions::fwd_variant >= 0) steps 128 keys at a time,
 // over 128-key K / V groups (sagebwd v9: 16, 20 / 21 with TMA stages, 22 = 20 with the ping-pong
-// issue and the lazy rescale).
-constexpr bool SageFwdVariantSteps128(int v) { return v == 16 || v == 20 || v == 21 || v == 22; }
+// issue and the lazy rescale, 25-28 with three consumer warpgroups).
+constexpr bool SageFwdVariantSteps128(int v) {
+  return v == 16 || (v >= 20 && v <= 22) || (v >= 25 && v <= 28);
+}
 
 // The K / V quantization group that `opt` runs at head dim d: kv_group when set, else 128 keys
 // where the forward that steps 128 keys runs (d128 without Q-smoothing, production or a variant
