@@ -5,7 +5,7 @@
 // Layout: q, k, v, o, do, dq, dk, dv (B, H, N, D) bf16 row-major; lse (B, H, N) f32. Tiles
 // (quantization groups and the emulator's bq / bkv): Bq = Bkv = 64 (kSageBq, kSageBkv). Each
 // backward warpgroup owns 64 keys, each of its warps 16 rows of a 64-row tile; the forward runs
-// 128 query rows = two 64-row Q groups per CTA (see SageForwardKernelV5).
+// 128 or 192 query rows = two or three 64-row Q groups per CTA (see SageForwardKernelV5).
 //
 // Quantization scheme (the emulator's; s = max|X| / 127 over the group, all-zero group: s = 1;
 // X^ = round_half_even(X / s) clamped to [-127, 127]; the kernels multiply by 1/s, taken once per
@@ -56,21 +56,19 @@
 // compiled-in variants are BwdCompiled (the GPU test's lab mode times them through
 // SageCudaOptions::bwd_variant); BwdProductionFor picks production's.
 //
-// Forward: SageForwardKernelV5, 128 query rows per CTA. Production (FwdProductionFor) is the v6
-// structure: 8 warps = two warpgroups x 64 rows, S = Q^ K^T by wgmma from swizzled tiles, P~^
-// packed from registers into s8 A fragments and multiplied by V^T through wgmma with A from
-// registers (V^T stored in the permuted key order FwdKeyOfSlot), the Q quantization fused into
-// the prologue, the lazy rescale of O (d64: 23 / 24); at D = 128 warp-specialized (a producer
-// warpgroup fills a K^ / V^T ring: v7), stepping two K tiles (one 128-key K / V quantization
-// group) at a time with the stages filled by TMA and three consumer warpgroups of 64 rows (27
-// non-causal, 28 causal from N = 4096; 21 causal below it, with two), or with 64-key groups
-// (Q-smoothing) 12 / 15.
-// The compiled-in variants are FwdCompiled (SageCudaOptions::fwd_variant); lab variant 8 is the
+// Forward: SageForwardKernelV5, 128 (kG3: 192) query rows per CTA. Production (FwdProductionFor) is
+// the v6 structure: 8 warps = two warpgroups x 64 rows, S = Q^ K^T by wgmma from swizzled tiles,
+// P~^ packed from registers into s8 A fragments and multiplied by V^T through wgmma with A from
+// registers (V^T stored in the permuted key order FwdKeyOfSlot), the Q quantization fused into the
+// prologue, the lazy rescale of O (d64: 23 / 24); at D = 128 warp-specialized (a producer warpgroup
+// fills a K^ / V^T ring: v7), stepping two K tiles (one 128-key K / V quantization group) at a time
+// with the stages filled by TMA and three consumer warpgroups of 64 rows (27 non-causal, 28 causal
+// from N = 4096; 21 causal below it, with two), or with 64-key groups (Q-smoothing) 12 / 15. The
+// compiled-in variants are FwdCompiled (SageCudaOptions::fwd_variant); lab variant 8 is the
 // mma.sync kernel (m16n8k32 s8 with ldmatrix fragment loads from padded tiles, cp.async copies),
-// which quantizes Q in the quantize launch.
-// The quantization is two launches (K-mean parts, then K / V, and Q where the forward does not
-// fuse it) in the forward and one (dO with D_i) in the backward; the forward kernel zeroes the
-// backward's dQ accumulator.
+// which quantizes Q in the quantize launch. The quantization is two launches (K-mean parts, then K
+// / V, and Q where the forward does not fuse it) in the forward and one (dO with D_i) in the
+// backward; the forward kernel zeroes the backward's dQ accumulator.
 //
 // Removed lab kernels (kernels/bench/README.md, Variants, has their figures): the v3 / v4
 // forward and backward, the mma.sync backward v4q and the wgmma steps v7a-v7s (session 22; commit
@@ -1081,11 +1079,11 @@ __device__ __forceinline__ float FusedQQuantize(const FwdParams& p, int64_t bh, 
   return s;
 }
 
-// Forward v5 (kernels/bench/README.md, Variants): 128 query rows per CTA = two 64-row quantization
-// groups (Q^ scales, mu and the emulator's Bq stay 64), one m16 row block per warp (8 warps;
-// FwdV5Config::kMw), K^ and V^T double-buffered by cp.async, fragments by ldmatrix (v5a, lab
-// variant 8; the wgmma kernels below keep its structure). Softmax in the log2 domain (the logits
-// scaled by log2 e; LSE converted back): P~^ = rne(127 exp2(x - rowmax)) (= P~ / s_P of the
+// Forward v5 (kernels/bench/README.md, Variants): 128 query rows per CTA (kG3: 192) = two (three)
+// 64-row quantization groups (Q^ scales, mu and the emulator's Bq stay 64), one m16 row block per
+// warp (8 warps; FwdV5Config::kMw), K^ and V^T double-buffered by cp.async, fragments by ldmatrix
+// (v5a, lab variant 8; the wgmma kernels below keep its structure). Softmax in the log2 domain (the
+// logits scaled by log2 e; LSE converted back): P~^ = rne(127 exp2(x - rowmax)) (= P~ / s_P of the
 // emulator: s_P = exp(rowmax - m_new) / 127 cancels m_new), made by one FMA into the mantissa of
 // 1.5 * 2^23 and packed from the S registers straight into the s8 A fragments of P^ V^ (the V^T key
 // order is permuted to match: FwdKeyOfSlot); l += exp(rowmax - m_new) * rowsum; O += s_P s_V (P^
