@@ -1090,9 +1090,8 @@ __device__ __forceinline__ float FusedQQuantize(const FwdParams& p, int64_t bh, 
 // V^). Tiles with no masked entry for the warp (interior) skip the mask arithmetic; causal tiles
 // past a warp's last row are skipped by that warp; causal CTAs run heaviest first.
 
-constexpr int kFwdRows = 128;
-// kWg (v6 forward, MW = 1): the same regions as GmmaTiles (wgmma.cuh): Q^ as two [64][D] int8
-// tiles (one per warpgroup), each stage a [64][D] K^ tile and a [D][64] V^T tile, all 1024-byte
+// kWg (v6 forward, MW = 1): the same regions as GmmaTiles (wgmma.cuh): Q^ as kGroups [64][D]
+// int8 tiles (one per warpgroup), each stage a [64][D] K^ tile and a [D][64] V^T tile, all 1024-byte
 // aligned in a buffer whose base the kernel aligns (kBytes has the slack).
 // kWsF (v7 forward, with kWg): warp-specialized, a producer warpgroup (128 threads) in front of
 // the kThreadsV5 consumer threads, kStages = 3 K^ / V^T stages filled by it (the K tile's two
