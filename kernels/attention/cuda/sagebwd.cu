@@ -141,11 +141,19 @@ struct BwdLayout {
 };
 
 // kBwdWs: consumer warpgroups per CTA (one K tile each) and the register budgets after the
-// hand-over (128 x 24 + 256 x 240 = 64 K). (Measured and dropped: three consumers at D = 64 with
-// 160 registers, 80 bytes of spills causal: no faster than 110520 non-causal (0.488 vs 0.481 ms
-// at B8 H16 N1024) and its causal build failed the emulator checks, cause not found.)
+// hand-over: the producer warpgroup keeps 24 per thread, the consumers share the rest of the
+// SM's 64 K (setmaxnreg takes multiples of 8): 240 for two consumer warpgroups (the backward, the
+// two-group forward), 160 for three (the forward's kG3). (Measured and dropped: three backward
+// consumers at D = 64 with 160 registers, 80 bytes of spills causal: no faster than 110520
+// non-causal (0.488 vs 0.481 ms at B8 H16 N1024) and its causal build failed the emulator
+// checks, cause not found.)
 constexpr int kWsConsumers = 2;
-constexpr int kWsProducerRegs = 24, kWsConsumerRegs = 240;
+constexpr int kWsProducerRegs = 24;
+constexpr int WsConsumerRegs(int consumer_threads) {
+  return (65536 - 128 * kWsProducerRegs) / consumer_threads / 8 * 8;
+}
+constexpr int kWsConsumerRegs = WsConsumerRegs(kWsConsumers * 128);
+static_assert(kWsConsumerRegs == 240 && WsConsumerRegs(3 * 128) == 160, "the budgets above");
 
 // Warp-specialized backward layout (kBwdWs): kWsConsumers consumer regions (one per consumer
 // warpgroup: its 64 keys' K^, V, K^T, the P^T / dS^ / dS^T tiles it writes, its column partials,
@@ -1111,7 +1119,7 @@ struct FwdV5Config {
   static_assert(!kG3 || kK128, "three consumer groups: the 128-key warp-specialized forward");
   static constexpr int kGroups = kG3 ? 3 : 2;  // 64-row Q groups per CTA
   static constexpr int kRows = kGroups * kTile;
-  static constexpr int kConsumerRegs = kG3 ? 160 : kWsConsumerRegs;
+  static constexpr int kConsumerRegs = WsConsumerRegs(kGroups * 128);
   // m16 row blocks per warp: 1 (v5b's 2, 4 warps with each K^ / V^T fragment feeding two row
   // blocks, was removed in session 22; the loops over it stay).
   static constexpr int kMw = 1;
@@ -1368,7 +1376,7 @@ __global__ void __launch_bounds__(FwdV5Config<D, kWg, kWsF, kK128, kG3>::kThread
   if constexpr (kWsF) {
     CopyWait();  // this thread's Q^ copies
     wg::FenceProxyAsync();
-    wg::NamedBarSync(1, C::kThreadsV5);  // Q^, mu, kbar visible to both consumer warpgroups
+    wg::NamedBarSync(1, C::kThreadsV5);  // Q^, mu, kbar visible to every consumer warpgroup
   } else {
     load_stage(all_c, s_stage, 0, threadIdx.x);
     cuda::CpAsyncCommit();
