@@ -85,6 +85,7 @@
 #include <type_traits>
 
 #include "attention/cuda/attention_common.cuh"
+#include "attention/cuda/sage_scale.cuh"
 #include "attention/cuda/wgmma.cuh"
 
 namespace ablate::kernels {
@@ -94,9 +95,13 @@ using cuda::wgmma::TileDesc;
 
 using cuda::CeilDiv;
 using cuda::CudaStatus;
+using cuda::GroupScale;
+using cuda::GroupScaleBranchless;
 using cuda::MmaS8;
 using cuda::QuadMax;
 using cuda::QuadSum;
+using cuda::RcpFastPath;
+using cuda::RcpNewton;
 
 constexpr int kTile = 64;  // Bq == Bkv
 static_assert(kSageBq == kTile && kSageBkv == kTile, "kernels assume Bq == Bkv == 64");
@@ -206,9 +211,17 @@ struct BwdWsLayout {
 // Device pieces.
 // ----------------------------------------------------------------------------------------------
 
-__device__ __forceinline__ float GroupScale(float max_abs) {
-  const float s = max_abs / 127.0f;
-  return s == 0.0f ? 1.0f : s;
+// red.global.add.f32 [addr], v where pred, as one predicated instruction: `if (pred)
+// atomicAdd(...)` is a divergent branch, and its reconvergence point keeps the scheduler from
+// moving the independent work after it (the next row's or the columns' reductions) in front.
+__device__ __forceinline__ void RedAddIf(bool pred, float* addr, float v) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %2, 0;\n"
+      "@p red.global.add.f32 [%0], %1;\n"
+      "}\n" ::"l"(addr),
+      "f"(v), "r"(int(pred)));
 }
 
 // The quantizer of the kernels' inner loops, with the reciprocal of the group scale taken once per
@@ -2462,11 +2475,23 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       if constexpr (kPair) {  // the scale after the pair barrier below, over both consumers' keys
         if (t == 0) s_xrow[cw * kTile + warp * 16 + g + 8 * h] = mds;
       } else {
-        rscale[h] = GroupScale(mds);
-        rinv[h] = 1.0f / rscale[h];
+        rscale[h] = GroupScaleBranchless(mds);
+        rinv[h] = RcpNewton(rscale[h]);  // (RcpFastPath: both rows' checked below)
       }
       const int grow = r0 + warp * 16 + g + 8 * h;
-      if (t == 0 && grow < p.n) atomicAdd(p.dsrow + int64_t(bh) * p.n + grow, rs);
+      if constexpr (kPair && !kCausal) {
+        // (Measured: the predicated add below 0.986-0.988x here, 1.022-1.030x on the causal
+        // kernel, 1.017-1.036x at d64; session 23.)
+        if (t == 0 && grow < p.n) atomicAdd(p.dsrow + int64_t(bh) * p.n + grow, rs);
+      } else {
+        RedAddIf(t == 0 && grow < p.n, p.dsrow + int64_t(bh) * p.n + grow, rs);
+      }
+    }
+    if constexpr (!kPair) {
+      if (__any_sync(0xffffffffu, !RcpFastPath(rscale[0]) || !RcpFastPath(rscale[1]))) {
+        rinv[0] = 1.0f / rscale[0];
+        rinv[1] = 1.0f / rscale[1];
+      }
     }
     // Column partials over this warp's 16 rows (its two rows, then the 8 groups: lane bits 2..4).
     // The column sums of dS serve Q-smoothing's dK term only (which kPair never runs), so the
@@ -2510,8 +2535,8 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const float other = s_xrow[(1 - cw) * kTile + warp * 16 + g + 8 * h];
-        rscale[h] = GroupScale(fmaxf(rmax[h], other));
-        rinv[h] = 1.0f / rscale[h];
+        rscale[h] = GroupScaleBranchless(fmaxf(rmax[h], other));
+        rinv[h] = RcpNewton(rscale[h]);  // (RcpFastPath: checked with the column scale's below)
       }
     } else {
       wg_sync();
@@ -2528,15 +2553,42 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
         m = fmaxf(m, s_part[(which * 4 + w) * kTile + c]);
         if (col_sum && which) cs += s_part[(2 * 4 + w) * kTile + c];
       }
-      const float sc = GroupScale(m);
+      const float sc = GroupScaleBranchless(m);
+      float inv = RcpNewton(sc);
+      // One warp-uniform test for the three reciprocals (separate tests serialize their chains:
+      // each one's branch is a convergence point), the IEEE division for the rare slow path.
+      const bool slow =
+          !RcpFastPath(sc) || (kPair && (!RcpFastPath(rscale[0]) || !RcpFastPath(rscale[1])));
+      if (__any_sync(0xffffffffu, slow)) {
+        inv = 1.0f / sc;
+        if constexpr (kPair) {
+          rinv[0] = 1.0f / rscale[0];
+          rinv[1] = 1.0f / rscale[1];
+        }
+      }
+      // int8 dS^ [q][key] (row scales) while the column scales' chain runs: its codes need no
+      // column scale, so they fill the wait before the barrier below instead of following it.
+      uint32_t dsh_lo[2];  // dS^ codes of the even n-block, stored with the odd one's
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const uint32_t packed = QuantPack2(dsf[n][2 * h], dsf[n][2 * h + 1], rinv[h]);
+          if (n % 2 == 0) {
+            dsh_lo[h] = packed;
+          } else {  // keys 8(n - 1) + 2t, +1, 8n + 2t, +1: four adjacent bytes (K^T's order)
+            *reinterpret_cast<uint32_t*>(s_dsh + dsh_off(n >> 1, h)) =
+                __byte_perm(dsh_lo[h], packed, 0x5410);
+          }
+        }
+      }
       s_vec[which * kTile + c] = sc;  // s_csp (which = 0) or s_csds (1)
-      s_cinv2[2 * c + which] = 1.0f / sc;
+      s_cinv2[2 * c + which] = inv;
       if (col_sum && which) s_colsum[c] = cs;
     }
     wg_sync();
     SAGE_PHASE(4, kWs && threadIdx.x == 128);  // pair barrier, column scales, their barrier
-    // int8 P^T [key][q], dS^T [key][q] (column scales) and dS^ [q][key] (row scales).
-    uint32_t dsh_lo[2];  // dS^ codes of the even n-block, stored with the odd one's
+    // int8 P^T [key][q], dS^T [key][q] (column scales).
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
       // (1/s_P, 1/s_dS) of columns 8n + 2t and 8n + 2t + 1 in one 16-byte load.
@@ -2551,16 +2603,6 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
         const uint32_t pds = QuantPack2(dsf[n][b], dsf[n][2 + b], ids);
         *reinterpret_cast<uint16_t*>(s_pt + pt_off(n, b)) = static_cast<uint16_t>(pp);
         *reinterpret_cast<uint16_t*>(s_dst + pt_off(n, b)) = static_cast<uint16_t>(pds);
-      }
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const uint32_t packed = QuantPack2(dsf[n][2 * h], dsf[n][2 * h + 1], rinv[h]);
-        if (n % 2 == 0) {
-          dsh_lo[h] = packed;
-        } else {  // keys 8(n - 1) + 2t, +1, 8n + 2t, +1: four adjacent bytes (K^T's order)
-          *reinterpret_cast<uint32_t*>(s_dsh + dsh_off(n >> 1, h)) =
-              __byte_perm(dsh_lo[h], packed, 0x5410);
-        }
       }
     }
     if constexpr (!kWs) cuda::wgmma::MbarWait(tma_bar + 8, it & 1);  // Q^T, dO^T landed
@@ -2617,7 +2659,7 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       // (padded rows past N add zeros: dqacc holds whole blocks).
       namespace wg = cuda::wgmma;
       float* st = reinterpret_cast<float*>(base + L::kDqSt) + warp * 1024;
-      if (lane == 0) wg::BulkWaitRead<0>();
+      wg::BulkWaitRead<0>();  // (every lane: the others have no bulk group; no branch)
       __syncwarp();
 #pragma unroll
       for (int n = 0; n < 8; ++n) {
