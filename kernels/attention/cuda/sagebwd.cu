@@ -39,8 +39,10 @@
 // at a time. P and dS of a block stay in registers (P by ex2.approx in the log2 domain): per-row
 // scales (dS for dQ) by quad shuffles, per-column scales (P for dV, dS for dK; a max over the 64
 // rows of 4 warps) by a reduce-scatter over the 8 lane groups plus a 3 x 4 x 64 fp32 partial
-// table in shared memory; the int8 copies (P^T, dS^T, dS^) are made by one FMA into the 1.5 *
-// 2^23 mantissa (no F2I / clamp) and written straight from registers. dK, dV stay in registers;
+// table in shared memory; the scales and their reciprocals without branches (sage_scale.cuh:
+// branch reconvergence points serialized the three scale chains of every warp); the int8 copies
+// (P^T, dS^T, dS^) are made by one FMA into the 1.5 * 2^23 mantissa (no F2I / clamp) and written
+// straight from registers. dK, dV stay in registers;
 // dQ is accumulated into the workspace's fp32 dqacc (16 x 64 blocks, DqAccIndex: each warp's
 // share of a Q tile is one block, staged in shared memory and added by one bulk reduction),
 // rowsum dS (K-smoothing correction) with scalar atomics, and a last kernel converts dQ.
