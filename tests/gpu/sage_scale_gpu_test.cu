@@ -9,18 +9,10 @@
 #include <cstdint>
 
 #include "attention/cuda/sage_scale.cuh"
+#include "hopper_test.h"
 
 namespace ablate::kernels::cuda {
 namespace {
-
-bool HaveGpu() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) return false;
-  cudaDeviceProp prop{};
-  return cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major >= 9;
-}
-#define SKIP_WITHOUT_HOPPER() \
-  if (!HaveGpu()) GTEST_SKIP() << "no sm_90 CUDA device"
 
 struct Result {
   unsigned long long mismatches;

@@ -19,18 +19,10 @@
 
 #include "ablate/bf16.h"
 #include "attention/cuda/wgmma.cuh"
+#include "hopper_test.h"
 
 namespace ablate::kernels::cuda::wgmma {
 namespace {
-
-bool HaveGpu() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) return false;
-  cudaDeviceProp prop{};
-  return cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major >= 9;
-}
-#define SKIP_WITHOUT_HOPPER() \
-  if (!HaveGpu()) GTEST_SKIP() << "no sm_90 CUDA device"
 
 constexpr int kM = 64, kN = 64, kThreads = 128;
 
