@@ -205,25 +205,25 @@ test('unauthenticated requests are refused and the page says so', async () => {
   assert.equal(wrong.status, 401);
   const anon = await context.newPage();  // a fresh tab: no token in its sessionStorage
   await anon.goto(`${base}/`);
-  await anon.locator('#unauthenticated').waitFor({timeout: 10000});
+  await anon.locator('#unauthenticated').waitFor({timeout: 30000});
   assert.match(await anon.locator('#unauthenticated').innerText(), /token/i);
   assert.equal(await anon.evaluate(() => fetch('/api/sweeps').then((r) => r.status)), 401);
   await anon.screenshot({path: path.join(artifacts, 'dashboard-unauthenticated.png')});
   await anon.goto(`${base}/#token=not-the-token`);
   await anon.reload();
-  await anon.locator('#unauthenticated .reason').filter({hasText: '401'}).waitFor({timeout: 10000});
+  await anon.locator('#unauthenticated .reason').filter({hasText: '401'}).waitFor({timeout: 30000});
   await anon.locator('#token-input').fill(token);  // the screen's sign-in form
   await anon.locator('.token-form button[type=submit]').click();
-  await anon.locator('text=No sweeps yet').waitFor({timeout: 10000});
+  await anon.locator('text=No sweeps yet').waitFor({timeout: 30000});
   await anon.close();
 });
 
 test('the token is taken from the address, kept and stripped', async () => {
   await page.goto(`${base}/#token=${token}`);
-  await page.locator('#live.live-live').waitFor({timeout: 10000});
+  await page.locator('#live.live-live').waitFor({timeout: 30000});
   assert.ok(!page.url().includes(token), `token still in the address: ${page.url()}`);
   assert.equal(await page.evaluate(() => sessionStorage.getItem('ablate.token')), token);
-  await page.locator('text=No sweeps yet').waitFor({timeout: 10000});
+  await page.locator('text=No sweeps yet').waitFor({timeout: 30000});
 });
 
 test('a submitted sweep appears live, with progress', async () => {
@@ -246,7 +246,7 @@ test('the workers page shows the worker and its running trial', async () => {
   assert.equal(workers.length, 1);
   const id = workers[0].worker_id;
   const row = page.locator(`#workers-table tr[data-worker="${id}"]`);
-  await row.waitFor({timeout: 10000});
+  await row.waitFor({timeout: 30000});
   await row.locator('a.trial-link').first().waitFor({timeout: 30000});
   assert.match(await row.innerText(), /\/2 busy/);
   await shot('workers');
@@ -255,7 +255,7 @@ test('the workers page shows the worker and its running trial', async () => {
 test('the sweep page updates its state counts live, and the sweep finishes', async () => {
   await page.locator('a[data-nav=sweeps]').click();
   await page.locator('#sweeps-table a', {hasText: 'web-dashboard'}).click();
-  await page.locator('#trials-table').waitFor({timeout: 10000});
+  await page.locator('#trials-table').waitFor({timeout: 30000});
   await page.evaluate(() => {
     window.__noReload = true;
   });
@@ -273,7 +273,7 @@ test('the sweep page updates its state counts live, and the sweep finishes', asy
   assert.equal(Number(await succeeded()), 8);
   assert.equal(await page.evaluate(() => window.__noReload), true, 'the page reloaded');
   // The trial table follows (server-side paging: 8 rows on one page).
-  await page.locator('#trials-table tbody tr[data-state=succeeded]').nth(7).waitFor({timeout: 10000});
+  await page.locator('#trials-table tbody tr[data-state=succeeded]').nth(7).waitFor({timeout: 30000});
 });
 
 test('the ablation table equals `ablate results --format json`', async () => {
@@ -344,7 +344,7 @@ test('the trial page shows curves, config, attempts and log', async () => {
   const id = await first.getAttribute('data-trial');
   await first.locator('a').first().click();
   await page.waitForURL(new RegExp(`#/trials/${id}$`));
-  await page.locator('#trial-stats').filter({hasText: '120 / 120'}).waitFor({timeout: 10000});
+  await page.locator('#trial-stats').filter({hasText: '120 / 120'}).waitFor({timeout: 30000});
   await page.locator('#trial-curves [data-metric=loss] canvas').waitFor({timeout: 15000});
   await page.locator('#trial-curves [data-metric=val_loss] canvas').waitFor({timeout: 15000});
   const loss = await drawnCanvases('#trial-curves [data-metric=loss]', 1, 200);
