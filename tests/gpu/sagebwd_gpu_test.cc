@@ -577,8 +577,9 @@ TEST(SageBwdGpu, EmulatorMatchLong) {
 
 // The production forwards' lazy rescale (sagebwd.cu, kLazyF: the running max moves only for a
 // tile row max more than 8 above it, log2 units) against the same kernels without it (eager: 10 /
-// 11 at d64; at d128 the three-warpgroup 25 / 26 against 27 / 28, and 20 against 22), on logits up to sigma_Q = sigma_K = 8 (logit standard deviation 64:
-// tiles whose row maxima jump far above the running max, rows whose mass sits on a few keys).
+// 11 at d64; at d128 the three-warpgroup 25 / 26 against 27 / 28, and 20 against 22), on logits
+// up to sigma_Q = sigma_K = 8 (logit standard deviation 64: tiles whose row maxima jump far above
+// the running max, rows whose mass sits on a few keys).
 // The P~^ codes are relative to each tile's own row max, so only the folds' rounding may differ:
 // the LSE to fp32 rounding, O (bf16) by the eager fold's own rounding (its -coef * 1.5 * 2^23
 // term is rounded once per tile, ~0.75 of an int8-product unit; the lazy fold of an unscaled

@@ -4,8 +4,6 @@
 // (tests/gpu/sage_scale_gpu_test.cu).
 #pragma once
 
-#include <cstdint>
-
 namespace ablate::kernels::cuda {
 
 __device__ __forceinline__ float GroupScale(float max_abs) {

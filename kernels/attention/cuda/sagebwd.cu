@@ -2478,7 +2478,7 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
         if (t == 0) s_xrow[cw * kTile + warp * 16 + g + 8 * h] = mds;
       } else {
         rscale[h] = GroupScaleBranchless(mds);
-        rinv[h] = RcpNewton(rscale[h]);  // (RcpFastPath: both rows' checked below)
+        rinv[h] = RcpNewton(rscale[h]);  // (RcpFastPath: checked with the column scale's below)
       }
       const int grow = r0 + warp * 16 + g + 8 * h;
       if constexpr (kPair && !kCausal) {
@@ -2487,12 +2487,6 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
         if (t == 0 && grow < p.n) atomicAdd(p.dsrow + int64_t(bh) * p.n + grow, rs);
       } else {
         RedAddIf(t == 0 && grow < p.n, p.dsrow + int64_t(bh) * p.n + grow, rs);
-      }
-    }
-    if constexpr (!kPair) {
-      if (__any_sync(0xffffffffu, !RcpFastPath(rscale[0]) || !RcpFastPath(rscale[1]))) {
-        rinv[0] = 1.0f / rscale[0];
-        rinv[1] = 1.0f / rscale[1];
       }
     }
     // Column partials over this warp's 16 rows (its two rows, then the 8 groups: lane bits 2..4).
@@ -2557,16 +2551,14 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       }
       const float sc = GroupScaleBranchless(m);
       float inv = RcpNewton(sc);
-      // One warp-uniform test for the three reciprocals (separate tests serialize their chains:
-      // each one's branch is a convergence point), the IEEE division for the rare slow path.
-      const bool slow =
-          !RcpFastPath(sc) || (kPair && (!RcpFastPath(rscale[0]) || !RcpFastPath(rscale[1])));
+      // One warp-uniform test for the three reciprocals, the rows' (either path above) and the
+      // column's (separate tests serialize their chains: each one's branch is a convergence
+      // point), the IEEE division for the rare slow path.
+      const bool slow = !RcpFastPath(sc) || !RcpFastPath(rscale[0]) || !RcpFastPath(rscale[1]);
       if (__any_sync(0xffffffffu, slow)) {
         inv = 1.0f / sc;
-        if constexpr (kPair) {
-          rinv[0] = 1.0f / rscale[0];
-          rinv[1] = 1.0f / rscale[1];
-        }
+        rinv[0] = 1.0f / rscale[0];
+        rinv[1] = 1.0f / rscale[1];
       }
       // int8 dS^ [q][key] (row scales) while the column scales' chain runs: its codes need no
       // column scale, so they fill the wait before the barrier below instead of following it.
