@@ -2582,11 +2582,28 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
     }
     wg_sync();
     SAGE_PHASE(4, kWs && threadIdx.x == 128);  // pair barrier, column scales, their barrier
-    // int8 P^T [key][q], dS^T [key][q] (column scales).
+    // int8 P^T [key][q], dS^T [key][q] (column scales). inv4: (1/s_P, 1/s_dS) of columns 8n + 2t
+    // and 8n + 2t + 1 in one 16-byte load. Issued right before its block's codes, each load comes
+    // after the previous block's code stores (the compiler cannot tell the tiles apart), so its
+    // latency is exposed in turn; at d64 the loads run kAhead blocks ahead (backward
+    // 1.011-1.026x). At d128 the same (two or four ahead) measured 0.981-0.989x and the loads stay
+    // in place (session 24, kernels/bench/README.md).
+    constexpr int kAhead = D == 64 ? 4 : 0;
+    const float4* const cinv4 = reinterpret_cast<const float4*>(s_cinv2);
+    [[maybe_unused]] float4 ahead[8];
+    if constexpr (kAhead > 0) {
+#pragma unroll
+      for (int n = 0; n < kAhead; ++n) ahead[n] = cinv4[n * 4 + t];
+    }
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
-      // (1/s_P, 1/s_dS) of columns 8n + 2t and 8n + 2t + 1 in one 16-byte load.
-      const float4 inv4 = reinterpret_cast<const float4*>(s_cinv2)[n * 4 + t];
+      float4 inv4;
+      if constexpr (kAhead > 0) {
+        if (n + kAhead < 8) ahead[n + kAhead] = cinv4[(n + kAhead) * 4 + t];
+        inv4 = ahead[n];
+      } else {
+        inv4 = cinv4[n * 4 + t];
+      }
 #pragma unroll
       for (int b = 0; b < 2; ++b) {
         const float ip = b ? inv4.z : inv4.x;
