@@ -1134,7 +1134,9 @@ struct FwdV5Config {
   static_assert(!kG3 || kK128, "three consumer groups: the 128-key warp-specialized forward");
   static constexpr int kGroups = kG3 ? 3 : 2;  // 64-row Q groups per CTA
   static constexpr int kRows = kGroups * kTile;
-  static constexpr int kConsumerRegs = WsConsumerRegs(kGroups * 128);
+  // (A function: a constant here would be a never-referenced member in the configurations
+  // without kWsF, one compiler warning each.)
+  static constexpr int ConsumerRegs() { return WsConsumerRegs(kGroups * 128); }
   // m16 row blocks per warp: 1 (v5b's 2, 4 warps with each K^ / V^T fragment feeding two row
   // blocks, was removed in session 22; the loops over it stay).
   static constexpr int kMw = 1;
@@ -1340,7 +1342,7 @@ __global__ void __launch_bounds__(FwdV5Config<D, kWg, kWsF, kK128, kG3>::kThread
       }
       return;
     }
-    wg::SetMaxNRegInc<C::kConsumerRegs>();
+    wg::SetMaxNRegInc<C::ConsumerRegs()>();
     SAGE_TRACE(0, 2, threadIdx.x == 128);
     if constexpr (kFuseQ) {
       if (fq_mine) {
@@ -1907,20 +1909,20 @@ __global__ void __launch_bounds__(FwdV5Config<D, kWg, kWsF, kK128, kG3>::kThread
                               ctid & 127, 128);
     }
     SAGE_TRACE(0, 6, kWsF && threadIdx.x == 256);
-    return;
-  }
+  } else {  // (an else, not a return above: the loop would be unreachable code in wgmma kernels)
 #pragma unroll
-  for (int mb = 0; mb < MW; ++mb) {
+    for (int mb = 0; mb < MW; ++mb) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = wr0 + 16 * mb + g + 8 * h;
-      if (row >= p.n) continue;
-      __nv_bfloat16* orow = p.o + bh * nd + int64_t(row) * D;
+      for (int h = 0; h < 2; ++h) {
+        const int row = wr0 + 16 * mb + g + 8 * h;
+        if (row >= p.n) continue;
+        __nv_bfloat16* orow = p.o + bh * nd + int64_t(row) * D;
 #pragma unroll
-      for (int n = 0; n < kNtO; ++n) {
-        const __nv_bfloat162 v2 = __floats2bfloat162_rn(acc[mb][n][2 * h] * inv_l[mb][h],
-                                                        acc[mb][n][2 * h + 1] * inv_l[mb][h]);
-        *reinterpret_cast<__nv_bfloat162*>(orow + n * 8 + 2 * t) = v2;
+        for (int n = 0; n < kNtO; ++n) {
+          const __nv_bfloat162 v2 = __floats2bfloat162_rn(acc[mb][n][2 * h] * inv_l[mb][h],
+                                                          acc[mb][n][2 * h + 1] * inv_l[mb][h]);
+          *reinterpret_cast<__nv_bfloat162*>(orow + n * 8 + 2 * t) = v2;
+        }
       }
     }
   }
@@ -2232,11 +2234,13 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
   }
   // (kPair, a K tile past N: no K^ / K^T to copy; whatever the tiles hold meets only masked
   // scores and zero dS^ codes.)
+  // (Two tests, the copies as issued before session 22: one test changes the PTX of the
+  // production d128 kernels, whose timing moves by 1-2% with any such change; session 24.)
   if (!kPair || j < p.ntk) {
     LoadGmmaTileAsync<typename L::TileI8, kThreads, false>(
         s_kh, p.kh + bh * npd + int64_t(c0) * D, 0, kTile, tid);
   }
-  if (!kPair || j < p.ntk) {  // (two tests: the copies as issued before session 22)
+  if (!kPair || j < p.ntk) {
     LoadGmmaTileAsync<typename L::TileT, kThreads, false>(s_kht, p.kht + bh * npd + c0, 0, D,
                                                           tid, p.np);
   }
@@ -3135,8 +3139,8 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
   // right after KMeanPartKernel. (Measured and dropped: K last and this launch a programmatic
   // dependent of KMeanPartKernel's, with smaller K-mean blocks, so that V and Q run beside the
   // mean: both launches are bandwidth-bound and the forward did not move.)
-  qp.job[0] = {k, w.kh, w.kht, w.sk, opt.smooth_k ? 1 : 0, true};
-  qp.job[1] = {v, opt.int8_dp ? w.vh : nullptr, w.vht, w.sv, 0, true};
+  qp.job[0] = {k, w.kh, w.kht, w.sk, opt.smooth_k ? 1 : 0, true, false};
+  qp.job[1] = {v, opt.int8_dp ? w.vh : nullptr, w.vht, w.sv, 0, true, false};
   qp.job[2] = {q, w.qh, w.qht, w.sq, opt.smooth_q ? 2 : 0, false, true};
   const bool fuse_q = FwdFusesQ(FwdFlagsOf(fvar).wg, opt.smooth_q);
   if (k128) {  // K and V in 128-key groups, Q (not smoothed: refused) fused at d128
