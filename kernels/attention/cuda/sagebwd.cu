@@ -2590,8 +2590,9 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
     // and 8n + 2t + 1 in one 16-byte load. Issued right before its block's codes, each load comes
     // after the previous block's code stores (the compiler cannot tell the tiles apart), so its
     // latency is exposed in turn; at d64 the loads run kAhead blocks ahead (backward
-    // 1.011-1.026x). At d128 the same (two or four ahead) measured 0.981-0.989x and the loads stay
-    // in place (session 24, kernels/bench/README.md).
+    // 1.011-1.026x). At d128 they stay in place: ahead, they are 1.02x on the kernel without
+    // kBwdEarlyP1 but 0.97-0.99x on production, whose early phase 1 holds the registers they need
+    // (ptxas then rematerializes the thread index inside the loop; session 24, kernels/bench).
     constexpr int kAhead = D == 64 ? 4 : 0;
     const float4* const cinv4 = reinterpret_cast<const float4*>(s_cinv2);
     [[maybe_unused]] float4 ahead[8];
