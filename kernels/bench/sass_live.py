@@ -18,12 +18,17 @@ source. On the GPU machine (nvdisasm ships with the toolkit there):
 
 --function picks the function whose section name contains the string (nvdisasm -fun prints the
 cubin's other sections too); --chunk sets the chunk length in instructions (default 80);
---top N also lists the N instructions with the most live registers.
+--top N also lists the N instructions with the most live registers. With `-lrm narrow` output
+(one column per register), --long lists the registers live at every instruction of the range
+(values a loop keeps throughout: each needs the same register free everywhere), with their uses
+in the range and their last definition before it; registers only zeroed there (accumulators) are
+left out.
 """
 import argparse
 import re
 
-_INSN = re.compile(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?);\s*//\s*\|\s*(\d*)\s*\|")
+_INSN = re.compile(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?);\s*//\s*\|\s*(\d*)")
+_NARROW = re.compile(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?);\s*//\s*\|\s*\d*\s(.*?)\|")
 _MARKS = ("BAR.SYNC", "DEPBAR", "IGMMA", "HGMMA", "MUFU", "SHFL", "LDS.128", "S2R")
 
 
@@ -44,6 +49,41 @@ def read(path, function, lo, hi):
     return rows
 
 
+def loop_long(path, function, lo, hi):
+    """Registers live at every instruction in [lo, hi] (narrow format), with their uses there
+    and their last definition before lo."""
+    inside, rows, before = False, [], []
+    with open(path) as f:
+        for line in f:
+            if "section" in line and ".text." in line:
+                inside = function in line
+            if not inside:
+                continue
+            m = _NARROW.match(line)
+            if not m:
+                continue
+            addr = int(m.group(1), 16)
+            if lo <= addr <= hi:
+                rows.append((addr, m.group(2).strip(), m.group(3)))
+            elif addr < lo:
+                before.append((addr, m.group(2).strip()))
+    if not rows:
+        raise SystemExit("no narrow life-range columns in that range (nvdisasm -lrm narrow)")
+    width = min(len(c) for *_, c in rows)
+    for r in range(width):
+        if any(c[r] == " " for *_, c in rows):
+            continue
+        name = re.compile(r"\bR%d\b" % r)
+        uses = sum(1 for _, t, _ in rows if name.search(t))
+        defs = [(a, t) for a, t in before
+                if re.match(r"(@!?P\d\s+)?\S+\s+R%d\b" % r, t)
+                or re.match(r"CS2R\s+R%d\b" % (r - 1), t)]  # CS2R zeroes a register pair
+        if defs and re.search(r"\bCS2R\b|RZ, RZ, RZ|^MOV R\d+, RZ", defs[-1][1]):
+            continue  # zeroed before the range: an accumulator
+        last = f"{defs[-1][0]:05x} {defs[-1][1][:60]}" if defs else "(none before the range)"
+        print(f"  R{r}: {uses} uses in the range; last definition before it: {last}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("live")
@@ -52,7 +92,12 @@ def main():
     ap.add_argument("--hi", default="ffffffff")
     ap.add_argument("--chunk", type=int, default=80)
     ap.add_argument("--top", type=int, default=0)
+    ap.add_argument("--long", action="store_true", help="registers live throughout (narrow)")
     args = ap.parse_args()
+    if args.long:
+        print("registers live at every instruction of the range (accumulators left out):")
+        loop_long(args.live, args.function, int(args.lo, 16), int(args.hi, 16))
+        return
     rows = read(args.live, args.function, int(args.lo, 16), int(args.hi, 16))
     if not rows:
         raise SystemExit("no instructions with a live-register column in that range")
