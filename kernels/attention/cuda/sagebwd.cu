@@ -2420,11 +2420,27 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       const float a2 = SoftmaxScale(a * cuda::kLog2e);  // the v5+ forwards' a, bit for bit
       // The Q-smoothing bias as a compile-time choice of two loops (a runtime test per element
       // was if-converted into predicated loads and FMAs issued either way).
-      const auto interior_fx = [&](auto sq_c) {
-        constexpr bool kSq = decltype(sq_c)::value;
+      // P and dS by one FMA and the SFU op per element; the masked form (N tail, causal
+      // diagonal) computes every element the same way and then zeroes those outside the mask by
+      // a select on a per-row key limit, so that it needs no more registers than the interior
+      // form (its former per-element predicated loads and exponentials were the loop's register
+      // peak, 238 of 240, which the rest of the loop's allocation had to fit around; session 24).
+      // Elements outside are computed from whatever the tiles hold there and never selected.
+      const auto tile_fx = [&](auto sq_c, auto mask_c) {
+        constexpr bool kSq = decltype(sq_c)::value, kMask = decltype(mask_c)::value;
         const float l0 = s_lse[warp * 16 + g] * cuda::kLog2e;
         const float l1 = s_lse[warp * 16 + g + 8] * cuda::kLog2e;
         const float dr0 = s_drow[warp * 16 + g], dr1 = s_drow[warp * 16 + g + 8];
+        // kMask: keys c0 + c with c < lim[h] are visible from row h (0 for rows past N).
+        [[maybe_unused]] int lim[2];
+        if constexpr (kMask) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int grow = r0 + warp * 16 + g + 8 * h;
+            const int last = kCausal ? min(grow + 1, p.n) : p.n;  // keys < last are visible
+            lim[h] = grow < p.n ? last - c0 : 0;
+          }
+        }
 #pragma unroll
         for (int n = 0; n < 8; ++n) {
 #pragma unroll
@@ -2433,31 +2449,29 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
             const float l = (e >> 1) ? l1 : l0;
             const float bl = kSq ? fmaf(s_bias[n * 8 + 2 * t + (e & 1)], cuda::kLog2e, -l) : -l;
             const float pe = cuda::FastExp2(fmaf(a2, x, bl));
-            pf[n][e] = pe;
-            dsf[n][e] = pe * (dp[n][e] - ((e >> 1) ? dr1 : dr0));
+            const float ds = pe * (dp[n][e] - ((e >> 1) ? dr1 : dr0));
+            if constexpr (kMask) {
+              const bool valid = n * 8 + 2 * t + (e & 1) < lim[e >> 1];
+              pf[n][e] = valid ? pe : 0.0f;
+              dsf[n][e] = valid ? ds : 0.0f;
+            } else {
+              pf[n][e] = pe;
+              dsf[n][e] = ds;
+            }
           }
         }
       };
       if (interior) {
         if (p.smooth_q) {
-          interior_fx(std::true_type{});
+          tile_fx(std::true_type{}, std::false_type{});
         } else {
-          interior_fx(std::false_type{});
+          tile_fx(std::false_type{}, std::false_type{});
         }
       } else {
-#pragma unroll
-        for (int n = 0; n < 8; ++n) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int lr = warp * 16 + g + 8 * (e >> 1), c = n * 8 + 2 * t + (e & 1);
-            const int grow = r0 + lr, gc = c0 + c;
-            const bool valid = grow < p.n && gc < p.n && (!kCausal || gc <= grow);
-            const float l = s_lse[lr] * cuda::kLog2e;
-            const float bl = p.smooth_q ? fmaf(s_bias[c], cuda::kLog2e, -l) : -l;
-            const float pe = valid ? cuda::FastExp2(fmaf(a2, __int2float_rn(si[n][e]), bl)) : 0.0f;
-            pf[n][e] = pe;
-            dsf[n][e] = valid ? pe * (dp[n][e] - s_drow[lr]) : 0.0f;
-          }
+        if (p.smooth_q) {
+          tile_fx(std::true_type{}, std::true_type{});
+        } else {
+          tile_fx(std::false_type{}, std::true_type{});
         }
       }
     }
@@ -2586,14 +2600,22 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
     }
     wg_sync();
     SAGE_PHASE(4, kWs && threadIdx.x == 128);  // pair barrier, column scales, their barrier
+    // d128: the dV / dK epilogues' coefficients of keys kr[0], kr[1] in registers from here
+    // (read in the epilogues, they were loaded again after every wgmma wait, whose memory clobber
+    // orders them, each behind an address rematerialized from the thread index); d64 keeps the
+    // loads there (measured 2-3% faster at d64; session 24).
+    [[maybe_unused]] float cdv[2], cdk[2];
+    if constexpr (D == 128) {
+      cdv[0] = s_csp[kr[0]] * sdoi, cdv[1] = s_csp[kr[1]] * sdoi;
+      cdk[0] = tau * s_csds[kr[0]] * sqi, cdk[1] = tau * s_csds[kr[1]] * sqi;
+    }
     // int8 P^T [key][q], dS^T [key][q] (column scales). inv4: (1/s_P, 1/s_dS) of columns 8n + 2t
-    // and 8n + 2t + 1 in one 16-byte load. Issued right before its block's codes, each load comes
-    // after the previous block's code stores (the compiler cannot tell the tiles apart), so its
-    // latency is exposed in turn; at d64 the loads run kAhead blocks ahead (backward
-    // 1.011-1.026x). At d128 they stay in place: ahead, they are 1.02x on the kernel without
-    // kBwdEarlyP1 but 0.97-0.99x on production, whose early phase 1 holds the registers they need
-    // (ptxas then rematerializes the thread index inside the loop; session 24, kernels/bench).
-    constexpr int kAhead = D == 64 ? 4 : 0;
+    // and 8n + 2t + 1 in one 16-byte load. Issued right before its block's codes, each load would
+    // come after the previous block's code stores (the compiler cannot tell the tiles apart), its
+    // latency exposed in turn: they run kAhead blocks ahead. (At d128 this and the coefficients
+    // above pay only since the masked P / dS form stopped being the loop's register peak; before,
+    // ptxas made room for them by recomputing the thread index in the loop: session 24.)
+    constexpr int kAhead = D == 64 ? 4 : 2;
     const float4* const cinv4 = reinterpret_cast<const float4*>(s_cinv2);
     [[maybe_unused]] float4 ahead[8];
     if constexpr (kAhead > 0) {
@@ -2640,7 +2662,12 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       for (int n = 0; n < 8; ++n) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const float coef = s_csp[kr[e >> 1]] * sdoi;
+          float coef;
+          if constexpr (D == 128) {
+            coef = cdv[e >> 1];
+          } else {
+            coef = s_csp[kr[e >> 1]] * sdoi;
+          }
           dv[ch * 8 + n][e] += coef * __int2float_rn(at(n, e));
         }
       }
@@ -2651,8 +2678,12 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       for (int n = 0; n < 8; ++n) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int key = kr[e >> 1];
-          const float coef = tau * s_csds[key] * sqi;
+          float coef;
+          if constexpr (D == 128) {
+            coef = cdk[e >> 1];
+          } else {
+            coef = tau * s_csds[kr[e >> 1]] * sqi;
+          }
           dk[ch * 8 + n][e] += coef * __int2float_rn(at(n, e));
         }
       }
