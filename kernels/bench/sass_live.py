@@ -32,41 +32,42 @@ _NARROW = re.compile(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?);\s*//\s*\|\s*\d*\s(.*?)\|
 _MARKS = ("BAR.SYNC", "DEPBAR", "IGMMA", "HGMMA", "MUFU", "SHFL", "LDS.128", "S2R")
 
 
-def read(path, function, lo, hi):
-    """[(offset, text, live GPRs)] of the function's instructions within [lo, hi]."""
-    rows, inside = [], False
+def function_lines(path, function):
+    """The lines of the function whose section name contains `function`."""
+    inside = False
     with open(path) as f:
         for line in f:
             if "section" in line and ".text." in line:
                 inside = function in line
-            if not inside:
-                continue
-            m = _INSN.match(line)
-            if m:
-                addr = int(m.group(1), 16)
-                if lo <= addr <= hi:
-                    rows.append((addr, m.group(2).strip(), int(m.group(3) or 0)))
+            if inside:
+                yield line
+
+
+def read(path, function, lo, hi):
+    """[(offset, text, live GPRs)] of the function's instructions within [lo, hi]."""
+    rows = []
+    for line in function_lines(path, function):
+        m = _INSN.match(line)
+        if m:
+            addr = int(m.group(1), 16)
+            if lo <= addr <= hi:
+                rows.append((addr, m.group(2).strip(), int(m.group(3) or 0)))
     return rows
 
 
 def loop_long(path, function, lo, hi):
     """Registers live at every instruction in [lo, hi] (narrow format), with their uses there
     and their last definition before lo."""
-    inside, rows, before = False, [], []
-    with open(path) as f:
-        for line in f:
-            if "section" in line and ".text." in line:
-                inside = function in line
-            if not inside:
-                continue
-            m = _NARROW.match(line)
-            if not m:
-                continue
-            addr = int(m.group(1), 16)
-            if lo <= addr <= hi:
-                rows.append((addr, m.group(2).strip(), m.group(3)))
-            elif addr < lo:
-                before.append((addr, m.group(2).strip()))
+    rows, before = [], []
+    for line in function_lines(path, function):
+        m = _NARROW.match(line)
+        if not m:
+            continue
+        addr = int(m.group(1), 16)
+        if lo <= addr <= hi:
+            rows.append((addr, m.group(2).strip(), m.group(3)))
+        elif addr < lo:
+            before.append((addr, m.group(2).strip()))
     if not rows:
         raise SystemExit("no narrow life-range columns in that range (nvdisasm -lrm narrow)")
     width = min(len(c) for *_, c in rows)
