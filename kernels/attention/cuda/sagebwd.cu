@@ -2600,41 +2600,37 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
     }
     wg_sync();
     SAGE_PHASE(4, kWs && threadIdx.x == 128);  // pair barrier, column scales, their barrier
-    // d128: the dV / dK epilogues' coefficients of keys kr[0], kr[1] in registers from here
-    // (read in the epilogues, they were loaded again after every wgmma wait, whose memory clobber
-    // orders them, each behind an address rematerialized from the thread index); d64 keeps the
-    // loads there (measured 2-3% faster at d64; session 24).
+    // The dV / dK epilogues' coefficients of this thread's key rows kr[h]. d128: in registers
+    // from here (read in the epilogues, they were loaded again after every wgmma wait, whose
+    // memory clobber orders them, each behind an address rematerialized from the thread index);
+    // d64 reads them in the epilogues (measured 2-3% faster at d64; session 24).
+    constexpr bool kCoefRegs = D == 128;
+    const auto dv_coef = [&](int h) { return s_csp[kr[h]] * sdoi; };
+    const auto dk_coef = [&](int h) { return tau * s_csds[kr[h]] * sqi; };
     [[maybe_unused]] float cdv[2], cdk[2];
-    if constexpr (D == 128) {
-      cdv[0] = s_csp[kr[0]] * sdoi, cdv[1] = s_csp[kr[1]] * sdoi;
-      cdk[0] = tau * s_csds[kr[0]] * sqi, cdk[1] = tau * s_csds[kr[1]] * sqi;
+    if constexpr (kCoefRegs) {
+      cdv[0] = dv_coef(0), cdv[1] = dv_coef(1);
+      cdk[0] = dk_coef(0), cdk[1] = dk_coef(1);
     }
-    // int8 P^T [key][q], dS^T [key][q] (column scales). inv4: (1/s_P, 1/s_dS) of columns 8n + 2t
-    // and 8n + 2t + 1 in one 16-byte load. Issued right before its block's codes, each load would
-    // come after the previous block's code stores (the compiler cannot tell the tiles apart), its
-    // latency exposed in turn: they run kAhead blocks ahead. (At d128 this and the coefficients
-    // above pay only since the masked P / dS form stopped being the loop's register peak; before,
-    // ptxas made room for them by recomputing the thread index in the loop: session 24.)
+    // int8 P^T [key][q], dS^T [key][q] (column scales). inv4[n]: (1/s_P, 1/s_dS) of columns
+    // 8n + 2t and 8n + 2t + 1 in one 16-byte load. Issued right before its block's codes, each load
+    // would come after the previous block's code stores (the compiler cannot tell the tiles
+    // apart), its latency exposed in turn: they run kAhead blocks ahead. (At d128 this and the
+    // coefficients above pay only since the masked P / dS form stopped being the loop's register
+    // peak; before, ptxas made room for them by recomputing the thread index in the loop:
+    // session 24.)
     constexpr int kAhead = D == 64 ? 4 : 2;
     const float4* const cinv4 = reinterpret_cast<const float4*>(s_cinv2);
-    [[maybe_unused]] float4 ahead[8];
-    if constexpr (kAhead > 0) {
+    float4 inv4[8];
 #pragma unroll
-      for (int n = 0; n < kAhead; ++n) ahead[n] = cinv4[n * 4 + t];
-    }
+    for (int n = 0; n < kAhead; ++n) inv4[n] = cinv4[n * 4 + t];
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
-      float4 inv4;
-      if constexpr (kAhead > 0) {
-        if (n + kAhead < 8) ahead[n + kAhead] = cinv4[(n + kAhead) * 4 + t];
-        inv4 = ahead[n];
-      } else {
-        inv4 = cinv4[n * 4 + t];
-      }
+      if (n + kAhead < 8) inv4[n + kAhead] = cinv4[(n + kAhead) * 4 + t];
 #pragma unroll
       for (int b = 0; b < 2; ++b) {
-        const float ip = b ? inv4.z : inv4.x;
-        const float ids = b ? inv4.w : inv4.y;
+        const float ip = b ? inv4[n].z : inv4[n].x;
+        const float ids = b ? inv4[n].w : inv4[n].y;
         // Query rows g (h = 0) and g + 8 (h = 1): two codes (two FMAs + one PRMT: no F2I, no
         // clamp), one 16-bit store.
         const uint32_t pp = QuantPack2(pf[n][b], pf[n][2 + b], ip);
@@ -2662,12 +2658,7 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       for (int n = 0; n < 8; ++n) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          float coef;
-          if constexpr (D == 128) {
-            coef = cdv[e >> 1];
-          } else {
-            coef = s_csp[kr[e >> 1]] * sdoi;
-          }
+          const float coef = kCoefRegs ? cdv[e >> 1] : dv_coef(e >> 1);
           dv[ch * 8 + n][e] += coef * __int2float_rn(at(n, e));
         }
       }
@@ -2678,12 +2669,7 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       for (int n = 0; n < 8; ++n) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          float coef;
-          if constexpr (D == 128) {
-            coef = cdk[e >> 1];
-          } else {
-            coef = tau * s_csds[kr[e >> 1]] * sqi;
-          }
+          const float coef = kCoefRegs ? cdk[e >> 1] : dk_coef(e >> 1);
           dk[ch * 8 + n][e] += coef * __int2float_rn(at(n, e));
         }
       }
