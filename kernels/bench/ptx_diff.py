@@ -29,6 +29,9 @@ _NAME = re.compile(r"^(?:\.visible |\.weak )?\.entry (\S+?)\(", re.M)
 # _ZN6ablate7kernels43_GLOBAL__N__2d541504_10_sagebwd_cu_f49c8137 -> NS (the length prefix too).
 _ANON = re.compile(r"\d+_GLOBAL__N__\w+?_\d+_\w+?_cu_[0-9a-f]+")
 _LOC = re.compile(r"^\s*\.loc\s.*\n", re.M)
+# $L__BB119_2 -> $L__BB_2: the first number is the function's index in the file, which a kernel
+# added or removed before it shifts.
+_LABEL = re.compile(r"\$L__BB\d+_")
 
 
 def _through_body(part):
@@ -59,7 +62,7 @@ def kernels(path):
         m = _NAME.match(part)
         if not m:
             continue
-        body = _ANON.sub("NS", _LOC.sub("", _through_body(part)))
+        body = _LABEL.sub("$L__BB_", _ANON.sub("NS", _LOC.sub("", _through_body(part))))
         out[_ANON.sub("NS", m.group(1))] = body
     return out
 

@@ -795,12 +795,13 @@ TEST(SageBwdGpu, BwdVariantLab) {
   // = 128; d128 with 128-key K / V groups only) and the TMA Q side, production at d128 with
   // int8_dp; + kSageBwdEarlyP1 (the next Q tile's S and dP issued during this tile's last two
   // epilogues): 7712696 / 7843768, production at d128 without Q-smoothing.
+  // + kSageBwdSwap (S^T / dP^T, keys as rows; lab): 16101304 / 16232376.
   // SAGE_BWD_LAB_VARS=v1,v2,... runs those variants only (the first is the ratios' reference).
-  const int t = kSageBwdTma, pr = kSageBwdDqPair, ep = kSageBwdEarlyP1;
-  const std::vector<int> vars =
-      LabVariants("SAGE_BWD_LAB_VARS", {110520 + t, 241592 + t, 372664, 503736, 372664 + pr + t,
-                                        503736 + pr + t, 372664 + pr + t + ep,
-                                        503736 + pr + t + ep});
+  const int t = kSageBwdTma, pr = kSageBwdDqPair, ep = kSageBwdEarlyP1, sw = kSageBwdSwap;
+  const std::vector<int> vars = LabVariants(
+      "SAGE_BWD_LAB_VARS", {110520 + t, 241592 + t, 372664, 503736, 372664 + pr + t,
+                            503736 + pr + t, 372664 + pr + t + ep, 503736 + pr + t + ep,
+                            372664 + pr + t + ep + sw, 503736 + pr + t + ep + sw});
   ASSERT_FALSE(vars.empty()) << "SAGE_BWD_LAB_VARS names no variant";
   for (int var : vars) {
     SageCudaOptions opt;

@@ -54,7 +54,8 @@
 // warpgroups (240 registers each) running the per-tile body for one K tile each; v10
 // (kBwdDqPair, with 128-key K / V groups): the two consumers share dQ (dS^ row scales over their
 // 128 keys; each computes half of dQ's columns), v11 its Q side by TMA; v12 (kBwdEarlyP1): the
-// next Q tile's S and dP wgmmas issued during this tile's last two phase-2 epilogues. The
+// next Q tile's S and dP wgmmas issued during this tile's last two phase-2 epilogues; lab
+// kBwdSwap: S^T and dP^T (keys as rows), so that P^T's and dS^T's scales are row statistics. The
 // compiled-in variants are BwdCompiled (the GPU test's lab mode times them through
 // SageCudaOptions::bwd_variant); BwdProductionFor picks production's.
 //
@@ -341,6 +342,18 @@ constexpr int kBwdDqPair = kSageBwdDqPair;
 // so the tensor cores run them while the consumer folds, instead of every consumer waiting for
 // its phase 1 at the top of the tile. The consumer waits for the next stage's copies there.
 constexpr int kBwdEarlyP1 = kSageBwdEarlyP1;
+// kBwdSwap (with kBwdEarlyP1; lab): each consumer computes S^T = K^ Q^^T and dP^T = V dO^T, its 64
+// keys as the accumulator's rows and the Q tile's queries as its columns. The P^T and dS^T scales
+// (one per key) are then row statistics of the thread's own registers and quad shuffles (no
+// shared memory, no barrier), and their codes are already in [key][q] order: four codes of one
+// key row are one 32-bit word of the P^T / dS^T tiles (Q^T / dO^T hold the queries in
+// BwdQueryOfSlot order, the order of those bytes). The one chain that crosses warps is dS^'s:
+// one scale per query over both consumers' 128 keys (a column reduction, two pair barriers),
+// its codes stored by stmatrix.trans (16-bit units of keys g, g + 8: K^T is copied with its keys
+// permuted to match); the first dV product runs beside that chain. 9% fewer instructions than
+// 7712696 and 0.986-1.021x its speed: the tile is latency-bound in every step (session 25; the
+// codes as the dV / dK wgmmas' register A operands made ptxas spill 300-440 bytes).
+constexpr int kBwdSwap = kSageBwdSwap;
 // (Measured, not kept: dQ converted in the backward kernel by the last contributor per Q tile,
 // found by an acq_rel counter per tile: 0.78-0.98x; docs/gpu/2026-11-21-h200-pdl.)
 template <int D, int kVar>
@@ -1957,33 +1970,46 @@ struct BwdParams {
 // reads: warp w holds rows 16w..16w+15, si[n][e] = d[4n + e] (wgmma.cuh). K^ and V are at their
 // L offsets from the buffer of dlo, Q^ and dO from that of dlo_q (kBwdWs: the stage; else dlo).
 // The products' issue (after a wgmma fence; committed as one group each), shared with
-// kBwdEarlyP1's issue ahead of the tile: an s8 one of the Q side's tile at kA (Q^, or dO^ with
-// int8_dp) and the K side's at kB (K^, V^), and the bf16 dP.
+// kBwdEarlyP1's issue ahead of the tile: an s8 or bf16 product of the tile at kA in the buffer of
+// a_lo (A) and the one at kB in that of b_lo (B): S = Q^ K^T (or dO^ V^T with int8_dp) and
+// dP = dO V^T take the Q side as A, kBwdSwap's S^T = K^ Q^^T and dP^T = V dO^T the K side.
 template <int D, typename L, int kA, int kB>
-__device__ __forceinline__ void PhaseOneIssueS8(uint32_t dlo, uint32_t dlo_q, int32_t (&acc)[32]) {
+__device__ __forceinline__ void PhaseOneIssueS8(uint32_t a_lo, uint32_t b_lo, int32_t (&acc)[32]) {
   namespace wg = cuda::wgmma;
   using T8 = typename L::TileI8;
-  wg::MmaS8First(acc, TileDesc<T8>(dlo_q, kA), TileDesc<T8>(dlo, kB));
+  wg::MmaS8First(acc, TileDesc<T8>(a_lo, kA), TileDesc<T8>(b_lo, kB));
 #pragma unroll
   for (int k = 32; k < D; k += 32) {
-    wg::MmaS8(acc, TileDesc<T8>(dlo_q, kA, k), TileDesc<T8>(dlo, kB, k), true);
+    wg::MmaS8(acc, TileDesc<T8>(a_lo, kA, k), TileDesc<T8>(b_lo, kB, k), true);
+  }
+  wg::Commit();
+}
+template <int D, typename L, int kA, int kB>
+__device__ __forceinline__ void PhaseOneIssueBf16(uint32_t a_lo, uint32_t b_lo, float (&dacc)[32]) {
+  namespace wg = cuda::wgmma;
+  using TB = typename L::TileBf;
+  wg::MmaBf16First(dacc, TileDesc<TB>(a_lo, kA), TileDesc<TB>(b_lo, kB));
+#pragma unroll
+  for (int k = 32; k < 2 * D; k += 32) {
+    wg::MmaBf16(dacc, TileDesc<TB>(a_lo, kA, k), TileDesc<TB>(b_lo, kB, k), true);
   }
   wg::Commit();
 }
 template <int D, typename L>
 __device__ __forceinline__ void PhaseOneIssueS(uint32_t dlo, uint32_t dlo_q, int32_t (&sacc)[32]) {
-  PhaseOneIssueS8<D, L, L::kQh, L::kKh>(dlo, dlo_q, sacc);
+  PhaseOneIssueS8<D, L, L::kQh, L::kKh>(dlo_q, dlo, sacc);
 }
 template <int D, typename L>
 __device__ __forceinline__ void PhaseOneIssueDpBf16(uint32_t dlo, uint32_t dlo_q, float (&dacc)[32]) {
-  namespace wg = cuda::wgmma;
-  using TB = typename L::TileBf;
-  wg::MmaBf16First(dacc, TileDesc<TB>(dlo_q, L::kDo), TileDesc<TB>(dlo, L::kV));
-#pragma unroll
-  for (int k = 32; k < 2 * D; k += 32) {
-    wg::MmaBf16(dacc, TileDesc<TB>(dlo_q, L::kDo, k), TileDesc<TB>(dlo, L::kV, k), true);
-  }
-  wg::Commit();
+  PhaseOneIssueBf16<D, L, L::kDo, L::kV>(dlo_q, dlo, dacc);
+}
+template <int D, typename L>
+__device__ __forceinline__ void PhaseOneIssueST(uint32_t dlo, uint32_t dlo_q, int32_t (&acc)[32]) {
+  PhaseOneIssueS8<D, L, L::kKh, L::kQh>(dlo, dlo_q, acc);
+}
+template <int D, typename L>
+__device__ __forceinline__ void PhaseOneIssueDpT(uint32_t dlo, uint32_t dlo_q, float (&dacc)[32]) {
+  PhaseOneIssueBf16<D, L, L::kV, L::kDo>(dlo, dlo_q, dacc);
 }
 template <int D, typename L>
 __device__ __forceinline__ void PhaseOneWgmma(uint32_t dlo, uint32_t dlo_q, bool int8_dp, float sdv,
@@ -1994,7 +2020,7 @@ __device__ __forceinline__ void PhaseOneWgmma(uint32_t dlo, uint32_t dlo_q, bool
   PhaseOneIssueS<D, L>(dlo, dlo_q, sacc);
   if (int8_dp) {
     int32_t dacc[32];
-    PhaseOneIssueS8<D, L, L::kDo, L::kV>(dlo, dlo_q, dacc);
+    PhaseOneIssueS8<D, L, L::kDo, L::kV>(dlo_q, dlo, dacc);
     wg::Wait<0>();
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
@@ -2033,6 +2059,8 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
   static_assert(!kPair || (kWs && D == 128 && kWsConsumers == 2), "kBwdDqPair: kBwdWs at D = 128");
   constexpr bool kEarly = (kVar & kBwdEarlyP1) != 0;
   static_assert(!kEarly || kPair, "kBwdEarlyP1 builds on kBwdDqPair");
+  constexpr bool kSwap = (kVar & kBwdSwap) != 0;
+  static_assert(!kSwap || kEarly, "kBwdSwap builds on kBwdEarlyP1");
   using L = std::conditional_t<kWs, BwdWsLayout<D>, BwdLayout<D>>;
 
   extern __shared__ __align__(16) char smem[];
@@ -2180,6 +2208,9 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
     namespace wg = cuda::wgmma;
     if (threadIdx.x == 0) {
       ring.Init(kThreads, (kPair ? kCons : min(kCons, p.ntk - kCons * jb)) * kThreads);
+      if constexpr (kSwap) {  // each consumer's "tile done" barrier (below), after the ring's
+        for (int c = 0; c < kCons; ++c) wg::MbarInit(cuda::SmemAddr(buf + L::kBar) + 32 + 8 * c, kThreads);
+      }
       if constexpr (kTma) wg::FenceMbarInit();
     }
     __syncthreads();
@@ -2204,8 +2235,9 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
         }
         if (tid < kTile) {
           const bool ok = rr + tid < p.n;
+          // (kSwap: in the log2 domain, read by 16 threads per query there)
           reinterpret_cast<float*>(q + L::kLse)[tid] =
-              ok ? p.lse[int64_t(bh) * p.n + rr + tid] : 0.0f;
+              ok ? p.lse[int64_t(bh) * p.n + rr + tid] * (kSwap ? cuda::kLog2e : 1.0f) : 0.0f;
           reinterpret_cast<float*>(q + L::kDrow)[tid] =
               ok ? p.drow[int64_t(bh) * p.n + rr + tid] : 0.0f;
         } else if (tid == kTile) {
@@ -2240,7 +2272,27 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
     LoadGmmaTileAsync<typename L::TileI8, kThreads, false>(
         s_kh, p.kh + bh * npd + int64_t(c0) * D, 0, kTile, tid);
   }
-  if (!kPair || j < p.ntk) {
+  if constexpr (kSwap) {
+    // K^T with the keys of each 16 in the order of the dS^ codes' stmatrix.trans stores (key
+    // g + 8h at byte 2g + h, BwdQueryOfSlot's order) instead of the quantize launch's
+    // FwdKeyOfSlot order (key 8(i / 2) + 2t + i % 2 at byte 4t + i): bytes 1 and 2 of every
+    // 32-bit word swap. 16-byte loads, permuted, stored into the swizzled tile.
+    using TT = typename L::TileT;
+    static_assert(TT::kRowBytes == 64 && TT::kRows == D, "K^T: D rows of 64 keys");
+    if (j < p.ntk) {
+#pragma unroll
+      for (int i = 0; i < D * 4 / kThreads; ++i) {
+        const int x = tid + i * kThreads, r = x >> 2, u = x & 3;
+        uint4 w = *reinterpret_cast<const uint4*>(p.kht + bh * npd + int64_t(r) * p.np + c0 +
+                                                  16 * u);
+        w.x = __byte_perm(w.x, 0, 0x3120);
+        w.y = __byte_perm(w.y, 0, 0x3120);
+        w.z = __byte_perm(w.z, 0, 0x3120);
+        w.w = __byte_perm(w.w, 0, 0x3120);
+        *reinterpret_cast<uint4*>(s_kht + TT::ByteOffset(r, 16 * u)) = w;
+      }
+    }
+  } else if (!kPair || j < p.ntk) {
     LoadGmmaTileAsync<typename L::TileT, kThreads, false>(s_kht, p.kht + bh * npd + c0, 0, D,
                                                           tid, p.np);
   }
@@ -2328,8 +2380,13 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       ring.ConsumerWait(0);
       const uint32_t dlo_n = cuda::wgmma::DescLo(cuda::SmemAddr(stage_base(0)));
       cuda::wgmma::Fence();
-      PhaseOneIssueDpBf16<D, L>(dlo, dlo_n, dp_next);
-      PhaseOneIssueS<D, L>(dlo, dlo_n, s_next);
+      if constexpr (kSwap) {
+        PhaseOneIssueDpT<D, L>(dlo, dlo_n, dp_next);
+        PhaseOneIssueST<D, L>(dlo, dlo_n, s_next);
+      } else {
+        PhaseOneIssueDpBf16<D, L>(dlo, dlo_n, dp_next);
+        PhaseOneIssueS<D, L>(dlo, dlo_n, s_next);
+      }
     }
   }
   SAGE_PHASE_START(kWs && threadIdx.x == 128);  // (lab: consumer 0 thread 0's phase clocks)
@@ -2345,8 +2402,10 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       }
       // The previous tile's reads of this consumer's region are done. (Without it the tile's
       // stores would still be ordered, by the barriers after the statistics, but the warps
-      // start the tile apart: 0.983-0.994x at d128, session 19.)
-      wg_sync();
+      // start the tile apart: 0.983-0.994x at d128, session 19.) kSwap: its P^T / dS^T stores wait
+      // for the previous tile's products by an mbarrier instead, right before them; its other
+      // shared data (column partials, dS^) are ordered by its pair barriers.
+      if constexpr (!kSwap) wg_sync();
       if constexpr (!kEarly) ring.ConsumerWait(it);  // (kEarly: before its phase 1's issue)
       SAGE_TRACE(1, 4, it == 0 && threadIdx.x == 128);
       char* const q = stage_base(it & 1);
@@ -2392,291 +2451,10 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       cuda::wgmma::MbarWait(tma_bar, it & 1);  // Q^, dO landed (TMA)
     }
 
-    // S and dP for this warp's 16 query rows x 64 keys; P and dS stay in registers (pf, dsf).
-    float pf[8][4], dsf[8][4];
-    {
-      int32_t si[8][4];
-      float dp[8][4];
-      if constexpr (kEarly) {
-        cuda::wgmma::Wait<0>();
-#pragma unroll
-        for (int n = 0; n < 8; ++n) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            si[n][e] = s_next[4 * n + e];
-            dp[n][e] = dp_next[4 * n + e];
-          }
-        }
-      } else {
-        PhaseOneWgmma<D, L>(dlo, dlo_q, p.int8_dp, sdoi * svj, si, dp);
-      }
-      SAGE_PHASE(1, kWs && threadIdx.x == 128);  // phase 1's wgmma wait
-      const float a = tau * sqi * skj;
-      // Interior block: every (row, key) visible (no N tail, causal: wholly below the diagonal).
-      const bool interior = r0 + kTile <= p.n && c0 + kTile <= p.n &&
-                            (!kCausal || c0 + kTile - 1 <= r0);
-      // Log2 domain, P = ex2.approx(a log2e x + (bias log2e - lse log2e)): one FMA and the SFU op
-      // per element (expf: range reduction + ex2 + scaling, ~8 instructions).
-      const float a2 = SoftmaxScale(a * cuda::kLog2e);  // the v5+ forwards' a, bit for bit
-      // The Q-smoothing bias as a compile-time choice of two loops (a runtime test per element
-      // was if-converted into predicated loads and FMAs issued either way).
-      // P and dS by one FMA and the SFU op per element; the masked form (N tail, causal
-      // diagonal) computes every element the same way and then zeroes those outside the mask by
-      // a select on a per-row key limit, so that it needs no more registers than the interior
-      // form (its former per-element predicated loads and exponentials were the loop's register
-      // peak, 238 of 240, which the rest of the loop's allocation had to fit around; session 24).
-      // Elements outside are computed from whatever the tiles hold there and never selected.
-      const auto tile_fx = [&](auto sq_c, auto mask_c) {
-        constexpr bool kSq = decltype(sq_c)::value, kMask = decltype(mask_c)::value;
-        const float l0 = s_lse[warp * 16 + g] * cuda::kLog2e;
-        const float l1 = s_lse[warp * 16 + g + 8] * cuda::kLog2e;
-        const float dr0 = s_drow[warp * 16 + g], dr1 = s_drow[warp * 16 + g + 8];
-        // kMask: keys c0 + c with c < lim[h] are visible from row h (0 for rows past N).
-        [[maybe_unused]] int lim[2];
-        if constexpr (kMask) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int grow = r0 + warp * 16 + g + 8 * h;
-            const int last = kCausal ? min(grow + 1, p.n) : p.n;  // keys < last are visible
-            lim[h] = grow < p.n ? last - c0 : 0;
-          }
-        }
-#pragma unroll
-        for (int n = 0; n < 8; ++n) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const float x = __int2float_rn(si[n][e]);
-            const float l = (e >> 1) ? l1 : l0;
-            const float bl = kSq ? fmaf(s_bias[n * 8 + 2 * t + (e & 1)], cuda::kLog2e, -l) : -l;
-            const float pe = cuda::FastExp2(fmaf(a2, x, bl));
-            const float ds = pe * (dp[n][e] - ((e >> 1) ? dr1 : dr0));
-            if constexpr (kMask) {
-              const bool valid = n * 8 + 2 * t + (e & 1) < lim[e >> 1];
-              pf[n][e] = valid ? pe : 0.0f;
-              dsf[n][e] = valid ? ds : 0.0f;
-            } else {
-              pf[n][e] = pe;
-              dsf[n][e] = ds;
-            }
-          }
-        }
-      };
-      if (interior) {
-        if (p.smooth_q) {
-          tile_fx(std::true_type{}, std::false_type{});
-        } else {
-          tile_fx(std::false_type{}, std::false_type{});
-        }
-      } else {
-        if (p.smooth_q) {
-          tile_fx(std::true_type{}, std::true_type{});
-        } else {
-          tile_fx(std::false_type{}, std::true_type{});
-        }
-      }
-    }
-    SAGE_PHASE(2, kWs && threadIdx.x == 128);  // P, dS
-    // Row scales of dS (this thread's rows 16w+g, +8: the same rows as its dQ rows) and rowsum.
-    float rmax[2], rscale[2], rinv[2];  // per row: max |dS| (kPair: over this consumer's keys)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float mds = 0.0f, rs = 0.0f;
-#pragma unroll
-      for (int n = 0; n < 8; ++n) {
-#pragma unroll
-        for (int b = 0; b < 2; ++b) {
-          mds = fmaxf(mds, fabsf(dsf[n][2 * h + b]));
-          rs += dsf[n][2 * h + b];
-        }
-      }
-      mds = QuadMax(mds);
-      rs = QuadSum(rs);
-      rmax[h] = mds;
-      if constexpr (kPair) {  // the scale after the pair barrier below, over both consumers' keys
-        if (t == 0) s_xrow[cw * kTile + warp * 16 + g + 8 * h] = mds;
-      } else {
-        rscale[h] = GroupScaleBranchless(mds);
-        rinv[h] = RcpNewton(rscale[h]);  // (RcpFastPath: checked with the column scale's below)
-      }
-      const int grow = r0 + warp * 16 + g + 8 * h;
-      if constexpr (kPair && !kCausal) {
-        // (Measured: the predicated add below 0.986-0.988x here, 1.022-1.030x on the causal
-        // kernel, 1.017-1.036x at d64; session 23.)
-        if (t == 0 && grow < p.n) atomicAdd(p.dsrow + int64_t(bh) * p.n + grow, rs);
-      } else {
-        RedAddIf(t == 0 && grow < p.n, p.dsrow + int64_t(bh) * p.n + grow, rs);
-      }
-    }
-    // Column partials over this warp's 16 rows (its two rows, then the 8 groups: lane bits 2..4).
-    // The column sums of dS serve Q-smoothing's dK term only (which kPair never runs), so the
-    // reduce-scatter variants skip them without it: a warp-uniform branch around ~85 instructions
-    // per warp and tile (5% of the d64 backward's) that were issued for nothing. Measured: d64
-    // backward 1.016-1.030x, d128 (no column sums with kPair) unchanged; the branch costs the
-    // d64 kernels 4-8 bytes of spills at their 168-register bound (session 14).
-    const bool col_sum = !kPair && p.smooth_q;
-    {
-      float vp[16], vds[16];
-#pragma unroll
-      for (int n = 0; n < 8; ++n) {
-#pragma unroll
-        for (int b = 0; b < 2; ++b) {
-          vp[2 * n + b] = fmaxf(pf[n][b], pf[n][2 + b]);
-          vds[2 * n + b] = fmaxf(fabsf(dsf[n][b]), fabsf(dsf[n][2 + b]));
-        }
-      }
-      const auto fmax = [](float x, float y) { return fmaxf(x, y); };
-      float rp[2], rds[2];
-      ColumnReduceScatter(vp, lane, fmax, rp);
-      ColumnReduceScatter(vds, lane, fmax, rds);
-      const int c = 8 * g + 2 * t;
-      *reinterpret_cast<float2*>(s_part + (0 * 4 + warp) * kTile + c) = make_float2(rp[0], rp[1]);
-      *reinterpret_cast<float2*>(s_part + (1 * 4 + warp) * kTile + c) = make_float2(rds[0], rds[1]);
-      if (col_sum) {
-        float vcs[16], rcs[2];
-#pragma unroll
-        for (int n = 0; n < 8; ++n) {
-#pragma unroll
-          for (int b = 0; b < 2; ++b) vcs[2 * n + b] = dsf[n][b] + dsf[n][2 + b];
-        }
-        ColumnReduceScatter(vcs, lane, [](float x, float y) { return x + y; }, rcs);
-        *reinterpret_cast<float2*>(s_part + (2 * 4 + warp) * kTile + c) =
-            make_float2(rcs[0], rcs[1]);
-      }
-    }
-    SAGE_PHASE(3, kWs && threadIdx.x == 128);  // row and column statistics
-    if constexpr (kPair) {
-      pair_sync();  // both consumers' row maxima of |dS| (and this one's column partials)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float other = s_xrow[(1 - cw) * kTile + warp * 16 + g + 8 * h];
-        rscale[h] = GroupScaleBranchless(fmaxf(rmax[h], other));
-        rinv[h] = RcpNewton(rscale[h]);  // (RcpFastPath: checked with the column scale's below)
-      }
-    } else {
-      wg_sync();
-    }
-    {
-      // One scale per thread: warps 0-1 (which = 0) take P's of column c, warps 2-3 dS's (and
-      // the dS column sum with Q-smoothing), so the four warps share the combine, the division
-      // and the stores (the codes below read the 1 / scales interleaved from s_cinv2).
-      static_assert(kThreads == 2 * kTile, "two quantities per column over the warpgroup");
-      const int c = tid & (kTile - 1), which = tid >> 6;
-      float m = 0.0f, cs = 0.0f;
-#pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        m = fmaxf(m, s_part[(which * 4 + w) * kTile + c]);
-        if (col_sum && which) cs += s_part[(2 * 4 + w) * kTile + c];
-      }
-      const float sc = GroupScaleBranchless(m);
-      float inv = RcpNewton(sc);
-      // One warp-uniform test for the three reciprocals, the rows' (either path above) and the
-      // column's (separate tests serialize their chains: each one's branch is a convergence
-      // point), the IEEE division for the rare slow path.
-      const bool slow = !RcpFastPath(sc) || !RcpFastPath(rscale[0]) || !RcpFastPath(rscale[1]);
-      if (__any_sync(0xffffffffu, slow)) {
-        inv = 1.0f / sc;
-        rinv[0] = 1.0f / rscale[0];
-        rinv[1] = 1.0f / rscale[1];
-      }
-      // int8 dS^ [q][key] (row scales) while the column scales' chain runs: its codes need no
-      // column scale, so they fill the wait before the barrier below instead of following it.
-      uint32_t dsh_lo[2];  // dS^ codes of the even n-block, stored with the odd one's
-#pragma unroll
-      for (int n = 0; n < 8; ++n) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const uint32_t packed = QuantPack2(dsf[n][2 * h], dsf[n][2 * h + 1], rinv[h]);
-          if (n % 2 == 0) {
-            dsh_lo[h] = packed;
-          } else {  // keys 8(n - 1) + 2t, +1, 8n + 2t, +1: four adjacent bytes (K^T's order)
-            *reinterpret_cast<uint32_t*>(s_dsh + dsh_off(n >> 1, h)) =
-                __byte_perm(dsh_lo[h], packed, 0x5410);
-          }
-        }
-      }
-      s_vec[which * kTile + c] = sc;  // s_csp (which = 0) or s_csds (1)
-      s_cinv2[2 * c + which] = inv;
-      if (col_sum && which) s_colsum[c] = cs;
-    }
-    wg_sync();
-    SAGE_PHASE(4, kWs && threadIdx.x == 128);  // pair barrier, column scales, their barrier
-    // The dV / dK epilogues' coefficients of this thread's key rows kr[h]. d128: in registers
-    // from here (read in the epilogues, they were loaded again after every wgmma wait, whose
-    // memory clobber orders them, each behind an address rematerialized from the thread index);
-    // d64 reads them in the epilogues (measured 2-3% faster at d64; session 24).
-    constexpr bool kCoefRegs = D == 128;
-    const auto dv_coef = [&](int h) { return s_csp[kr[h]] * sdoi; };
-    const auto dk_coef = [&](int h) { return tau * s_csds[kr[h]] * sqi; };
-    [[maybe_unused]] float cdv[2], cdk[2];
-    if constexpr (kCoefRegs) {
-      cdv[0] = dv_coef(0), cdv[1] = dv_coef(1);
-      cdk[0] = dk_coef(0), cdk[1] = dk_coef(1);
-    }
-    // int8 P^T [key][q], dS^T [key][q] (column scales). inv4[n]: (1/s_P, 1/s_dS) of columns
-    // 8n + 2t and 8n + 2t + 1 in one 16-byte load. Issued right before its block's codes, each load
-    // would come after the previous block's code stores (the compiler cannot tell the tiles
-    // apart), its latency exposed in turn: they run kAhead blocks ahead. (At d128 this and the
-    // coefficients above pay only since the masked P / dS form stopped being the loop's register
-    // peak; before, ptxas made room for them by recomputing the thread index in the loop:
-    // session 24.)
-    constexpr int kAhead = D == 64 ? 4 : 2;
-    const float4* const cinv4 = reinterpret_cast<const float4*>(s_cinv2);
-    float4 inv4[8];
-#pragma unroll
-    for (int n = 0; n < kAhead; ++n) inv4[n] = cinv4[n * 4 + t];
-#pragma unroll
-    for (int n = 0; n < 8; ++n) {
-      if (n + kAhead < 8) inv4[n + kAhead] = cinv4[(n + kAhead) * 4 + t];
-#pragma unroll
-      for (int b = 0; b < 2; ++b) {
-        const float ip = b ? inv4[n].z : inv4[n].x;
-        const float ids = b ? inv4[n].w : inv4[n].y;
-        // Query rows g (h = 0) and g + 8 (h = 1): two codes (two FMAs + one PRMT: no F2I, no
-        // clamp), one 16-bit store.
-        const uint32_t pp = QuantPack2(pf[n][b], pf[n][2 + b], ip);
-        const uint32_t pds = QuantPack2(dsf[n][b], dsf[n][2 + b], ids);
-        *reinterpret_cast<uint16_t*>(s_pt + pt_off(n, b)) = static_cast<uint16_t>(pp);
-        *reinterpret_cast<uint16_t*>(s_dst + pt_off(n, b)) = static_cast<uint16_t>(pds);
-      }
-    }
-    if constexpr (!kWs) cuda::wgmma::MbarWait(tma_bar + 8, it & 1);  // Q^T, dO^T landed
-    cuda::wgmma::FenceProxyAsync();  // st.shared -> wgmma's reads
-    if constexpr (kPair) {
-      pair_sync();  // the dQ wgmma reads both consumers' dS^
-    } else {
-      wg_sync();
-    }
-
-    SAGE_PHASE(5, kWs && threadIdx.x == 128);  // the codes, their stores and the pair barrier
-    // dV, dK (this warp's 16 keys) and dQ (this warp's 16 query rows), 64 head-dim columns at a
-    // time to bound the live int32 accumulators. The epilogues read the chunk's int32 products
-    // through at(n, e) (the m16n8 / m64n64 accumulator layouts agree per warp).
-    const float c0f = tau * rscale[0] * skj, c1f = tau * rscale[1] * skj;
-    const auto epi_dv = [&](auto ch_c, const auto& at) {
-      constexpr int ch = decltype(ch_c)::value;
-#pragma unroll
-      for (int n = 0; n < 8; ++n) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float coef = kCoefRegs ? cdv[e >> 1] : dv_coef(e >> 1);
-          dv[ch * 8 + n][e] += coef * __int2float_rn(at(n, e));
-        }
-      }
-    };
-    const auto epi_dk = [&](auto ch_c, const auto& at) {
-      constexpr int ch = decltype(ch_c)::value;
-#pragma unroll
-      for (int n = 0; n < 8; ++n) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float coef = kCoefRegs ? cdk[e >> 1] : dk_coef(e >> 1);
-          dk[ch * 8 + n][e] += coef * __int2float_rn(at(n, e));
-        }
-      }
-    };
     // dQ: rows g and g + 8 of this warp, all 32 values scaled first, then added into dqacc by one
     // bulk reduction per warp.
-    const auto epi_dq = [&](int ch, const auto& at) {  // dQ columns 64 ch..
+    // (c0f, c1f: the rows' coefficients.)
+    const auto epi_dq = [&](int ch, float c0f, float c1f, const auto& at) {  // dQ columns 64 ch..
       float2 v0[8], v1[8];
 #pragma unroll
       for (int n = 0; n < 8; ++n) {
@@ -2707,82 +2485,626 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
         wg::BulkCommit();
       }
     };
-    // The 64 head-dim rows ch * 64.. of K^T, Q^T, dO^T start ch * kChBytes into their tiles.
-    constexpr int kChBytes = L::TileP::kBytes;
-    {
-      // Six (d128) / three (d64) products in flight two at a time: step s = 3 ch + kind (dV, dK,
-      // dQ); the epilogue of step s runs while step s + 1's wgmma does. kPair: five steps, dV /
-      // dK of head-dim chunk 0, dQ (this consumer's chunk cw over both consumers' 128 keys: four
-      // k-steps), dV / dK of chunk 1.
+    if constexpr (kSwap) {
+      // kBwdSwap: this thread holds S^T / dP^T, P^T / dS^T at key rows kr[h] (e / 2 = h) and query
+      // columns 8n + 2t + (e % 2) of the tile.
       namespace wg = cuda::wgmma;
       using TP = typename L::TileP;
-      constexpr int kAOf[3] = {L::kPT, L::kDsT, L::kDsh};
-      constexpr int kBOf[3] = {L::kDoht, L::kQht, L::kKht};
-      constexpr int kSteps = kPair ? 2 * (D / 64) + 1 : 3 * (D / 64);
-      constexpr auto kind_of = [](int st) {
-        return kPair ? (st == 2 ? 2 : (st < 2 ? st : st - 3)) : st % 3;
-      };
-      constexpr auto ch_of = [](int st) { return kPair ? (st < 2 ? 0 : 1) : st / 3; };
-      int32_t acc[2][32];
-      const auto issue = [&](auto s_c) {
-        constexpr int st = decltype(s_c)::value, kind = kind_of(st), ch = ch_of(st);
-        wg::Fence();
-        if constexpr (kPair && kind == 2) {
-          const int bb = L::kKht + cw * kChBytes;
-          wg::MmaS8(acc[st & 1], TileDesc<TP>(dlo_c0, L::kDsh), TileDesc<TP>(dlo_c0, bb), false);
-          wg::MmaS8(acc[st & 1], TileDesc<TP>(dlo_c0, L::kDsh, 32), TileDesc<TP>(dlo_c0, bb, 32),
-                    true);
-          wg::MmaS8(acc[st & 1], TileDesc<TP>(dlo_c1, L::kDsh), TileDesc<TP>(dlo_c1, bb), true);
-          wg::MmaS8(acc[st & 1], TileDesc<TP>(dlo_c1, L::kDsh, 32), TileDesc<TP>(dlo_c1, bb, 32),
-                    true);
+      constexpr int kChBytes = TP::kBytes;  // head-dim columns 64.. of Q^T / dO^T / K^T
+      const uint32_t tile_done = cuda::SmemAddr(buf + L::kBar) + 32 + 8 * cw;
+      static_assert(kWsConsumers * 8 <= 32, "the tile-done barriers fit after the ring's");
+      wg::Wait<0>();  // S^T, dP^T (issued during the previous tile)
+      SAGE_PHASE(1, threadIdx.x == 128);  // phase 1's wgmma wait
+      float pf[8][4], dsf[8][4];
+      {
+        const float a2 = SoftmaxScale(tau * sqi * skj * cuda::kLog2e);
+        const bool interior = r0 + kTile <= p.n && c0 + kTile <= p.n &&
+                              (!kCausal || c0 + kTile - 1 <= r0);
+        // As the other form: the masked one computes every element, then zeroes those outside
+        // (queries qc of the tile with qlo[h] <= qc < qhi[h] are visible from key row h).
+        const auto tile_fx = [&](auto mask_c) {
+          constexpr bool kMask = decltype(mask_c)::value;
+          [[maybe_unused]] int qlo[2], qhi[2];
+          if constexpr (kMask) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int key = c0 + kr[h];
+              qhi[h] = key < p.n ? p.n - r0 : 0;
+              qlo[h] = kCausal ? key - r0 : 0;
+            }
+          }
+#pragma unroll
+          for (int n = 0; n < 8; ++n) {
+            // lse (log2 domain) and D_i of queries 8n + 2t, +1
+            const float2 l2 = *reinterpret_cast<const float2*>(s_lse + 8 * n + 2 * t);
+            const float2 dr = *reinterpret_cast<const float2*>(s_drow + 8 * n + 2 * t);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int b = e & 1;
+              const float x = __int2float_rn(s_next[4 * n + e]);
+              const float pe = cuda::FastExp2(fmaf(a2, x, -(b ? l2.y : l2.x)));
+              const float ds = pe * (dp_next[4 * n + e] - (b ? dr.y : dr.x));
+              if constexpr (kMask) {
+                const int qc = 8 * n + 2 * t + b;
+                const bool valid = qc >= qlo[e >> 1] && qc < qhi[e >> 1];
+                pf[n][e] = valid ? pe : 0.0f;
+                dsf[n][e] = valid ? ds : 0.0f;
+              } else {
+                pf[n][e] = pe;
+                dsf[n][e] = ds;
+              }
+            }
+          }
+        };
+        if (interior) {
+          tile_fx(std::false_type{});
         } else {
-          constexpr int ab = kAOf[kind], bb = kBOf[kind] + ch * kChBytes;
-          const uint32_t blo = kind == 2 ? dlo : dlo_q;  // K^T in the K side, Q^T / dO^T not
-          wg::MmaS8(acc[st & 1], TileDesc<TP>(dlo, ab), TileDesc<TP>(blo, bb), false);
-          wg::MmaS8(acc[st & 1], TileDesc<TP>(dlo, ab, 32), TileDesc<TP>(blo, bb, 32), true);
+          tile_fx(std::true_type{});
         }
+      }
+      SAGE_PHASE(2, threadIdx.x == 128);  // P, dS
+      // The scales of P^T (dV) and dS^T (dK): one per key row, over the tile's 64 queries (the
+      // thread's 16 values of the row, then the quad that shares it).
+      float ip[2], ids[2], cdv[2], cdk[2];
+      {
+        float sp[2], sd[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float mp = 0.0f, md = 0.0f;
+#pragma unroll
+          for (int n = 0; n < 8; ++n) {
+#pragma unroll
+            for (int b = 0; b < 2; ++b) {
+              mp = fmaxf(mp, pf[n][2 * h + b]);
+              md = fmaxf(md, fabsf(dsf[n][2 * h + b]));
+            }
+          }
+          sp[h] = GroupScaleBranchless(QuadMax(mp));
+          sd[h] = GroupScaleBranchless(QuadMax(md));
+          ip[h] = RcpNewton(sp[h]);
+          ids[h] = RcpNewton(sd[h]);
+        }
+        // One warp-uniform test for the four reciprocals (as the other form's three).
+        const bool slow = !RcpFastPath(sp[0]) || !RcpFastPath(sp[1]) || !RcpFastPath(sd[0]) ||
+                          !RcpFastPath(sd[1]);
+        if (__any_sync(0xffffffffu, slow)) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            ip[h] = 1.0f / sp[h];
+            ids[h] = 1.0f / sd[h];
+          }
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          cdv[h] = sp[h] * sdoi;
+          cdk[h] = tau * sd[h] * sqi;
+        }
+      }
+      // P^T and dS^T [key][q] codes: the bytes of key row kr[h] at query slots 4t..4t + 3 of each
+      // 16-query half u of k-slice kk (queries 32kk..32kk + 31) are the queries 2t, 2t + 8,
+      // 2t + 1, 2t + 9 of that half in BwdQueryOfSlot's order (Q^T / dO^T hold the queries in
+      // it), all this thread's: one 32-bit store each, into the 64B-swizzled tiles (16-byte unit
+      // 2kk + u of row r at (2kk + u) ^ ((r / 2) % 4), the same for both rows kr[h]). (From
+      // registers as the wgmmas' A fragments instead, ptxas spilled 300-440 bytes: session 25.)
+      {
+        const int swz = (g >> 1) & 3;
+        const auto store_codes = [&](int8_t* tile, const float(&x)[8][4], const float(&inv)[2]) {
+#pragma unroll
+          for (int kk = 0; kk < 2; ++kk) {
+#pragma unroll
+            for (int u = 0; u < 2; ++u) {
+#pragma unroll
+              for (int h = 0; h < 2; ++h) {
+                const int n0 = 4 * kk + 2 * u;
+                *reinterpret_cast<uint32_t*>(tile + kr[h] * kTile + (((2 * kk + u) ^ swz) << 4) +
+                                             4 * t) =
+                    PackLowBytes(QuantBits(x[n0][2 * h], inv[h]),
+                                 QuantBits(x[n0 + 1][2 * h], inv[h]),
+                                 QuantBits(x[n0][2 * h + 1], inv[h]),
+                                 QuantBits(x[n0 + 1][2 * h + 1], inv[h]));
+              }
+            }
+          }
+        };
+        // (Every warp of this consumer has waited for the previous tile's dV / dK products,
+        // which read these tiles; their arrivals end each tile.)
+        if (it > 0) wg::MbarWait(tile_done, (it - 1) & 1);
+        store_codes(s_pt, pf, ip);
+        store_codes(s_dst, dsf, ids);
+      }
+      // The dS^ scales (one per query row over both consumers' 128 keys) and the rows' dS sums
+      // (the K-mean correction of dQ): column partials over this warp's 16 keys (its two rows,
+      // then the 8 lane groups), [4 warps] of each into s_part, [4 + warp] the sums.
+      {
+        float vds[16], vcs[16];
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+#pragma unroll
+          for (int b = 0; b < 2; ++b) {
+            vds[2 * n + b] = fmaxf(fabsf(dsf[n][b]), fabsf(dsf[n][2 + b]));
+            vcs[2 * n + b] = dsf[n][b] + dsf[n][2 + b];
+          }
+        }
+        float rds[2], rcs[2];
+        ColumnReduceScatter(vds, lane, [](float x, float y) { return fmaxf(x, y); }, rds);
+        ColumnReduceScatter(vcs, lane, [](float x, float y) { return x + y; }, rcs);
+        const int c = 8 * g + 2 * t;
+        *reinterpret_cast<float2*>(s_part + warp * kTile + c) = make_float2(rds[0], rds[1]);
+        *reinterpret_cast<float2*>(s_part + (4 + warp) * kTile + c) = make_float2(rcs[0], rcs[1]);
+      }
+      wg::FenceProxyAsync();  // the P^T / dS^T stores -> the dV / dK wgmmas' reads
+      SAGE_PHASE(3, threadIdx.x == 128);  // row scales, P^T / dS^T codes, column partials
+      pair_sync();  // both consumers' column partials (and this one's P^T / dS^T codes)
+      // Five products: dV, dK of head-dim columns ch * 64.. (A: P^T / dS^T, B: dO^T / Q^T of the
+      // stage at bt) and dQ (columns 64 cw.. over both consumers' 128 keys: dS^ of consumer c
+      // times its K^T). The first dV one runs beside the dS^ scales and is folded before their
+      // barrier (0.988-1.020x over issuing it after them, two calls of session 25; the first dK
+      // one too, in flight through that barrier and the dS^ codes: 0.94-0.97x); the others two
+      // at a time, each epilogue beside the next product.
+      int32_t acc[2][32];
+      const auto issue_ss = [&](int32_t(&d)[32], int at, int bt) {
+        wg::Fence();
+        wg::MmaS8(d, TileDesc<TP>(dlo, at), TileDesc<TP>(dlo_q, bt), false);
+        wg::MmaS8(d, TileDesc<TP>(dlo, at, 32), TileDesc<TP>(dlo_q, bt, 32), true);
         wg::Commit();
       };
-      issue(std::integral_constant<int, 0>{});
-      issue(std::integral_constant<int, 1>{});
-      // kEarly: whether a next tile's phase 1 is issued in the last two steps (uniform).
-      const bool early_next = kEarly && i + 1 < p.ntq;
-      uint32_t dlo_n = 0;
-      cuda::StaticFor<kSteps>([&](auto s_c) {
-        constexpr int st = decltype(s_c)::value, kind = kind_of(st);
-        if constexpr (st + 1 < kSteps) {
-          wg::Wait<1>();
-        } else if (kEarly) {
-          wg::Wait<1>();  // the next tile's dP may still run
-        } else {
-          wg::Wait<0>();
-        }
-        const auto at = [&](int n, int e) { return acc[st & 1][4 * n + e]; };
-        const std::integral_constant<int, ch_of(st)> ch_c{};
-        if constexpr (kind == 0) epi_dv(ch_c, at);
-        if constexpr (kind == 1) epi_dk(ch_c, at);
-        if constexpr (kind == 2) epi_dq(kPair ? cw : ch_of(st), at);
-        if constexpr (st + 2 < kSteps) issue(std::integral_constant<int, st + 2>{});
-        // kEarly: dP of the next tile in the registers step st's product freed, then S. On the
-        // last tile both are issued on this tile's operands, their results unused: the
-        // accumulators must be defined by a wgmma on every path into the back edge (otherwise
-        // the old ones stay live through the body: 350 bytes of spills), and defining them by
-        // any other instruction makes ptxas serialize every wgmma of the kernel (C7515).
-        if constexpr (kEarly && st == kSteps - 2) {
-          if (early_next) {
-            ring.ConsumerWait(it + 1);
-            dlo_n = wg::DescLo(cuda::SmemAddr(stage_base((it + 1) & 1)));
-          } else {
-            dlo_n = dlo_q;
+      const auto fold = [&](float(&x)[kNtD][4], int ch, const float(&coef)[2],
+                            const int32_t(&d)[32]) {
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            x[ch * 8 + n][e] += coef[e >> 1] * __int2float_rn(d[4 * n + e]);
           }
-          wg::Fence();
-          PhaseOneIssueDpBf16<D, L>(dlo, dlo_n, dp_next);
         }
-        if constexpr (kEarly && st == kSteps - 1) {
-          wg::Fence();
-          PhaseOneIssueS<D, L>(dlo, dlo_n, s_next);
+      };
+      issue_ss(acc[0], L::kPT, L::kDoht);
+      if (warp < 2) {
+        // Warp 0 of consumer c: the scales of queries 32c + lane (scale and 1 / scale into the
+        // stage's s_xrow [2][64]); warp 1: their dS sums, added into dsrow.
+        const int c = 32 * cw + lane;
+        const float* pa = reinterpret_cast<const float*>(buf + L::kCons0 + L::kPart);
+        const float* pb = pa + L::kConsBytes / 4;
+        if (warp == 0) {
+          float m = 0.0f;
+#pragma unroll
+          for (int w = 0; w < 4; ++w) m = fmaxf(m, fmaxf(pa[w * kTile + c], pb[w * kTile + c]));
+          const float sc = GroupScaleBranchless(m);
+          float inv = RcpNewton(sc);
+          if (__any_sync(0xffffffffu, !RcpFastPath(sc))) inv = 1.0f / sc;
+          s_xrow[c] = sc;
+          s_xrow[kTile + c] = inv;
+        } else {
+          float sum = 0.0f;
+#pragma unroll
+          for (int w = 0; w < 4; ++w) sum += pa[(4 + w) * kTile + c] + pb[(4 + w) * kTile + c];
+          RedAddIf(r0 + c < p.n, p.dsrow + int64_t(bh) * p.n + r0 + c, sum);
         }
-      });
+      }
+      wg::Wait<0>();
+      fold(dv, 0, cdv, acc[0]);
+      pair_sync();  // the dS^ scales
+      {
+        // dS^ [q][key] codes: 16-bit units (key rows g, g + 8 of this warp; query 8n + 2t + b),
+        // transposed by stmatrix into rows q, this warp's 16 keys at 16-byte unit `warp` of the
+        // row (keys g + 8h at byte 2g + h: K^T's order here), 64B-swizzled (unit u of row q at
+        // u ^ ((q / 2) % 4)). Lane l gives the address of query row l (+ 32: matrices 4-7).
+        const float2* qinv = reinterpret_cast<const float2*>(s_xrow + kTile);
+        uint32_t dsh[8];
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+          const float2 iv = qinv[4 * n + t];
+          dsh[n] = __byte_perm(QuantPack2(dsf[n][0], dsf[n][2], iv.x),
+                               QuantPack2(dsf[n][1], dsf[n][3], iv.y), 0x5410);
+        }
+        const uint32_t sa = cuda::SmemAddr(s_dsh) + lane * kTile + ((warp ^ ((lane >> 1) & 3)) << 4);
+        cuda::StMatrixX4Trans(sa, dsh[0], dsh[1], dsh[2], dsh[3]);
+        cuda::StMatrixX4Trans(sa + 32 * kTile, dsh[4], dsh[5], dsh[6], dsh[7]);
+        wg::FenceProxyAsync();  // st.shared -> the dQ wgmmas' reads
+      }
+      SAGE_PHASE(4, threadIdx.x == 128);  // query scales, dS^ codes
+      // The next tile's dP^T (on the last tile: this one's operands, unused; see kEarly) and S^T
+      // go into the registers the last two products' epilogues free.
+      uint32_t dlo_n = dlo_q;
+      const auto next_stage = [&]() {
+        if (i + 1 < p.ntq) {
+          ring.ConsumerWait(it + 1);
+          dlo_n = wg::DescLo(cuda::SmemAddr(stage_base((it + 1) & 1)));
+        }
+        wg::Fence();
+      };
+      const auto issue_dq = [&](int32_t(&d)[32]) {
+        const int bb = L::kKht + cw * kChBytes;
+        wg::Fence();
+        wg::MmaS8(d, TileDesc<TP>(dlo_c0, L::kDsh), TileDesc<TP>(dlo_c0, bb), false);
+        wg::MmaS8(d, TileDesc<TP>(dlo_c0, L::kDsh, 32), TileDesc<TP>(dlo_c0, bb, 32), true);
+        wg::MmaS8(d, TileDesc<TP>(dlo_c1, L::kDsh), TileDesc<TP>(dlo_c1, bb), true);
+        wg::MmaS8(d, TileDesc<TP>(dlo_c1, L::kDsh, 32), TileDesc<TP>(dlo_c1, bb, 32), true);
+        wg::Commit();
+      };
+      const auto dq_epi = [&](const int32_t(&d)[32]) {
+        epi_dq(cw, tau * s_xrow[warp * 16 + g] * skj, tau * s_xrow[warp * 16 + g + 8] * skj,
+               [&](int n, int e) { return d[4 * n + e]; });
+      };
+      issue_ss(acc[0], L::kDsT, L::kQht);
+      issue_ss(acc[1], L::kPT, L::kDoht + kChBytes);
+      pair_sync();  // both consumers' dS^
+      wg::Wait<1>();
+      fold(dk, 0, cdk, acc[0]);
+      issue_dq(acc[0]);
+      wg::Wait<1>();
+      fold(dv, 1, cdv, acc[1]);
+      issue_ss(acc[1], L::kDsT, L::kQht + kChBytes);
+      wg::Wait<1>();
+      dq_epi(acc[0]);
+      next_stage();
+      PhaseOneIssueDpT<D, L>(dlo, dlo_n, dp_next);
+      wg::Wait<1>();
+      fold(dk, 1, cdk, acc[1]);
+      wg::Fence();
+      PhaseOneIssueST<D, L>(dlo, dlo_n, s_next);
+      wg::MbarArrive(tile_done);  // this tile's reads of P^T / dS^T are done
+      SAGE_PHASE(5, threadIdx.x == 128);  // the products, their epilogues, the next tile's issue
+    } else {
+      // S and dP for this warp's 16 query rows x 64 keys; P and dS stay in registers (pf, dsf).
+      float pf[8][4], dsf[8][4];
+      {
+        int32_t si[8][4];
+        float dp[8][4];
+        if constexpr (kEarly) {
+          cuda::wgmma::Wait<0>();
+#pragma unroll
+          for (int n = 0; n < 8; ++n) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              si[n][e] = s_next[4 * n + e];
+              dp[n][e] = dp_next[4 * n + e];
+            }
+          }
+        } else {
+          PhaseOneWgmma<D, L>(dlo, dlo_q, p.int8_dp, sdoi * svj, si, dp);
+        }
+        SAGE_PHASE(1, kWs && threadIdx.x == 128);  // phase 1's wgmma wait
+        const float a = tau * sqi * skj;
+        // Interior block: every (row, key) visible (no N tail, causal: wholly below the diagonal).
+        const bool interior = r0 + kTile <= p.n && c0 + kTile <= p.n &&
+                              (!kCausal || c0 + kTile - 1 <= r0);
+        // Log2 domain, P = ex2.approx(a log2e x + (bias log2e - lse log2e)): one FMA and the SFU op
+        // per element (expf: range reduction + ex2 + scaling, ~8 instructions).
+        const float a2 = SoftmaxScale(a * cuda::kLog2e);  // the v5+ forwards' a, bit for bit
+        // The Q-smoothing bias as a compile-time choice of two loops (a runtime test per element
+        // was if-converted into predicated loads and FMAs issued either way).
+        // P and dS by one FMA and the SFU op per element; the masked form (N tail, causal
+        // diagonal) computes every element the same way and then zeroes those outside the mask by
+        // a select on a per-row key limit, so that it needs no more registers than the interior
+        // form (its former per-element predicated loads and exponentials were the loop's register
+        // peak, 238 of 240, which the rest of the loop's allocation had to fit around; session 24).
+        // Elements outside are computed from whatever the tiles hold there and never selected.
+        const auto tile_fx = [&](auto sq_c, auto mask_c) {
+          constexpr bool kSq = decltype(sq_c)::value, kMask = decltype(mask_c)::value;
+          const float l0 = s_lse[warp * 16 + g] * cuda::kLog2e;
+          const float l1 = s_lse[warp * 16 + g + 8] * cuda::kLog2e;
+          const float dr0 = s_drow[warp * 16 + g], dr1 = s_drow[warp * 16 + g + 8];
+          // kMask: keys c0 + c with c < lim[h] are visible from row h (0 for rows past N).
+          [[maybe_unused]] int lim[2];
+          if constexpr (kMask) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int grow = r0 + warp * 16 + g + 8 * h;
+              const int last = kCausal ? min(grow + 1, p.n) : p.n;  // keys < last are visible
+              lim[h] = grow < p.n ? last - c0 : 0;
+            }
+          }
+#pragma unroll
+          for (int n = 0; n < 8; ++n) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const float x = __int2float_rn(si[n][e]);
+              const float l = (e >> 1) ? l1 : l0;
+              const float bl = kSq ? fmaf(s_bias[n * 8 + 2 * t + (e & 1)], cuda::kLog2e, -l) : -l;
+              const float pe = cuda::FastExp2(fmaf(a2, x, bl));
+              const float ds = pe * (dp[n][e] - ((e >> 1) ? dr1 : dr0));
+              if constexpr (kMask) {
+                const bool valid = n * 8 + 2 * t + (e & 1) < lim[e >> 1];
+                pf[n][e] = valid ? pe : 0.0f;
+                dsf[n][e] = valid ? ds : 0.0f;
+              } else {
+                pf[n][e] = pe;
+                dsf[n][e] = ds;
+              }
+            }
+          }
+        };
+        if (interior) {
+          if (p.smooth_q) {
+            tile_fx(std::true_type{}, std::false_type{});
+          } else {
+            tile_fx(std::false_type{}, std::false_type{});
+          }
+        } else {
+          if (p.smooth_q) {
+            tile_fx(std::true_type{}, std::true_type{});
+          } else {
+            tile_fx(std::false_type{}, std::true_type{});
+          }
+        }
+      }
+      SAGE_PHASE(2, kWs && threadIdx.x == 128);  // P, dS
+      // Row scales of dS (this thread's rows 16w+g, +8: the same rows as its dQ rows) and rowsum.
+      float rmax[2], rscale[2], rinv[2];  // per row: max |dS| (kPair: over this consumer's keys)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float mds = 0.0f, rs = 0.0f;
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+#pragma unroll
+          for (int b = 0; b < 2; ++b) {
+            mds = fmaxf(mds, fabsf(dsf[n][2 * h + b]));
+            rs += dsf[n][2 * h + b];
+          }
+        }
+        mds = QuadMax(mds);
+        rs = QuadSum(rs);
+        rmax[h] = mds;
+        if constexpr (kPair) {  // the scale after the pair barrier below, over both consumers' keys
+          if (t == 0) s_xrow[cw * kTile + warp * 16 + g + 8 * h] = mds;
+        } else {
+          rscale[h] = GroupScaleBranchless(mds);
+          rinv[h] = RcpNewton(rscale[h]);  // (RcpFastPath: checked with the column scale's below)
+        }
+        const int grow = r0 + warp * 16 + g + 8 * h;
+        if constexpr (kPair && !kCausal) {
+          // (Measured: the predicated add below 0.986-0.988x here, 1.022-1.030x on the causal
+          // kernel, 1.017-1.036x at d64; session 23.)
+          if (t == 0 && grow < p.n) atomicAdd(p.dsrow + int64_t(bh) * p.n + grow, rs);
+        } else {
+          RedAddIf(t == 0 && grow < p.n, p.dsrow + int64_t(bh) * p.n + grow, rs);
+        }
+      }
+      // Column partials over this warp's 16 rows (its two rows, then the 8 groups: lane bits 2..4).
+      // The column sums of dS serve Q-smoothing's dK term only (which kPair never runs), so the
+      // reduce-scatter variants skip them without it: a warp-uniform branch around ~85 instructions
+      // per warp and tile (5% of the d64 backward's) that were issued for nothing. Measured: d64
+      // backward 1.016-1.030x, d128 (no column sums with kPair) unchanged; the branch costs the
+      // d64 kernels 4-8 bytes of spills at their 168-register bound (session 14).
+      const bool col_sum = !kPair && p.smooth_q;
+      {
+        float vp[16], vds[16];
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+#pragma unroll
+          for (int b = 0; b < 2; ++b) {
+            vp[2 * n + b] = fmaxf(pf[n][b], pf[n][2 + b]);
+            vds[2 * n + b] = fmaxf(fabsf(dsf[n][b]), fabsf(dsf[n][2 + b]));
+          }
+        }
+        const auto fmax = [](float x, float y) { return fmaxf(x, y); };
+        float rp[2], rds[2];
+        ColumnReduceScatter(vp, lane, fmax, rp);
+        ColumnReduceScatter(vds, lane, fmax, rds);
+        const int c = 8 * g + 2 * t;
+        *reinterpret_cast<float2*>(s_part + (0 * 4 + warp) * kTile + c) = make_float2(rp[0], rp[1]);
+        *reinterpret_cast<float2*>(s_part + (1 * 4 + warp) * kTile + c) = make_float2(rds[0], rds[1]);
+        if (col_sum) {
+          float vcs[16], rcs[2];
+#pragma unroll
+          for (int n = 0; n < 8; ++n) {
+#pragma unroll
+            for (int b = 0; b < 2; ++b) vcs[2 * n + b] = dsf[n][b] + dsf[n][2 + b];
+          }
+          ColumnReduceScatter(vcs, lane, [](float x, float y) { return x + y; }, rcs);
+          *reinterpret_cast<float2*>(s_part + (2 * 4 + warp) * kTile + c) =
+              make_float2(rcs[0], rcs[1]);
+        }
+      }
+      SAGE_PHASE(3, kWs && threadIdx.x == 128);  // row and column statistics
+      if constexpr (kPair) {
+        pair_sync();  // both consumers' row maxima of |dS| (and this one's column partials)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float other = s_xrow[(1 - cw) * kTile + warp * 16 + g + 8 * h];
+          rscale[h] = GroupScaleBranchless(fmaxf(rmax[h], other));
+          rinv[h] = RcpNewton(rscale[h]);  // (RcpFastPath: checked with the column scale's below)
+        }
+      } else {
+        wg_sync();
+      }
+      {
+        // One scale per thread: warps 0-1 (which = 0) take P's of column c, warps 2-3 dS's (and
+        // the dS column sum with Q-smoothing), so the four warps share the combine, the division
+        // and the stores (the codes below read the 1 / scales interleaved from s_cinv2).
+        static_assert(kThreads == 2 * kTile, "two quantities per column over the warpgroup");
+        const int c = tid & (kTile - 1), which = tid >> 6;
+        float m = 0.0f, cs = 0.0f;
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+          m = fmaxf(m, s_part[(which * 4 + w) * kTile + c]);
+          if (col_sum && which) cs += s_part[(2 * 4 + w) * kTile + c];
+        }
+        const float sc = GroupScaleBranchless(m);
+        float inv = RcpNewton(sc);
+        // One warp-uniform test for the three reciprocals, the rows' (either path above) and the
+        // column's (separate tests serialize their chains: each one's branch is a convergence
+        // point), the IEEE division for the rare slow path.
+        const bool slow = !RcpFastPath(sc) || !RcpFastPath(rscale[0]) || !RcpFastPath(rscale[1]);
+        if (__any_sync(0xffffffffu, slow)) {
+          inv = 1.0f / sc;
+          rinv[0] = 1.0f / rscale[0];
+          rinv[1] = 1.0f / rscale[1];
+        }
+        // int8 dS^ [q][key] (row scales) while the column scales' chain runs: its codes need no
+        // column scale, so they fill the wait before the barrier below instead of following it.
+        uint32_t dsh_lo[2];  // dS^ codes of the even n-block, stored with the odd one's
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const uint32_t packed = QuantPack2(dsf[n][2 * h], dsf[n][2 * h + 1], rinv[h]);
+            if (n % 2 == 0) {
+              dsh_lo[h] = packed;
+            } else {  // keys 8(n - 1) + 2t, +1, 8n + 2t, +1: four adjacent bytes (K^T's order)
+              *reinterpret_cast<uint32_t*>(s_dsh + dsh_off(n >> 1, h)) =
+                  __byte_perm(dsh_lo[h], packed, 0x5410);
+            }
+          }
+        }
+        s_vec[which * kTile + c] = sc;  // s_csp (which = 0) or s_csds (1)
+        s_cinv2[2 * c + which] = inv;
+        if (col_sum && which) s_colsum[c] = cs;
+      }
+      wg_sync();
+      SAGE_PHASE(4, kWs && threadIdx.x == 128);  // pair barrier, column scales, their barrier
+      // The dV / dK epilogues' coefficients of this thread's key rows kr[h]. d128: in registers
+      // from here (read in the epilogues, they were loaded again after every wgmma wait, whose
+      // memory clobber orders them, each behind an address rematerialized from the thread index);
+      // d64 reads them in the epilogues (measured 2-3% faster at d64; session 24).
+      constexpr bool kCoefRegs = D == 128;
+      const auto dv_coef = [&](int h) { return s_csp[kr[h]] * sdoi; };
+      const auto dk_coef = [&](int h) { return tau * s_csds[kr[h]] * sqi; };
+      [[maybe_unused]] float cdv[2], cdk[2];
+      if constexpr (kCoefRegs) {
+        cdv[0] = dv_coef(0), cdv[1] = dv_coef(1);
+        cdk[0] = dk_coef(0), cdk[1] = dk_coef(1);
+      }
+      // int8 P^T [key][q], dS^T [key][q] (column scales). inv4[n]: (1/s_P, 1/s_dS) of columns
+      // 8n + 2t and 8n + 2t + 1 in one 16-byte load. Issued right before its block's codes, each load
+      // would come after the previous block's code stores (the compiler cannot tell the tiles
+      // apart), its latency exposed in turn: they run kAhead blocks ahead. (At d128 this and the
+      // coefficients above pay only since the masked P / dS form stopped being the loop's register
+      // peak; before, ptxas made room for them by recomputing the thread index in the loop:
+      // session 24.)
+      constexpr int kAhead = D == 64 ? 4 : 2;
+      const float4* const cinv4 = reinterpret_cast<const float4*>(s_cinv2);
+      float4 inv4[8];
+#pragma unroll
+      for (int n = 0; n < kAhead; ++n) inv4[n] = cinv4[n * 4 + t];
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+        if (n + kAhead < 8) inv4[n + kAhead] = cinv4[(n + kAhead) * 4 + t];
+#pragma unroll
+        for (int b = 0; b < 2; ++b) {
+          const float ip = b ? inv4[n].z : inv4[n].x;
+          const float ids = b ? inv4[n].w : inv4[n].y;
+          // Query rows g (h = 0) and g + 8 (h = 1): two codes (two FMAs + one PRMT: no F2I, no
+          // clamp), one 16-bit store.
+          const uint32_t pp = QuantPack2(pf[n][b], pf[n][2 + b], ip);
+          const uint32_t pds = QuantPack2(dsf[n][b], dsf[n][2 + b], ids);
+          *reinterpret_cast<uint16_t*>(s_pt + pt_off(n, b)) = static_cast<uint16_t>(pp);
+          *reinterpret_cast<uint16_t*>(s_dst + pt_off(n, b)) = static_cast<uint16_t>(pds);
+        }
+      }
+      if constexpr (!kWs) cuda::wgmma::MbarWait(tma_bar + 8, it & 1);  // Q^T, dO^T landed
+      cuda::wgmma::FenceProxyAsync();  // st.shared -> wgmma's reads
+      if constexpr (kPair) {
+        pair_sync();  // the dQ wgmma reads both consumers' dS^
+      } else {
+        wg_sync();
+      }
+
+      SAGE_PHASE(5, kWs && threadIdx.x == 128);  // the codes, their stores and the pair barrier
+      // dV, dK (this warp's 16 keys) and dQ (this warp's 16 query rows), 64 head-dim columns at a
+      // time to bound the live int32 accumulators. The epilogues read the chunk's int32 products
+      // through at(n, e) (the m16n8 / m64n64 accumulator layouts agree per warp).
+      const float c0f = tau * rscale[0] * skj, c1f = tau * rscale[1] * skj;
+      const auto epi_dv = [&](auto ch_c, const auto& at) {
+        constexpr int ch = decltype(ch_c)::value;
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float coef = kCoefRegs ? cdv[e >> 1] : dv_coef(e >> 1);
+            dv[ch * 8 + n][e] += coef * __int2float_rn(at(n, e));
+          }
+        }
+      };
+      const auto epi_dk = [&](auto ch_c, const auto& at) {
+        constexpr int ch = decltype(ch_c)::value;
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float coef = kCoefRegs ? cdk[e >> 1] : dk_coef(e >> 1);
+            dk[ch * 8 + n][e] += coef * __int2float_rn(at(n, e));
+          }
+        }
+      };
+      // The 64 head-dim rows ch * 64.. of K^T, Q^T, dO^T start ch * kChBytes into their tiles.
+      constexpr int kChBytes = L::TileP::kBytes;
+      {
+        // Six (d128) / three (d64) products in flight two at a time: step s = 3 ch + kind (dV, dK,
+        // dQ); the epilogue of step s runs while step s + 1's wgmma does. kPair: five steps, dV /
+        // dK of head-dim chunk 0, dQ (this consumer's chunk cw over both consumers' 128 keys: four
+        // k-steps), dV / dK of chunk 1.
+        namespace wg = cuda::wgmma;
+        using TP = typename L::TileP;
+        constexpr int kAOf[3] = {L::kPT, L::kDsT, L::kDsh};
+        constexpr int kBOf[3] = {L::kDoht, L::kQht, L::kKht};
+        constexpr int kSteps = kPair ? 2 * (D / 64) + 1 : 3 * (D / 64);
+        constexpr auto kind_of = [](int st) {
+          return kPair ? (st == 2 ? 2 : (st < 2 ? st : st - 3)) : st % 3;
+        };
+        constexpr auto ch_of = [](int st) { return kPair ? (st < 2 ? 0 : 1) : st / 3; };
+        int32_t acc[2][32];
+        const auto issue = [&](auto s_c) {
+          constexpr int st = decltype(s_c)::value, kind = kind_of(st), ch = ch_of(st);
+          wg::Fence();
+          if constexpr (kPair && kind == 2) {
+            const int bb = L::kKht + cw * kChBytes;
+            wg::MmaS8(acc[st & 1], TileDesc<TP>(dlo_c0, L::kDsh), TileDesc<TP>(dlo_c0, bb), false);
+            wg::MmaS8(acc[st & 1], TileDesc<TP>(dlo_c0, L::kDsh, 32), TileDesc<TP>(dlo_c0, bb, 32),
+                      true);
+            wg::MmaS8(acc[st & 1], TileDesc<TP>(dlo_c1, L::kDsh), TileDesc<TP>(dlo_c1, bb), true);
+            wg::MmaS8(acc[st & 1], TileDesc<TP>(dlo_c1, L::kDsh, 32), TileDesc<TP>(dlo_c1, bb, 32),
+                      true);
+          } else {
+            constexpr int ab = kAOf[kind], bb = kBOf[kind] + ch * kChBytes;
+            const uint32_t blo = kind == 2 ? dlo : dlo_q;  // K^T in the K side, Q^T / dO^T not
+            wg::MmaS8(acc[st & 1], TileDesc<TP>(dlo, ab), TileDesc<TP>(blo, bb), false);
+            wg::MmaS8(acc[st & 1], TileDesc<TP>(dlo, ab, 32), TileDesc<TP>(blo, bb, 32), true);
+          }
+          wg::Commit();
+        };
+        issue(std::integral_constant<int, 0>{});
+        issue(std::integral_constant<int, 1>{});
+        // kEarly: whether a next tile's phase 1 is issued in the last two steps (uniform).
+        const bool early_next = kEarly && i + 1 < p.ntq;
+        uint32_t dlo_n = 0;
+        cuda::StaticFor<kSteps>([&](auto s_c) {
+          constexpr int st = decltype(s_c)::value, kind = kind_of(st);
+          if constexpr (st + 1 < kSteps) {
+            wg::Wait<1>();
+          } else if (kEarly) {
+            wg::Wait<1>();  // the next tile's dP may still run
+          } else {
+            wg::Wait<0>();
+          }
+          const auto at = [&](int n, int e) { return acc[st & 1][4 * n + e]; };
+          const std::integral_constant<int, ch_of(st)> ch_c{};
+          if constexpr (kind == 0) epi_dv(ch_c, at);
+          if constexpr (kind == 1) epi_dk(ch_c, at);
+          if constexpr (kind == 2) epi_dq(kPair ? cw : ch_of(st), c0f, c1f, at);
+          if constexpr (st + 2 < kSteps) issue(std::integral_constant<int, st + 2>{});
+          // kEarly: dP of the next tile in the registers step st's product freed, then S. On the
+          // last tile both are issued on this tile's operands, their results unused: the
+          // accumulators must be defined by a wgmma on every path into the back edge (otherwise
+          // the old ones stay live through the body: 350 bytes of spills), and defining them by
+          // any other instruction makes ptxas serialize every wgmma of the kernel (C7515).
+          if constexpr (kEarly && st == kSteps - 2) {
+            if (early_next) {
+              ring.ConsumerWait(it + 1);
+              dlo_n = wg::DescLo(cuda::SmemAddr(stage_base((it + 1) & 1)));
+            } else {
+              dlo_n = dlo_q;
+            }
+            wg::Fence();
+            PhaseOneIssueDpBf16<D, L>(dlo, dlo_n, dp_next);
+          }
+          if constexpr (kEarly && st == kSteps - 1) {
+            wg::Fence();
+            PhaseOneIssueS<D, L>(dlo, dlo_n, s_next);
+          }
+        });
+      }
     }
     // Q-smoothing's dK term tau rowsum_q(dS)[key] mu (ALGORITHMS.md 1.2) after the tile's
     // wgmmas, not per element of the dK epilogue behind a runtime test (if-converted there: ~250
@@ -3219,6 +3541,8 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
 //            issued during this tile's last two epilogues; 1.000-1.024x causal, session 18;
 //            non-causal 1.021-1.022x after session 19's column scales over the whole
 //            warpgroup): production at d128 with 128-key K / V groups
+//   16101304 / 16232376  7712696 / 7843768 + kBwdSwap (8388608: S^T / dP^T, keys as rows;
+//            0.986-1.021x, session 25: 9% fewer instructions, latency-bound as before; lab)
 // (Measured and not kept, session 18: the consumers' two rendezvous per Q tile split into
 // arrivals and later waits, 0.995-1.010x; with consumer 1's phase 1 issued after consumer 0's
 // on top, 0.980-0.992x. Session 22: FlashAttention-3's ping-pong on the decoupled consumers of
@@ -3258,7 +3582,9 @@ using BwdCompiled =
                    kBwdBase + kBwdLpt + kBwdWs, kBwdBase + kBwdWs + kBwdDqPair + kBwdTma,
                    kBwdBase + kBwdLpt + kBwdWs + kBwdDqPair + kBwdTma,
                    kBwdBase + kBwdWs + kBwdDqPair + kBwdTma + kBwdEarlyP1,
-                   kBwdBase + kBwdLpt + kBwdWs + kBwdDqPair + kBwdTma + kBwdEarlyP1>;
+                   kBwdBase + kBwdLpt + kBwdWs + kBwdDqPair + kBwdTma + kBwdEarlyP1,
+                   kBwdBase + kBwdWs + kBwdDqPair + kBwdTma + kBwdEarlyP1 + kBwdSwap,
+                   kBwdBase + kBwdLpt + kBwdWs + kBwdDqPair + kBwdTma + kBwdEarlyP1 + kBwdSwap>;
 template <int D, bool kCausal, int... V>
 BwdLaunch BwdLaunchIn(int var, BwdVariantList<V...>) {
   BwdLaunch r{};
@@ -3284,7 +3610,8 @@ Status BackwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_b
   // the emulator's options too; an explicit variant must agree with it.
   const bool dq_pair = SageBwdKeyBlock(opt, D) == 2 * kTile;
   int var = opt.bwd_variant < 0 ? BwdProductionFor(D, s.causal, dq_pair) : opt.bwd_variant;
-  if (opt.int8_dp) var &= ~kBwdEarlyP1;  // (its early dP issue is the bf16 product's)
+  // (Their early dP issue is the bf16 product's.)
+  if (opt.int8_dp) var &= ~(kBwdEarlyP1 | kBwdSwap);
   if (((var & kBwdDqPair) != 0) != dq_pair) {
     return InvalidArgument("SageBwd CUDA: backward variant " + std::to_string(var) +
                            " shares dQ over 128 keys, which needs d128 and 128-key K / V "

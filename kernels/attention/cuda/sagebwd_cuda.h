@@ -108,6 +108,9 @@ inline constexpr int kSageBwdTma = 2097152;
 // The backward variant bit (sagebwd.cu, kBwdEarlyP1; with kSageBwdDqPair and kSageBwdTma) that
 // issues the next Q tile's S and dP products during this tile's last epilogues.
 inline constexpr int kSageBwdEarlyP1 = 4194304;
+// The backward variant bit (sagebwd.cu, kBwdSwap; with kSageBwdEarlyP1) that computes S^T and
+// dP^T (keys as rows), so that the P^T / dS^T scales are row statistics (lab).
+inline constexpr int kSageBwdSwap = 8388608;
 
 // The backward's key block (the emulator's bkv) for `opt` at head dim d: 128 where the backward
 // quantizes dS^ for dQ with one scale per query row over 128 keys (production at d128 with

@@ -78,6 +78,22 @@ class PtxDiffTest(unittest.TestCase):
         self.assertIn("KernelAv: 2 lines differ", r.stdout)  # the - and the + line
         self.assertIn("KernelBv: same", r.stdout)
 
+    def test_label_function_index_is_ignored_but_not_the_label(self):
+        # A kernel added before this one renumbers its labels ($L__BB119_2 -> $L__BB121_2);
+        # a branch to another label of the same kernel is still a difference.
+        body = "\t@%p1 bra \t$L__BB119_2;\n$L__BB119_2:\n\tadd.s32 %r1, %r2, 1;"
+        a = self.write(ptx("2d541504", body, "\tmul.lo.s32 %r3, %r4, 2;"))
+        b = self.write(ptx("2d541504", body.replace("BB119_", "BB121_"),
+                           "\tmul.lo.s32 %r3, %r4, 2;"))
+        r = self.run_tool(a, b)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("2 of 2 kernels the same", r.stdout)
+        c = self.write(ptx("2d541504", body.replace("bra \t$L__BB119_2", "bra \t$L__BB119_3"),
+                           "\tmul.lo.s32 %r3, %r4, 2;"))
+        r = self.run_tool(a, c)
+        self.assertEqual(r.returncode, 1, r.stdout)
+        self.assertIn("KernelAv: 2 lines differ", r.stdout)
+
     def test_a_kernel_in_one_file_only(self):
         a = self.write(ptx("2d541504", "\tadd.s32 %r1, %r2, 1;", "\tmul.lo.s32 %r3, %r4, 2;"))
         b = self.write(ptx("2d541504", "\tadd.s32 %r1, %r2, 1;", "\tmul.lo.s32 %r3, %r4, 2;")
