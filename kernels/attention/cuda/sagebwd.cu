@@ -1117,7 +1117,8 @@ __device__ __forceinline__ float FusedQQuantize(const FwdParams& p, int64_t bh, 
 
 // Forward v5 (kernels/bench/README.md, Variants): 128 query rows per CTA (kG3: 192) = two (three)
 // 64-row quantization groups (Q^ scales, mu and the emulator's Bq stay 64), one m16 row block per
-// warp (8 warps; FwdV5Config::kMw), K^ and V^T double-buffered by cp.async, fragments by ldmatrix
+// warp (8 warps; v5b's two per warp were removed in session 22, their loops in session 25), K^ and
+// V^T double-buffered by cp.async, fragments by ldmatrix
 // (v5a, lab variant 8; the wgmma kernels below keep its structure). Softmax in the log2 domain (the
 // logits scaled by log2 e; LSE converted back): P~^ = rne(127 exp2(x - rowmax)) (= P~ / s_P of the
 // emulator: s_P = exp(rowmax - m_new) / 127 cancels m_new), made by one FMA into the mantissa of
@@ -1126,7 +1127,7 @@ __device__ __forceinline__ float FusedQQuantize(const FwdParams& p, int64_t bh, 
 // V^). Tiles with no masked entry for the warp (interior) skip the mask arithmetic; causal tiles
 // past a warp's last row are skipped by that warp; causal CTAs run heaviest first.
 
-// kWg (v6 forward, MW = 1): the same regions as GmmaTiles (wgmma.cuh): Q^ as kGroups [64][D]
+// kWg (v6 forward): the same regions as GmmaTiles (wgmma.cuh): Q^ as kGroups [64][D]
 // int8 tiles (one per warpgroup), each stage a [64][D] K^ tile and a [D][64] V^T tile, all 1024-byte
 // aligned in a buffer whose base the kernel aligns (kBytes has the slack).
 // kWsF (v7 forward, with kWg): warp-specialized, a producer warpgroup (128 threads) in front of
@@ -1150,14 +1151,11 @@ struct FwdV5Config {
   // (A function: a constant here would be a never-referenced member in the configurations
   // without kWsF, one compiler warning each.)
   static constexpr int ConsumerRegs() { return WsConsumerRegs(kGroups * 128); }
-  // m16 row blocks per warp: 1 (v5b's 2, 4 warps with each K^ / V^T fragment feeding two row
-  // blocks, was removed in session 22; the loops over it stay).
-  static constexpr int kMw = 1;
   static_assert(!kWsF || kWg, "the warp-specialized forward builds on the wgmma one");
   static_assert(!kK128 || kWsF, "the 128-key forward builds on the warp-specialized one");
   using TileI8 = cuda::wgmma::GmmaTile<kTile, D>;  // Q^ group, K^
   using TileT = cuda::wgmma::GmmaTile<D, kTile>;   // V^T [D][64 keys]
-  static constexpr int kWarps = kRows / (16 * kMw);
+  static constexpr int kWarps = kRows / 16;  // one m16 row block each
   static constexpr int kThreadsV5 = kWarps * 32;  // the threads of the attention math
   static constexpr int kThreadsLaunch = kThreadsV5 + (kWsF ? 128 : 0);
   static constexpr int kStages = kK128 ? 4 : kWsF ? 3 : 2;
@@ -1187,7 +1185,7 @@ struct FwdV5Config {
 // Interior tiles without Q-smoothing take the row max over the raw int32 sums and scale only the
 // differences (one FMA on the mantissa form of 1.5 * 2^23 + S - rowmax: v5c's kFastS, now in every
 // variant); the P^ V^ sums are folded into O by two FMAs on the same mantissa form.
-// kWg (v6 forward, MW = 1): S = Q^ K^T by wgmma from the GmmaTiles (one warpgroup per 64-row Q
+// kWg (v6 forward): S = Q^ K^T by wgmma from the GmmaTiles (one warpgroup per 64-row Q
 // group) and P^ V^ by wgmma with P^ from registers (MmaS8RS: the packed A fragments as they are;
 // V^T keeps the permuted key order). No warp skips a tile and the mask test is per CTA, so every
 // branch around a wgmma is uniform by construction (ptxas serializes wgmmas under branches it
@@ -1213,7 +1211,6 @@ __global__ void __launch_bounds__(FwdV5Config<D, kWg, kWsF, kK128, kG3>::kThread
   static_assert(!kLazyF || kWg, "the lazy rescale is in the wgmma forwards' fold");
   static_assert(!(kG3 && kPingF), "the ping-pong turns are the two groups'");
   using C = FwdV5Config<D, kWg, kWsF, kK128, kG3>;
-  constexpr int MW = C::kMw;  // m16 row blocks per warp
   constexpr int kRows = C::kRows, kGroups = C::kGroups;
   using cuda::FastExp2;
   using cuda::kLog2e;
@@ -1238,12 +1235,12 @@ __global__ void __launch_bounds__(FwdV5Config<D, kWg, kWsF, kK128, kG3>::kThread
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int r0 = bx * kRows;
   const int64_t nd = int64_t(p.n) * D, npd = int64_t(p.np) * D;
-  const int wrow = warp * 16 * MW;  // first row of this warp inside the CTA
-  const int wr0 = r0 + wrow;        // ... in the sequence
-  const int grp = wrow / kTile;     // quantization group (Q tile kGroups bx + grp)
+  const int wrow = warp * 16;     // first row of this warp inside the CTA
+  const int wr0 = r0 + wrow;      // ... in the sequence
+  const int grp = wrow / kTile;   // quantization group (Q tile kGroups bx + grp)
   // Rows of this warp in the sequence (kWg: of its warpgroup, which shares one Q group).
   const bool wvalid = (kWg ? r0 + (warp / 4) * kTile : wr0) < p.n;
-  const int wlast = min(wr0 + 16 * MW, p.n) - 1;
+  const int wlast = min(wr0 + 16, p.n) - 1;
 
   // Launched as a dependent of the quantize launch (pdl): the work that does not depend on it
   // first (it overlaps its tail): the stores of the backward's zeroed accumulators and (kFuseQ)
@@ -1389,18 +1386,12 @@ __global__ void __launch_bounds__(FwdV5Config<D, kWg, kWsF, kK128, kG3>::kThread
     for (int d = ctid; d < D; d += C::kThreadsV5) s_kbar[d] = p.kbar[int64_t(bh) * D + d];
   }
 
-  float acc[MW][kNtO][4];
+  float acc[kNtO][4];
 #pragma unroll
-  for (int mb = 0; mb < MW; ++mb) {
-#pragma unroll
-    for (int n = 0; n < kNtO; ++n) acc[mb][n][0] = acc[mb][n][1] = acc[mb][n][2] = acc[mb][n][3] = 0.0f;
-  }
-  float m[MW][2], l[MW][2];  // m: running max of the log2-domain logits
-#pragma unroll
-  for (int mb = 0; mb < MW; ++mb) {
-    m[mb][0] = m[mb][1] = -INFINITY;
-    l[mb][0] = l[mb][1] = 0.0f;
-  }
+  for (int n = 0; n < kNtO; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+  float m[2], l[2];  // m: running max of the log2-domain logits
+  m[0] = m[1] = -INFINITY;
+  l[0] = l[1] = 0.0f;
 
   const std::integral_constant<int, C::kThreadsV5> all_c{};
   if constexpr (kWsF) {
@@ -1416,7 +1407,7 @@ __global__ void __launch_bounds__(FwdV5Config<D, kWg, kWsF, kK128, kG3>::kThread
   }
   const float sq =
       !wvalid ? 0.0f : kFuseQ ? fq_scale : p.sq[int64_t(bh) * p.ntq + kGroups * bx + grp];
-  // The per-tile steps (kWg: one 64-row group per warpgroup, MW = 1):
+  // The per-tile steps (kWg: one 64-row group per warpgroup):
   // issue_s: S = Q^ K^T of the K tile in the stage at stage_byte, committed (not waited for).
   // The descriptors are formed and pinned (wg::PinDesc) before the fence: an instruction defining
   // a wgmma input between the fence and the wait makes ptxas serialize the wgmmas (C7513).
@@ -1437,11 +1428,11 @@ __global__ void __launch_bounds__(FwdV5Config<D, kWg, kWsF, kK128, kG3>::kThread
     for (int i = 1; i < D / 32; ++i) wg::MmaS8(sacc, dq[i], dk[i], true);
     wg::Commit();
   };
-  // softmax_rows (every forward): the online softmax of row block mb from its int32 logits s
-  // (logit = a s in the log2 domain; K tile at token c0): updates m[mb], l[mb], returns alpha
+  // softmax_rows (every forward): the online softmax of the warp's rows from their int32 logits s
+  // (logit = a s in the log2 domain; K tile at token c0): updates m, l, returns alpha
   // (the rescale of O), coef (= s_P s_V, with svj = s_V / 127) and P~^ as packed s8 A fragments.
   // s: NB n8 blocks of logits (NB = 8: one K tile; 16: kK128's two), pam: NB / 4 k-steps.
-  auto softmax_rows = [&](auto mask_tag, int mb, const auto& s, float a, float svj, int c0,
+  auto softmax_rows = [&](auto mask_tag, const auto& s, float a, float svj, int c0,
                           auto& pam, float (&alpham)[2], float (&coefm)[2]) {
     constexpr bool kMask = decltype(mask_tag)::value;
     constexpr bool kFast = !kMask && !kSmoothQ;
@@ -1468,7 +1459,7 @@ __global__ void __launch_bounds__(FwdV5Config<D, kWg, kWsF, kK128, kG3>::kThread
         smax[h] = QuadMax(smax[h]);
         rmax[h] = S32ToF32(smax[h]) * a;
         // every row sees the whole tile
-        const float m_old = m[mb][h];
+        const float m_old = m[h];
         float m_new;
         if constexpr (kLazyF) {
           // kLazyF: the running max moves only when the tile's is more than kLazyThresh above
@@ -1485,7 +1476,7 @@ __global__ void __launch_bounds__(FwdV5Config<D, kWg, kWsF, kK128, kG3>::kThread
         }
         sc[h] = FastExp2(rmax[h] - m_new);
         xbias[h] = kQMagicBits - smax[h];
-        m[mb][h] = m_new;
+        m[h] = m_new;
       }
     } else {
 #pragma unroll
@@ -1496,7 +1487,7 @@ __global__ void __launch_bounds__(FwdV5Config<D, kWg, kWsF, kK128, kG3>::kThread
         float v = S32ToF32(s[n][e]) * a;
         if (kSmoothQ) v += s_bias[grp * kTile + c];
         if (kMask) {
-          const int row = wr0 + 16 * mb + g + 8 * h, gc = c0 + c;
+          const int row = wr0 + g + 8 * h, gc = c0 + c;
           const bool ok = gc < p.n && (!kCausal || gc <= row);
           v = ok ? v : -INFINITY;
         }
@@ -1507,12 +1498,12 @@ __global__ void __launch_bounds__(FwdV5Config<D, kWg, kWsF, kK128, kG3>::kThread
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       rmax[h] = QuadMax(rmax[h]);
-      const float m_new = fmaxf(m[mb][h], rmax[h]);
+      const float m_new = fmaxf(m[h], rmax[h]);
       const float mref = m_new == -INFINITY ? 0.0f : m_new;
-      alpham[h] = FastExp2(m[mb][h] - mref);  // 0 while nothing was visible (acc = 0)
+      alpham[h] = FastExp2(m[h] - mref);  // 0 while nothing was visible (acc = 0)
       rsub[h] = rmax[h] == -INFINITY ? 0.0f : -rmax[h];
       sc[h] = FastExp2(rmax[h] - mref);  // = 127 s_P; 0 for a row with no visible key
-      m[mb][h] = m_new;
+      m[h] = m_new;
     }
     }
     uint32_t bits[NB][4];
@@ -1532,7 +1523,7 @@ __global__ void __launch_bounds__(FwdV5Config<D, kWg, kWsF, kK128, kG3>::kThread
     }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      l[mb][h] = l[mb][h] * alpham[h] + sc[h] * QuadSum(rsum[h]);
+      l[h] = l[h] * alpham[h] + sc[h] * QuadSum(rsum[h]);
       coefm[h] = sc[h] * svj;
     }
 #pragma unroll
@@ -1588,7 +1579,7 @@ __global__ void __launch_bounds__(FwdV5Config<D, kWg, kWsF, kK128, kG3>::kThread
           for (int n = 0; n < 8; ++n) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-              float& o = acc[0][ch * 8 + n][e];
+              float& o = acc[ch * 8 + n][e];
               o = fmaf(coef0[e >> 1], __int2float_rn(pv[ch][4 * n + e]), o);
             }
           }
@@ -1600,7 +1591,7 @@ __global__ void __launch_bounds__(FwdV5Config<D, kWg, kWsF, kK128, kG3>::kThread
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int h = e >> 1;
-          float& o = acc[0][ch * 8 + n][e];
+          float& o = acc[ch * 8 + n][e];
           o = fmaf(coef0[h], __int_as_float(kQMagicBits + pv[ch][4 * n + e]),
                    fmaf(o, alpha0[h], cb[h]));
         }
@@ -1627,9 +1618,9 @@ __global__ void __launch_bounds__(FwdV5Config<D, kWg, kWsF, kK128, kG3>::kThread
     const float a = SoftmaxScale(p.tau * sq * s_scal[2 * st] * kLog2e);
     const float svj = s_scal[2 * st + 1] * (1.0f / 127.0f);
     if (c0 + kKeys > p.n || (kCausal && c0 + kKeys - 1 > r0)) {
-      softmax_rows(std::true_type{}, 0, si, a, svj, c0, pa, alpha, coef);
+      softmax_rows(std::true_type{}, si, a, svj, c0, pa, alpha, coef);
     } else {
-      softmax_rows(std::false_type{}, 0, si, a, svj, c0, pa, alpha, coef);
+      softmax_rows(std::false_type{}, si, a, svj, c0, pa, alpha, coef);
     }
   };
   if constexpr (kK128) {
@@ -1786,8 +1777,8 @@ __global__ void __launch_bounds__(FwdV5Config<D, kWg, kWsF, kK128, kG3>::kThread
           c0 + kTile > p.n || (kCausal && c0 + kTile - 1 > (kWg ? r0 : wr0));
 
       auto body = [&](auto mask_tag) {
-        // S = Q^ K^T for the warp's MW row blocks (each K^ fragment feeds MW MMAs).
-        int32_t si[MW][8][4];
+        // S = Q^ K^T for the warp's 16 rows.
+        int32_t si[8][4];
         if constexpr (kWg) {
           int32_t sacc[32];
           issue_s(stage_byte, sacc);
@@ -1795,84 +1786,60 @@ __global__ void __launch_bounds__(FwdV5Config<D, kWg, kWsF, kK128, kG3>::kThread
   #pragma unroll
           for (int n = 0; n < 8; ++n) {
   #pragma unroll
-            for (int e = 0; e < 4; ++e) si[0][n][e] = sacc[4 * n + e];
+            for (int e = 0; e < 4; ++e) si[n][e] = sacc[4 * n + e];
           }
         } else {
-  #pragma unroll
-        for (int mb = 0; mb < MW; ++mb) {
-  #pragma unroll
-          for (int n = 0; n < 8; ++n) si[mb][n][0] = si[mb][n][1] = si[mb][n][2] = si[mb][n][3] = 0;
-        }
+#pragma unroll
+        for (int n = 0; n < 8; ++n) si[n][0] = si[n][1] = si[n][2] = si[n][3] = 0;
   #pragma unroll
         for (int k0 = 0; k0 < D; k0 += 32) {
-          uint32_t qa[MW][4];
-  #pragma unroll
-          for (int mb = 0; mb < MW; ++mb) {
-            LdA(qa[mb], s_qh + (wrow + 16 * mb) * C::kI8D, C::kI8D, k0, lane);
-          }
+          uint32_t qa[4];
+          LdA(qa, s_qh + wrow * C::kI8D, C::kI8D, k0, lane);
   #pragma unroll
           for (int n = 0; n < 8; n += 2) {
             uint32_t b[4];
             LdB2(b, s_khj, C::kI8D, n * 8, k0, lane);
-  #pragma unroll
-            for (int mb = 0; mb < MW; ++mb) {
-              MmaS8(si[mb][n], qa[mb], b[0], b[1]);
-              MmaS8(si[mb][n + 1], qa[mb], b[2], b[3]);
-            }
+            MmaS8(si[n], qa, b[0], b[1]);
+            MmaS8(si[n + 1], qa, b[2], b[3]);
           }
         }
         }
-        uint32_t pa[MW][2][4];  // P~^ as s8 A fragments (k = the permuted key order), 2 k-steps
-        float alpha[MW][2], coef[MW][2];
-  #pragma unroll
-        for (int mb = 0; mb < MW; ++mb) {
-          softmax_rows(mask_tag, mb, si[mb], a, svj, c0, pa[mb], alpha[mb], coef[mb]);
-        }
-        float cb[MW][2];
-  #pragma unroll
-        for (int mb = 0; mb < MW; ++mb) {
-          cb[mb][0] = -coef[mb][0] * kQMagic, cb[mb][1] = -coef[mb][1] * kQMagic;
-        }
+        uint32_t pa[2][4];  // P~^ as s8 A fragments (k = the permuted key order), 2 k-steps
+        float alpha[2], coef[2];
+        softmax_rows(mask_tag, si, a, svj, c0, pa, alpha, coef);
+        float cb[2];
+        cb[0] = -coef[0] * kQMagic, cb[1] = -coef[1] * kQMagic;
         if constexpr (kWg) {
           uint64_t dv[D / 64][2];
           pv_descs(stage_byte, dv);
           int32_t pv[D / 64][32];
-          issue_pv(pa[0], dv, pv);
-          fold_pv(pv, alpha[0], coef[0]);
+          issue_pv(pa, dv, pv);
+          fold_pv(pv, alpha, coef);
         } else {
         // O = alpha O + s_P s_V (P^ V^), 16 output columns at a time.
   #pragma unroll
         for (int n = 0; n < kNtO; n += 2) {
-          int32_t pv[MW][2][4];
-  #pragma unroll
-          for (int mb = 0; mb < MW; ++mb) {
-  #pragma unroll
-            for (int q = 0; q < 2; ++q) {
-              pv[mb][q][0] = pv[mb][q][1] = pv[mb][q][2] = pv[mb][q][3] = 0;
-            }
+          int32_t pv[2][4];
+#pragma unroll
+          for (int q = 0; q < 2; ++q) {
+            pv[q][0] = pv[q][1] = pv[q][2] = pv[q][3] = 0;
           }
   #pragma unroll
           for (int kk = 0; kk < 2; ++kk) {
             uint32_t b[4];
             LdB2(b, s_vhtj, kI8T, n * 8, kk * 32, lane);
-  #pragma unroll
-            for (int mb = 0; mb < MW; ++mb) {
-              MmaS8(pv[mb][0], pa[mb][kk], b[0], b[1]);
-              MmaS8(pv[mb][1], pa[mb][kk], b[2], b[3]);
-            }
+            MmaS8(pv[0], pa[kk], b[0], b[1]);
+            MmaS8(pv[1], pa[kk], b[2], b[3]);
           }
-  #pragma unroll
-          for (int mb = 0; mb < MW; ++mb) {
-  #pragma unroll
-            for (int q = 0; q < 2; ++q) {
-  #pragma unroll
-              for (int e = 0; e < 4; ++e) {
-                const int h = e >> 1;
-                // alpha acc + coef (fb - 1.5 * 2^23) as two FMAs (cb = -coef * 1.5 * 2^23: one
-                // rounding, ~0.75 coef, an int8-product unit, per tile).
-                acc[mb][n + q][e] = fmaf(coef[mb][h], __int_as_float(kQMagicBits + pv[mb][q][e]),
-                                         fmaf(acc[mb][n + q][e], alpha[mb][h], cb[mb][h]));
-              }
+#pragma unroll
+          for (int q = 0; q < 2; ++q) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int h = e >> 1;
+              // alpha acc + coef (fb - 1.5 * 2^23) as two FMAs (cb = -coef * 1.5 * 2^23: one
+              // rounding, ~0.75 coef, an int8-product unit, per tile).
+              acc[n + q][e] = fmaf(coef[h], __int_as_float(kQMagicBits + pv[q][e]),
+                                       fmaf(acc[n + q][e], alpha[h], cb[h]));
             }
           }
         }
@@ -1891,30 +1858,27 @@ __global__ void __launch_bounds__(FwdV5Config<D, kWg, kWsF, kK128, kG3>::kThread
   // The natural-log LSE of each row, then O = acc / l: one reciprocal per row (an ulp from the
   // quotient at most; the divisions were 5.6% of the d64 forward's instructions, ncu, B16 H12
   // N1024 causal).
-  float inv_l[MW][2];
+  float inv_l[2];
 #pragma unroll
-  for (int mb = 0; mb < MW; ++mb) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      inv_l[mb][h] = 1.0f / l[mb][h];
-      const int row = wr0 + 16 * mb + g + 8 * h;
-      if (t == 0 && row < p.n) {
-        p.lse[int64_t(bh) * p.n + row] = m[mb][h] * cuda::kLn2 + logf(l[mb][h]);
-      }
+  for (int h = 0; h < 2; ++h) {
+    inv_l[h] = 1.0f / l[h];
+    const int row = wr0 + g + 8 * h;
+    if (t == 0 && row < p.n) {
+      p.lse[int64_t(bh) * p.n + row] = m[h] * cuda::kLn2 + logf(l[h]);
     }
   }
   if constexpr (kWg) {
     // O through the stages (free once both warpgroups are past their last products) and
     // 16-byte row stores (StageAccBf16).
     using OT = cuda::Bf16Tile<kTile, D>;
-    static_assert(MW == 1 && C::kStages * C::kStage >= kGroups * OT::kBytes, "staging room");
+    static_assert(C::kStages * C::kStage >= kGroups * OT::kBytes, "staging room");
     if constexpr (kWsF) {
       wg::NamedBarSync(1, C::kThreadsV5);
     } else {
       __syncthreads();
     }
     char* const s_o = smem + C::kStage0 + grp * OT::kBytes;
-    cuda::StageAccBf16<OT>(s_o, (warp & 3) * 16, 0, lane, acc[0], inv_l[0][0], inv_l[0][1]);
+    cuda::StageAccBf16<OT>(s_o, (warp & 3) * 16, 0, lane, acc, inv_l[0], inv_l[1]);
     wg::NamedBarSync(2 + grp, 128);
     const int q0 = r0 + grp * kTile;
     if (q0 < p.n) {
@@ -1924,18 +1888,15 @@ __global__ void __launch_bounds__(FwdV5Config<D, kWg, kWsF, kK128, kG3>::kThread
     SAGE_TRACE(0, 6, kWsF && threadIdx.x == 256);
   } else {  // (an else, not a return above: the loop would be unreachable code in wgmma kernels)
 #pragma unroll
-    for (int mb = 0; mb < MW; ++mb) {
+    for (int h = 0; h < 2; ++h) {
+      const int row = wr0 + g + 8 * h;
+      if (row >= p.n) continue;
+      __nv_bfloat16* orow = p.o + bh * nd + int64_t(row) * D;
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = wr0 + 16 * mb + g + 8 * h;
-        if (row >= p.n) continue;
-        __nv_bfloat16* orow = p.o + bh * nd + int64_t(row) * D;
-#pragma unroll
-        for (int n = 0; n < kNtO; ++n) {
-          const __nv_bfloat162 v2 = __floats2bfloat162_rn(acc[mb][n][2 * h] * inv_l[mb][h],
-                                                          acc[mb][n][2 * h + 1] * inv_l[mb][h]);
-          *reinterpret_cast<__nv_bfloat162*>(orow + n * 8 + 2 * t) = v2;
-        }
+      for (int n = 0; n < kNtO; ++n) {
+        const __nv_bfloat162 v2 = __floats2bfloat162_rn(acc[n][2 * h] * inv_l[h],
+                                                        acc[n][2 * h + 1] * inv_l[h]);
+        *reinterpret_cast<__nv_bfloat162*>(orow + n * 8 + 2 * t) = v2;
       }
     }
   }
