@@ -4,8 +4,9 @@
 A change meant to leave some kernels alone (a cleanup, a step for one head dimension) is
 verified by compiling the file before and after to PTX and comparing kernel by kernel; where the
 PTX is the same, so is the machine code ptxas makes of it, and no timing is needed. Line-number
-records (.loc) and the hash nvcc puts into the names of anonymous-namespace symbols (it depends on
-the file's path) are ignored; everything else counts.
+records (.loc), the hash nvcc puts into the names of anonymous-namespace symbols (it depends on
+the file's path) and the function index in branch labels ($L__BB<index>_<n>: a kernel added
+before another renumbers it) are ignored; everything else counts.
 
     NVCC_FLAGS="-I kernels -I common -O3 -DNDEBUG -std=c++20 --expt-relaxed-constexpr \\
                 --generate-code=arch=compute_90a,code=[compute_90a] -ptx"

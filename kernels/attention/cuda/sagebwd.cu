@@ -202,8 +202,11 @@ struct BwdWsLayout {
   // Buffer.
   static constexpr int kCons0 = 0;
   static constexpr int kStage0 = kWsConsumers * kConsBytes;
-  static constexpr int kBar = kStage0 + 2 * kStageBytes;
+  static constexpr int kBar = kStage0 + 2 * kStageBytes;  // the ring's 2 x 2 mbarriers
+  // kBwdSwap: one "tile done" mbarrier per consumer, kTileDoneOff bytes after kBar.
+  static constexpr int kTileDoneOff = 32;
   static constexpr int kBytes = kBar + 64 + 1024;  // + slack to align the base to 1024
+  static_assert(kTileDoneOff + 8 * kWsConsumers <= 64, "the mbarriers fit their 64 bytes");
   static_assert(kBytes <= 227 * 1024, "backward shared memory over the sm_90 limit");
   static_assert(kKht % 1024 == 0 && kPT % 1024 == 0 && kQht % 1024 == 0 && kDoht % 1024 == 0 &&
                     kDo % 1024 == 0 && kV % 1024 == 0,
@@ -2169,8 +2172,10 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
     namespace wg = cuda::wgmma;
     if (threadIdx.x == 0) {
       ring.Init(kThreads, (kPair ? kCons : min(kCons, p.ntk - kCons * jb)) * kThreads);
-      if constexpr (kSwap) {  // each consumer's "tile done" barrier (below), after the ring's
-        for (int c = 0; c < kCons; ++c) wg::MbarInit(cuda::SmemAddr(buf + L::kBar) + 32 + 8 * c, kThreads);
+      if constexpr (kSwap) {  // each consumer's "tile done" barrier (below)
+        for (int c = 0; c < kCons; ++c) {
+          wg::MbarInit(cuda::SmemAddr(buf + L::kBar) + L::kTileDoneOff + 8 * c, kThreads);
+        }
       }
       if constexpr (kTma) wg::FenceMbarInit();
     }
@@ -2446,14 +2451,33 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
         wg::BulkCommit();
       }
     };
+    // A dV / dK fold: x[ch * 8 + n][e] += coef(e / 2) * the int32 product at(n, e) (head-dim
+    // columns 64 ch.., key row kr[e / 2]'s coefficient).
+    const auto fold = [&](float (*x)[4], int ch, const auto& coef, const auto& at) {
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) x[ch * 8 + n][e] += coef(e >> 1) * __int2float_rn(at(n, e));
+      }
+    };
+    // kBwdDqPair's dQ product, not committed: columns 64 cw.. of the Q tile over both
+    // consumers' 128 keys (dS^ of consumer c times its K^T, two k-steps each).
+    const auto mma_dq_pair = [&](int32_t(&d)[32]) {
+      namespace wg = cuda::wgmma;
+      using TP = typename L::TileP;
+      const int bb = L::kKht + cw * TP::kBytes;
+      wg::MmaS8(d, TileDesc<TP>(dlo_c0, L::kDsh), TileDesc<TP>(dlo_c0, bb), false);
+      wg::MmaS8(d, TileDesc<TP>(dlo_c0, L::kDsh, 32), TileDesc<TP>(dlo_c0, bb, 32), true);
+      wg::MmaS8(d, TileDesc<TP>(dlo_c1, L::kDsh), TileDesc<TP>(dlo_c1, bb), true);
+      wg::MmaS8(d, TileDesc<TP>(dlo_c1, L::kDsh, 32), TileDesc<TP>(dlo_c1, bb, 32), true);
+    };
     if constexpr (kSwap) {
       // kBwdSwap: this thread holds S^T / dP^T, P^T / dS^T at key rows kr[h] (e / 2 = h) and query
       // columns 8n + 2t + (e % 2) of the tile.
       namespace wg = cuda::wgmma;
       using TP = typename L::TileP;
       constexpr int kChBytes = TP::kBytes;  // head-dim columns 64.. of Q^T / dO^T / K^T
-      const uint32_t tile_done = cuda::SmemAddr(buf + L::kBar) + 32 + 8 * cw;
-      static_assert(kWsConsumers * 8 <= 32, "the tile-done barriers fit after the ring's");
+      const uint32_t tile_done = cuda::SmemAddr(buf + L::kBar) + L::kTileDoneOff + 8 * cw;
       wg::Wait<0>();  // S^T, dP^T (issued during the previous tile)
       SAGE_PHASE(1, threadIdx.x == 128);  // phase 1's wgmma wait
       float pf[8][4], dsf[8][4];
@@ -2609,15 +2633,9 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
         wg::MmaS8(d, TileDesc<TP>(dlo, at, 32), TileDesc<TP>(dlo_q, bt, 32), true);
         wg::Commit();
       };
-      const auto fold = [&](float(&x)[kNtD][4], int ch, const float(&coef)[2],
-                            const int32_t(&d)[32]) {
-#pragma unroll
-        for (int n = 0; n < 8; ++n) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            x[ch * 8 + n][e] += coef[e >> 1] * __int2float_rn(d[4 * n + e]);
-          }
-        }
+      const auto fold_acc = [&](float(&x)[kNtD][4], int ch, const float(&coef)[2],
+                                const int32_t(&d)[32]) {
+        fold(x, ch, [&](int h) { return coef[h]; }, [&](int n, int e) { return d[4 * n + e]; });
       };
       issue_ss(acc[0], L::kPT, L::kDoht);
       if (warp < 2) {
@@ -2643,7 +2661,7 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
         }
       }
       wg::Wait<0>();
-      fold(dv, 0, cdv, acc[0]);
+      fold_acc(dv, 0, cdv, acc[0]);
       pair_sync();  // the dS^ scales
       {
         // dS^ [q][key] codes: 16-bit units (key rows g, g + 8 of this warp; query 8n + 2t + b),
@@ -2675,12 +2693,8 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
         wg::Fence();
       };
       const auto issue_dq = [&](int32_t(&d)[32]) {
-        const int bb = L::kKht + cw * kChBytes;
         wg::Fence();
-        wg::MmaS8(d, TileDesc<TP>(dlo_c0, L::kDsh), TileDesc<TP>(dlo_c0, bb), false);
-        wg::MmaS8(d, TileDesc<TP>(dlo_c0, L::kDsh, 32), TileDesc<TP>(dlo_c0, bb, 32), true);
-        wg::MmaS8(d, TileDesc<TP>(dlo_c1, L::kDsh), TileDesc<TP>(dlo_c1, bb), true);
-        wg::MmaS8(d, TileDesc<TP>(dlo_c1, L::kDsh, 32), TileDesc<TP>(dlo_c1, bb, 32), true);
+        mma_dq_pair(d);
         wg::Commit();
       };
       const auto dq_epi = [&](const int32_t(&d)[32]) {
@@ -2691,17 +2705,17 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       issue_ss(acc[1], L::kPT, L::kDoht + kChBytes);
       pair_sync();  // both consumers' dS^
       wg::Wait<1>();
-      fold(dk, 0, cdk, acc[0]);
+      fold_acc(dk, 0, cdk, acc[0]);
       issue_dq(acc[0]);
       wg::Wait<1>();
-      fold(dv, 1, cdv, acc[1]);
+      fold_acc(dv, 1, cdv, acc[1]);
       issue_ss(acc[1], L::kDsT, L::kQht + kChBytes);
       wg::Wait<1>();
       dq_epi(acc[0]);
       next_stage();
       PhaseOneIssueDpT<D, L>(dlo, dlo_n, dp_next);
       wg::Wait<1>();
-      fold(dk, 1, cdk, acc[1]);
+      fold_acc(dk, 1, cdk, acc[1]);
       wg::Fence();
       PhaseOneIssueST<D, L>(dlo, dlo_n, s_next);
       wg::MbarArrive(tile_done);  // this tile's reads of P^T / dS^T are done
@@ -2968,26 +2982,22 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       // through at(n, e) (the m16n8 / m64n64 accumulator layouts agree per warp).
       const float c0f = tau * rscale[0] * skj, c1f = tau * rscale[1] * skj;
       const auto epi_dv = [&](auto ch_c, const auto& at) {
-        constexpr int ch = decltype(ch_c)::value;
-#pragma unroll
-        for (int n = 0; n < 8; ++n) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const float coef = kCoefRegs ? cdv[e >> 1] : dv_coef(e >> 1);
-            dv[ch * 8 + n][e] += coef * __int2float_rn(at(n, e));
+        fold(dv, decltype(ch_c)::value, [&](int h) {
+          if constexpr (kCoefRegs) {
+            return cdv[h];
+          } else {
+            return dv_coef(h);
           }
-        }
+        }, at);
       };
       const auto epi_dk = [&](auto ch_c, const auto& at) {
-        constexpr int ch = decltype(ch_c)::value;
-#pragma unroll
-        for (int n = 0; n < 8; ++n) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const float coef = kCoefRegs ? cdk[e >> 1] : dk_coef(e >> 1);
-            dk[ch * 8 + n][e] += coef * __int2float_rn(at(n, e));
+        fold(dk, decltype(ch_c)::value, [&](int h) {
+          if constexpr (kCoefRegs) {
+            return cdk[h];
+          } else {
+            return dk_coef(h);
           }
-        }
+        }, at);
       };
       // The 64 head-dim rows ch * 64.. of K^T, Q^T, dO^T start ch * kChBytes into their tiles.
       constexpr int kChBytes = L::TileP::kBytes;
@@ -3010,13 +3020,7 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
           constexpr int st = decltype(s_c)::value, kind = kind_of(st), ch = ch_of(st);
           wg::Fence();
           if constexpr (kPair && kind == 2) {
-            const int bb = L::kKht + cw * kChBytes;
-            wg::MmaS8(acc[st & 1], TileDesc<TP>(dlo_c0, L::kDsh), TileDesc<TP>(dlo_c0, bb), false);
-            wg::MmaS8(acc[st & 1], TileDesc<TP>(dlo_c0, L::kDsh, 32), TileDesc<TP>(dlo_c0, bb, 32),
-                      true);
-            wg::MmaS8(acc[st & 1], TileDesc<TP>(dlo_c1, L::kDsh), TileDesc<TP>(dlo_c1, bb), true);
-            wg::MmaS8(acc[st & 1], TileDesc<TP>(dlo_c1, L::kDsh, 32), TileDesc<TP>(dlo_c1, bb, 32),
-                      true);
+            mma_dq_pair(acc[st & 1]);
           } else {
             constexpr int ab = kAOf[kind], bb = kBOf[kind] + ch * kChBytes;
             const uint32_t blo = kind == 2 ? dlo : dlo_q;  // K^T in the K side, Q^T / dO^T not
