@@ -794,8 +794,9 @@ TEST(SageBwdGpu, BwdVariantLab) {
   // with kBwdDqPair (the two consumers share dQ: dS^ row scales over 128 keys, the emulator's bkv
   // = 128; d128 with 128-key K / V groups only) and the TMA Q side, production at d128 with
   // int8_dp; + kSageBwdEarlyP1 (the next Q tile's S and dP issued during this tile's last two
-  // epilogues): 7712696 / 7843768, production at d128 without Q-smoothing.
-  // + kSageBwdSwap (S^T / dP^T, keys as rows; lab): 16101304 / 16232376.
+  // epilogues): 7712696 / 7843768, 7712696 production at d128 non-causal without Q-smoothing;
+  // + kSageBwdSwap (S^T / dP^T, keys as rows): 16101304 / 16232376, 16232376 production at d128
+  // causal without Q-smoothing.
   // SAGE_BWD_LAB_VARS=v1,v2,... runs those variants only (the first is the ratios' reference).
   const int t = kSageBwdTma, pr = kSageBwdDqPair, ep = kSageBwdEarlyP1, sw = kSageBwdSwap;
   const std::vector<int> vars = LabVariants(

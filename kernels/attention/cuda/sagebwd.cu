@@ -54,8 +54,9 @@
 // warpgroups (240 registers each) running the per-tile body for one K tile each; v10
 // (kBwdDqPair, with 128-key K / V groups): the two consumers share dQ (dS^ row scales over their
 // 128 keys; each computes half of dQ's columns), v11 its Q side by TMA; v12 (kBwdEarlyP1): the
-// next Q tile's S and dP wgmmas issued during this tile's last two phase-2 epilogues; lab
-// kBwdSwap: S^T and dP^T (keys as rows), so that P^T's and dS^T's scales are row statistics. The
+// next Q tile's S and dP wgmmas issued during this tile's last two phase-2 epilogues (production
+// non-causal); kBwdSwap: S^T and dP^T (keys as rows), so that P^T's and dS^T's scales are row
+// statistics (production causal since session 26). The
 // compiled-in variants are BwdCompiled (the GPU test's lab mode times them through
 // SageCudaOptions::bwd_variant); BwdProductionFor picks production's.
 //
@@ -345,17 +346,18 @@ constexpr int kBwdDqPair = kSageBwdDqPair;
 // so the tensor cores run them while the consumer folds, instead of every consumer waiting for
 // its phase 1 at the top of the tile. The consumer waits for the next stage's copies there.
 constexpr int kBwdEarlyP1 = kSageBwdEarlyP1;
-// kBwdSwap (with kBwdEarlyP1; lab): each consumer computes S^T = K^ Q^^T and dP^T = V dO^T, its 64
-// keys as the accumulator's rows and the Q tile's queries as its columns. The P^T and dS^T scales
-// (one per key) are then row statistics of the thread's own registers and quad shuffles (no
-// shared memory, no barrier), and their codes are already in [key][q] order: four codes of one
-// key row are one 32-bit word of the P^T / dS^T tiles (Q^T / dO^T hold the queries in
-// BwdQueryOfSlot order, the order of those bytes). The one chain that crosses warps is dS^'s:
-// one scale per query over both consumers' 128 keys (a column reduction, two pair barriers),
-// its codes stored by stmatrix.trans (16-bit units of keys g, g + 8: K^T is copied with its keys
-// permuted to match); the first dV product runs beside that chain. 9% fewer instructions than
-// 7712696 and 0.986-1.021x its speed: the tile is latency-bound in every step (session 25; the
-// codes as the dV / dK wgmmas' register A operands made ptxas spill 300-440 bytes).
+// kBwdSwap (with kBwdEarlyP1; production causal at d128): each consumer computes S^T = K^ Q^^T and
+// dP^T = V dO^T, its 64 keys as the accumulator's rows and the Q tile's queries as its columns. The
+// P^T and dS^T scales (one per key) are then row statistics of the thread's own registers and quad
+// shuffles (no shared memory, no barrier), and their codes are already in [key][q] order: four
+// codes of one key row are one 32-bit word of the P^T / dS^T tiles (Q^T / dO^T hold the queries in
+// BwdQueryOfSlot order, the order of those bytes). The one chain that crosses warps is dS^'s: one
+// scale per query over both consumers' 128 keys (a column reduction, two pair barriers), its codes
+// stored by stmatrix.trans (16-bit units of keys g, g + 8: K^T is copied with its keys permuted to
+// match); the first dV product runs beside that chain. 9% fewer instructions than 7712696 and
+// 0.986-1.021x its speed: the tile is latency-bound in every step (session 25; the codes as the dV
+// / dK wgmmas' register A operands made ptxas spill 300-440 bytes). Causal 1.000-1.021x over three
+// calls (sessions 25-26), non-causal 0.986-1.002x: causal only.
 constexpr int kBwdSwap = kSageBwdSwap;
 // (Measured, not kept: dQ converted in the backward kernel by the last contributor per Q tile,
 // found by an acq_rel counter per tile: 0.78-0.98x; docs/gpu/2026-11-21-h200-pdl.)
@@ -3505,20 +3507,28 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
 //   7712696 / 7843768  3518392 / 3649464 + kBwdEarlyP1 (4194304: the next Q tile's S and dP
 //            issued during this tile's last two epilogues; 1.000-1.024x causal, session 18;
 //            non-causal 1.021-1.022x after session 19's column scales over the whole
-//            warpgroup): production at d128 with 128-key K / V groups
+//            warpgroup): 7712696 production at d128 non-causal with 128-key K / V groups
+//            (7843768 causal until session 26)
 //   16101304 / 16232376  7712696 / 7843768 + kBwdSwap (8388608: S^T / dP^T, keys as rows;
-//            0.986-1.021x, session 25: 9% fewer instructions, latency-bound as before; lab)
+//            9% fewer instructions, latency-bound as before: non-causal 0.986-1.002x, causal
+//            1.000-1.021x over sessions 25-26): 16232376 production at d128 causal with
+//            128-key K / V groups
 // (Measured and not kept, session 18: the consumers' two rendezvous per Q tile split into
 // arrivals and later waits, 0.995-1.010x; with consumer 1's phase 1 issued after consumer 0's
 // on top, 0.980-0.992x. Session 22: FlashAttention-3's ping-pong on the decoupled consumers of
 // 2469816 / 2600888 (= 372664 / 503736 + kBwdTma), the two taking turns at the element-wise part
 // (P / dS, statistics, codes) or at the products and folds: 0.94-1.01x (d64 0.85-0.88x) resp.
 // 0.97-1.03x of the same variant without turns; docs/gpu/2026-11-27-h200-s22.)
-// BwdProductionFor is what production calls (bwd_variant = -1) run (sagebwd v12).
+// (Session 26, not kept: dK computed by the producer warpgroup, 0.92-0.98x; docs/gpu/
+// 2026-11-28-h200-s26.)
+// BwdProductionFor is what production calls (bwd_variant = -1) run (sagebwd v12; causal d128:
+// keys as rows).
 constexpr int BwdProductionFor(int d, bool causal, bool dq_pair) {
   const int v = causal ? kBwdBase + kBwdLpt : kBwdBase;
   if (d != 128) return v + kBwdTma;
-  return dq_pair ? v + kBwdWs + kBwdDqPair + kBwdTma + kBwdEarlyP1 : v + kBwdWs;
+  if (!dq_pair) return v + kBwdWs;
+  const int early = v + kBwdWs + kBwdDqPair + kBwdTma + kBwdEarlyP1;
+  return causal ? early + kBwdSwap : early;
 }
 using BwdKernel = void (*)(BwdParams);
 struct BwdLaunch {

@@ -109,7 +109,8 @@ inline constexpr int kSageBwdTma = 2097152;
 // issues the next Q tile's S and dP products during this tile's last epilogues.
 inline constexpr int kSageBwdEarlyP1 = 4194304;
 // The backward variant bit (sagebwd.cu, kBwdSwap; with kSageBwdEarlyP1) that computes S^T and
-// dP^T (keys as rows), so that the P^T / dS^T scales are row statistics (lab).
+// dP^T (keys as rows), so that the P^T / dS^T scales are row statistics (production causal at
+// d128 with 128-key K / V groups).
 inline constexpr int kSageBwdSwap = 8388608;
 
 // The backward's key block (the emulator's bkv) for `opt` at head dim d: 128 where the backward
