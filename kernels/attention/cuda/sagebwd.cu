@@ -2511,15 +2511,13 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
               const float x = __int2float_rn(s_next[4 * n + e]);
               const float pe = cuda::FastExp2(fmaf(a2, x, -(b ? l2.y : l2.x)));
               const float ds = pe * (dp_next[4 * n + e] - (b ? dr.y : dr.x));
+              bool valid = true;  // (interior: folded away)
               if constexpr (kMask) {
                 const int qc = 8 * n + 2 * t + b;
-                const bool valid = qc >= qlo[e >> 1] && qc < qhi[e >> 1];
-                pf[n][e] = valid ? pe : 0.0f;
-                dsf[n][e] = valid ? ds : 0.0f;
-              } else {
-                pf[n][e] = pe;
-                dsf[n][e] = ds;
+                valid = qc >= qlo[e >> 1] && qc < qhi[e >> 1];
               }
+              pf[n][e] = valid ? pe : 0.0f;
+              dsf[n][e] = valid ? ds : 0.0f;
             }
           }
         };
@@ -2781,14 +2779,10 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
               const float bl = kSq ? fmaf(s_bias[n * 8 + 2 * t + (e & 1)], cuda::kLog2e, -l) : -l;
               const float pe = cuda::FastExp2(fmaf(a2, x, bl));
               const float ds = pe * (dp[n][e] - ((e >> 1) ? dr1 : dr0));
-              if constexpr (kMask) {
-                const bool valid = n * 8 + 2 * t + (e & 1) < lim[e >> 1];
-                pf[n][e] = valid ? pe : 0.0f;
-                dsf[n][e] = valid ? ds : 0.0f;
-              } else {
-                pf[n][e] = pe;
-                dsf[n][e] = ds;
-              }
+              bool valid = true;  // (interior: folded away)
+              if constexpr (kMask) valid = n * 8 + 2 * t + (e & 1) < lim[e >> 1];
+              pf[n][e] = valid ? pe : 0.0f;
+              dsf[n][e] = valid ? ds : 0.0f;
             }
           }
         };
