@@ -56,9 +56,10 @@
 // 128 keys; each computes half of dQ's columns), v11 its Q side by TMA; v12 (kBwdEarlyP1): the
 // next Q tile's S and dP wgmmas issued during this tile's last two phase-2 epilogues (production
 // non-causal); kBwdSwap: S^T and dP^T (keys as rows), so that P^T's and dS^T's scales are row
-// statistics (production causal since session 26). The
-// compiled-in variants are BwdCompiled (the GPU test's lab mode times them through
-// SageCudaOptions::bwd_variant); BwdProductionFor picks production's.
+// statistics (production causal since session 26). The per-tile body is BwdTile's (TileRows;
+// kBwdSwap: TileKeysAsRows); SageBackwardKernel sets up the CTA, the producer and each Q tile's
+// stage around it. The compiled-in variants are BwdCompiled (the GPU test's lab mode times them
+// through SageCudaOptions::bwd_variant); BwdProductionFor picks production's.
 //
 // Forward: SageForwardKernelV5, 128 (kG3: 192) query rows per CTA. Production (FwdProductionFor) is
 // the v6 structure: 8 warps = two warpgroups x 64 rows, S = Q^ K^T by wgmma from swizzled tiles,
@@ -2010,6 +2011,742 @@ __device__ __forceinline__ void PhaseOneWgmma(uint32_t dlo, uint32_t dlo_q, bool
   }
 }
 
+// kBwdWs: stage sg of the Q-side ring in the CTA's shared memory buf (otherwise buf itself).
+template <int D, int kVar>
+__device__ __forceinline__ char* BwdStageBase(char* buf, int sg) {
+  if constexpr ((kVar & kBwdWs) != 0) {
+    return buf + BwdWsLayout<D>::kStage0 + sg * BwdWsLayout<D>::kStageBytes;
+  } else {
+    return buf;
+  }
+}
+// A barrier over the CTA (kBwdWs: over consumer warpgroup cw).
+template <int kVar>
+__device__ __forceinline__ void BwdWgSync(int cw) {
+  if constexpr ((kVar & kBwdWs) != 0) {
+    cuda::wgmma::NamedBarSync(1 + cw, kThreads);
+  } else {
+    __syncthreads();
+  }
+}
+
+// One thread's part of the backward's Q-tile loop (kBwdWs: a consumer warpgroup's thread; without
+// it every thread of the CTA): the loop body in its two forms, TileKeysAsRows (kBwdSwap: S^T /
+// dP^T, the keys as the accumulators' rows) and TileRows (every other variant: the query rows),
+// with the state of SageBackwardKernel they read: the CTA's constants and shared tiles by value,
+// dK / dV and kBwdEarlyP1's next-tile S / dP by reference to the kernel's arrays. The kernel sets
+// up the Q tile at the loop's top (its stage, lse / D_i, scales), passes what a body reads of it
+// as arguments, and adds Q-smoothing's dK term and releases the stage after the body. (Every
+// member function inlines; the tile's per-stage pointers as arguments rather than members, and
+// the struct built right before the loop, keep the kernels' address arithmetic close to the
+// one-function form's: session 27's A/B, docs/gpu/2026-11-28-h200-s27.)
+template <int D, bool kCausal, int kVar>
+struct BwdTile {
+  static constexpr bool kWs = (kVar & kBwdWs) != 0;
+  static constexpr bool kPair = (kVar & kBwdDqPair) != 0;
+  static constexpr bool kEarly = (kVar & kBwdEarlyP1) != 0;
+  static constexpr int kCons = kWs ? kWsConsumers : 1;  // K tiles per CTA
+  static constexpr int kNtD = D / 8;
+  using L = std::conditional_t<kWs, BwdWsLayout<D>, BwdLayout<D>>;
+  // (SageBackwardKernel checks them; here they also count as referenced in every variant.)
+  static_assert(!kEarly || kPair, "kBwdEarlyP1 builds on kBwdDqPair");
+  static_assert(!kPair || kCons == 2, "kBwdDqPair: two consumers");
+
+  const BwdParams& p;
+  char* buf;   // the CTA's 1024-byte-aligned shared memory
+  char* base;  // this consumer's region (kWs), else buf
+  int cw, tid, bh, j, c0, warp, lane, g, t;
+  int kr[2];  // this thread's key rows (dK, dV)
+  // Byte offsets of this thread's P^T / dS^T and dS^ code stores (PtOff, DshOff).
+  int pt_base, dsh_base, dsh_sw;
+  float tau, skj, svj;  // skj, svj: the scales of this K tile's K^ / V^ group
+  uint32_t dlo;               // wgmma descriptor word of `base`
+  uint32_t dlo_c0, dlo_c1;    // kPair: those of both consumers' regions
+  uint32_t tma_bar;           // without kWs: the Q side's two TMA mbarriers
+  cuda::wgmma::MbarRing<2> ring;  // kWs: the Q-side stages
+  int8_t *s_pt, *s_dsh, *s_dst;
+  float *s_part, *s_vec, *s_csp, *s_csds, *s_colsum, *s_bias, *s_cinv2;
+  float (&dk)[kNtD][4];
+  float (&dv)[kNtD][4];
+  // kEarly: the next tile's S and dP accumulators, in flight across the loop's back edge.
+  int32_t (&s_next)[32];
+  float (&dp_next)[32];
+
+  __device__ __forceinline__ char* StageBase(int sg) const {
+    return BwdStageBase<D, kVar>(buf, sg);
+  }
+  __device__ __forceinline__ void WgSync() const { BwdWgSync<kVar>(cw); }
+  // kPair: a barrier over both consumer warpgroups.
+  __device__ __forceinline__ void PairSync() const {
+    cuda::wgmma::NamedBarSync(3, kCons * kThreads);
+  }
+  // P^T / dS^T [key][q]: the 16-bit pair of query rows g, g + 8 at keys 8n + 2t + b;
+  // dS^ [q][key]: keys 16m.., row g + 8h (the kernel's pt_base / dsh_base say how).
+  __device__ __forceinline__ int PtOff(int n, int b) const { return pt_base + n * 512 + b * 64; }
+  __device__ __forceinline__ int DshOff(int m, int h) const {
+    return dsh_base + h * 512 + ((m << 4) ^ dsh_sw);
+  }
+  // dQ columns 64 ch.. of the Q tile at row r0: rows g and g + 8 of this warp (coefficients c0f,
+  // c1f), all 32 values scaled first, then added into dqacc by one bulk reduction per warp.
+  template <class At>
+  __device__ __forceinline__ void EpiDq(int r0, int ch, float c0f, float c1f, const At& at) const {
+    float2 v0[8], v1[8];
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      v0[n] = make_float2(c0f * __int2float_rn(at(n, 0)), c0f * __int2float_rn(at(n, 1)));
+      v1[n] = make_float2(c1f * __int2float_rn(at(n, 2)), c1f * __int2float_rn(at(n, 3)));
+    }
+    // This warp's 16 rows x 64 columns are one 4 KB block of dqacc (DqAccIndex): rows g and
+    // g + 8 of it at float 64 g (+ 512), columns 8n + 2t, +1 in 16-byte unit (2n + t / 2) ^ g.
+    const int64_t blk = (int64_t(bh) * p.np + r0 + warp * 16) * D + ch * 1024;
+    const int x = (t >> 1) ^ g, o0 = g * 64 + ((t & 1) << 1);
+    // Staged in shared memory in the block's own order (once the previous bulk read of the
+    // staging is done), then lane 0 adds the whole block into dqacc with one bulk reduction
+    // (padded rows past N add zeros: dqacc holds whole blocks).
+    namespace wg = cuda::wgmma;
+    float* st = reinterpret_cast<float*>(base + L::kDqSt) + warp * 1024;
+    wg::BulkWaitRead<0>();  // (every lane: the others have no bulk group; no branch)
+    __syncwarp();
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      const int o = o0 + (((2 * n) ^ x) << 2);
+      *reinterpret_cast<float2*>(st + o) = v0[n];
+      *reinterpret_cast<float2*>(st + o + 512) = v1[n];
+    }
+    wg::FenceProxyAsync();
+    __syncwarp();
+    if (lane == 0) {
+      wg::BulkReduceAddF32(p.dqacc + blk, cuda::SmemAddr(st), 1024 * 4);
+      wg::BulkCommit();
+    }
+  }
+  // A dV / dK fold: x[ch * 8 + n][e] += coef(e / 2) * the int32 product at(n, e) (head-dim
+  // columns 64 ch.., key row kr[e / 2]'s coefficient).
+  template <class Coef, class At>
+  __device__ __forceinline__ void Fold(float (*x)[4], int ch, const Coef& coef,
+                                       const At& at) const {
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) x[ch * 8 + n][e] += coef(e >> 1) * __int2float_rn(at(n, e));
+    }
+  }
+  // kBwdDqPair's dQ product, not committed: columns 64 cw.. of the Q tile over both
+  // consumers' 128 keys (dS^ of consumer c times its K^T, two k-steps each).
+  __device__ __forceinline__ void MmaDqPair(int32_t (&d)[32]) const {
+    namespace wg = cuda::wgmma;
+    using TP = typename L::TileP;
+    const int bb = L::kKht + cw * TP::kBytes;
+    wg::MmaS8(d, TileDesc<TP>(dlo_c0, L::kDsh), TileDesc<TP>(dlo_c0, bb), false);
+    wg::MmaS8(d, TileDesc<TP>(dlo_c0, L::kDsh, 32), TileDesc<TP>(dlo_c0, bb, 32), true);
+    wg::MmaS8(d, TileDesc<TP>(dlo_c1, L::kDsh), TileDesc<TP>(dlo_c1, bb), true);
+    wg::MmaS8(d, TileDesc<TP>(dlo_c1, L::kDsh, 32), TileDesc<TP>(dlo_c1, bb, 32), true);
+  }
+  // kBwdSwap's tile body: S^T / dP^T (issued during the previous tile), P^T / dS^T with their
+  // scales as row statistics, dS^'s scales over both consumers' keys, the five products.
+  __device__ __forceinline__ void TileKeysAsRows(int i, int it, int r0, float sqi, float sdoi,
+                                                 uint32_t dlo_q, const float* s_lse,
+                                                 const float* s_drow, float* s_xrow) {
+    // kBwdSwap: this thread holds S^T / dP^T, P^T / dS^T at key rows kr[h] (e / 2 = h) and query
+    // columns 8n + 2t + (e % 2) of the tile.
+    namespace wg = cuda::wgmma;
+    using TP = typename L::TileP;
+    constexpr int kChBytes = TP::kBytes;  // head-dim columns 64.. of Q^T / dO^T / K^T
+    const uint32_t tile_done = cuda::SmemAddr(buf + L::kBar) + L::kTileDoneOff + 8 * cw;
+    wg::Wait<0>();  // S^T, dP^T (issued during the previous tile)
+    SAGE_PHASE(1, threadIdx.x == 128);  // phase 1's wgmma wait
+    float pf[8][4], dsf[8][4];
+    {
+      const float a2 = SoftmaxScale(tau * sqi * skj * cuda::kLog2e);
+      const bool interior = r0 + kTile <= p.n && c0 + kTile <= p.n &&
+                            (!kCausal || c0 + kTile - 1 <= r0);
+      // As the other form: the masked one computes every element, then zeroes those outside
+      // (queries qc of the tile with qlo[h] <= qc < qhi[h] are visible from key row h).
+      const auto tile_fx = [&](auto mask_c) {
+        constexpr bool kMask = decltype(mask_c)::value;
+        [[maybe_unused]] int qlo[2], qhi[2];
+        if constexpr (kMask) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int key = c0 + kr[h];
+            qhi[h] = key < p.n ? p.n - r0 : 0;
+            qlo[h] = kCausal ? key - r0 : 0;
+          }
+        }
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+          // lse (log2 domain) and D_i of queries 8n + 2t, +1
+          const float2 l2 = *reinterpret_cast<const float2*>(s_lse + 8 * n + 2 * t);
+          const float2 dr = *reinterpret_cast<const float2*>(s_drow + 8 * n + 2 * t);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int b = e & 1;
+            const float x = __int2float_rn(s_next[4 * n + e]);
+            const float pe = cuda::FastExp2(fmaf(a2, x, -(b ? l2.y : l2.x)));
+            const float ds = pe * (dp_next[4 * n + e] - (b ? dr.y : dr.x));
+            bool valid = true;  // (interior: folded away)
+            if constexpr (kMask) {
+              const int qc = 8 * n + 2 * t + b;
+              valid = qc >= qlo[e >> 1] && qc < qhi[e >> 1];
+            }
+            pf[n][e] = valid ? pe : 0.0f;
+            dsf[n][e] = valid ? ds : 0.0f;
+          }
+        }
+      };
+      if (interior) {
+        tile_fx(std::false_type{});
+      } else {
+        tile_fx(std::true_type{});
+      }
+    }
+    SAGE_PHASE(2, threadIdx.x == 128);  // P, dS
+    // The scales of P^T (dV) and dS^T (dK): one per key row, over the tile's 64 queries (the
+    // thread's 16 values of the row, then the quad that shares it).
+    float ip[2], ids[2], cdv[2], cdk[2];
+    {
+      float sp[2], sd[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float mp = 0.0f, md = 0.0f;
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+#pragma unroll
+          for (int b = 0; b < 2; ++b) {
+            mp = fmaxf(mp, pf[n][2 * h + b]);
+            md = fmaxf(md, fabsf(dsf[n][2 * h + b]));
+          }
+        }
+        sp[h] = GroupScaleBranchless(QuadMax(mp));
+        sd[h] = GroupScaleBranchless(QuadMax(md));
+        ip[h] = RcpNewton(sp[h]);
+        ids[h] = RcpNewton(sd[h]);
+      }
+      // One warp-uniform test for the four reciprocals (as the other form's three).
+      const bool slow = !RcpFastPath(sp[0]) || !RcpFastPath(sp[1]) || !RcpFastPath(sd[0]) ||
+                        !RcpFastPath(sd[1]);
+      if (__any_sync(0xffffffffu, slow)) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          ip[h] = 1.0f / sp[h];
+          ids[h] = 1.0f / sd[h];
+        }
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        cdv[h] = sp[h] * sdoi;
+        cdk[h] = tau * sd[h] * sqi;
+      }
+    }
+    // P^T and dS^T [key][q] codes: the bytes of key row kr[h] at query slots 4t..4t + 3 of each
+    // 16-query half u of k-slice kk (queries 32kk..32kk + 31) are the queries 2t, 2t + 8,
+    // 2t + 1, 2t + 9 of that half in BwdQueryOfSlot's order (Q^T / dO^T hold the queries in
+    // it), all this thread's: one 32-bit store each, into the 64B-swizzled tiles (16-byte unit
+    // 2kk + u of row r at (2kk + u) ^ ((r / 2) % 4), the same for both rows kr[h]). (From
+    // registers as the wgmmas' A fragments instead, ptxas spilled 300-440 bytes: session 25.)
+    {
+      const int swz = (g >> 1) & 3;
+      const auto store_codes = [&](int8_t* tile, const float(&x)[8][4], const float(&inv)[2]) {
+#pragma unroll
+        for (int kk = 0; kk < 2; ++kk) {
+#pragma unroll
+          for (int u = 0; u < 2; ++u) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int n0 = 4 * kk + 2 * u;
+              *reinterpret_cast<uint32_t*>(tile + kr[h] * kTile + (((2 * kk + u) ^ swz) << 4) +
+                                           4 * t) =
+                  PackLowBytes(QuantBits(x[n0][2 * h], inv[h]),
+                               QuantBits(x[n0 + 1][2 * h], inv[h]),
+                               QuantBits(x[n0][2 * h + 1], inv[h]),
+                               QuantBits(x[n0 + 1][2 * h + 1], inv[h]));
+            }
+          }
+        }
+      };
+      // (Every warp of this consumer has waited for the previous tile's dV / dK products,
+      // which read these tiles; their arrivals end each tile.)
+      if (it > 0) wg::MbarWait(tile_done, (it - 1) & 1);
+      store_codes(s_pt, pf, ip);
+      store_codes(s_dst, dsf, ids);
+    }
+    // The dS^ scales (one per query row over both consumers' 128 keys) and the rows' dS sums
+    // (the K-mean correction of dQ): column partials over this warp's 16 keys (its two rows,
+    // then the 8 lane groups), [4 warps] of each into s_part, [4 + warp] the sums.
+    {
+      float vds[16], vcs[16];
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+#pragma unroll
+        for (int b = 0; b < 2; ++b) {
+          vds[2 * n + b] = fmaxf(fabsf(dsf[n][b]), fabsf(dsf[n][2 + b]));
+          vcs[2 * n + b] = dsf[n][b] + dsf[n][2 + b];
+        }
+      }
+      float rds[2], rcs[2];
+      ColumnReduceScatter(vds, lane, [](float x, float y) { return fmaxf(x, y); }, rds);
+      ColumnReduceScatter(vcs, lane, [](float x, float y) { return x + y; }, rcs);
+      const int c = 8 * g + 2 * t;
+      *reinterpret_cast<float2*>(s_part + warp * kTile + c) = make_float2(rds[0], rds[1]);
+      *reinterpret_cast<float2*>(s_part + (4 + warp) * kTile + c) = make_float2(rcs[0], rcs[1]);
+    }
+    wg::FenceProxyAsync();  // the P^T / dS^T stores -> the dV / dK wgmmas' reads
+    SAGE_PHASE(3, threadIdx.x == 128);  // row scales, P^T / dS^T codes, column partials
+    PairSync();  // both consumers' column partials (and this one's P^T / dS^T codes)
+    // Five products: dV, dK of head-dim columns ch * 64.. (A: P^T / dS^T, B: dO^T / Q^T of the
+    // stage at bt) and dQ (columns 64 cw.. over both consumers' 128 keys: dS^ of consumer c
+    // times its K^T). The first dV one runs beside the dS^ scales and is folded before their
+    // barrier (0.988-1.020x over issuing it after them, two calls of session 25; the first dK
+    // one too, in flight through that barrier and the dS^ codes: 0.94-0.97x); the others two
+    // at a time, each epilogue beside the next product.
+    int32_t acc[2][32];
+    const auto issue_ss = [&](int32_t(&d)[32], int at, int bt) {
+      wg::Fence();
+      wg::MmaS8(d, TileDesc<TP>(dlo, at), TileDesc<TP>(dlo_q, bt), false);
+      wg::MmaS8(d, TileDesc<TP>(dlo, at, 32), TileDesc<TP>(dlo_q, bt, 32), true);
+      wg::Commit();
+    };
+    const auto fold_acc = [&](float(&x)[kNtD][4], int ch, const float(&coef)[2],
+                              const int32_t(&d)[32]) {
+      Fold(x, ch, [&](int h) { return coef[h]; }, [&](int n, int e) { return d[4 * n + e]; });
+    };
+    issue_ss(acc[0], L::kPT, L::kDoht);
+    if (warp < 2) {
+      // Warp 0 of consumer c: the scales of queries 32c + lane (scale and 1 / scale into the
+      // stage's s_xrow [2][64]); warp 1: their dS sums, added into dsrow.
+      const int c = 32 * cw + lane;
+      const float* pa = reinterpret_cast<const float*>(buf + L::kCons0 + L::kPart);
+      const float* pb = pa + L::kConsBytes / 4;
+      if (warp == 0) {
+        float m = 0.0f;
+#pragma unroll
+        for (int w = 0; w < 4; ++w) m = fmaxf(m, fmaxf(pa[w * kTile + c], pb[w * kTile + c]));
+        const float sc = GroupScaleBranchless(m);
+        float inv = RcpNewton(sc);
+        if (__any_sync(0xffffffffu, !RcpFastPath(sc))) inv = 1.0f / sc;
+        s_xrow[c] = sc;
+        s_xrow[kTile + c] = inv;
+      } else {
+        float sum = 0.0f;
+#pragma unroll
+        for (int w = 0; w < 4; ++w) sum += pa[(4 + w) * kTile + c] + pb[(4 + w) * kTile + c];
+        RedAddIf(r0 + c < p.n, p.dsrow + int64_t(bh) * p.n + r0 + c, sum);
+      }
+    }
+    wg::Wait<0>();
+    fold_acc(dv, 0, cdv, acc[0]);
+    PairSync();  // the dS^ scales
+    {
+      // dS^ [q][key] codes: 16-bit units (key rows g, g + 8 of this warp; query 8n + 2t + b),
+      // transposed by stmatrix into rows q, this warp's 16 keys at 16-byte unit `warp` of the
+      // row (keys g + 8h at byte 2g + h: K^T's order here), 64B-swizzled (unit u of row q at
+      // u ^ ((q / 2) % 4)). Lane l gives the address of query row l (+ 32: matrices 4-7).
+      const float2* qinv = reinterpret_cast<const float2*>(s_xrow + kTile);
+      uint32_t dsh[8];
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+        const float2 iv = qinv[4 * n + t];
+        dsh[n] = __byte_perm(QuantPack2(dsf[n][0], dsf[n][2], iv.x),
+                             QuantPack2(dsf[n][1], dsf[n][3], iv.y), 0x5410);
+      }
+      const uint32_t sa = cuda::SmemAddr(s_dsh) + lane * kTile + ((warp ^ ((lane >> 1) & 3)) << 4);
+      cuda::StMatrixX4Trans(sa, dsh[0], dsh[1], dsh[2], dsh[3]);
+      cuda::StMatrixX4Trans(sa + 32 * kTile, dsh[4], dsh[5], dsh[6], dsh[7]);
+      wg::FenceProxyAsync();  // st.shared -> the dQ wgmmas' reads
+    }
+    SAGE_PHASE(4, threadIdx.x == 128);  // query scales, dS^ codes
+    // The next tile's dP^T (on the last tile: this one's operands, unused; see kEarly) and S^T
+    // go into the registers the last two products' epilogues free.
+    uint32_t dlo_n = dlo_q;
+    const auto next_stage = [&]() {
+      if (i + 1 < p.ntq) {
+        ring.ConsumerWait(it + 1);
+        dlo_n = wg::DescLo(cuda::SmemAddr(StageBase((it + 1) & 1)));
+      }
+      wg::Fence();
+    };
+    const auto issue_dq = [&](int32_t(&d)[32]) {
+      wg::Fence();
+      MmaDqPair(d);
+      wg::Commit();
+    };
+    const auto dq_epi = [&](const int32_t(&d)[32]) {
+      EpiDq(r0, cw, tau * s_xrow[warp * 16 + g] * skj, tau * s_xrow[warp * 16 + g + 8] * skj,
+             [&](int n, int e) { return d[4 * n + e]; });
+    };
+    issue_ss(acc[0], L::kDsT, L::kQht);
+    issue_ss(acc[1], L::kPT, L::kDoht + kChBytes);
+    PairSync();  // both consumers' dS^
+    wg::Wait<1>();
+    fold_acc(dk, 0, cdk, acc[0]);
+    issue_dq(acc[0]);
+    wg::Wait<1>();
+    fold_acc(dv, 1, cdv, acc[1]);
+    issue_ss(acc[1], L::kDsT, L::kQht + kChBytes);
+    wg::Wait<1>();
+    dq_epi(acc[0]);
+    next_stage();
+    PhaseOneIssueDpT<D, L>(dlo, dlo_n, dp_next);
+    wg::Wait<1>();
+    fold_acc(dk, 1, cdk, acc[1]);
+    wg::Fence();
+    PhaseOneIssueST<D, L>(dlo, dlo_n, s_next);
+    wg::MbarArrive(tile_done);  // this tile's reads of P^T / dS^T are done
+    SAGE_PHASE(5, threadIdx.x == 128);  // the products, their epilogues, the next tile's issue
+  }
+  // The tile body of every other variant: S and dP for this warp's 16 query rows, P^T / dS^T
+  // with column scales (reduce-scatter and shared partials), dS^ with row scales, the products.
+  __device__ __forceinline__ void TileRows(int i, int it, int r0, float sqi, float sdoi,
+                                           uint32_t dlo_q, const float* s_lse,
+                                           const float* s_drow, float* s_xrow) {
+    // S and dP for this warp's 16 query rows x 64 keys; P and dS stay in registers (pf, dsf).
+    float pf[8][4], dsf[8][4];
+    {
+      int32_t si[8][4];
+      float dp[8][4];
+      if constexpr (kEarly) {
+        cuda::wgmma::Wait<0>();
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            si[n][e] = s_next[4 * n + e];
+            dp[n][e] = dp_next[4 * n + e];
+          }
+        }
+      } else {
+        PhaseOneWgmma<D, L>(dlo, dlo_q, p.int8_dp, sdoi * svj, si, dp);
+      }
+      SAGE_PHASE(1, kWs && threadIdx.x == 128);  // phase 1's wgmma wait
+      const float a = tau * sqi * skj;
+      // Interior block: every (row, key) visible (no N tail, causal: wholly below the diagonal).
+      const bool interior = r0 + kTile <= p.n && c0 + kTile <= p.n &&
+                            (!kCausal || c0 + kTile - 1 <= r0);
+      // Log2 domain, P = ex2.approx(a log2e x + (bias log2e - lse log2e)): one FMA and the SFU op
+      // per element (expf: range reduction + ex2 + scaling, ~8 instructions).
+      const float a2 = SoftmaxScale(a * cuda::kLog2e);  // the v5+ forwards' a, bit for bit
+      // The Q-smoothing bias as a compile-time choice of two loops (a runtime test per element
+      // was if-converted into predicated loads and FMAs issued either way).
+      // P and dS by one FMA and the SFU op per element; the masked form (N tail, causal
+      // diagonal) computes every element the same way and then zeroes those outside the mask by
+      // a select on a per-row key limit, so that it needs no more registers than the interior
+      // form (its former per-element predicated loads and exponentials were the loop's register
+      // peak, 238 of 240, which the rest of the loop's allocation had to fit around; session 24).
+      // Elements outside are computed from whatever the tiles hold there and never selected.
+      const auto tile_fx = [&](auto sq_c, auto mask_c) {
+        constexpr bool kSq = decltype(sq_c)::value, kMask = decltype(mask_c)::value;
+        const float l0 = s_lse[warp * 16 + g] * cuda::kLog2e;
+        const float l1 = s_lse[warp * 16 + g + 8] * cuda::kLog2e;
+        const float dr0 = s_drow[warp * 16 + g], dr1 = s_drow[warp * 16 + g + 8];
+        // kMask: keys c0 + c with c < lim[h] are visible from row h (0 for rows past N).
+        [[maybe_unused]] int lim[2];
+        if constexpr (kMask) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int grow = r0 + warp * 16 + g + 8 * h;
+            const int last = kCausal ? min(grow + 1, p.n) : p.n;  // keys < last are visible
+            lim[h] = grow < p.n ? last - c0 : 0;
+          }
+        }
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float x = __int2float_rn(si[n][e]);
+            const float l = (e >> 1) ? l1 : l0;
+            const float bl = kSq ? fmaf(s_bias[n * 8 + 2 * t + (e & 1)], cuda::kLog2e, -l) : -l;
+            const float pe = cuda::FastExp2(fmaf(a2, x, bl));
+            const float ds = pe * (dp[n][e] - ((e >> 1) ? dr1 : dr0));
+            bool valid = true;  // (interior: folded away)
+            if constexpr (kMask) valid = n * 8 + 2 * t + (e & 1) < lim[e >> 1];
+            pf[n][e] = valid ? pe : 0.0f;
+            dsf[n][e] = valid ? ds : 0.0f;
+          }
+        }
+      };
+      if (interior) {
+        if (p.smooth_q) {
+          tile_fx(std::true_type{}, std::false_type{});
+        } else {
+          tile_fx(std::false_type{}, std::false_type{});
+        }
+      } else {
+        if (p.smooth_q) {
+          tile_fx(std::true_type{}, std::true_type{});
+        } else {
+          tile_fx(std::false_type{}, std::true_type{});
+        }
+      }
+    }
+    SAGE_PHASE(2, kWs && threadIdx.x == 128);  // P, dS
+    // Row scales of dS (this thread's rows 16w+g, +8: the same rows as its dQ rows) and rowsum.
+    float rmax[2], rscale[2], rinv[2];  // per row: max |dS| (kPair: over this consumer's keys)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mds = 0.0f, rs = 0.0f;
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+#pragma unroll
+        for (int b = 0; b < 2; ++b) {
+          mds = fmaxf(mds, fabsf(dsf[n][2 * h + b]));
+          rs += dsf[n][2 * h + b];
+        }
+      }
+      mds = QuadMax(mds);
+      rs = QuadSum(rs);
+      rmax[h] = mds;
+      if constexpr (kPair) {  // the scale after the pair barrier below, over both consumers' keys
+        if (t == 0) s_xrow[cw * kTile + warp * 16 + g + 8 * h] = mds;
+      } else {
+        rscale[h] = GroupScaleBranchless(mds);
+        rinv[h] = RcpNewton(rscale[h]);  // (RcpFastPath: checked with the column scale's below)
+      }
+      const int grow = r0 + warp * 16 + g + 8 * h;
+      if constexpr (kPair && !kCausal) {
+        // (Measured: the predicated add below 0.986-0.988x here, 1.022-1.030x on the causal
+        // kernel, 1.017-1.036x at d64; session 23.)
+        if (t == 0 && grow < p.n) atomicAdd(p.dsrow + int64_t(bh) * p.n + grow, rs);
+      } else {
+        RedAddIf(t == 0 && grow < p.n, p.dsrow + int64_t(bh) * p.n + grow, rs);
+      }
+    }
+    // Column partials over this warp's 16 rows (its two rows, then the 8 groups: lane bits 2..4).
+    // The column sums of dS serve Q-smoothing's dK term only (which kPair never runs), so the
+    // reduce-scatter variants skip them without it: a warp-uniform branch around ~85 instructions
+    // per warp and tile (5% of the d64 backward's) that were issued for nothing. Measured: d64
+    // backward 1.016-1.030x, d128 (no column sums with kPair) unchanged; the branch costs the
+    // d64 kernels 4-8 bytes of spills at their 168-register bound (session 14).
+    const bool col_sum = !kPair && p.smooth_q;
+    {
+      float vp[16], vds[16];
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+#pragma unroll
+        for (int b = 0; b < 2; ++b) {
+          vp[2 * n + b] = fmaxf(pf[n][b], pf[n][2 + b]);
+          vds[2 * n + b] = fmaxf(fabsf(dsf[n][b]), fabsf(dsf[n][2 + b]));
+        }
+      }
+      const auto fmax = [](float x, float y) { return fmaxf(x, y); };
+      float rp[2], rds[2];
+      ColumnReduceScatter(vp, lane, fmax, rp);
+      ColumnReduceScatter(vds, lane, fmax, rds);
+      const int c = 8 * g + 2 * t;
+      *reinterpret_cast<float2*>(s_part + (0 * 4 + warp) * kTile + c) = make_float2(rp[0], rp[1]);
+      *reinterpret_cast<float2*>(s_part + (1 * 4 + warp) * kTile + c) = make_float2(rds[0], rds[1]);
+      if (col_sum) {
+        float vcs[16], rcs[2];
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+#pragma unroll
+          for (int b = 0; b < 2; ++b) vcs[2 * n + b] = dsf[n][b] + dsf[n][2 + b];
+        }
+        ColumnReduceScatter(vcs, lane, [](float x, float y) { return x + y; }, rcs);
+        *reinterpret_cast<float2*>(s_part + (2 * 4 + warp) * kTile + c) =
+            make_float2(rcs[0], rcs[1]);
+      }
+    }
+    SAGE_PHASE(3, kWs && threadIdx.x == 128);  // row and column statistics
+    if constexpr (kPair) {
+      PairSync();  // both consumers' row maxima of |dS| (and this one's column partials)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float other = s_xrow[(1 - cw) * kTile + warp * 16 + g + 8 * h];
+        rscale[h] = GroupScaleBranchless(fmaxf(rmax[h], other));
+        rinv[h] = RcpNewton(rscale[h]);  // (RcpFastPath: checked with the column scale's below)
+      }
+    } else {
+      WgSync();
+    }
+    {
+      // One scale per thread: warps 0-1 (which = 0) take P's of column c, warps 2-3 dS's (and
+      // the dS column sum with Q-smoothing), so the four warps share the combine, the division
+      // and the stores (the codes below read the 1 / scales interleaved from s_cinv2).
+      static_assert(kThreads == 2 * kTile, "two quantities per column over the warpgroup");
+      const int c = tid & (kTile - 1), which = tid >> 6;
+      float m = 0.0f, cs = 0.0f;
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        m = fmaxf(m, s_part[(which * 4 + w) * kTile + c]);
+        if (col_sum && which) cs += s_part[(2 * 4 + w) * kTile + c];
+      }
+      const float sc = GroupScaleBranchless(m);
+      float inv = RcpNewton(sc);
+      // One warp-uniform test for the three reciprocals, the rows' (either path above) and the
+      // column's (separate tests serialize their chains: each one's branch is a convergence
+      // point), the IEEE division for the rare slow path.
+      const bool slow = !RcpFastPath(sc) || !RcpFastPath(rscale[0]) || !RcpFastPath(rscale[1]);
+      if (__any_sync(0xffffffffu, slow)) {
+        inv = 1.0f / sc;
+        rinv[0] = 1.0f / rscale[0];
+        rinv[1] = 1.0f / rscale[1];
+      }
+      // int8 dS^ [q][key] (row scales) while the column scales' chain runs: its codes need no
+      // column scale, so they fill the wait before the barrier below instead of following it.
+      uint32_t dsh_lo[2];  // dS^ codes of the even n-block, stored with the odd one's
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const uint32_t packed = QuantPack2(dsf[n][2 * h], dsf[n][2 * h + 1], rinv[h]);
+          if (n % 2 == 0) {
+            dsh_lo[h] = packed;
+          } else {  // keys 8(n - 1) + 2t, +1, 8n + 2t, +1: four adjacent bytes (K^T's order)
+            *reinterpret_cast<uint32_t*>(s_dsh + DshOff(n >> 1, h)) =
+                __byte_perm(dsh_lo[h], packed, 0x5410);
+          }
+        }
+      }
+      s_vec[which * kTile + c] = sc;  // s_csp (which = 0) or s_csds (1)
+      s_cinv2[2 * c + which] = inv;
+      if (col_sum && which) s_colsum[c] = cs;
+    }
+    WgSync();
+    SAGE_PHASE(4, kWs && threadIdx.x == 128);  // pair barrier, column scales, their barrier
+    // The dV / dK epilogues' coefficients of this thread's key rows kr[h]. d128: in registers
+    // from here (read in the epilogues, they were loaded again after every wgmma wait, whose
+    // memory clobber orders them, each behind an address rematerialized from the thread index);
+    // d64 reads them in the epilogues (measured 2-3% faster at d64; session 24).
+    constexpr bool kCoefRegs = D == 128;
+    const auto dv_coef = [&](int h) { return s_csp[kr[h]] * sdoi; };
+    const auto dk_coef = [&](int h) { return tau * s_csds[kr[h]] * sqi; };
+    [[maybe_unused]] float cdv[2], cdk[2];
+    if constexpr (kCoefRegs) {
+      cdv[0] = dv_coef(0), cdv[1] = dv_coef(1);
+      cdk[0] = dk_coef(0), cdk[1] = dk_coef(1);
+    }
+    // int8 P^T [key][q], dS^T [key][q] (column scales). inv4[n]: (1/s_P, 1/s_dS) of columns
+    // 8n + 2t and 8n + 2t + 1 in one 16-byte load. Issued right before its block's codes, each load
+    // would come after the previous block's code stores (the compiler cannot tell the tiles
+    // apart), its latency exposed in turn: they run kAhead blocks ahead. (At d128 this and the
+    // coefficients above pay only since the masked P / dS form stopped being the loop's register
+    // peak; before, ptxas made room for them by recomputing the thread index in the loop:
+    // session 24.)
+    constexpr int kAhead = D == 64 ? 4 : 2;
+    const float4* const cinv4 = reinterpret_cast<const float4*>(s_cinv2);
+    float4 inv4[8];
+#pragma unroll
+    for (int n = 0; n < kAhead; ++n) inv4[n] = cinv4[n * 4 + t];
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      if (n + kAhead < 8) inv4[n + kAhead] = cinv4[(n + kAhead) * 4 + t];
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+        const float ip = b ? inv4[n].z : inv4[n].x;
+        const float ids = b ? inv4[n].w : inv4[n].y;
+        // Query rows g (h = 0) and g + 8 (h = 1): two codes (two FMAs + one PRMT: no F2I, no
+        // clamp), one 16-bit store.
+        const uint32_t pp = QuantPack2(pf[n][b], pf[n][2 + b], ip);
+        const uint32_t pds = QuantPack2(dsf[n][b], dsf[n][2 + b], ids);
+        *reinterpret_cast<uint16_t*>(s_pt + PtOff(n, b)) = static_cast<uint16_t>(pp);
+        *reinterpret_cast<uint16_t*>(s_dst + PtOff(n, b)) = static_cast<uint16_t>(pds);
+      }
+    }
+    if constexpr (!kWs) cuda::wgmma::MbarWait(tma_bar + 8, it & 1);  // Q^T, dO^T landed
+    cuda::wgmma::FenceProxyAsync();  // st.shared -> wgmma's reads
+    if constexpr (kPair) {
+      PairSync();  // the dQ wgmma reads both consumers' dS^
+    } else {
+      WgSync();
+    }
+
+    SAGE_PHASE(5, kWs && threadIdx.x == 128);  // the codes, their stores and the pair barrier
+    // dV, dK (this warp's 16 keys) and dQ (this warp's 16 query rows), 64 head-dim columns at a
+    // time to bound the live int32 accumulators. The epilogues read the chunk's int32 products
+    // through at(n, e) (the m16n8 / m64n64 accumulator layouts agree per warp).
+    const float c0f = tau * rscale[0] * skj, c1f = tau * rscale[1] * skj;
+    const auto epi_dv = [&](auto ch_c, const auto& at) {
+      Fold(dv, decltype(ch_c)::value, [&](int h) {
+        if constexpr (kCoefRegs) {
+          return cdv[h];
+        } else {
+          return dv_coef(h);
+        }
+      }, at);
+    };
+    const auto epi_dk = [&](auto ch_c, const auto& at) {
+      Fold(dk, decltype(ch_c)::value, [&](int h) {
+        if constexpr (kCoefRegs) {
+          return cdk[h];
+        } else {
+          return dk_coef(h);
+        }
+      }, at);
+    };
+    // The 64 head-dim rows ch * 64.. of K^T, Q^T, dO^T start ch * kChBytes into their tiles.
+    constexpr int kChBytes = L::TileP::kBytes;
+    {
+      // Six (d128) / three (d64) products in flight two at a time: step s = 3 ch + kind (dV, dK,
+      // dQ); the epilogue of step s runs while step s + 1's wgmma does. kPair: five steps, dV /
+      // dK of head-dim chunk 0, dQ (this consumer's chunk cw over both consumers' 128 keys: four
+      // k-steps), dV / dK of chunk 1.
+      namespace wg = cuda::wgmma;
+      using TP = typename L::TileP;
+      constexpr int kAOf[3] = {L::kPT, L::kDsT, L::kDsh};
+      constexpr int kBOf[3] = {L::kDoht, L::kQht, L::kKht};
+      constexpr int kSteps = kPair ? 2 * (D / 64) + 1 : 3 * (D / 64);
+      constexpr auto kind_of = [](int st) {
+        return kPair ? (st == 2 ? 2 : (st < 2 ? st : st - 3)) : st % 3;
+      };
+      constexpr auto ch_of = [](int st) { return kPair ? (st < 2 ? 0 : 1) : st / 3; };
+      int32_t acc[2][32];
+      const auto issue = [&](auto s_c) {
+        constexpr int st = decltype(s_c)::value, kind = kind_of(st), ch = ch_of(st);
+        wg::Fence();
+        if constexpr (kPair && kind == 2) {
+          MmaDqPair(acc[st & 1]);
+        } else {
+          constexpr int ab = kAOf[kind], bb = kBOf[kind] + ch * kChBytes;
+          const uint32_t blo = kind == 2 ? dlo : dlo_q;  // K^T in the K side, Q^T / dO^T not
+          wg::MmaS8(acc[st & 1], TileDesc<TP>(dlo, ab), TileDesc<TP>(blo, bb), false);
+          wg::MmaS8(acc[st & 1], TileDesc<TP>(dlo, ab, 32), TileDesc<TP>(blo, bb, 32), true);
+        }
+        wg::Commit();
+      };
+      issue(std::integral_constant<int, 0>{});
+      issue(std::integral_constant<int, 1>{});
+      // kEarly: whether a next tile's phase 1 is issued in the last two steps (uniform).
+      const bool early_next = kEarly && i + 1 < p.ntq;
+      uint32_t dlo_n = 0;
+      cuda::StaticFor<kSteps>([&](auto s_c) {
+        constexpr int st = decltype(s_c)::value, kind = kind_of(st);
+        if constexpr (st + 1 < kSteps) {
+          wg::Wait<1>();
+        } else if (kEarly) {
+          wg::Wait<1>();  // the next tile's dP may still run
+        } else {
+          wg::Wait<0>();
+        }
+        const auto at = [&](int n, int e) { return acc[st & 1][4 * n + e]; };
+        const std::integral_constant<int, ch_of(st)> ch_c{};
+        if constexpr (kind == 0) epi_dv(ch_c, at);
+        if constexpr (kind == 1) epi_dk(ch_c, at);
+        if constexpr (kind == 2) EpiDq(r0, kPair ? cw : ch_of(st), c0f, c1f, at);
+        if constexpr (st + 2 < kSteps) issue(std::integral_constant<int, st + 2>{});
+        // kEarly: dP of the next tile in the registers step st's product freed, then S. On the
+        // last tile both are issued on this tile's operands, their results unused: the
+        // accumulators must be defined by a wgmma on every path into the back edge (otherwise
+        // the old ones stay live through the body: 350 bytes of spills), and defining them by
+        // any other instruction makes ptxas serialize every wgmma of the kernel (C7515).
+        if constexpr (kEarly && st == kSteps - 2) {
+          if (early_next) {
+            ring.ConsumerWait(it + 1);
+            dlo_n = wg::DescLo(cuda::SmemAddr(StageBase((it + 1) & 1)));
+          } else {
+            dlo_n = dlo_q;
+          }
+          wg::Fence();
+          PhaseOneIssueDpBf16<D, L>(dlo, dlo_n, dp_next);
+        }
+        if constexpr (kEarly && st == kSteps - 1) {
+          wg::Fence();
+          PhaseOneIssueS<D, L>(dlo, dlo_n, s_next);
+        }
+      });
+    }
+  }
+};
+
 // grid: (K tiles, BH); block: 128. Warp w owns keys 16w..16w+15 of the K tile for dK and dV, and
 // query rows 16w..16w+15 of each Q tile for S, dP, P, dS and dQ. kBwdWs: grid (groups of C =
 // kWsConsumers K tiles, BH), block 128 (C + 1): warpgroup 0 the producer, warpgroup 1 + c the
@@ -2092,12 +2829,6 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
   // 1) at bytes 16m + 4t .. 16m + 4t + 3 of the row, one 32-bit store per m.
   const int dsh_base = (warp * 16 + g) * kTile + 4 * t;
   const int dsh_sw = ((g >> 1) & 3) << 4;
-  auto pt_off = [&](int n, int b) {  // the 16-bit pair of query rows g, g + 8
-    return pt_base + n * 512 + b * 64;
-  };
-  auto dsh_off = [&](int m, int h) {  // keys 16m.., row g + 8h
-    return dsh_base + h * 512 + ((m << 4) ^ dsh_sw);
-  };
   const int c0 = j * kTile;
   const int64_t nd = int64_t(p.n) * D, npd = int64_t(p.np) * D;
   const float tau = p.tau;
@@ -2162,13 +2893,6 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       return 0u;
     }
   }()};
-  auto stage_base = [&](int sg) {
-    if constexpr (kWs) {
-      return buf + L::kStage0 + sg * L::kStageBytes;
-    } else {
-      return buf;
-    }
-  };
   SAGE_TRACE(1, 0, kWs && threadIdx.x == 128);
   if constexpr (kWs) {
     namespace wg = cuda::wgmma;
@@ -2190,7 +2914,7 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       for (int i = ibeg, it = 0; i < p.ntq; ++i, ++it) {
         const int rr = i * kTile;
         ring.ProducerAcquire(it);
-        char* const q = stage_base(it & 1);
+        char* const q = BwdStageBase<D, kVar>(buf, it & 1);
         if constexpr (kTma) {
           if (tid == 0) {
             const uint32_t full = ring.Full(it & 1);
@@ -2286,14 +3010,6 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
   const int kr[2] = {warp * 16 + g, warp * 16 + g + 8};  // this thread's key rows (dK, dV)
 
   const int i0 = kCausal ? c0 / kTile : 0;
-  // A barrier over the CTA (kWs: over this consumer warpgroup).
-  auto wg_sync = [&]() {
-    if constexpr (kWs) {
-      cuda::wgmma::NamedBarSync(1 + cw, kThreads);
-    } else {
-      __syncthreads();
-    }
-  };
   // Without kWs: the lse / D_i rows of the Q tile at rr into registers (threads 0..63), loaded
   // at the top of its iteration (single-buffered: 2-3 CTAs per SM overlap one CTA's copies with
   // another's work), and the mbarriers of the Q side's two copy groups (one phase per Q tile).
@@ -2326,10 +3042,9 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
     CopyWait();
     SAGE_TRACE(1, 2, threadIdx.x == 128);
     cuda::wgmma::FenceProxyAsync();
-    wg_sync();
+    BwdWgSync<kVar>(cw);
   }
-  // kPair: a barrier over both consumer warpgroups; the descriptor words of their regions.
-  const auto pair_sync = [&]() { cuda::wgmma::NamedBarSync(3, kCons * kThreads); };
+  // kPair: the descriptor words of both consumers' regions.
   const auto cons_dlo = [&](int c) {
     if constexpr (kPair) {
       return cuda::wgmma::DescLo(cuda::SmemAddr(buf + L::kCons0 + c * L::kConsBytes));
@@ -2346,7 +3061,7 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
   if constexpr (kEarly) {
     if (ibeg < p.ntq) {
       ring.ConsumerWait(0);
-      const uint32_t dlo_n = cuda::wgmma::DescLo(cuda::SmemAddr(stage_base(0)));
+      const uint32_t dlo_n = cuda::wgmma::DescLo(cuda::SmemAddr(BwdStageBase<D, kVar>(buf, 0)));
       cuda::wgmma::Fence();
       if constexpr (kSwap) {
         PhaseOneIssueDpT<D, L>(dlo, dlo_n, dp_next);
@@ -2357,6 +3072,16 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       }
     }
   }
+  BwdTile<D, kCausal, kVar> tile{.p = p, .buf = buf, .base = base, .cw = cw, .tid = tid, .bh = bh,
+                                 .j = j, .c0 = c0, .warp = warp, .lane = lane, .g = g, .t = t,
+                                 .kr = {kr[0], kr[1]}, .pt_base = pt_base, .dsh_base = dsh_base,
+                                 .dsh_sw = dsh_sw, .tau = tau, .skj = skj, .svj = svj, .dlo = dlo,
+                                 .dlo_c0 = dlo_c0, .dlo_c1 = dlo_c1, .tma_bar = tma_bar,
+                                 .ring = ring, .s_pt = s_pt, .s_dsh = s_dsh, .s_dst = s_dst,
+                                 .s_part = s_part, .s_vec = s_vec, .s_csp = s_csp,
+                                 .s_csds = s_csds, .s_colsum = s_colsum, .s_bias = s_bias,
+                                 .s_cinv2 = s_cinv2, .dk = dk, .dv = dv, .s_next = s_next,
+                                 .dp_next = dp_next};
   SAGE_PHASE_START(kWs && threadIdx.x == 128);  // (lab: consumer 0 thread 0's phase clocks)
   for (int i = kWs ? ibeg : i0, it = 0; i < p.ntq; ++i, ++it) {
     const int r0 = i * kTile;
@@ -2373,10 +3098,10 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       // start the tile apart: 0.983-0.994x at d128, session 19.) kSwap: its P^T / dS^T stores wait
       // for the previous tile's products by an mbarrier instead, right before them; its other
       // shared data (column partials, dS^) are ordered by its pair barriers.
-      if constexpr (!kSwap) wg_sync();
+      if constexpr (!kSwap) BwdWgSync<kVar>(cw);
       if constexpr (!kEarly) ring.ConsumerWait(it);  // (kEarly: before its phase 1's issue)
       SAGE_TRACE(1, 4, it == 0 && threadIdx.x == 128);
-      char* const q = stage_base(it & 1);
+      char* const q = BwdStageBase<D, kVar>(buf, it & 1);
       dlo_q = wg::DescLo(cuda::SmemAddr(q));
       s_lse = reinterpret_cast<float*>(q + L::kLse);
       s_drow = reinterpret_cast<float*>(q + L::kDrow);
@@ -2386,7 +3111,7 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       sdoi = reinterpret_cast<const float*>(q + L::kScal)[1];
       if (p.smooth_q) {
         BlockBias<D>(p.k + bh * nd, s_mu, s_kbar, j, p.n, tau, s_bias, tid);
-        wg_sync();
+        BwdWgSync<kVar>(cw);
       }
       SAGE_PHASE(0, kWs && threadIdx.x == 128);  // loop top: barrier, stage wait
     } else {
@@ -2419,653 +3144,10 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       cuda::wgmma::MbarWait(tma_bar, it & 1);  // Q^, dO landed (TMA)
     }
 
-    // dQ: rows g and g + 8 of this warp, all 32 values scaled first, then added into dqacc by one
-    // bulk reduction per warp.
-    // (c0f, c1f: the rows' coefficients.)
-    const auto epi_dq = [&](int ch, float c0f, float c1f, const auto& at) {  // dQ columns 64 ch..
-      float2 v0[8], v1[8];
-#pragma unroll
-      for (int n = 0; n < 8; ++n) {
-        v0[n] = make_float2(c0f * __int2float_rn(at(n, 0)), c0f * __int2float_rn(at(n, 1)));
-        v1[n] = make_float2(c1f * __int2float_rn(at(n, 2)), c1f * __int2float_rn(at(n, 3)));
-      }
-      // This warp's 16 rows x 64 columns are one 4 KB block of dqacc (DqAccIndex): rows g and
-      // g + 8 of it at float 64 g (+ 512), columns 8n + 2t, +1 in 16-byte unit (2n + t / 2) ^ g.
-      const int64_t blk = (int64_t(bh) * p.np + r0 + warp * 16) * D + ch * 1024;
-      const int x = (t >> 1) ^ g, o0 = g * 64 + ((t & 1) << 1);
-      // Staged in shared memory in the block's own order (once the previous bulk read of the
-      // staging is done), then lane 0 adds the whole block into dqacc with one bulk reduction
-      // (padded rows past N add zeros: dqacc holds whole blocks).
-      namespace wg = cuda::wgmma;
-      float* st = reinterpret_cast<float*>(base + L::kDqSt) + warp * 1024;
-      wg::BulkWaitRead<0>();  // (every lane: the others have no bulk group; no branch)
-      __syncwarp();
-#pragma unroll
-      for (int n = 0; n < 8; ++n) {
-        const int o = o0 + (((2 * n) ^ x) << 2);
-        *reinterpret_cast<float2*>(st + o) = v0[n];
-        *reinterpret_cast<float2*>(st + o + 512) = v1[n];
-      }
-      wg::FenceProxyAsync();
-      __syncwarp();
-      if (lane == 0) {
-        wg::BulkReduceAddF32(p.dqacc + blk, cuda::SmemAddr(st), 1024 * 4);
-        wg::BulkCommit();
-      }
-    };
-    // A dV / dK fold: x[ch * 8 + n][e] += coef(e / 2) * the int32 product at(n, e) (head-dim
-    // columns 64 ch.., key row kr[e / 2]'s coefficient).
-    const auto fold = [&](float (*x)[4], int ch, const auto& coef, const auto& at) {
-#pragma unroll
-      for (int n = 0; n < 8; ++n) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) x[ch * 8 + n][e] += coef(e >> 1) * __int2float_rn(at(n, e));
-      }
-    };
-    // kBwdDqPair's dQ product, not committed: columns 64 cw.. of the Q tile over both
-    // consumers' 128 keys (dS^ of consumer c times its K^T, two k-steps each).
-    const auto mma_dq_pair = [&](int32_t(&d)[32]) {
-      namespace wg = cuda::wgmma;
-      using TP = typename L::TileP;
-      const int bb = L::kKht + cw * TP::kBytes;
-      wg::MmaS8(d, TileDesc<TP>(dlo_c0, L::kDsh), TileDesc<TP>(dlo_c0, bb), false);
-      wg::MmaS8(d, TileDesc<TP>(dlo_c0, L::kDsh, 32), TileDesc<TP>(dlo_c0, bb, 32), true);
-      wg::MmaS8(d, TileDesc<TP>(dlo_c1, L::kDsh), TileDesc<TP>(dlo_c1, bb), true);
-      wg::MmaS8(d, TileDesc<TP>(dlo_c1, L::kDsh, 32), TileDesc<TP>(dlo_c1, bb, 32), true);
-    };
     if constexpr (kSwap) {
-      // kBwdSwap: this thread holds S^T / dP^T, P^T / dS^T at key rows kr[h] (e / 2 = h) and query
-      // columns 8n + 2t + (e % 2) of the tile.
-      namespace wg = cuda::wgmma;
-      using TP = typename L::TileP;
-      constexpr int kChBytes = TP::kBytes;  // head-dim columns 64.. of Q^T / dO^T / K^T
-      const uint32_t tile_done = cuda::SmemAddr(buf + L::kBar) + L::kTileDoneOff + 8 * cw;
-      wg::Wait<0>();  // S^T, dP^T (issued during the previous tile)
-      SAGE_PHASE(1, threadIdx.x == 128);  // phase 1's wgmma wait
-      float pf[8][4], dsf[8][4];
-      {
-        const float a2 = SoftmaxScale(tau * sqi * skj * cuda::kLog2e);
-        const bool interior = r0 + kTile <= p.n && c0 + kTile <= p.n &&
-                              (!kCausal || c0 + kTile - 1 <= r0);
-        // As the other form: the masked one computes every element, then zeroes those outside
-        // (queries qc of the tile with qlo[h] <= qc < qhi[h] are visible from key row h).
-        const auto tile_fx = [&](auto mask_c) {
-          constexpr bool kMask = decltype(mask_c)::value;
-          [[maybe_unused]] int qlo[2], qhi[2];
-          if constexpr (kMask) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              const int key = c0 + kr[h];
-              qhi[h] = key < p.n ? p.n - r0 : 0;
-              qlo[h] = kCausal ? key - r0 : 0;
-            }
-          }
-#pragma unroll
-          for (int n = 0; n < 8; ++n) {
-            // lse (log2 domain) and D_i of queries 8n + 2t, +1
-            const float2 l2 = *reinterpret_cast<const float2*>(s_lse + 8 * n + 2 * t);
-            const float2 dr = *reinterpret_cast<const float2*>(s_drow + 8 * n + 2 * t);
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int b = e & 1;
-              const float x = __int2float_rn(s_next[4 * n + e]);
-              const float pe = cuda::FastExp2(fmaf(a2, x, -(b ? l2.y : l2.x)));
-              const float ds = pe * (dp_next[4 * n + e] - (b ? dr.y : dr.x));
-              bool valid = true;  // (interior: folded away)
-              if constexpr (kMask) {
-                const int qc = 8 * n + 2 * t + b;
-                valid = qc >= qlo[e >> 1] && qc < qhi[e >> 1];
-              }
-              pf[n][e] = valid ? pe : 0.0f;
-              dsf[n][e] = valid ? ds : 0.0f;
-            }
-          }
-        };
-        if (interior) {
-          tile_fx(std::false_type{});
-        } else {
-          tile_fx(std::true_type{});
-        }
-      }
-      SAGE_PHASE(2, threadIdx.x == 128);  // P, dS
-      // The scales of P^T (dV) and dS^T (dK): one per key row, over the tile's 64 queries (the
-      // thread's 16 values of the row, then the quad that shares it).
-      float ip[2], ids[2], cdv[2], cdk[2];
-      {
-        float sp[2], sd[2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          float mp = 0.0f, md = 0.0f;
-#pragma unroll
-          for (int n = 0; n < 8; ++n) {
-#pragma unroll
-            for (int b = 0; b < 2; ++b) {
-              mp = fmaxf(mp, pf[n][2 * h + b]);
-              md = fmaxf(md, fabsf(dsf[n][2 * h + b]));
-            }
-          }
-          sp[h] = GroupScaleBranchless(QuadMax(mp));
-          sd[h] = GroupScaleBranchless(QuadMax(md));
-          ip[h] = RcpNewton(sp[h]);
-          ids[h] = RcpNewton(sd[h]);
-        }
-        // One warp-uniform test for the four reciprocals (as the other form's three).
-        const bool slow = !RcpFastPath(sp[0]) || !RcpFastPath(sp[1]) || !RcpFastPath(sd[0]) ||
-                          !RcpFastPath(sd[1]);
-        if (__any_sync(0xffffffffu, slow)) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            ip[h] = 1.0f / sp[h];
-            ids[h] = 1.0f / sd[h];
-          }
-        }
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          cdv[h] = sp[h] * sdoi;
-          cdk[h] = tau * sd[h] * sqi;
-        }
-      }
-      // P^T and dS^T [key][q] codes: the bytes of key row kr[h] at query slots 4t..4t + 3 of each
-      // 16-query half u of k-slice kk (queries 32kk..32kk + 31) are the queries 2t, 2t + 8,
-      // 2t + 1, 2t + 9 of that half in BwdQueryOfSlot's order (Q^T / dO^T hold the queries in
-      // it), all this thread's: one 32-bit store each, into the 64B-swizzled tiles (16-byte unit
-      // 2kk + u of row r at (2kk + u) ^ ((r / 2) % 4), the same for both rows kr[h]). (From
-      // registers as the wgmmas' A fragments instead, ptxas spilled 300-440 bytes: session 25.)
-      {
-        const int swz = (g >> 1) & 3;
-        const auto store_codes = [&](int8_t* tile, const float(&x)[8][4], const float(&inv)[2]) {
-#pragma unroll
-          for (int kk = 0; kk < 2; ++kk) {
-#pragma unroll
-            for (int u = 0; u < 2; ++u) {
-#pragma unroll
-              for (int h = 0; h < 2; ++h) {
-                const int n0 = 4 * kk + 2 * u;
-                *reinterpret_cast<uint32_t*>(tile + kr[h] * kTile + (((2 * kk + u) ^ swz) << 4) +
-                                             4 * t) =
-                    PackLowBytes(QuantBits(x[n0][2 * h], inv[h]),
-                                 QuantBits(x[n0 + 1][2 * h], inv[h]),
-                                 QuantBits(x[n0][2 * h + 1], inv[h]),
-                                 QuantBits(x[n0 + 1][2 * h + 1], inv[h]));
-              }
-            }
-          }
-        };
-        // (Every warp of this consumer has waited for the previous tile's dV / dK products,
-        // which read these tiles; their arrivals end each tile.)
-        if (it > 0) wg::MbarWait(tile_done, (it - 1) & 1);
-        store_codes(s_pt, pf, ip);
-        store_codes(s_dst, dsf, ids);
-      }
-      // The dS^ scales (one per query row over both consumers' 128 keys) and the rows' dS sums
-      // (the K-mean correction of dQ): column partials over this warp's 16 keys (its two rows,
-      // then the 8 lane groups), [4 warps] of each into s_part, [4 + warp] the sums.
-      {
-        float vds[16], vcs[16];
-#pragma unroll
-        for (int n = 0; n < 8; ++n) {
-#pragma unroll
-          for (int b = 0; b < 2; ++b) {
-            vds[2 * n + b] = fmaxf(fabsf(dsf[n][b]), fabsf(dsf[n][2 + b]));
-            vcs[2 * n + b] = dsf[n][b] + dsf[n][2 + b];
-          }
-        }
-        float rds[2], rcs[2];
-        ColumnReduceScatter(vds, lane, [](float x, float y) { return fmaxf(x, y); }, rds);
-        ColumnReduceScatter(vcs, lane, [](float x, float y) { return x + y; }, rcs);
-        const int c = 8 * g + 2 * t;
-        *reinterpret_cast<float2*>(s_part + warp * kTile + c) = make_float2(rds[0], rds[1]);
-        *reinterpret_cast<float2*>(s_part + (4 + warp) * kTile + c) = make_float2(rcs[0], rcs[1]);
-      }
-      wg::FenceProxyAsync();  // the P^T / dS^T stores -> the dV / dK wgmmas' reads
-      SAGE_PHASE(3, threadIdx.x == 128);  // row scales, P^T / dS^T codes, column partials
-      pair_sync();  // both consumers' column partials (and this one's P^T / dS^T codes)
-      // Five products: dV, dK of head-dim columns ch * 64.. (A: P^T / dS^T, B: dO^T / Q^T of the
-      // stage at bt) and dQ (columns 64 cw.. over both consumers' 128 keys: dS^ of consumer c
-      // times its K^T). The first dV one runs beside the dS^ scales and is folded before their
-      // barrier (0.988-1.020x over issuing it after them, two calls of session 25; the first dK
-      // one too, in flight through that barrier and the dS^ codes: 0.94-0.97x); the others two
-      // at a time, each epilogue beside the next product.
-      int32_t acc[2][32];
-      const auto issue_ss = [&](int32_t(&d)[32], int at, int bt) {
-        wg::Fence();
-        wg::MmaS8(d, TileDesc<TP>(dlo, at), TileDesc<TP>(dlo_q, bt), false);
-        wg::MmaS8(d, TileDesc<TP>(dlo, at, 32), TileDesc<TP>(dlo_q, bt, 32), true);
-        wg::Commit();
-      };
-      const auto fold_acc = [&](float(&x)[kNtD][4], int ch, const float(&coef)[2],
-                                const int32_t(&d)[32]) {
-        fold(x, ch, [&](int h) { return coef[h]; }, [&](int n, int e) { return d[4 * n + e]; });
-      };
-      issue_ss(acc[0], L::kPT, L::kDoht);
-      if (warp < 2) {
-        // Warp 0 of consumer c: the scales of queries 32c + lane (scale and 1 / scale into the
-        // stage's s_xrow [2][64]); warp 1: their dS sums, added into dsrow.
-        const int c = 32 * cw + lane;
-        const float* pa = reinterpret_cast<const float*>(buf + L::kCons0 + L::kPart);
-        const float* pb = pa + L::kConsBytes / 4;
-        if (warp == 0) {
-          float m = 0.0f;
-#pragma unroll
-          for (int w = 0; w < 4; ++w) m = fmaxf(m, fmaxf(pa[w * kTile + c], pb[w * kTile + c]));
-          const float sc = GroupScaleBranchless(m);
-          float inv = RcpNewton(sc);
-          if (__any_sync(0xffffffffu, !RcpFastPath(sc))) inv = 1.0f / sc;
-          s_xrow[c] = sc;
-          s_xrow[kTile + c] = inv;
-        } else {
-          float sum = 0.0f;
-#pragma unroll
-          for (int w = 0; w < 4; ++w) sum += pa[(4 + w) * kTile + c] + pb[(4 + w) * kTile + c];
-          RedAddIf(r0 + c < p.n, p.dsrow + int64_t(bh) * p.n + r0 + c, sum);
-        }
-      }
-      wg::Wait<0>();
-      fold_acc(dv, 0, cdv, acc[0]);
-      pair_sync();  // the dS^ scales
-      {
-        // dS^ [q][key] codes: 16-bit units (key rows g, g + 8 of this warp; query 8n + 2t + b),
-        // transposed by stmatrix into rows q, this warp's 16 keys at 16-byte unit `warp` of the
-        // row (keys g + 8h at byte 2g + h: K^T's order here), 64B-swizzled (unit u of row q at
-        // u ^ ((q / 2) % 4)). Lane l gives the address of query row l (+ 32: matrices 4-7).
-        const float2* qinv = reinterpret_cast<const float2*>(s_xrow + kTile);
-        uint32_t dsh[8];
-#pragma unroll
-        for (int n = 0; n < 8; ++n) {
-          const float2 iv = qinv[4 * n + t];
-          dsh[n] = __byte_perm(QuantPack2(dsf[n][0], dsf[n][2], iv.x),
-                               QuantPack2(dsf[n][1], dsf[n][3], iv.y), 0x5410);
-        }
-        const uint32_t sa = cuda::SmemAddr(s_dsh) + lane * kTile + ((warp ^ ((lane >> 1) & 3)) << 4);
-        cuda::StMatrixX4Trans(sa, dsh[0], dsh[1], dsh[2], dsh[3]);
-        cuda::StMatrixX4Trans(sa + 32 * kTile, dsh[4], dsh[5], dsh[6], dsh[7]);
-        wg::FenceProxyAsync();  // st.shared -> the dQ wgmmas' reads
-      }
-      SAGE_PHASE(4, threadIdx.x == 128);  // query scales, dS^ codes
-      // The next tile's dP^T (on the last tile: this one's operands, unused; see kEarly) and S^T
-      // go into the registers the last two products' epilogues free.
-      uint32_t dlo_n = dlo_q;
-      const auto next_stage = [&]() {
-        if (i + 1 < p.ntq) {
-          ring.ConsumerWait(it + 1);
-          dlo_n = wg::DescLo(cuda::SmemAddr(stage_base((it + 1) & 1)));
-        }
-        wg::Fence();
-      };
-      const auto issue_dq = [&](int32_t(&d)[32]) {
-        wg::Fence();
-        mma_dq_pair(d);
-        wg::Commit();
-      };
-      const auto dq_epi = [&](const int32_t(&d)[32]) {
-        epi_dq(cw, tau * s_xrow[warp * 16 + g] * skj, tau * s_xrow[warp * 16 + g + 8] * skj,
-               [&](int n, int e) { return d[4 * n + e]; });
-      };
-      issue_ss(acc[0], L::kDsT, L::kQht);
-      issue_ss(acc[1], L::kPT, L::kDoht + kChBytes);
-      pair_sync();  // both consumers' dS^
-      wg::Wait<1>();
-      fold_acc(dk, 0, cdk, acc[0]);
-      issue_dq(acc[0]);
-      wg::Wait<1>();
-      fold_acc(dv, 1, cdv, acc[1]);
-      issue_ss(acc[1], L::kDsT, L::kQht + kChBytes);
-      wg::Wait<1>();
-      dq_epi(acc[0]);
-      next_stage();
-      PhaseOneIssueDpT<D, L>(dlo, dlo_n, dp_next);
-      wg::Wait<1>();
-      fold_acc(dk, 1, cdk, acc[1]);
-      wg::Fence();
-      PhaseOneIssueST<D, L>(dlo, dlo_n, s_next);
-      wg::MbarArrive(tile_done);  // this tile's reads of P^T / dS^T are done
-      SAGE_PHASE(5, threadIdx.x == 128);  // the products, their epilogues, the next tile's issue
+      tile.TileKeysAsRows(i, it, r0, sqi, sdoi, dlo_q, s_lse, s_drow, s_xrow);
     } else {
-      // S and dP for this warp's 16 query rows x 64 keys; P and dS stay in registers (pf, dsf).
-      float pf[8][4], dsf[8][4];
-      {
-        int32_t si[8][4];
-        float dp[8][4];
-        if constexpr (kEarly) {
-          cuda::wgmma::Wait<0>();
-#pragma unroll
-          for (int n = 0; n < 8; ++n) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              si[n][e] = s_next[4 * n + e];
-              dp[n][e] = dp_next[4 * n + e];
-            }
-          }
-        } else {
-          PhaseOneWgmma<D, L>(dlo, dlo_q, p.int8_dp, sdoi * svj, si, dp);
-        }
-        SAGE_PHASE(1, kWs && threadIdx.x == 128);  // phase 1's wgmma wait
-        const float a = tau * sqi * skj;
-        // Interior block: every (row, key) visible (no N tail, causal: wholly below the diagonal).
-        const bool interior = r0 + kTile <= p.n && c0 + kTile <= p.n &&
-                              (!kCausal || c0 + kTile - 1 <= r0);
-        // Log2 domain, P = ex2.approx(a log2e x + (bias log2e - lse log2e)): one FMA and the SFU op
-        // per element (expf: range reduction + ex2 + scaling, ~8 instructions).
-        const float a2 = SoftmaxScale(a * cuda::kLog2e);  // the v5+ forwards' a, bit for bit
-        // The Q-smoothing bias as a compile-time choice of two loops (a runtime test per element
-        // was if-converted into predicated loads and FMAs issued either way).
-        // P and dS by one FMA and the SFU op per element; the masked form (N tail, causal
-        // diagonal) computes every element the same way and then zeroes those outside the mask by
-        // a select on a per-row key limit, so that it needs no more registers than the interior
-        // form (its former per-element predicated loads and exponentials were the loop's register
-        // peak, 238 of 240, which the rest of the loop's allocation had to fit around; session 24).
-        // Elements outside are computed from whatever the tiles hold there and never selected.
-        const auto tile_fx = [&](auto sq_c, auto mask_c) {
-          constexpr bool kSq = decltype(sq_c)::value, kMask = decltype(mask_c)::value;
-          const float l0 = s_lse[warp * 16 + g] * cuda::kLog2e;
-          const float l1 = s_lse[warp * 16 + g + 8] * cuda::kLog2e;
-          const float dr0 = s_drow[warp * 16 + g], dr1 = s_drow[warp * 16 + g + 8];
-          // kMask: keys c0 + c with c < lim[h] are visible from row h (0 for rows past N).
-          [[maybe_unused]] int lim[2];
-          if constexpr (kMask) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              const int grow = r0 + warp * 16 + g + 8 * h;
-              const int last = kCausal ? min(grow + 1, p.n) : p.n;  // keys < last are visible
-              lim[h] = grow < p.n ? last - c0 : 0;
-            }
-          }
-#pragma unroll
-          for (int n = 0; n < 8; ++n) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const float x = __int2float_rn(si[n][e]);
-              const float l = (e >> 1) ? l1 : l0;
-              const float bl = kSq ? fmaf(s_bias[n * 8 + 2 * t + (e & 1)], cuda::kLog2e, -l) : -l;
-              const float pe = cuda::FastExp2(fmaf(a2, x, bl));
-              const float ds = pe * (dp[n][e] - ((e >> 1) ? dr1 : dr0));
-              bool valid = true;  // (interior: folded away)
-              if constexpr (kMask) valid = n * 8 + 2 * t + (e & 1) < lim[e >> 1];
-              pf[n][e] = valid ? pe : 0.0f;
-              dsf[n][e] = valid ? ds : 0.0f;
-            }
-          }
-        };
-        if (interior) {
-          if (p.smooth_q) {
-            tile_fx(std::true_type{}, std::false_type{});
-          } else {
-            tile_fx(std::false_type{}, std::false_type{});
-          }
-        } else {
-          if (p.smooth_q) {
-            tile_fx(std::true_type{}, std::true_type{});
-          } else {
-            tile_fx(std::false_type{}, std::true_type{});
-          }
-        }
-      }
-      SAGE_PHASE(2, kWs && threadIdx.x == 128);  // P, dS
-      // Row scales of dS (this thread's rows 16w+g, +8: the same rows as its dQ rows) and rowsum.
-      float rmax[2], rscale[2], rinv[2];  // per row: max |dS| (kPair: over this consumer's keys)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float mds = 0.0f, rs = 0.0f;
-#pragma unroll
-        for (int n = 0; n < 8; ++n) {
-#pragma unroll
-          for (int b = 0; b < 2; ++b) {
-            mds = fmaxf(mds, fabsf(dsf[n][2 * h + b]));
-            rs += dsf[n][2 * h + b];
-          }
-        }
-        mds = QuadMax(mds);
-        rs = QuadSum(rs);
-        rmax[h] = mds;
-        if constexpr (kPair) {  // the scale after the pair barrier below, over both consumers' keys
-          if (t == 0) s_xrow[cw * kTile + warp * 16 + g + 8 * h] = mds;
-        } else {
-          rscale[h] = GroupScaleBranchless(mds);
-          rinv[h] = RcpNewton(rscale[h]);  // (RcpFastPath: checked with the column scale's below)
-        }
-        const int grow = r0 + warp * 16 + g + 8 * h;
-        if constexpr (kPair && !kCausal) {
-          // (Measured: the predicated add below 0.986-0.988x here, 1.022-1.030x on the causal
-          // kernel, 1.017-1.036x at d64; session 23.)
-          if (t == 0 && grow < p.n) atomicAdd(p.dsrow + int64_t(bh) * p.n + grow, rs);
-        } else {
-          RedAddIf(t == 0 && grow < p.n, p.dsrow + int64_t(bh) * p.n + grow, rs);
-        }
-      }
-      // Column partials over this warp's 16 rows (its two rows, then the 8 groups: lane bits 2..4).
-      // The column sums of dS serve Q-smoothing's dK term only (which kPair never runs), so the
-      // reduce-scatter variants skip them without it: a warp-uniform branch around ~85 instructions
-      // per warp and tile (5% of the d64 backward's) that were issued for nothing. Measured: d64
-      // backward 1.016-1.030x, d128 (no column sums with kPair) unchanged; the branch costs the
-      // d64 kernels 4-8 bytes of spills at their 168-register bound (session 14).
-      const bool col_sum = !kPair && p.smooth_q;
-      {
-        float vp[16], vds[16];
-#pragma unroll
-        for (int n = 0; n < 8; ++n) {
-#pragma unroll
-          for (int b = 0; b < 2; ++b) {
-            vp[2 * n + b] = fmaxf(pf[n][b], pf[n][2 + b]);
-            vds[2 * n + b] = fmaxf(fabsf(dsf[n][b]), fabsf(dsf[n][2 + b]));
-          }
-        }
-        const auto fmax = [](float x, float y) { return fmaxf(x, y); };
-        float rp[2], rds[2];
-        ColumnReduceScatter(vp, lane, fmax, rp);
-        ColumnReduceScatter(vds, lane, fmax, rds);
-        const int c = 8 * g + 2 * t;
-        *reinterpret_cast<float2*>(s_part + (0 * 4 + warp) * kTile + c) = make_float2(rp[0], rp[1]);
-        *reinterpret_cast<float2*>(s_part + (1 * 4 + warp) * kTile + c) = make_float2(rds[0], rds[1]);
-        if (col_sum) {
-          float vcs[16], rcs[2];
-#pragma unroll
-          for (int n = 0; n < 8; ++n) {
-#pragma unroll
-            for (int b = 0; b < 2; ++b) vcs[2 * n + b] = dsf[n][b] + dsf[n][2 + b];
-          }
-          ColumnReduceScatter(vcs, lane, [](float x, float y) { return x + y; }, rcs);
-          *reinterpret_cast<float2*>(s_part + (2 * 4 + warp) * kTile + c) =
-              make_float2(rcs[0], rcs[1]);
-        }
-      }
-      SAGE_PHASE(3, kWs && threadIdx.x == 128);  // row and column statistics
-      if constexpr (kPair) {
-        pair_sync();  // both consumers' row maxima of |dS| (and this one's column partials)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const float other = s_xrow[(1 - cw) * kTile + warp * 16 + g + 8 * h];
-          rscale[h] = GroupScaleBranchless(fmaxf(rmax[h], other));
-          rinv[h] = RcpNewton(rscale[h]);  // (RcpFastPath: checked with the column scale's below)
-        }
-      } else {
-        wg_sync();
-      }
-      {
-        // One scale per thread: warps 0-1 (which = 0) take P's of column c, warps 2-3 dS's (and
-        // the dS column sum with Q-smoothing), so the four warps share the combine, the division
-        // and the stores (the codes below read the 1 / scales interleaved from s_cinv2).
-        static_assert(kThreads == 2 * kTile, "two quantities per column over the warpgroup");
-        const int c = tid & (kTile - 1), which = tid >> 6;
-        float m = 0.0f, cs = 0.0f;
-#pragma unroll
-        for (int w = 0; w < 4; ++w) {
-          m = fmaxf(m, s_part[(which * 4 + w) * kTile + c]);
-          if (col_sum && which) cs += s_part[(2 * 4 + w) * kTile + c];
-        }
-        const float sc = GroupScaleBranchless(m);
-        float inv = RcpNewton(sc);
-        // One warp-uniform test for the three reciprocals, the rows' (either path above) and the
-        // column's (separate tests serialize their chains: each one's branch is a convergence
-        // point), the IEEE division for the rare slow path.
-        const bool slow = !RcpFastPath(sc) || !RcpFastPath(rscale[0]) || !RcpFastPath(rscale[1]);
-        if (__any_sync(0xffffffffu, slow)) {
-          inv = 1.0f / sc;
-          rinv[0] = 1.0f / rscale[0];
-          rinv[1] = 1.0f / rscale[1];
-        }
-        // int8 dS^ [q][key] (row scales) while the column scales' chain runs: its codes need no
-        // column scale, so they fill the wait before the barrier below instead of following it.
-        uint32_t dsh_lo[2];  // dS^ codes of the even n-block, stored with the odd one's
-#pragma unroll
-        for (int n = 0; n < 8; ++n) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const uint32_t packed = QuantPack2(dsf[n][2 * h], dsf[n][2 * h + 1], rinv[h]);
-            if (n % 2 == 0) {
-              dsh_lo[h] = packed;
-            } else {  // keys 8(n - 1) + 2t, +1, 8n + 2t, +1: four adjacent bytes (K^T's order)
-              *reinterpret_cast<uint32_t*>(s_dsh + dsh_off(n >> 1, h)) =
-                  __byte_perm(dsh_lo[h], packed, 0x5410);
-            }
-          }
-        }
-        s_vec[which * kTile + c] = sc;  // s_csp (which = 0) or s_csds (1)
-        s_cinv2[2 * c + which] = inv;
-        if (col_sum && which) s_colsum[c] = cs;
-      }
-      wg_sync();
-      SAGE_PHASE(4, kWs && threadIdx.x == 128);  // pair barrier, column scales, their barrier
-      // The dV / dK epilogues' coefficients of this thread's key rows kr[h]. d128: in registers
-      // from here (read in the epilogues, they were loaded again after every wgmma wait, whose
-      // memory clobber orders them, each behind an address rematerialized from the thread index);
-      // d64 reads them in the epilogues (measured 2-3% faster at d64; session 24).
-      constexpr bool kCoefRegs = D == 128;
-      const auto dv_coef = [&](int h) { return s_csp[kr[h]] * sdoi; };
-      const auto dk_coef = [&](int h) { return tau * s_csds[kr[h]] * sqi; };
-      [[maybe_unused]] float cdv[2], cdk[2];
-      if constexpr (kCoefRegs) {
-        cdv[0] = dv_coef(0), cdv[1] = dv_coef(1);
-        cdk[0] = dk_coef(0), cdk[1] = dk_coef(1);
-      }
-      // int8 P^T [key][q], dS^T [key][q] (column scales). inv4[n]: (1/s_P, 1/s_dS) of columns
-      // 8n + 2t and 8n + 2t + 1 in one 16-byte load. Issued right before its block's codes, each load
-      // would come after the previous block's code stores (the compiler cannot tell the tiles
-      // apart), its latency exposed in turn: they run kAhead blocks ahead. (At d128 this and the
-      // coefficients above pay only since the masked P / dS form stopped being the loop's register
-      // peak; before, ptxas made room for them by recomputing the thread index in the loop:
-      // session 24.)
-      constexpr int kAhead = D == 64 ? 4 : 2;
-      const float4* const cinv4 = reinterpret_cast<const float4*>(s_cinv2);
-      float4 inv4[8];
-#pragma unroll
-      for (int n = 0; n < kAhead; ++n) inv4[n] = cinv4[n * 4 + t];
-#pragma unroll
-      for (int n = 0; n < 8; ++n) {
-        if (n + kAhead < 8) inv4[n + kAhead] = cinv4[(n + kAhead) * 4 + t];
-#pragma unroll
-        for (int b = 0; b < 2; ++b) {
-          const float ip = b ? inv4[n].z : inv4[n].x;
-          const float ids = b ? inv4[n].w : inv4[n].y;
-          // Query rows g (h = 0) and g + 8 (h = 1): two codes (two FMAs + one PRMT: no F2I, no
-          // clamp), one 16-bit store.
-          const uint32_t pp = QuantPack2(pf[n][b], pf[n][2 + b], ip);
-          const uint32_t pds = QuantPack2(dsf[n][b], dsf[n][2 + b], ids);
-          *reinterpret_cast<uint16_t*>(s_pt + pt_off(n, b)) = static_cast<uint16_t>(pp);
-          *reinterpret_cast<uint16_t*>(s_dst + pt_off(n, b)) = static_cast<uint16_t>(pds);
-        }
-      }
-      if constexpr (!kWs) cuda::wgmma::MbarWait(tma_bar + 8, it & 1);  // Q^T, dO^T landed
-      cuda::wgmma::FenceProxyAsync();  // st.shared -> wgmma's reads
-      if constexpr (kPair) {
-        pair_sync();  // the dQ wgmma reads both consumers' dS^
-      } else {
-        wg_sync();
-      }
-
-      SAGE_PHASE(5, kWs && threadIdx.x == 128);  // the codes, their stores and the pair barrier
-      // dV, dK (this warp's 16 keys) and dQ (this warp's 16 query rows), 64 head-dim columns at a
-      // time to bound the live int32 accumulators. The epilogues read the chunk's int32 products
-      // through at(n, e) (the m16n8 / m64n64 accumulator layouts agree per warp).
-      const float c0f = tau * rscale[0] * skj, c1f = tau * rscale[1] * skj;
-      const auto epi_dv = [&](auto ch_c, const auto& at) {
-        fold(dv, decltype(ch_c)::value, [&](int h) {
-          if constexpr (kCoefRegs) {
-            return cdv[h];
-          } else {
-            return dv_coef(h);
-          }
-        }, at);
-      };
-      const auto epi_dk = [&](auto ch_c, const auto& at) {
-        fold(dk, decltype(ch_c)::value, [&](int h) {
-          if constexpr (kCoefRegs) {
-            return cdk[h];
-          } else {
-            return dk_coef(h);
-          }
-        }, at);
-      };
-      // The 64 head-dim rows ch * 64.. of K^T, Q^T, dO^T start ch * kChBytes into their tiles.
-      constexpr int kChBytes = L::TileP::kBytes;
-      {
-        // Six (d128) / three (d64) products in flight two at a time: step s = 3 ch + kind (dV, dK,
-        // dQ); the epilogue of step s runs while step s + 1's wgmma does. kPair: five steps, dV /
-        // dK of head-dim chunk 0, dQ (this consumer's chunk cw over both consumers' 128 keys: four
-        // k-steps), dV / dK of chunk 1.
-        namespace wg = cuda::wgmma;
-        using TP = typename L::TileP;
-        constexpr int kAOf[3] = {L::kPT, L::kDsT, L::kDsh};
-        constexpr int kBOf[3] = {L::kDoht, L::kQht, L::kKht};
-        constexpr int kSteps = kPair ? 2 * (D / 64) + 1 : 3 * (D / 64);
-        constexpr auto kind_of = [](int st) {
-          return kPair ? (st == 2 ? 2 : (st < 2 ? st : st - 3)) : st % 3;
-        };
-        constexpr auto ch_of = [](int st) { return kPair ? (st < 2 ? 0 : 1) : st / 3; };
-        int32_t acc[2][32];
-        const auto issue = [&](auto s_c) {
-          constexpr int st = decltype(s_c)::value, kind = kind_of(st), ch = ch_of(st);
-          wg::Fence();
-          if constexpr (kPair && kind == 2) {
-            mma_dq_pair(acc[st & 1]);
-          } else {
-            constexpr int ab = kAOf[kind], bb = kBOf[kind] + ch * kChBytes;
-            const uint32_t blo = kind == 2 ? dlo : dlo_q;  // K^T in the K side, Q^T / dO^T not
-            wg::MmaS8(acc[st & 1], TileDesc<TP>(dlo, ab), TileDesc<TP>(blo, bb), false);
-            wg::MmaS8(acc[st & 1], TileDesc<TP>(dlo, ab, 32), TileDesc<TP>(blo, bb, 32), true);
-          }
-          wg::Commit();
-        };
-        issue(std::integral_constant<int, 0>{});
-        issue(std::integral_constant<int, 1>{});
-        // kEarly: whether a next tile's phase 1 is issued in the last two steps (uniform).
-        const bool early_next = kEarly && i + 1 < p.ntq;
-        uint32_t dlo_n = 0;
-        cuda::StaticFor<kSteps>([&](auto s_c) {
-          constexpr int st = decltype(s_c)::value, kind = kind_of(st);
-          if constexpr (st + 1 < kSteps) {
-            wg::Wait<1>();
-          } else if (kEarly) {
-            wg::Wait<1>();  // the next tile's dP may still run
-          } else {
-            wg::Wait<0>();
-          }
-          const auto at = [&](int n, int e) { return acc[st & 1][4 * n + e]; };
-          const std::integral_constant<int, ch_of(st)> ch_c{};
-          if constexpr (kind == 0) epi_dv(ch_c, at);
-          if constexpr (kind == 1) epi_dk(ch_c, at);
-          if constexpr (kind == 2) epi_dq(kPair ? cw : ch_of(st), c0f, c1f, at);
-          if constexpr (st + 2 < kSteps) issue(std::integral_constant<int, st + 2>{});
-          // kEarly: dP of the next tile in the registers step st's product freed, then S. On the
-          // last tile both are issued on this tile's operands, their results unused: the
-          // accumulators must be defined by a wgmma on every path into the back edge (otherwise
-          // the old ones stay live through the body: 350 bytes of spills), and defining them by
-          // any other instruction makes ptxas serialize every wgmma of the kernel (C7515).
-          if constexpr (kEarly && st == kSteps - 2) {
-            if (early_next) {
-              ring.ConsumerWait(it + 1);
-              dlo_n = wg::DescLo(cuda::SmemAddr(stage_base((it + 1) & 1)));
-            } else {
-              dlo_n = dlo_q;
-            }
-            wg::Fence();
-            PhaseOneIssueDpBf16<D, L>(dlo, dlo_n, dp_next);
-          }
-          if constexpr (kEarly && st == kSteps - 1) {
-            wg::Fence();
-            PhaseOneIssueS<D, L>(dlo, dlo_n, s_next);
-          }
-        });
-      }
+      tile.TileRows(i, it, r0, sqi, sdoi, dlo_q, s_lse, s_drow, s_xrow);
     }
     // Q-smoothing's dK term tau rowsum_q(dS)[key] mu (ALGORITHMS.md 1.2) after the tile's
     // wgmmas, not per element of the dK epilogue behind a runtime test (if-converted there: ~250
@@ -3102,13 +3184,13 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
   static_assert(L::kKh == 0 && (kWs ? L::kKht + L::TileT::kBytes : L::kDo) >= 2 * OT::kBytes,
                 "staging room");
   if constexpr (kPair) {
-    pair_sync();
+    tile.PairSync();
   } else {
-    wg_sync();
+    BwdWgSync<kVar>(cw);
   }
   cuda::StageAccBf16<OT>(base, warp * 16, 0, lane, dk, 1.0f, 1.0f);
   cuda::StageAccBf16<OT>(base + OT::kBytes, warp * 16, 0, lane, dv, 1.0f, 1.0f);
-  wg_sync();
+  BwdWgSync<kVar>(cw);
   const int nr = min(kTile, p.n - c0);
   if (nr > 0) {
     cuda::StoreTileRows<OT>(base, p.dk + bh * nd + int64_t(c0) * D, D, nr, tid, kThreads);
