@@ -71,8 +71,17 @@ struct Case {
 };
 
 std::string Name(const Case& c) {
-  return "B" + std::to_string(c.B) + " H" + std::to_string(c.H) + " N" + std::to_string(c.N) +
-         " D" + std::to_string(c.D) + (c.causal ? " causal" : " full");
+  // (Appended piece by piece: GCC 12's -Wrestrict misfires on "literal" + std::string&&.)
+  std::string s = "B";
+  s += std::to_string(c.B);
+  s += " H";
+  s += std::to_string(c.H);
+  s += " N";
+  s += std::to_string(c.N);
+  s += " D";
+  s += std::to_string(c.D);
+  s += c.causal ? " causal" : " full";
+  return s;
 }
 
 void PrintHeaderOnce() {
@@ -202,9 +211,16 @@ std::vector<Case> Cases() {
 INSTANTIATE_TEST_SUITE_P(Shapes, FpaGpu, ::testing::ValuesIn(Cases()),
                          [](const ::testing::TestParamInfo<Case>& info) {
                            const Case& c = info.param;
-                           return "N" + std::to_string(c.N) + "_D" + std::to_string(c.D) +
-                                  "_B" + std::to_string(c.B) + "H" + std::to_string(c.H) +
-                                  (c.causal ? "_causal" : "_full");
+                           std::string s = "N";  // (appended: see Name)
+                           s += std::to_string(c.N);
+                           s += "_D";
+                           s += std::to_string(c.D);
+                           s += "_B";
+                           s += std::to_string(c.B);
+                           s += "H";
+                           s += std::to_string(c.H);
+                           s += c.causal ? "_causal" : "_full";
+                           return s;
                          });
 
 // Runs without a GPU: validation happens before any CUDA call.

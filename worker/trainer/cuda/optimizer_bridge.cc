@@ -12,12 +12,14 @@ class DeviceOptimizer {};  // not built: the host path runs
 #endif
 
 namespace ablate::trainer::cuda {
+#if !ABLATE_HAVE_DEVICE_OPTIMIZER
 namespace {
-Status CudaCheck(cudaError_t e, const std::string& what) {
+Status CudaCheck(cudaError_t e, const std::string& what) {  // (the host path's copies)
   if (e == cudaSuccess) return Status::Ok();
   return Internal("CUDA " + what + ": " + cudaGetErrorString(e));
 }
 }  // namespace
+#endif
 
 OptimizerBridge::~OptimizerBridge() = default;
 

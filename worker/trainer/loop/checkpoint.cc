@@ -139,13 +139,13 @@ StatusOr<Checkpoint> ReadCheckpoint(const std::string& path) {
   Reader r(data, path);
   std::string magic;
   ABLATE_RETURN_IF_ERROR(r.Bytes(sizeof kMagic, &magic, "magic"));
-  uint32_t version;
+  uint32_t version = 0;
   ABLATE_RETURN_IF_ERROR(r.Get(&version, "version"));
   if (version != kVersion) {
     return DataLoss(path + ": checkpoint version " + std::to_string(version) +
                     " is not supported (expected " + std::to_string(kVersion) + ")");
   }
-  uint64_t header_len;
+  uint64_t header_len = 0;
   ABLATE_RETURN_IF_ERROR(r.Get(&header_len, "header length"));
   std::string header;
   ABLATE_RETURN_IF_ERROR(r.Bytes(header_len, &header, "header"));
@@ -155,11 +155,11 @@ StatusOr<Checkpoint> ReadCheckpoint(const std::string& path) {
   } catch (const std::exception& e) {
     return DataLoss(path + ": checkpoint header is not valid JSON: " + e.what());
   }
-  uint64_t count;
+  uint64_t count = 0;
   ABLATE_RETURN_IF_ERROR(r.Get(&count, "section count"));
   if (count > 1024) return DataLoss(path + ": implausible section count " + std::to_string(count));
   for (uint64_t i = 0; i < count; ++i) {
-    uint64_t len;
+    uint64_t len = 0;
     ABLATE_RETURN_IF_ERROR(r.Get(&len, "section length"));
     std::string s;
     ABLATE_RETURN_IF_ERROR(r.Bytes(len, &s, "section payload"));
