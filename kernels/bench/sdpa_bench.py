@@ -45,11 +45,21 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--sync-each", action="store_true",
                     help="wait for each timed run before enqueueing the next")
+    ap.add_argument("--shape", action="append", metavar="B,H,N,D",
+                    help="a shape instead of the bench's three (repeatable)")
     args = ap.parse_args()
+    shapes = SHAPES
+    if args.shape:
+        try:
+            shapes = [tuple(int(x) for x in s.split(",")) for s in args.shape]
+        except ValueError:
+            ap.error("--shape wants four integers B,H,N,D")
+        if any(len(s) != 4 or min(s) < 1 for s in shapes):
+            ap.error("--shape wants four positive integers B,H,N,D")
     iters = max(20, args.iters)
     torch.manual_seed(0)
     results = []
-    for (B, H, N, D) in SHAPES:
+    for (B, H, N, D) in shapes:
         for causal in (False, True):
             q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16,
                                    requires_grad=True) for _ in range(3))
