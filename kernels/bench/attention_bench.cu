@@ -13,10 +13,11 @@
 //   {"device": ..., "results": [{"impl", "B", "H", "N", "D", "causal", "pass", "ms", "tflops"}]}
 // Usage: ablate-attention-bench [--json PATH] [--iters N] [--warmup N] [--impl fpa|sage|all]
 //          [--shape B,H,N,D] [--causal yes|no] [--sage-bwd-variant N] [--sage-fwd-variant N]
-//          [--sync-each]
+//          [--sage-lpt-heads N] [--sync-each]
 // --shape / --causal restrict the run to one shape / one masking (for a profiler such as ncu);
 // --sage-bwd-variant / --sage-fwd-variant run a compiled-in SageBwd backward / forward lab
-// variant instead of production.
+// variant instead of production; --sage-lpt-heads N groups the causal grids' longest-first order
+// by N heads (SageCudaOptions::lpt_heads; 0, the default: production's choice).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -196,7 +197,7 @@ void TraceSage(F fwd, B bwd, cudaStream_t stream) {
 
 int main(int argc, char** argv) {
   std::string json_path = "attention_bench.json", impl = "all";
-  int iters = 30, warmup = 5, sage_bwd_variant = -1, sage_fwd_variant = -1;
+  int iters = 30, warmup = 5, sage_bwd_variant = -1, sage_fwd_variant = -1, sage_lpt_heads = 0;
   int only_causal = -1;  // -1: both, 0: non-causal only, 1: causal only
   bool sync_each = false;
   struct Sh { int B, H, N, D; };
@@ -204,7 +205,7 @@ int main(int argc, char** argv) {
   const char* usage =
       "usage: %s [--json PATH] [--iters N>=20] [--warmup N] [--impl fpa|sage|all] "
       "[--shape B,H,N,D] [--causal yes|no] [--sage-bwd-variant N] [--sage-fwd-variant N] "
-      "[--sync-each]\n";
+      "[--sage-lpt-heads N] [--sync-each]\n";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -220,6 +221,7 @@ int main(int argc, char** argv) {
     else if (a == "--impl") impl = next();
     else if (a == "--sage-bwd-variant") sage_bwd_variant = std::atoi(next().c_str());
     else if (a == "--sage-fwd-variant") sage_fwd_variant = std::atoi(next().c_str());
+    else if (a == "--sage-lpt-heads") sage_lpt_heads = std::atoi(next().c_str());
     else if (a == "--sync-each") sync_each = true;
     else if (a == "--causal") {
       const std::string c = next();
@@ -247,6 +249,7 @@ int main(int argc, char** argv) {
 #if !ABLATE_BENCH_HAVE_SAGE
   (void)sage_bwd_variant;
   (void)sage_fwd_variant;
+  (void)sage_lpt_heads;
 #endif
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
@@ -279,6 +282,7 @@ int main(int argc, char** argv) {
       ablate::kernels::SageCudaOptions sopt;
       sopt.bwd_variant = sage_bwd_variant;
       sopt.fwd_variant = sage_fwd_variant;
+      sopt.lpt_heads = sage_lpt_heads;
       ws_bytes = std::max(ws_bytes, ablate::kernels::SageWorkspaceBytes(s, sopt));
 #endif
       void* ws;

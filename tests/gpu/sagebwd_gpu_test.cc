@@ -423,6 +423,41 @@ TEST(SageBwdGpu, RepeatedBackward) {
   }
 }
 
+// The causal grids' longest-first order by groups of heads (SageCudaOptions::lpt_heads,
+// sagebwd.cu LptBlock) only reorders the CTAs: every group size, one head per group up to one
+// group for all, gives the forward's O and lse and the backward's dK / dV bit for bit, and dQ up
+// to the order of its fp32 accumulation (the CTAs of a head add into it in another order). 7
+// heads, so that the groups of 2 and 3 leave a short last group; N 1000 and 4100 cross both
+// forwards (two consumer warpgroups below N = 4096, three from it) and have tails.
+TEST(SageBwdGpu, LptHeadGroupsReorderOnly) {
+  SKIP_WITHOUT_GPU();
+  for (int d : {64, 128}) {
+    for (int n : {1000, 4100}) {
+      const AttnShape s{1, 7, n, d, /*causal=*/true};
+      const Inputs in = MakeInputs(s, 1.0, 900 + n + d);
+      SageCudaOptions all;
+      all.lpt_heads = 7;
+      GpuResult ref;
+      RunGpu(s, all, in.q, in.k, in.v, in.dout, /*poison=*/true, &ref);
+      for (int g : {1, 2, 3, 0}) {
+        SageCudaOptions opt;
+        opt.lpt_heads = g;
+        GpuResult r;
+        RunGpu(s, opt, in.q, in.k, in.v, in.dout, /*poison=*/true, &r);
+        if (::testing::Test::HasFatalFailure()) return;
+        const std::string what = Describe(s, opt) + " lpt_heads " + std::to_string(g);
+        EXPECT_EQ(Compare(r.o, ref.o).max_abs, 0.0) << "O " << what;
+        EXPECT_EQ(Compare(r.lse, ref.lse).max_abs, 0.0) << "lse " << what;
+        EXPECT_EQ(Compare(r.dk, ref.dk).max_abs, 0.0) << "dK " << what;
+        EXPECT_EQ(Compare(r.dv, ref.dv).max_abs, 0.0) << "dV " << what;
+        const Stats dq = Compare(r.dq, ref.dq);
+        EXPECT_LE(dq.e.rel_l2, 1e-3) << "dQ " << what;
+        EXPECT_GE(dq.e.cosine, 0.999999) << "dQ " << what;
+      }
+    }
+  }
+}
+
 // The v6+ forwards (production: 23 / 24 at d64, 21 / 22 at d128) quantize Q themselves when Q
 // is not smoothed; the older forward (8) gets Q^ from the quantize launch. The backward reads
 // Q^, Q^T and the Q scales from the workspace (sagebwd_cuda.h: qh, qht first, sq after the
@@ -984,6 +1019,15 @@ TEST(SageBwdGpu, RejectsBadArguments) {
     }
     EXPECT_TRUE(fwd(16, 128).ok());
     EXPECT_TRUE(fwd(-1, 0).ok());
+    {  // a negative head-group size, before any launch
+      SageCudaOptions opt;
+      opt.lpt_heads = -1;
+      const auto* x = q.as<__nv_bfloat16>();
+      const Status st = SageForwardCuda(sd, opt, x, x, x, o.as<__nv_bfloat16>(), lse.as<float>(),
+                                        ws.as<void>(), wsb, nullptr);
+      EXPECT_FALSE(st.ok());
+      EXPECT_NE(st.ToString().find("lpt_heads"), std::string::npos) << st.ToString();
+    }
     if (d == 128) {
       EXPECT_TRUE(fwd(-1, 128).ok());  // the production forward at d128
       // The backward variants whose consumers share dQ need 128-key K / V groups.

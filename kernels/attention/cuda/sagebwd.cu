@@ -84,6 +84,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -1060,9 +1061,35 @@ struct FwdParams {
   int8_t* qht;
   int n, np, ntq, ntk;
   int kv_shift;  // K / V scales per group of 64 << kv_shift keys: sk[bh * ntk + (j >> kv_shift)]
+  int lpt_heads;  // kLptF: heads per longest-first group (LptBlock)
   bool smooth_q;
   float tau;
 };
+
+// Longest-first grids (forward kLptF, backward kBwdLpt; causal): grid (BH, blocks per head),
+// block rb = 0 the heaviest. The CTA at dispatch position x + y BH runs block rb of head bh, in
+// groups of `group` heads (the last group also takes the BH % group heads left over; group >=
+// BH: one group, (rb, bh) = (y, x), the order before session 27): inside a group the blocks go
+// longest-first across its heads, and the groups follow each other. The hardware dispatches CTAs
+// in about that order, so the CTAs in flight together span about `group` heads, which share
+// their operands in L2 (the forward's K^ / V^T; the backward's Q side and dQ accumulator);
+// longest-first across all heads, the heaviest blocks of every head ran together and read
+// their operands from DRAM each (causal, same binary, session 27: B8 H16 N2048 d128 backward
+// 1.19x faster in groups, the GPT-2 small shape B16 H12 N1024 d64 1.08x, the others 1.00-1.02x).
+// Each group ends with its lightest blocks, so the balance holds where the last group carries
+// enough work (LptHeadsAuto). (The d64 backward's 168-register bound spills 20 bytes for the
+// mapping's values: measured with them.)
+__device__ __forceinline__ void LptBlock(int group, int& rb, int& bh) {
+  const int nh = int(gridDim.x), nb = int(gridDim.y);
+  const int pos = int(blockIdx.x) + int(blockIdx.y) * nh;
+  const int ng = max(nh / group, 1);                     // groups
+  const int gi = min(pos / (group * nb), ng - 1);        // this CTA's
+  const int g0 = gi * group;                             // its first head
+  const int gh = gi == ng - 1 ? nh - g0 : group;         // its heads
+  const int r = pos - g0 * nb;                           // the position inside it
+  rb = r / gh;
+  bh = g0 + (r - rb * gh);
+}
 
 // Fused Q quantization of the v6+ forwards without Q-smoothing: the 128 threads `tid` of a Q
 // group quantize rows q0 .. q0 + 63 of head bh as QuantizeKernel's mode-0 job does (the same
@@ -1232,9 +1259,9 @@ __global__ void __launch_bounds__(FwdV5Config<D, kWg, kWsF, kK128, kG3>::kThread
   float* s_mu = s_bias + kGroups * kTile;                     // [kGroups][D]
   float* s_kbar = s_mu + kGroups * D;
 
-  const int rb = kLptF ? int(blockIdx.y) : int(blockIdx.x);  // row block, heaviest first
+  int rb = int(blockIdx.x), bh = int(blockIdx.y);  // row block (kLptF: heaviest first)
+  if constexpr (kLptF) LptBlock(p.lpt_heads, rb, bh);
   const int bx = kCausal ? int(kLptF ? gridDim.y : gridDim.x) - 1 - rb : rb;
-  const int bh = kLptF ? blockIdx.x : blockIdx.y;
   // kWsF: ctid = the thread's index among the consumers (the producer's is negative).
   const int ctid = kWsF ? int(threadIdx.x) - 128 : int(threadIdx.x);
   const int warp = kWsF ? (ctid >> 5) : int(threadIdx.x >> 5);
@@ -1925,7 +1952,8 @@ struct BwdParams {
   float *dsrow, *dqacc;
   __nv_bfloat16 *dk, *dv;
   int n, np, ntq, ntk;
-  int kv_shift;  // as FwdParams::kv_shift
+  int kv_shift;   // as FwdParams::kv_shift
+  int lpt_heads;  // kBwdLpt: heads per longest-first group (LptBlock)
   bool smooth_q, int8_dp;
   float tau;
 };
@@ -2813,7 +2841,8 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
 
   cuda::GridDepLaunchDependents();  // DqFinalizeKernel waits for this grid's completion
   constexpr bool kLpt = (kVar & kBwdLpt) != 0;
-  const int jb = kLpt ? blockIdx.y : blockIdx.x, bh = kLpt ? blockIdx.x : blockIdx.y;
+  int jb = int(blockIdx.x), bh = int(blockIdx.y);
+  if constexpr (kLpt) LptBlock(p.lpt_heads, jb, bh);
   constexpr int kCons = kWs ? kWsConsumers : 1;  // K tiles per CTA
   const int j = kCons * jb + max(cw, 0);  // this thread's K tile
   const int warp = kWs ? int((threadIdx.x >> 5) & 3) : int(threadIdx.x >> 5);
@@ -3413,8 +3442,13 @@ Status LaunchForwardV5(const AttnShape& s, const FwdParams& p, bool smooth_q, cu
       "SageBwd forward v5 smem attribute");
   const unsigned grid_x = static_cast<unsigned>(CeilDiv(s.N, C::kRows));
   const dim3 grid = kLptF ? dim3(s.B * s.H, grid_x) : dim3(grid_x, s.B * s.H);
+  FwdParams pl = p;
+  if (kLptF && pl.lpt_heads == 0) {
+    ABLATE_ASSIGN_OR_RETURN(pl.lpt_heads, LptHeadsAuto(kernel, C::kThreadsLaunch, C::kBytes,
+                                                       static_cast<int>(grid_x)));
+  }
   return CudaStatus(cuda::LaunchKernel(kernel, grid, dim3(C::kThreadsLaunch), C::kBytes, stream,
-                                       /*pdl=*/true, p),
+                                       /*pdl=*/true, pl),
                     "SageBwd forward v5 kernel launch");
 }
 
@@ -3479,6 +3513,34 @@ Status LaunchFwdVariantIn(int var, const AttnShape& s, const Workspace& w, FwdPa
   }
 }
 
+// LptBlock's group size where SageCudaOptions::lpt_heads is 0 (production), for a causal grid
+// of nb blocks per head whose kernel runs `resident` CTAs at a time on the GPU: 16 heads, or more
+// where the last group would not carry two waves of its heaviest block's work (a causal head's
+// nb blocks carry ~nb^2 / 2 block units against its heaviest block's nb, so a group of g heads
+// fills the GPU for g nb / (2 resident) of them). Session 27 (H200, same binary): groups of 8-32
+// heads within 1% of each other at B8 H16 N2048 and B2 H16 N8192 d128 causal, all heads in one
+// group up to 1.19x slower, 1-2 heads up to 1.06x slower; a last group short of that work (B8
+// H16 N1024 d64, 3 CTAs per SM, groups of 44 heads from an L2-size rule) 1.06x slower, as were
+// the L2 rule's 50 + 14 heads in the B4 H16 N2048 forward (docs/gpu/2026-11-28-h200-s27).
+template <typename Kernel>
+StatusOr<int> LptHeadsAuto(Kernel kernel, int threads, size_t smem, int nb) {
+  int dev = 0, sms = 0, per_sm = 0;
+  ABLATE_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev), "SageBwd cudaGetDevice");
+  ABLATE_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev),
+                              "SageBwd SM count");
+  ABLATE_CUDA_RETURN_IF_ERROR(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem),
+      "SageBwd occupancy");
+  const int64_t resident = int64_t(std::max(per_sm, 1)) * sms;
+  return static_cast<int>(
+      std::clamp<int64_t>((2 * resident + nb - 1) / std::max(nb, 1), 16, 1 << 20));
+}
+Status CheckLptHeads(const SageCudaOptions& opt) {
+  if (opt.lpt_heads >= 0) return Status::Ok();
+  return InvalidArgument("SageBwd CUDA: lpt_heads must be >= 0 (0: production's choice), got " +
+                         std::to_string(opt.lpt_heads));
+}
+
 template <int D>
 Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bfloat16* q,
                    const __nv_bfloat16* k, const __nv_bfloat16* v, __nv_bfloat16* o, float* lse,
@@ -3497,6 +3559,7 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
                            " (kv_group 128 goes with the variants that step 128 keys at d128, "
                            "SageFwdVariantSteps128, and they with it)");
   }
+  ABLATE_RETURN_IF_ERROR(CheckLptHeads(opt));  // (before any launch)
   QuantParams qp{};
   qp.n = s.N;
   qp.np = nt * kTile;
@@ -3560,6 +3623,7 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
   p.ntq = nt;
   p.ntk = nt;
   p.kv_shift = KvShift(kvg);
+  p.lpt_heads = opt.lpt_heads;  // (0: the launch's LptHeadsAuto)
   p.smooth_q = opt.smooth_q;
   p.tau = 1.0f / std::sqrt(static_cast<float>(D));
   return LaunchFwdVariantIn<D>(fvar, s, w, p, opt.smooth_q, stream, FwdCompiled{});
@@ -3657,6 +3721,7 @@ Status BackwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_b
   if (kvg != kTile && kvg != 2 * kTile) {
     return InvalidArgument("SageBwd CUDA: kv_group " + std::to_string(kvg) + " (64 or 128)");
   }
+  ABLATE_RETURN_IF_ERROR(CheckLptHeads(opt));  // (before any launch)
   // Whether the consumers share dQ (dS^ row scales over 128 keys): SageBwdKeyBlock decides, for
   // the emulator's options too; an explicit variant must agree with it.
   const bool dq_pair = SageBwdKeyBlock(opt, D) == 2 * kTile;
@@ -3709,6 +3774,7 @@ Status BackwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_b
   p.ntq = nt;
   p.ntk = nt;
   p.kv_shift = KvShift(kvg);
+  p.lpt_heads = opt.lpt_heads;  // (0: the launch's LptHeadsAuto)
   p.smooth_q = opt.smooth_q;
   p.int8_dp = opt.int8_dp;
   p.tau = 1.0f / std::sqrt(static_cast<float>(D));
@@ -3737,6 +3803,9 @@ Status BackwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_b
   // reads what that one writes).
   const int ctas = CeilDiv(s.N, L.keys);
   const dim3 grid = L.lpt ? dim3(bh, ctas) : dim3(ctas, bh);
+  if (L.lpt && p.lpt_heads == 0) {
+    ABLATE_ASSIGN_OR_RETURN(p.lpt_heads, LptHeadsAuto(L.kernel, L.threads, L.smem, ctas));
+  }
   ABLATE_CUDA_RETURN_IF_ERROR(
       cuda::LaunchKernel(L.kernel, grid, dim3(L.threads), L.smem, stream, /*pdl=*/true, p),
       "SageBwd backward kernel launch");
