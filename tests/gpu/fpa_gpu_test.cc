@@ -71,17 +71,10 @@ struct Case {
 };
 
 std::string Name(const Case& c) {
-  // (Appended piece by piece: GCC 12's -Wrestrict misfires on "literal" + std::string&&.)
-  std::string s = "B";
-  s += std::to_string(c.B);
-  s += " H";
-  s += std::to_string(c.H);
-  s += " N";
-  s += std::to_string(c.N);
-  s += " D";
-  s += std::to_string(c.D);
-  s += c.causal ? " causal" : " full";
-  return s;
+  char buf[96];
+  std::snprintf(buf, sizeof(buf), "B%d H%d N%d D%d %s", c.B, c.H, c.N, c.D,
+                c.causal ? "causal" : "full");
+  return buf;
 }
 
 void PrintHeaderOnce() {
@@ -211,16 +204,10 @@ std::vector<Case> Cases() {
 INSTANTIATE_TEST_SUITE_P(Shapes, FpaGpu, ::testing::ValuesIn(Cases()),
                          [](const ::testing::TestParamInfo<Case>& info) {
                            const Case& c = info.param;
-                           std::string s = "N";  // (appended: see Name)
-                           s += std::to_string(c.N);
-                           s += "_D";
-                           s += std::to_string(c.D);
-                           s += "_B";
-                           s += std::to_string(c.B);
-                           s += "H";
-                           s += std::to_string(c.H);
-                           s += c.causal ? "_causal" : "_full";
-                           return s;
+                           char buf[96];
+                           std::snprintf(buf, sizeof(buf), "N%d_D%d_B%dH%d_%s", c.N, c.D, c.B,
+                                         c.H, c.causal ? "causal" : "full");
+                           return std::string(buf);
                          });
 
 // Runs without a GPU: validation happens before any CUDA call.
