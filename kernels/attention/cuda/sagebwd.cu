@@ -2683,21 +2683,15 @@ struct BwdTile {
     // time to bound the live int32 accumulators. The epilogues read the chunk's int32 products
     // through at(n, e) (the m16n8 / m64n64 accumulator layouts agree per warp).
     const float c0f = tau * rscale[0] * skj, c1f = tau * rscale[1] * skj;
-    const auto epi_dv = [&](auto ch_c, const auto& at) {
-      Fold(dv, decltype(ch_c)::value, [&](int h) {
+    // The dV (kind 0) / dK (kind 1) fold of head-dim chunk ch_c, with the key rows' coefficients
+    // from registers (kCoefRegs) or shared memory.
+    const auto epi_fold = [&](auto kind_c, auto ch_c, const auto& at) {
+      constexpr bool kDv = decltype(kind_c)::value == 0;
+      Fold(kDv ? dv : dk, decltype(ch_c)::value, [&](int h) {
         if constexpr (kCoefRegs) {
-          return cdv[h];
+          return kDv ? cdv[h] : cdk[h];
         } else {
-          return dv_coef(h);
-        }
-      }, at);
-    };
-    const auto epi_dk = [&](auto ch_c, const auto& at) {
-      Fold(dk, decltype(ch_c)::value, [&](int h) {
-        if constexpr (kCoefRegs) {
-          return cdk[h];
-        } else {
-          return dk_coef(h);
+          return kDv ? dv_coef(h) : dk_coef(h);
         }
       }, at);
     };
@@ -2747,8 +2741,7 @@ struct BwdTile {
         }
         const auto at = [&](int n, int e) { return acc[st & 1][4 * n + e]; };
         const std::integral_constant<int, ch_of(st)> ch_c{};
-        if constexpr (kind == 0) epi_dv(ch_c, at);
-        if constexpr (kind == 1) epi_dk(ch_c, at);
+        if constexpr (kind < 2) epi_fold(std::integral_constant<int, kind>{}, ch_c, at);
         if constexpr (kind == 2) EpiDq(r0, kPair ? cw : ch_of(st), c0f, c1f, at);
         if constexpr (st + 2 < kSteps) issue(std::integral_constant<int, st + 2>{});
         // kEarly: dP of the next tile in the registers step st's product freed, then S. On the
