@@ -325,8 +325,8 @@ static_assert(kBwdBase == 110520, "the variant numbers of the bench notes");
 // instead of every thread of the CTA (kBwdWs: of the producer warpgroup) issuing 16-byte
 // cp.async copies with their addresses (~130 of ~1600 instructions per warp and tile at d64).
 constexpr int kBwdTma = kSageBwdTma;
-constexpr int kBwdLpt = 131072;  // grid (BH, K tiles): causal CTAs in longest-first order across
-                                 // all heads (K tile 0 of every head first), not head by head
+constexpr int kBwdLpt = 131072;  // grid (BH, K tiles): causal CTAs longest-first across the
+                                 // heads of each group (LptBlock), not head by head
 // kBwdWs: warp-specialized. C = kWsConsumers (2) + 1 warpgroups: warpgroup 0 is the producer
 // (copies of each Q tile's Q^, dO, Q^T, dO^T, by TMA with kBwdTma, else cp.async, plus its lse,
 // D_i, mu and scales into a two-stage ring, mbarriers full / empty), warpgroup 1 + c is the
@@ -1225,7 +1225,7 @@ struct FwdV5Config {
 // cannot prove uniform: a per-warpgroup version, lab variant 9, measured 3-5% slower); the tiles
 // a warpgroup could skip are computed fully masked (P = 0, alpha = 1: no change).
 // kLptF (lab variant 11, with kWg): grid (BH, row blocks), so causal CTAs run longest-first
-// across all heads rather than head by head.
+// across the heads of each group (LptBlock) rather than head by head.
 // kWsF (v7 forward, variant 12 = 10 + it): warpgroup 0 is a producer that fills the
 // kStages-deep K^ / V^T ring (cp.async, its copies waited for, then mbarrier full[s]; TMA with
 // kTmaF) with each K tile's two scales; warpgroups 1 and 2 compute as in 10 / 11 without any CTA
