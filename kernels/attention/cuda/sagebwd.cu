@@ -87,7 +87,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <string>
+#include <tuple>
 #include <type_traits>
 
 #include "attention/cuda/attention_common.cuh"
@@ -3515,16 +3518,35 @@ Status LaunchFwdVariantIn(int var, const AttnShape& s, const Workspace& w, FwdPa
 // group up to 1.19x slower, 1-2 heads up to 1.06x slower; a last group short of that work (B8
 // H16 N1024 d64, 3 CTAs per SM, groups of 44 heads from an L2-size rule) 1.06x slower, as were
 // the L2 rule's 50 + 14 heads in the B4 H16 N2048 forward (docs/gpu/2026-11-28-h200-s27).
+// The CTAs of `kernel` (launched with threads x smem) resident at a time on the current device:
+// the SM count times the occupancy, queried once per (kernel, device, launch size) and cached,
+// since every causal launch asks (each training step, twice per layer).
 template <typename Kernel>
-StatusOr<int> LptHeadsAuto(Kernel kernel, int threads, size_t smem, int nb) {
-  int dev = 0, sms = 0, per_sm = 0;
+StatusOr<int64_t> ResidentCtas(Kernel kernel, int threads, size_t smem) {
+  int dev = 0;
   ABLATE_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev), "SageBwd cudaGetDevice");
+  using Key = std::tuple<const void*, int, int, size_t>;
+  static std::mutex mu;
+  static std::map<Key, int64_t> cache;
+  const Key key{reinterpret_cast<const void*>(kernel), dev, threads, smem};
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (const auto it = cache.find(key); it != cache.end()) return it->second;
+  }
+  int sms = 0, per_sm = 0;
   ABLATE_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev),
                               "SageBwd SM count");
   ABLATE_CUDA_RETURN_IF_ERROR(
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem),
       "SageBwd occupancy");
   const int64_t resident = int64_t(std::max(per_sm, 1)) * sms;
+  std::lock_guard<std::mutex> lock(mu);
+  cache.emplace(key, resident);
+  return resident;
+}
+template <typename Kernel>
+StatusOr<int> LptHeadsAuto(Kernel kernel, int threads, size_t smem, int nb) {
+  ABLATE_ASSIGN_OR_RETURN(const int64_t resident, ResidentCtas(kernel, threads, smem));
   return static_cast<int>(
       std::clamp<int64_t>((2 * resident + nb - 1) / std::max(nb, 1), 16, 1 << 20));
 }
