@@ -13,11 +13,12 @@
 //   {"device": ..., "results": [{"impl", "B", "H", "N", "D", "causal", "pass", "ms", "tflops"}]}
 // Usage: ablate-attention-bench [--json PATH] [--iters N] [--warmup N] [--impl fpa|sage|all]
 //          [--shape B,H,N,D] [--causal yes|no] [--sage-bwd-variant N] [--sage-fwd-variant N]
-//          [--sage-lpt-heads N] [--sync-each]
+//          [--sage-lpt-heads N] [--fpa-lpt-heads N] [--sync-each]
 // --shape / --causal restrict the run to one shape / one masking (for a profiler such as ncu);
 // --sage-bwd-variant / --sage-fwd-variant run a compiled-in SageBwd backward / forward lab
 // variant instead of production; --sage-lpt-heads N groups the causal grids' longest-first order
-// by N heads (SageCudaOptions::lpt_heads; 0, the default: production's choice).
+// by N heads (SageCudaOptions::lpt_heads; 0, the default: production's choice); --fpa-lpt-heads
+// N the same for FPA's (FpaCudaOptions::lpt_heads; 1: head by head, FPA's order before session 28).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -198,6 +199,7 @@ void TraceSage(F fwd, B bwd, cudaStream_t stream) {
 int main(int argc, char** argv) {
   std::string json_path = "attention_bench.json", impl = "all";
   int iters = 30, warmup = 5, sage_bwd_variant = -1, sage_fwd_variant = -1, sage_lpt_heads = 0;
+  int fpa_lpt_heads = 0;
   int only_causal = -1;  // -1: both, 0: non-causal only, 1: causal only
   bool sync_each = false;
   struct Sh { int B, H, N, D; };
@@ -205,7 +207,7 @@ int main(int argc, char** argv) {
   const char* usage =
       "usage: %s [--json PATH] [--iters N>=20] [--warmup N] [--impl fpa|sage|all] "
       "[--shape B,H,N,D] [--causal yes|no] [--sage-bwd-variant N] [--sage-fwd-variant N] "
-      "[--sage-lpt-heads N] [--sync-each]\n";
+      "[--sage-lpt-heads N] [--fpa-lpt-heads N] [--sync-each]\n";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -222,6 +224,7 @@ int main(int argc, char** argv) {
     else if (a == "--sage-bwd-variant") sage_bwd_variant = std::atoi(next().c_str());
     else if (a == "--sage-fwd-variant") sage_fwd_variant = std::atoi(next().c_str());
     else if (a == "--sage-lpt-heads") sage_lpt_heads = std::atoi(next().c_str());
+    else if (a == "--fpa-lpt-heads") fpa_lpt_heads = std::atoi(next().c_str());
     else if (a == "--sync-each") sync_each = true;
     else if (a == "--causal") {
       const std::string c = next();
@@ -300,9 +303,15 @@ int main(int argc, char** argv) {
 
       if (impl == "all" || impl == "fpa") {
         namespace c = ablate::kernels::cuda;
-        auto fwd = [&] { CheckStatus(c::FpaForwardCuda(s, q, k, v, o, lse, ws, ws_bytes, stream), "fpa fwd"); };
+        c::FpaCudaOptions fopt;
+        fopt.lpt_heads = fpa_lpt_heads;
+        auto fwd = [&] {
+          CheckStatus(c::FpaForwardCuda(s, q, k, v, o, lse, ws, ws_bytes, stream, fopt), "fpa fwd");
+        };
         auto bwd = [&] {
-          CheckStatus(c::FpaBackwardCuda(s, q, k, v, o, lse, dO, dq, dk, dv, ws, ws_bytes, stream), "fpa bwd");
+          CheckStatus(
+              c::FpaBackwardCuda(s, q, k, v, o, lse, dO, dq, dk, dv, ws, ws_bytes, stream, fopt),
+              "fpa bwd");
         };
         add("fpa", "fwd", TimeMs(fwd, warmup, iters, stream, sync_each), ff);
         fwd();

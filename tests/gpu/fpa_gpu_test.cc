@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -210,6 +211,83 @@ INSTANTIATE_TEST_SUITE_P(Shapes, FpaGpu, ::testing::ValuesIn(Cases()),
                            return std::string(buf);
                          });
 
+// The causal grids' order (FpaCudaOptions::lpt_heads: longest-first in groups of heads) moves
+// work between CTAs, not its arithmetic: O, lse, dK and dV bit for bit against head by head
+// (lpt_heads 1, the order before session 28), dQ to the order of its fp32 atomic adds.
+TEST(FpaGpuGrid, LptHeadGroupsReorderOnly) {
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
+  for (int d : {64, 128}) {
+    for (int n : {1000, 4100}) {
+      AttnShape s;
+      s.B = 1;
+      s.H = 7;
+      s.N = n;
+      s.D = d;
+      s.causal = true;
+      const size_t numel = size_t(s.numel()), rows = size_t(s.rows()), nb = numel * sizeof(bf16);
+      std::mt19937_64 rng(77 + n + d);
+      std::normal_distribution<float> nd(0.f, 1.f);
+      DevBuf<bf16> in[4] = {DevBuf<bf16>(numel), DevBuf<bf16>(numel), DevBuf<bf16>(numel),
+                            DevBuf<bf16>(numel)};  // q, k, v, dO
+      for (auto& b : in) {
+        std::vector<float> x(numel);
+        for (auto& v : x) v = nd(rng);
+        ASSERT_TRUE(b.p) << "cudaMalloc failed";
+        CUDA_OK(cudaMemcpy(b.p, ToBf16(x).data(), nb, cudaMemcpyHostToDevice));
+      }
+      struct Out {
+        std::vector<bf16> o, dq, dk, dv;
+        std::vector<float> lse;
+      };
+      auto run = [&](int lpt_heads, Out* out) {
+        DevBuf<bf16> o(numel), dq(numel), dk(numel), dv(numel);
+        DevBuf<float> lse(rows);
+        const size_t ws_bytes = FpaWorkspaceBytes(s);
+        DevBuf<char> ws(ws_bytes);
+        ASSERT_TRUE(o.p && dq.p && dk.p && dv.p && lse.p && ws.p) << "cudaMalloc failed";
+        FpaCudaOptions opt;
+        opt.lpt_heads = lpt_heads;
+        const Status fs = FpaForwardCuda(s, in[0].p, in[1].p, in[2].p, o.p, lse.p, nullptr, 0,
+                                         nullptr, opt);
+        ASSERT_TRUE(fs.ok()) << fs.ToString();
+        const Status bs = FpaBackwardCuda(s, in[0].p, in[1].p, in[2].p, o.p, lse.p, in[3].p, dq.p,
+                                          dk.p, dv.p, ws.p, ws_bytes, nullptr, opt);
+        ASSERT_TRUE(bs.ok()) << bs.ToString();
+        CUDA_OK(cudaDeviceSynchronize());
+        for (auto [dst, src] : {std::pair{&out->o, &o}, std::pair{&out->dq, &dq},
+                                std::pair{&out->dk, &dk}, std::pair{&out->dv, &dv}}) {
+          dst->resize(numel);
+          CUDA_OK(cudaMemcpy(dst->data(), src->p, nb, cudaMemcpyDeviceToHost));
+        }
+        out->lse.resize(rows);
+        CUDA_OK(cudaMemcpy(out->lse.data(), lse.p, rows * sizeof(float), cudaMemcpyDeviceToHost));
+      };
+      Out ref;
+      run(1, &ref);
+      if (::testing::Test::HasFatalFailure()) return;
+      for (int g : {2, 3, 7, 0}) {
+        Out r;
+        run(g, &r);
+        if (::testing::Test::HasFatalFailure()) return;
+        const std::string what =
+            "N " + std::to_string(n) + " D " + std::to_string(d) + " lpt_heads " + std::to_string(g);
+        auto same_bits = [](const std::vector<bf16>& a, const std::vector<bf16>& b) {
+          return std::memcmp(a.data(), b.data(), a.size() * sizeof(bf16)) == 0;
+        };
+        EXPECT_TRUE(same_bits(r.o, ref.o)) << "O " << what;
+        EXPECT_TRUE(same_bits(r.dk, ref.dk)) << "dK " << what;
+        EXPECT_TRUE(same_bits(r.dv, ref.dv)) << "dV " << what;
+        EXPECT_EQ(std::memcmp(r.lse.data(), ref.lse.data(), rows * sizeof(float)), 0)
+            << "lse " << what;
+        const std::vector<double> got_dq = Bf16ToDouble(r.dq), ref_dq = Bf16ToDouble(ref.dq);
+        const ErrorStats dq = CompareTensors(got_dq.data(), ref_dq.data(), int64_t(numel));
+        EXPECT_LE(dq.rel_l2, 1e-3) << "dQ " << what;
+        EXPECT_GE(dq.cosine, 0.999999) << "dQ " << what;
+      }
+    }
+  }
+}
+
 // Runs without a GPU: validation happens before any CUDA call.
 TEST(FpaCudaArgs, RejectsBadArguments) {
   AttnShape s;
@@ -234,6 +312,15 @@ TEST(FpaCudaArgs, RejectsBadArguments) {
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
   EXPECT_NE(st.message().find("workspace"), std::string::npos) << st.ToString();
   EXPECT_EQ(FpaWorkspaceBytes(s), size_t(256 /*16*64*4 -> 4096*/ * 16 + 256));
+  FpaCudaOptions neg;
+  neg.lpt_heads = -1;
+  st = FpaForwardCuda(s, fake, fake, fake, fake, fake_f, nullptr, 0, nullptr, neg);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("lpt_heads"), std::string::npos) << st.ToString();
+  st = FpaBackwardCuda(s, fake, fake, fake, fake, fake_f, fake, fake, fake, fake, fake,
+                       FpaWorkspaceBytes(s), nullptr, neg);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("lpt_heads"), std::string::npos) << st.ToString();
 }
 
 }  // namespace

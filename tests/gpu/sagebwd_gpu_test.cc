@@ -1019,14 +1019,19 @@ TEST(SageBwdGpu, RejectsBadArguments) {
     }
     EXPECT_TRUE(fwd(16, 128).ok());
     EXPECT_TRUE(fwd(-1, 0).ok());
-    {  // a negative head-group size, before any launch
+    {  // a negative head-group size, before any launch (forward and backward)
       SageCudaOptions opt;
       opt.lpt_heads = -1;
       const auto* x = q.as<__nv_bfloat16>();
-      const Status st = SageForwardCuda(sd, opt, x, x, x, o.as<__nv_bfloat16>(), lse.as<float>(),
-                                        ws.as<void>(), wsb, nullptr);
-      EXPECT_FALSE(st.ok());
-      EXPECT_NE(st.ToString().find("lpt_heads"), std::string::npos) << st.ToString();
+      auto* y = o.as<__nv_bfloat16>();
+      const Status fs =
+          SageForwardCuda(sd, opt, x, x, x, y, lse.as<float>(), ws.as<void>(), wsb, nullptr);
+      EXPECT_FALSE(fs.ok());
+      EXPECT_NE(fs.ToString().find("lpt_heads"), std::string::npos) << fs.ToString();
+      const Status bs = SageBackwardCuda(sd, opt, x, x, x, x, x, lse.as<float>(), y, y, y,
+                                         ws.as<void>(), wsb, nullptr);
+      EXPECT_FALSE(bs.ok());
+      EXPECT_NE(bs.ToString().find("lpt_heads"), std::string::npos) << bs.ToString();
     }
     if (d == 128) {
       EXPECT_TRUE(fwd(-1, 128).ok());  // the production forward at d128

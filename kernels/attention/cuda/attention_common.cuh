@@ -18,6 +18,8 @@
 //            StageAccBf16 / StoreTileRows (accumulator -> swizzled smem tile -> 16-byte row stores)
 //   softmax: QuadMax / QuadSum (reduce over the 4 threads that share an accumulator row),
 //            ApplyMask (a predicate on (row, col) sets masked accumulator entries to -inf)
+//   grids:   LptBlock (causal grids longest-first in groups of heads), LptHeadsAuto / ResidentCtas
+//            (host: the group size, the CTAs resident at a time)
 //
 // Fragment layouts (PTX ISA "Matrix Fragments for mma.m16n8k16 / m16n8k32"). Throughout,
 //   g = lane / 4 (the "group", 0..7), t = lane % 4 (thread in group, 0..3).
@@ -56,8 +58,12 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -402,6 +408,75 @@ __device__ __forceinline__ float FastExp2(float x) {
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
+
+// Longest-first grids of the causal kernels (SageBwd's forward kLptF and backward kBwdLpt, FPA's
+// production forward and backward): grid (BH, blocks per head), block rb = 0 the heaviest. The
+// CTA at dispatch position x + y BH runs block rb of head bh, in groups of `group` heads (the
+// last group also takes the BH % group heads left over; group >= BH: one group, (rb, bh) = (y,
+// x), SageBwd's order before session 27; group = 1: head by head, FPA's before session 28):
+// inside a group the blocks go longest-first across its heads, and the groups follow each other.
+// The hardware dispatches CTAs in about that order, so the CTAs in flight together span about
+// `group` heads, which share their operands in L2 (a forward's K / V; a backward's Q side and
+// dQ accumulator); longest-first across all heads, the heaviest blocks of every head ran
+// together and read their operands from DRAM each (SageBwd causal, same binary, session 27: B8
+// H16 N2048 d128 backward 1.19x faster in groups, the GPT-2 small shape B16 H12 N1024 d64 1.08x,
+// the others 1.00-1.02x). Each group ends with its lightest blocks, so the balance holds where
+// the last group carries enough work (LptHeadsAuto). (SageBwd's d64 backward, at its 168-register
+// bound, spills 20 bytes for the mapping's values: measured with them.)
+__device__ __forceinline__ void LptBlock(int group, int& rb, int& bh) {
+  const int nh = int(gridDim.x), nb = int(gridDim.y);
+  const int pos = int(blockIdx.x) + int(blockIdx.y) * nh;
+  const int ng = max(nh / group, 1);                     // groups
+  const int gi = min(pos / (group * nb), ng - 1);        // this CTA's
+  const int g0 = gi * group;                             // its first head
+  const int gh = gi == ng - 1 ? nh - g0 : group;         // its heads
+  const int r = pos - g0 * nb;                           // the position inside it
+  rb = r / gh;
+  bh = g0 + (r - rb * gh);
+}
+
+// LptBlock's group size in production (SageCudaOptions::lpt_heads, FpaCudaOptions::lpt_heads 0)
+// for a causal grid of nb blocks per head whose kernel runs `resident` CTAs at a time on the GPU:
+// 16 heads, or more where the last group would not carry two waves of its heaviest block's work
+// (a causal head's nb blocks carry ~nb^2 / 2 block units against its heaviest block's nb, so a
+// group of g heads fills the GPU for g nb / (2 resident) of them). Session 27 (H200, SageBwd,
+// same binary): groups of 8-32 heads within 1% of each other at B8 H16 N2048 and B2 H16 N8192
+// d128 causal, all heads in one group up to 1.19x slower, 1-2 heads up to 1.06x slower; a last
+// group short of that work (B8 H16 N1024 d64, 3 CTAs per SM, groups of 44 heads from an L2-size
+// rule) 1.06x slower, as were the L2 rule's 50 + 14 heads in the B4 H16 N2048 forward
+// (docs/gpu/2026-11-28-h200-s27).
+// The CTAs of `kernel` (launched with threads x smem) resident at a time on the current device:
+// the SM count times the occupancy, queried once per (kernel, device, launch size) and cached,
+// since every causal launch asks (each training step, twice per layer).
+template <typename Kernel>
+StatusOr<int64_t> ResidentCtas(Kernel kernel, int threads, size_t smem) {
+  int dev = 0;
+  ABLATE_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev), "attention: cudaGetDevice");
+  using Key = std::tuple<const void*, int, int, size_t>;
+  static std::mutex mu;
+  static std::map<Key, int64_t> cache;
+  const Key key{reinterpret_cast<const void*>(kernel), dev, threads, smem};
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (const auto it = cache.find(key); it != cache.end()) return it->second;
+  }
+  int sms = 0, per_sm = 0;
+  ABLATE_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev),
+                              "attention: SM count");
+  ABLATE_CUDA_RETURN_IF_ERROR(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem),
+      "attention: occupancy");
+  const int64_t resident = int64_t(std::max(per_sm, 1)) * sms;
+  std::lock_guard<std::mutex> lock(mu);
+  cache.emplace(key, resident);
+  return resident;
+}
+template <typename Kernel>
+StatusOr<int> LptHeadsAuto(Kernel kernel, int threads, size_t smem, int nb) {
+  ABLATE_ASSIGN_OR_RETURN(const int64_t resident, ResidentCtas(kernel, threads, smem));
+  return static_cast<int>(
+      std::clamp<int64_t>((2 * resident + nb - 1) / std::max(nb, 1), 16, 1 << 20));
+}
 
 // Sets acc entries to -inf where masked(row, col) is true, for a 16 x (8*NT) accumulator tile
 // whose top-left element is at (row0, col0) in the caller's coordinates (a warp's 16 rows).

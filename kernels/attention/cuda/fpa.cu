@@ -69,23 +69,30 @@ struct FwdParams {
   float* lse;
   int N;
   float scale_log2;  // tau * log2(e)
+  int lpt_heads;     // the causal production forward: heads per longest-first group (LptBlock)
 };
 
 // A forward CTA's share of the work: its Q tile (causal: the last tiles, which see the most keys,
 // are scheduled first), its head's q / k / v, and how many K/V tiles it visits.
 struct FwdCtaTiles {
   int q0;        // first query row
+  int bh;        // (b, h), the row of lse
   int64_t head;  // offset of this (b, h) in q, k, v, o
   const bf16 *q, *k, *v;
   int n_kv;      // K/V tiles to visit (causal: up to the CTA's last row)
 };
-template <int D, bool kCausal, int kBq, int kBkv>
+// kLpt (the causal production forward): grid (BH, Q tiles), longest-first in groups of heads
+// (LptBlock); else grid (Q tiles, BH), causal heaviest first within each head.
+template <int D, bool kCausal, int kBq, int kBkv, bool kLpt = false>
 __device__ __forceinline__ FwdCtaTiles ForwardCtaTiles(const FwdParams& p) {
   FwdCtaTiles c;
   const int N = p.N;
-  const int qt = kCausal ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
+  int rb = int(blockIdx.x);
+  c.bh = int(blockIdx.y);
+  if constexpr (kLpt) LptBlock(p.lpt_heads, rb, c.bh);
+  const int qt = kCausal ? int(kLpt ? gridDim.y : gridDim.x) - 1 - rb : rb;
   c.q0 = qt * kBq;
-  c.head = int64_t(blockIdx.y) * N * D;
+  c.head = int64_t(c.bh) * N * D;
   c.q = p.q + c.head;
   c.k = p.k + c.head;
   c.v = p.v + c.head;
@@ -107,6 +114,7 @@ struct BwdParams {
   int N;
   float scale_log2;
   float tau;
+  int lpt_heads;  // causal: heads per longest-first group (LptBlock)
 };
 
 // Stores a warp's 16 x (8*NT) fp32 accumulator rows (row0 + g, row0 + g + 8) as bf16 (times
@@ -279,7 +287,7 @@ __global__ void __launch_bounds__(kThreads) FpaForwardKernel(FwdParams p) {
 
   // Normalize, store O and the natural-log LSE.
   float inv[2];
-  FinishRows(m, l, row_w, N, lane, p.lse + int64_t(blockIdx.y) * N, inv);
+  FinishRows(m, l, row_w, N, lane, p.lse + int64_t(cta.bh) * N, inv);
 #pragma unroll
   for (int nb = 0; nb < kDT; ++nb) {
     o[nb][0] *= inv[0];
@@ -460,7 +468,7 @@ __global__ void __launch_bounds__(128, 2) FpaForwardKernelV2(FwdParams p) {
 #pragma unroll
   for (int mi = 0; mi < 2; ++mi) {
     float inv[2];
-    FinishRows(m[mi], l[mi], row_w + 16 * mi, N, lane, p.lse + int64_t(blockIdx.y) * N, inv);
+    FinishRows(m[mi], l[mi], row_w + 16 * mi, N, lane, p.lse + int64_t(cta.bh) * N, inv);
 #pragma unroll
     for (int nb = 0; nb < kDT; ++nb) {
       o[mi][nb][0] *= inv[0];
@@ -508,7 +516,7 @@ __global__ void __launch_bounds__(256, FpaFwdWgConfig<D>::kMinBlocks)
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int N = p.N;
-  const FwdCtaTiles cta = ForwardCtaTiles<D, kCausal, kBq, kBkv>(p);
+  const FwdCtaTiles cta = ForwardCtaTiles<D, kCausal, kBq, kBkv, /*kLpt=*/kCausal>(p);
   const int q0 = cta.q0, n_kv = cta.n_kv;
   const int64_t head = cta.head;
   const bf16 *q = cta.q, *k = cta.k, *v = cta.v;
@@ -613,7 +621,7 @@ __global__ void __launch_bounds__(256, FpaFwdWgConfig<D>::kMinBlocks)
 
   // Normalize, store O and the natural-log LSE.
   float inv[2];
-  FinishRows(m, l, row_w, N, lane, p.lse + int64_t(blockIdx.y) * N, inv);
+  FinishRows(m, l, row_w, N, lane, p.lse + int64_t(cta.bh) * N, inv);
   float acc[kDT][4];
 #pragma unroll
   for (int ch = 0; ch < kCh; ++ch) {
@@ -752,12 +760,16 @@ __global__ void __launch_bounds__(256, 1) FpaBackwardKernelV2(BwdParams p) {
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
   const int N = p.N;
-  const int kv0 = blockIdx.x * kBkv;
-  const int64_t head = int64_t(blockIdx.y) * N * D;
+  // Causal: grid (BH, K tiles), key block 0 (which every query sees) the heaviest, longest-first
+  // in groups of heads (LptBlock); else grid (K tiles, BH).
+  int jb = int(blockIdx.x), bh = int(blockIdx.y);
+  if constexpr (kCausal) LptBlock(p.lpt_heads, jb, bh);
+  const int kv0 = jb * kBkv;
+  const int64_t head = int64_t(bh) * N * D;
   const bf16* q = p.q + head;
   const bf16* dO = p.do_ + head;
-  const float* lse = p.lse + int64_t(blockIdx.y) * N;
-  const float* dvec = p.dvec + int64_t(blockIdx.y) * N;
+  const float* lse = p.lse + int64_t(bh) * N;
+  const float* dvec = p.dvec + int64_t(bh) * N;
   float* dq_acc = p.dq_acc + head;
   // lse and D of Q tile `qt` into stage `st` (4-byte cp.async, zero past N; the readers select
   // +inf / 0 there). Threads 0..kBq-1 copy lse, kBq..2kBq-1 copy D.
@@ -991,6 +1003,13 @@ Status ValidateShape(const AttnShapeCuda& s, const char* who) {
   return Status::Ok();
 }
 
+Status CheckOptions(const FpaCudaOptions& opt, const char* who) {
+  if (opt.lpt_heads >= 0) return Status::Ok();
+  return InvalidArgument(std::string(who) +
+                         ": lpt_heads must be >= 0 (0: production's choice), got " +
+                         std::to_string(opt.lpt_heads));
+}
+
 Status CheckPtr(const void* ptr, const char* name, const char* who) {
   if (ptr == nullptr) return InvalidArgument(std::string(who) + ": " + name + " is null");
   if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) {
@@ -1018,13 +1037,19 @@ int FwdLabVariant() {
   return v;
 }
 
+// lpt: the kernel's grid is (BH, Q tiles), longest-first in groups of heads (ForwardCtaTiles'
+// kLpt), the group size p.lpt_heads or, where 0, LptHeadsAuto's.
 template <typename Kernel>
 Status LaunchFwdKernel(Kernel kernel, int bq, int threads, int smem, const AttnShapeCuda& s,
-                       const FwdParams& p, cudaStream_t stream) {
+                       FwdParams p, cudaStream_t stream, bool lpt = false) {
   ABLATE_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
       "FpaForwardCuda: cudaFuncSetAttribute");
-  const dim3 grid(CeilDiv(s.N, bq), s.B * s.H);
+  const int nb = CeilDiv(s.N, bq);
+  const dim3 grid = lpt ? dim3(s.B * s.H, nb) : dim3(nb, s.B * s.H);
+  if (lpt && p.lpt_heads == 0) {
+    ABLATE_ASSIGN_OR_RETURN(p.lpt_heads, LptHeadsAuto(kernel, threads, size_t(smem), nb));
+  }
   kernel<<<grid, threads, smem, stream>>>(p);
   return CudaStatus(cudaGetLastError(), "FpaForwardCuda: launch");
 }
@@ -1036,7 +1061,7 @@ Status LaunchForward(const AttnShapeCuda& s, const FwdParams& p, cudaStream_t st
   switch (lab == 0 ? 9 : lab) {
     case 9:
       return LaunchFwdKernel(FpaForwardKernelWg<D, kCausal>, CW::kBq, CW::kThreads, CW::kSmem, s,
-                             p, stream);
+                             p, stream, /*lpt=*/kCausal);
     case 2:
       return LaunchFwdKernel(FpaForwardKernelV2<D, kCausal>, FpaFwdV2Config<D>::kBq,
                              FpaFwdV2Config<D>::kThreads, FpaFwdV2Config<D>::kSmem, s, p, stream);
@@ -1065,7 +1090,7 @@ Status LaunchForward(const AttnShapeCuda& s, const FwdParams& p, cudaStream_t st
 }
 
 template <int D, bool kCausal>
-Status LaunchBackward(const AttnShapeCuda& s, const BwdParams& p, const bf16* o, bf16* dq,
+Status LaunchBackward(const AttnShapeCuda& s, BwdParams p, const bf16* o, bf16* dq,
                       cudaStream_t stream) {
   const int64_t rows = s.rows();
   FpaBwdPreprocessKernel<D><<<unsigned((rows + 7) / 8), 256, 0, stream>>>(
@@ -1077,7 +1102,11 @@ Status LaunchBackward(const AttnShapeCuda& s, const BwdParams& p, const bf16* o,
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg2::kSmem),
       "FpaBackwardCuda: cudaFuncSetAttribute");
   // The main and postprocess launches are programmatic dependents of the one before each.
-  const dim3 grid(CeilDiv(s.N, Cfg2::kBkv), s.B * s.H);
+  const int nb = CeilDiv(s.N, Cfg2::kBkv);
+  const dim3 grid = kCausal ? dim3(s.B * s.H, nb) : dim3(nb, s.B * s.H);
+  if (kCausal && p.lpt_heads == 0) {
+    ABLATE_ASSIGN_OR_RETURN(p.lpt_heads, LptHeadsAuto(kernel, Cfg2::kThreads, Cfg2::kSmem, nb));
+  }
   ABLATE_CUDA_RETURN_IF_ERROR(
       LaunchKernel(kernel, grid, dim3(Cfg2::kThreads), Cfg2::kSmem, stream, /*pdl=*/true, p),
       "FpaBackwardCuda: main launch");
@@ -1098,25 +1127,29 @@ size_t FpaWorkspaceBytes(const AttnShapeCuda& s) {
 }
 
 Status FpaForwardCuda(const AttnShapeCuda& s, const bf16* q, const bf16* k, const bf16* v, bf16* o,
-                      float* lse, void* /*workspace*/, size_t /*ws_bytes*/, cudaStream_t stream) {
+                      float* lse, void* /*workspace*/, size_t /*ws_bytes*/, cudaStream_t stream,
+                      const FpaCudaOptions& opt) {
   constexpr const char* kWho = "FpaForwardCuda";
   ABLATE_RETURN_IF_ERROR_(ValidateShape(s, kWho));
+  ABLATE_RETURN_IF_ERROR_(CheckOptions(opt, kWho));
   ABLATE_RETURN_IF_ERROR_(CheckPtr(q, "q", kWho));
   ABLATE_RETURN_IF_ERROR_(CheckPtr(k, "k", kWho));
   ABLATE_RETURN_IF_ERROR_(CheckPtr(v, "v", kWho));
   ABLATE_RETURN_IF_ERROR_(CheckPtr(o, "o", kWho));
   if (lse == nullptr) return InvalidArgument("FpaForwardCuda: lse is null");
   const float tau = 1.f / std::sqrt(float(s.D));
-  const FwdParams p{q, k, v, o, lse, s.N, tau * kLog2e};
+  const FwdParams p{q, k, v, o, lse, s.N, tau * kLog2e, opt.lpt_heads};
   if (s.D == 64) return s.causal ? LaunchForward<64, true>(s, p, stream) : LaunchForward<64, false>(s, p, stream);
   return s.causal ? LaunchForward<128, true>(s, p, stream) : LaunchForward<128, false>(s, p, stream);
 }
 
 Status FpaBackwardCuda(const AttnShapeCuda& s, const bf16* q, const bf16* k, const bf16* v,
                        const bf16* o, const float* lse, const bf16* do_, bf16* dq, bf16* dk,
-                       bf16* dv, void* workspace, size_t ws_bytes, cudaStream_t stream) {
+                       bf16* dv, void* workspace, size_t ws_bytes, cudaStream_t stream,
+                       const FpaCudaOptions& opt) {
   constexpr const char* kWho = "FpaBackwardCuda";
   ABLATE_RETURN_IF_ERROR_(ValidateShape(s, kWho));
+  ABLATE_RETURN_IF_ERROR_(CheckOptions(opt, kWho));
   ABLATE_RETURN_IF_ERROR_(CheckPtr(q, "q", kWho));
   ABLATE_RETURN_IF_ERROR_(CheckPtr(k, "k", kWho));
   ABLATE_RETURN_IF_ERROR_(CheckPtr(v, "v", kWho));
@@ -1136,7 +1169,8 @@ Status FpaBackwardCuda(const AttnShapeCuda& s, const bf16* q, const bf16* k, con
   float* dvec = reinterpret_cast<float*>(static_cast<char*>(workspace) +
                                          RoundUp(s.numel() * int64_t(sizeof(float)), kAlign));
   const float tau = 1.f / std::sqrt(float(s.D));
-  const BwdParams p{q, k, v, do_, lse, dvec, dq_acc, dk, dv, s.N, tau * kLog2e, tau};
+  const BwdParams p{q, k, v, do_, lse, dvec, dq_acc, dk, dv, s.N, tau * kLog2e, tau,
+                    opt.lpt_heads};
   if (s.D == 64) {
     return s.causal ? LaunchBackward<64, true>(s, p, o, dq, stream)
                     : LaunchBackward<64, false>(s, p, o, dq, stream);

@@ -32,18 +32,30 @@ namespace ablate::kernels::cuda {
 using bf16 = __nv_bfloat16;
 using AttnShapeCuda = ::ablate::kernels::AttnShape;
 
+// Kernel lab options (the defaults are production's).
+struct FpaCudaOptions {
+  // Causal grids run longest-first in groups of this many heads (attention_common.cuh, LptBlock):
+  // 0 = production's choice (LptHeadsAuto: 16 heads, more where the last group would carry too
+  // little work), n > 0 = n heads (1: head by head, the order before session 28); negative:
+  // InvalidArgument. Any value computes the same outputs (dQ up to the order of its fp32
+  // accumulation).
+  int lpt_heads = 0;
+};
+
 // Workspace bytes FpaBackwardCuda needs for `shape`: fp32 dQ accumulator (B*H*N*D) and the fp32
 // D = rowsum(dO o O) vector (B*H*N), each rounded up to 256 bytes. The forward needs 0.
 size_t FpaWorkspaceBytes(const AttnShapeCuda& shape);
 
 // o: (B, H, N, D) out; lse: (B, H, N) out (natural log). Every element of o and lse is written.
 Status FpaForwardCuda(const AttnShapeCuda& shape, const bf16* q, const bf16* k, const bf16* v,
-                      bf16* o, float* lse, void* workspace, size_t ws_bytes, cudaStream_t stream);
+                      bf16* o, float* lse, void* workspace, size_t ws_bytes, cudaStream_t stream,
+                      const FpaCudaOptions& opt = {});
 
 // o and lse from FpaForwardCuda on the same q, k, v; do_: dL/dO. dq, dk, dv: out, overwritten
 // (every element written).
 Status FpaBackwardCuda(const AttnShapeCuda& shape, const bf16* q, const bf16* k, const bf16* v,
                        const bf16* o, const float* lse, const bf16* do_, bf16* dq, bf16* dk,
-                       bf16* dv, void* workspace, size_t ws_bytes, cudaStream_t stream);
+                       bf16* dv, void* workspace, size_t ws_bytes, cudaStream_t stream,
+                       const FpaCudaOptions& opt = {});
 
 }  // namespace ablate::kernels::cuda

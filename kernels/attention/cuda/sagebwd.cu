@@ -87,10 +87,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <map>
-#include <mutex>
 #include <string>
-#include <tuple>
 #include <type_traits>
 
 #include "attention/cuda/attention_common.cuh"
@@ -104,6 +101,8 @@ using cuda::wgmma::TileDesc;
 
 using cuda::CeilDiv;
 using cuda::CudaStatus;
+using cuda::LptBlock;  // (attention_common.cuh, with LptHeadsAuto: shared with fpa.cu)
+using cuda::LptHeadsAuto;
 using cuda::GroupScale;
 using cuda::GroupScaleBranchless;
 using cuda::MmaS8;
@@ -1068,31 +1067,6 @@ struct FwdParams {
   bool smooth_q;
   float tau;
 };
-
-// Longest-first grids (forward kLptF, backward kBwdLpt; causal): grid (BH, blocks per head),
-// block rb = 0 the heaviest. The CTA at dispatch position x + y BH runs block rb of head bh, in
-// groups of `group` heads (the last group also takes the BH % group heads left over; group >=
-// BH: one group, (rb, bh) = (y, x), the order before session 27): inside a group the blocks go
-// longest-first across its heads, and the groups follow each other. The hardware dispatches CTAs
-// in about that order, so the CTAs in flight together span about `group` heads, which share
-// their operands in L2 (the forward's K^ / V^T; the backward's Q side and dQ accumulator);
-// longest-first across all heads, the heaviest blocks of every head ran together and read
-// their operands from DRAM each (causal, same binary, session 27: B8 H16 N2048 d128 backward
-// 1.19x faster in groups, the GPT-2 small shape B16 H12 N1024 d64 1.08x, the others 1.00-1.02x).
-// Each group ends with its lightest blocks, so the balance holds where the last group carries
-// enough work (LptHeadsAuto). (The d64 backward's 168-register bound spills 20 bytes for the
-// mapping's values: measured with them.)
-__device__ __forceinline__ void LptBlock(int group, int& rb, int& bh) {
-  const int nh = int(gridDim.x), nb = int(gridDim.y);
-  const int pos = int(blockIdx.x) + int(blockIdx.y) * nh;
-  const int ng = max(nh / group, 1);                     // groups
-  const int gi = min(pos / (group * nb), ng - 1);        // this CTA's
-  const int g0 = gi * group;                             // its first head
-  const int gh = gi == ng - 1 ? nh - g0 : group;         // its heads
-  const int r = pos - g0 * nb;                           // the position inside it
-  rb = r / gh;
-  bh = g0 + (r - rb * gh);
-}
 
 // Fused Q quantization of the v6+ forwards without Q-smoothing: the 128 threads `tid` of a Q
 // group quantize rows q0 .. q0 + 63 of head bh as QuantizeKernel's mode-0 job does (the same
@@ -3509,47 +3483,6 @@ Status LaunchFwdVariantIn(int var, const AttnShape& s, const Workspace& w, FwdPa
   }
 }
 
-// LptBlock's group size where SageCudaOptions::lpt_heads is 0 (production), for a causal grid
-// of nb blocks per head whose kernel runs `resident` CTAs at a time on the GPU: 16 heads, or more
-// where the last group would not carry two waves of its heaviest block's work (a causal head's
-// nb blocks carry ~nb^2 / 2 block units against its heaviest block's nb, so a group of g heads
-// fills the GPU for g nb / (2 resident) of them). Session 27 (H200, same binary): groups of 8-32
-// heads within 1% of each other at B8 H16 N2048 and B2 H16 N8192 d128 causal, all heads in one
-// group up to 1.19x slower, 1-2 heads up to 1.06x slower; a last group short of that work (B8
-// H16 N1024 d64, 3 CTAs per SM, groups of 44 heads from an L2-size rule) 1.06x slower, as were
-// the L2 rule's 50 + 14 heads in the B4 H16 N2048 forward (docs/gpu/2026-11-28-h200-s27).
-// The CTAs of `kernel` (launched with threads x smem) resident at a time on the current device:
-// the SM count times the occupancy, queried once per (kernel, device, launch size) and cached,
-// since every causal launch asks (each training step, twice per layer).
-template <typename Kernel>
-StatusOr<int64_t> ResidentCtas(Kernel kernel, int threads, size_t smem) {
-  int dev = 0;
-  ABLATE_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev), "SageBwd cudaGetDevice");
-  using Key = std::tuple<const void*, int, int, size_t>;
-  static std::mutex mu;
-  static std::map<Key, int64_t> cache;
-  const Key key{reinterpret_cast<const void*>(kernel), dev, threads, smem};
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    if (const auto it = cache.find(key); it != cache.end()) return it->second;
-  }
-  int sms = 0, per_sm = 0;
-  ABLATE_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev),
-                              "SageBwd SM count");
-  ABLATE_CUDA_RETURN_IF_ERROR(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem),
-      "SageBwd occupancy");
-  const int64_t resident = int64_t(std::max(per_sm, 1)) * sms;
-  std::lock_guard<std::mutex> lock(mu);
-  cache.emplace(key, resident);
-  return resident;
-}
-template <typename Kernel>
-StatusOr<int> LptHeadsAuto(Kernel kernel, int threads, size_t smem, int nb) {
-  ABLATE_ASSIGN_OR_RETURN(const int64_t resident, ResidentCtas(kernel, threads, smem));
-  return static_cast<int>(
-      std::clamp<int64_t>((2 * resident + nb - 1) / std::max(nb, 1), 16, 1 << 20));
-}
 Status CheckLptHeads(const SageCudaOptions& opt) {
   if (opt.lpt_heads >= 0) return Status::Ok();
   return InvalidArgument("SageBwd CUDA: lpt_heads must be >= 0 (0: production's choice), got " +
