@@ -538,9 +538,13 @@ __device__ __forceinline__ void TraceAt(int kind, int slot) {
     if (cond) TraceAt(kind, slot);   \
   } while (0)
 // Phase clocks of the warp-specialized backward (kind 2): one consumer thread adds the SM cycles
-// (clock; every thread reads it, the add is predicated) since its previous mark to slot k of a
-// shared-memory array (one live register); slot 7 counts the Q
-// tiles; SAGE_PHASE_END copies the array to the CTA's record.
+// (clock; every thread reads it, the add and the mark are predicated) since its previous mark to
+// slot k of a shared-memory array, whose slot 8 holds that mark; slot 7 counts the Q tiles;
+// SAGE_PHASE_END copies slots 0-7 to the CTA's record. The array is at namespace scope, so that
+// the tile bodies (BwdTile's member functions, session 27) mark phases too. (Until session 28 the
+// mark was a local register of the kernel, which the split out of the kernel left out of the
+// tile bodies' reach: the trace build did not compile.)
+__shared__ unsigned sage_ph[9];
 __device__ __forceinline__ void TracePhaseStore(const unsigned* ph) {
   if (g_sage_trace == nullptr) return;
   const int cta = int(blockIdx.x + blockIdx.y * gridDim.x);
@@ -548,20 +552,20 @@ __device__ __forceinline__ void TracePhaseStore(const unsigned* ph) {
   unsigned long long* r = g_sage_trace + (size_t(2) * kTraceCtas + cta) * 8;
   for (int k = 0; k < 8; ++k) r[k] = ph[k];
 }
-#define SAGE_PHASE_START(cond)                   \
-  __shared__ unsigned sage_ph[8];                \
-  unsigned sage_ph_last = 0;                     \
-  do {                                           \
-    if (cond) {                                  \
-      for (int k_ = 0; k_ < 8; ++k_) sage_ph[k_] = 0; \
-      sage_ph_last = unsigned(clock());          \
-    }                                            \
+#define SAGE_PHASE_START(cond)                                \
+  do {                                                        \
+    if (cond) {                                               \
+      for (int k_ = 0; k_ < 8; ++k_) sage_ph[k_] = 0;         \
+      sage_ph[8] = unsigned(clock());                         \
+    }                                                         \
   } while (0)
-#define SAGE_PHASE(k, cond)                                         \
-  do { /* branch-free but for the predicated add: no block split */ \
-    const unsigned now_ = unsigned(clock());                        \
-    if (cond) sage_ph[k] += (k) == 7 ? 1u : now_ - sage_ph_last;    \
-    sage_ph_last = now_;                                            \
+#define SAGE_PHASE(k, cond)                                              \
+  do { /* branch-free but for the predicated stores: no block split */   \
+    const unsigned now_ = unsigned(clock());                             \
+    if (cond) {                                                          \
+      sage_ph[k] += (k) == 7 ? 1u : now_ - sage_ph[8];                   \
+      sage_ph[8] = now_;                                                 \
+    }                                                                    \
   } while (0)
 #define SAGE_PHASE_END(cond)            \
   do {                                  \
