@@ -19,7 +19,7 @@
 //   softmax: QuadMax / QuadSum (reduce over the 4 threads that share an accumulator row),
 //            ApplyMask (a predicate on (row, col) sets masked accumulator entries to -inf)
 //   grids:   LptBlock (causal grids longest-first in groups of heads), LptHeadsAuto / ResidentCtas
-//            (host: the group size, the CTAs resident at a time)
+//            (host: the group size, the CTAs resident at a time), CheckLptHeads (its validation)
 //
 // Fragment layouts (PTX ISA "Matrix Fragments for mma.m16n8k16 / m16n8k32"). Throughout,
 //   g = lane / 4 (the "group", 0..7), t = lane % 4 (thread in group, 0..3).
@@ -470,6 +470,13 @@ StatusOr<int64_t> ResidentCtas(Kernel kernel, int threads, size_t smem) {
   std::lock_guard<std::mutex> lock(mu);
   cache.emplace(key, resident);
   return resident;
+}
+// InvalidArgument for a negative lpt_heads (SageCudaOptions, FpaCudaOptions), from `who`'s
+// launcher before any launch.
+inline Status CheckLptHeads(int lpt_heads, const std::string& who) {
+  if (lpt_heads >= 0) return Status::Ok();
+  return InvalidArgument(who + ": lpt_heads must be >= 0 (0: production's choice), got " +
+                         std::to_string(lpt_heads));
 }
 template <typename Kernel>
 StatusOr<int> LptHeadsAuto(Kernel kernel, int threads, size_t smem, int nb) {

@@ -1003,13 +1003,6 @@ Status ValidateShape(const AttnShapeCuda& s, const char* who) {
   return Status::Ok();
 }
 
-Status CheckOptions(const FpaCudaOptions& opt, const char* who) {
-  if (opt.lpt_heads >= 0) return Status::Ok();
-  return InvalidArgument(std::string(who) +
-                         ": lpt_heads must be >= 0 (0: production's choice), got " +
-                         std::to_string(opt.lpt_heads));
-}
-
 Status CheckPtr(const void* ptr, const char* name, const char* who) {
   if (ptr == nullptr) return InvalidArgument(std::string(who) + ": " + name + " is null");
   if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) {
@@ -1131,7 +1124,7 @@ Status FpaForwardCuda(const AttnShapeCuda& s, const bf16* q, const bf16* k, cons
                       const FpaCudaOptions& opt) {
   constexpr const char* kWho = "FpaForwardCuda";
   ABLATE_RETURN_IF_ERROR_(ValidateShape(s, kWho));
-  ABLATE_RETURN_IF_ERROR_(CheckOptions(opt, kWho));
+  ABLATE_RETURN_IF_ERROR_(CheckLptHeads(opt.lpt_heads, kWho));
   ABLATE_RETURN_IF_ERROR_(CheckPtr(q, "q", kWho));
   ABLATE_RETURN_IF_ERROR_(CheckPtr(k, "k", kWho));
   ABLATE_RETURN_IF_ERROR_(CheckPtr(v, "v", kWho));
@@ -1149,7 +1142,7 @@ Status FpaBackwardCuda(const AttnShapeCuda& s, const bf16* q, const bf16* k, con
                        const FpaCudaOptions& opt) {
   constexpr const char* kWho = "FpaBackwardCuda";
   ABLATE_RETURN_IF_ERROR_(ValidateShape(s, kWho));
-  ABLATE_RETURN_IF_ERROR_(CheckOptions(opt, kWho));
+  ABLATE_RETURN_IF_ERROR_(CheckLptHeads(opt.lpt_heads, kWho));
   ABLATE_RETURN_IF_ERROR_(CheckPtr(q, "q", kWho));
   ABLATE_RETURN_IF_ERROR_(CheckPtr(k, "k", kWho));
   ABLATE_RETURN_IF_ERROR_(CheckPtr(v, "v", kWho));

@@ -3487,11 +3487,6 @@ Status LaunchFwdVariantIn(int var, const AttnShape& s, const Workspace& w, FwdPa
   }
 }
 
-Status CheckLptHeads(const SageCudaOptions& opt) {
-  if (opt.lpt_heads >= 0) return Status::Ok();
-  return InvalidArgument("SageBwd CUDA: lpt_heads must be >= 0 (0: production's choice), got " +
-                         std::to_string(opt.lpt_heads));
-}
 
 template <int D>
 Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bfloat16* q,
@@ -3511,7 +3506,7 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
                            " (kv_group 128 goes with the variants that step 128 keys at d128, "
                            "SageFwdVariantSteps128, and they with it)");
   }
-  ABLATE_RETURN_IF_ERROR(CheckLptHeads(opt));  // (before any launch)
+  ABLATE_RETURN_IF_ERROR(cuda::CheckLptHeads(opt.lpt_heads, "SageBwd CUDA"));
   QuantParams qp{};
   qp.n = s.N;
   qp.np = nt * kTile;
@@ -3673,7 +3668,7 @@ Status BackwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_b
   if (kvg != kTile && kvg != 2 * kTile) {
     return InvalidArgument("SageBwd CUDA: kv_group " + std::to_string(kvg) + " (64 or 128)");
   }
-  ABLATE_RETURN_IF_ERROR(CheckLptHeads(opt));  // (before any launch)
+  ABLATE_RETURN_IF_ERROR(cuda::CheckLptHeads(opt.lpt_heads, "SageBwd CUDA"));
   // Whether the consumers share dQ (dS^ row scales over 128 keys): SageBwdKeyBlock decides, for
   // the emulator's options too; an explicit variant must agree with it.
   const bool dq_pair = SageBwdKeyBlock(opt, D) == 2 * kTile;

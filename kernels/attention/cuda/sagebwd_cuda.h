@@ -82,11 +82,11 @@ struct SageCudaOptions {
   // step 128 keys at a time (16 / 20 / 21 / 22, no Q-smoothing); 0 = SageKvGroup's choice;
   // anything else: InvalidArgument. The backward must get the forward's value.
   int kv_group = 0;
-  // Causal grids run longest-first in groups of this many heads (sagebwd.cu, LptBlock): 0 =
-  // production's choice (LptHeadsAuto: 16 heads, more where the last group would carry too
-  // little work), n > 0 = n heads (n >= B * H: one group, longest-first across all heads, the
-  // order before session 27); negative: InvalidArgument. Any value computes the same outputs (dQ
-  // up to the order of its fp32 accumulation).
+  // Causal grids run longest-first in groups of this many heads (attention_common.cuh,
+  // LptBlock): 0 = production's choice (LptHeadsAuto: 16 heads, more where the last group would
+  // carry too little work), n > 0 = n heads (n >= B * H: one group, longest-first across all
+  // heads, the order before session 27); negative: InvalidArgument. Any value computes the same
+  // outputs (dQ up to the order of its fp32 accumulation).
   int lpt_heads = 0;
 };
 
