@@ -364,7 +364,11 @@ constexpr int kBwdEarlyP1 = kSageBwdEarlyP1;
 // calls (sessions 25-26), non-causal 0.986-1.002x: causal only.
 constexpr int kBwdSwap = kSageBwdSwap;
 // (Measured, not kept: dQ converted in the backward kernel by the last contributor per Q tile,
-// found by an acq_rel counter per tile: 0.78-0.98x; docs/gpu/2026-11-21-h200-pdl.)
+// found by an acq_rel counter per tile: 0.78-0.98x; docs/gpu/2026-11-21-h200-pdl. Once per head
+// instead, by the CTA that finishes the head last (each CTA drains its dQ adds and counts itself
+// after its dK / dV stores): backward 0.82-0.97x, the count alone 0.98-0.99x; one CTA reads a
+// head's dqacc from L2 far slower than the conversion launch streams all of them; session 29,
+// docs/gpu/2026-11-28-h200-s29.)
 template <int D, int kVar>
 constexpr int BwdMinBlocks() {
   return (D == 64 && (kVar & kBwdWs) == 0) ? 3 : 1;  // kBwdOcc3
@@ -3204,7 +3208,7 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
 }
 
 // dq = dqacc (+ tau * rowsum(dS) * kbar with the K-mean correction), to bf16. Grid (blocks per
-// head, BH): each thread converts kDqFinPer runs of four elements of head blockIdx.y (16-byte
+// head, BH): each thread converts kDqFinPer runs of four elements of one head (16-byte
 // loads from dqacc's DqAccIndex blocks, all issued before the first store; 8-byte stores), with
 // 32-bit index arithmetic (one flat grid over BH x N x D / 4 needed a 64-bit division by N per
 // thread). Also clears *armed (dqacc is no longer zero).
@@ -3215,10 +3219,13 @@ __global__ void __launch_bounds__(kDqFinThreads) DqFinalizeKernel(
     const float* __restrict__ kbar, int n, int np, bool correct, float tau,
     __nv_bfloat16* __restrict__ dq, int* __restrict__ armed) {
   constexpr int kRun = D / 4;  // runs of four per row
-  const int bh = blockIdx.y, runs = n * kRun;
+  // Heads last to first: the backward kernel finished the last heads last, so theirs are the
+  // dqacc blocks still in L2 (session 29: this launch 26.2 -> 25.4 us at B4 H16 N2048 d128,
+  // 21.3 -> 20.3 us at B16 H12 N1024 d64, in place).
+  const int bh = int(gridDim.y) - 1 - int(blockIdx.y), runs = n * kRun;
   const int first = blockIdx.x * (kDqFinThreads * kDqFinPer) + threadIdx.x;
   cuda::GridDepWait();  // dqacc, dsrow: the backward kernel (pdl)
-  if (first == 0 && bh == 0) *armed = 0;
+  if (first == 0 && blockIdx.y == 0) *armed = 0;
   float4 x[kDqFinPer];
 #pragma unroll
   for (int k = 0; k < kDqFinPer; ++k) {
