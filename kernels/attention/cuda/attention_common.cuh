@@ -18,8 +18,9 @@
 //            StageAccBf16 / StoreTileRows (accumulator -> swizzled smem tile -> 16-byte row stores)
 //   softmax: QuadMax / QuadSum (reduce over the 4 threads that share an accumulator row),
 //            ApplyMask (a predicate on (row, col) sets masked accumulator entries to -inf)
-//   grids:   LptBlock (causal grids longest-first in groups of heads), LptHeadsAuto / ResidentCtas
-//            (host: the group size, the CTAs resident at a time), CheckLptHeads (its validation)
+//   grids:   LptBlock (causal grids longest-first in groups of heads), LptGrid / LptHeadsAuto /
+//            ResidentCtas (host: a launch's grid and group size, the CTAs resident at a time),
+//            CheckLptHeads (the group size's validation)
 //
 // Fragment layouts (PTX ISA "Matrix Fragments for mma.m16n8k16 / m16n8k32"). Throughout,
 //   g = lane / 4 (the "group", 0..7), t = lane % 4 (thread in group, 0..3).
@@ -483,6 +484,18 @@ StatusOr<int> LptHeadsAuto(Kernel kernel, int threads, size_t smem, int nb) {
   ABLATE_ASSIGN_OR_RETURN(const int64_t resident, ResidentCtas(kernel, threads, smem));
   return static_cast<int>(
       std::clamp<int64_t>((2 * resident + nb - 1) / std::max(nb, 1), 16, 1 << 20));
+}
+// The grid of a launch of nb blocks per head over bh heads. lpt: (bh, nb), the kernel mapping
+// it through LptBlock with *lpt_heads heads per group, where a 0 (production's choice) becomes
+// LptHeadsAuto's; else (nb, bh), *lpt_heads unread and left as it is.
+template <typename Kernel>
+StatusOr<dim3> LptGrid(bool lpt, int bh, int nb, Kernel kernel, int threads, size_t smem,
+                       int* lpt_heads) {
+  if (!lpt) return dim3(nb, bh);
+  if (*lpt_heads == 0) {
+    ABLATE_ASSIGN_OR_RETURN(*lpt_heads, LptHeadsAuto(kernel, threads, smem, nb));
+  }
+  return dim3(bh, nb);
 }
 
 // Sets acc entries to -inf where masked(row, col) is true, for a 16 x (8*NT) accumulator tile

@@ -1031,18 +1031,15 @@ int FwdLabVariant() {
 }
 
 // lpt: the kernel's grid is (BH, Q tiles), longest-first in groups of heads (ForwardCtaTiles'
-// kLpt), the group size p.lpt_heads or, where 0, LptHeadsAuto's.
+// kLpt, LptGrid).
 template <typename Kernel>
 Status LaunchFwdKernel(Kernel kernel, int bq, int threads, int smem, const AttnShapeCuda& s,
                        FwdParams p, cudaStream_t stream, bool lpt = false) {
   ABLATE_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
       "FpaForwardCuda: cudaFuncSetAttribute");
-  const int nb = CeilDiv(s.N, bq);
-  const dim3 grid = lpt ? dim3(s.B * s.H, nb) : dim3(nb, s.B * s.H);
-  if (lpt && p.lpt_heads == 0) {
-    ABLATE_ASSIGN_OR_RETURN(p.lpt_heads, LptHeadsAuto(kernel, threads, size_t(smem), nb));
-  }
+  ABLATE_ASSIGN_OR_RETURN(const dim3 grid, LptGrid(lpt, s.B * s.H, CeilDiv(s.N, bq), kernel,
+                                                    threads, size_t(smem), &p.lpt_heads));
   kernel<<<grid, threads, smem, stream>>>(p);
   return CudaStatus(cudaGetLastError(), "FpaForwardCuda: launch");
 }
@@ -1095,11 +1092,9 @@ Status LaunchBackward(const AttnShapeCuda& s, BwdParams p, const bf16* o, bf16* 
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg2::kSmem),
       "FpaBackwardCuda: cudaFuncSetAttribute");
   // The main and postprocess launches are programmatic dependents of the one before each.
-  const int nb = CeilDiv(s.N, Cfg2::kBkv);
-  const dim3 grid = kCausal ? dim3(s.B * s.H, nb) : dim3(nb, s.B * s.H);
-  if (kCausal && p.lpt_heads == 0) {
-    ABLATE_ASSIGN_OR_RETURN(p.lpt_heads, LptHeadsAuto(kernel, Cfg2::kThreads, Cfg2::kSmem, nb));
-  }
+  ABLATE_ASSIGN_OR_RETURN(const dim3 grid,
+                          LptGrid(kCausal, s.B * s.H, CeilDiv(s.N, Cfg2::kBkv), kernel,
+                                  Cfg2::kThreads, Cfg2::kSmem, &p.lpt_heads));
   ABLATE_CUDA_RETURN_IF_ERROR(
       LaunchKernel(kernel, grid, dim3(Cfg2::kThreads), Cfg2::kSmem, stream, /*pdl=*/true, p),
       "FpaBackwardCuda: main launch");

@@ -101,8 +101,8 @@ using cuda::wgmma::TileDesc;
 
 using cuda::CeilDiv;
 using cuda::CudaStatus;
-using cuda::LptBlock;  // (attention_common.cuh, with LptHeadsAuto: shared with fpa.cu)
-using cuda::LptHeadsAuto;
+using cuda::LptBlock;  // (attention_common.cuh, with LptGrid: shared with fpa.cu)
+using cuda::LptGrid;
 using cuda::GroupScale;
 using cuda::GroupScaleBranchless;
 using cuda::MmaS8;
@@ -3421,13 +3421,10 @@ Status LaunchForwardV5(const AttnShape& s, const FwdParams& p, bool smooth_q, cu
   ABLATE_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kBytes),
       "SageBwd forward v5 smem attribute");
-  const unsigned grid_x = static_cast<unsigned>(CeilDiv(s.N, C::kRows));
-  const dim3 grid = kLptF ? dim3(s.B * s.H, grid_x) : dim3(grid_x, s.B * s.H);
   FwdParams pl = p;
-  if (kLptF && pl.lpt_heads == 0) {
-    ABLATE_ASSIGN_OR_RETURN(pl.lpt_heads, LptHeadsAuto(kernel, C::kThreadsLaunch, C::kBytes,
-                                                       static_cast<int>(grid_x)));
-  }
+  ABLATE_ASSIGN_OR_RETURN(const dim3 grid,
+                          LptGrid(kLptF, s.B * s.H, CeilDiv(s.N, C::kRows), kernel,
+                                  C::kThreadsLaunch, C::kBytes, &pl.lpt_heads));
   return CudaStatus(cuda::LaunchKernel(kernel, grid, dim3(C::kThreadsLaunch), C::kBytes, stream,
                                        /*pdl=*/true, pl),
                     "SageBwd forward v5 kernel launch");
@@ -3493,7 +3490,6 @@ Status LaunchFwdVariantIn(int var, const AttnShape& s, const Workspace& w, FwdPa
                            " is not compiled in");
   }
 }
-
 
 template <int D>
 Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bfloat16* q,
@@ -3577,7 +3573,7 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
   p.ntq = nt;
   p.ntk = nt;
   p.kv_shift = KvShift(kvg);
-  p.lpt_heads = opt.lpt_heads;  // (0: the launch's LptHeadsAuto)
+  p.lpt_heads = opt.lpt_heads;  // (0: LptGrid picks it at the launch)
   p.smooth_q = opt.smooth_q;
   p.tau = 1.0f / std::sqrt(static_cast<float>(D));
   return LaunchFwdVariantIn<D>(fvar, s, w, p, opt.smooth_q, stream, FwdCompiled{});
@@ -3728,7 +3724,7 @@ Status BackwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_b
   p.ntq = nt;
   p.ntk = nt;
   p.kv_shift = KvShift(kvg);
-  p.lpt_heads = opt.lpt_heads;  // (0: the launch's LptHeadsAuto)
+  p.lpt_heads = opt.lpt_heads;  // (0: LptGrid picks it at the launch)
   p.smooth_q = opt.smooth_q;
   p.int8_dp = opt.int8_dp;
   p.tau = 1.0f / std::sqrt(static_cast<float>(D));
@@ -3755,11 +3751,8 @@ Status BackwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_b
       "SageBwd backward smem attribute");
   // Both launches below are programmatic dependents of the one before (each waits before it
   // reads what that one writes).
-  const int ctas = CeilDiv(s.N, L.keys);
-  const dim3 grid = L.lpt ? dim3(bh, ctas) : dim3(ctas, bh);
-  if (L.lpt && p.lpt_heads == 0) {
-    ABLATE_ASSIGN_OR_RETURN(p.lpt_heads, LptHeadsAuto(L.kernel, L.threads, L.smem, ctas));
-  }
+  ABLATE_ASSIGN_OR_RETURN(const dim3 grid, LptGrid(L.lpt, bh, CeilDiv(s.N, L.keys), L.kernel,
+                                                    L.threads, L.smem, &p.lpt_heads));
   ABLATE_CUDA_RETURN_IF_ERROR(
       cuda::LaunchKernel(L.kernel, grid, dim3(L.threads), L.smem, stream, /*pdl=*/true, p),
       "SageBwd backward kernel launch");

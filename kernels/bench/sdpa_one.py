@@ -1,4 +1,13 @@
-"""One SDPA forward + backward per mask under cudaProfilerStart/Stop (for ncu --profile-from-start off)."""
+#!/usr/bin/env python3
+"""One PyTorch SDPA forward + backward inside cudaProfilerStart / Stop, for Nsight Compute.
+
+    ncu --profile-from-start off --section ... python3 kernels/bench/sdpa_one.py B,H,N,D cudnn|flash yes|no
+
+Three warm-up iterations run outside the profiled range, the fourth inside it, so ncu sees one
+launch of each of the backend's kernels (the forward, the backward and their helpers) with the
+bench's inputs (bf16 (B, H, N, D) ~ N(0, 1)). Session 29 profiled cuDNN's and FA2's kernels
+beside ours with it (docs/gpu/2026-11-28-h200-s29, calls 4, 6, 9).
+"""
 import sys
 import torch
 import torch.nn.functional as F
