@@ -212,6 +212,17 @@ test('unauthenticated requests are refused and the page says so', async () => {
   await anon.goto(`${base}/#token=not-the-token`);
   await anon.reload();
   await anon.locator('#unauthenticated .reason').filter({hasText: '401'}).waitFor({timeout: 30000});
+  // A 401 that answers a request sent with an older token must not sign out the newer one: the
+  // event stream's probe, sent with the wrong token, could be answered after the form below had
+  // stored the right one, clearing it (CI, session 30: the form's sign-in never showed the sweeps).
+  const stale = await anon.evaluate(async (good) => {
+    const m = await import(new URL('js/api.js', location.href).href);
+    m.setToken('an-older-token');
+    const inFlight = m.api('sweeps').then(() => 200, (e) => e.status);  // sent with the older one
+    m.setToken(good);
+    return {status: await inFlight, kept: m.getToken() === good};
+  }, token);
+  assert.deepEqual(stale, {status: 401, kept: true});
   await anon.locator('#token-input').fill(token);  // the screen's sign-in form
   await anon.locator('.token-form button[type=submit]').click();
   await anon.locator('text=No sweeps yet').waitFor({timeout: 30000});

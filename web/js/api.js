@@ -3,7 +3,10 @@
 // The token arrives once in the address (`/#token=...` or `?token=...`), is kept in this tab's
 // sessionStorage and removed from the address bar (so it is not bookmarked or shared by accident).
 // Fetches send it as `Authorization: Bearer`; only EventSource, which cannot set headers, sends it
-// as `?token=`. A 401 clears it and raises the "unauthenticated" screen (event 'ablate:unauth').
+// as `?token=`. A 401 clears it and raises the "unauthenticated" screen (event 'ablate:unauth'),
+// but only while the refused token is still this tab's token: a request sent with an old token (the
+// event stream's probe, a page's fetch in flight) that is answered after the user signed in with a
+// new one must not sign the new one out.
 
 const KEY = 'ablate.token';
 
@@ -69,9 +72,10 @@ export function qs(params) {
 // GET /api/<path> as JSON. Throws ApiError with the server's {"error"} message.
 export async function api(path, params, {signal} = {}) {
   const url = `api/${path}${qs(params)}`;
+  const token = getToken();
   let res;
   try {
-    res = await fetch(url, {headers: {Authorization: `Bearer ${getToken()}`}, signal});
+    res = await fetch(url, {headers: {Authorization: `Bearer ${token}`}, signal});
   } catch (e) {
     if (e.name === 'AbortError') throw e;
     throw new ApiError(0, `cannot reach ablated (${e.message})`, path);
@@ -84,7 +88,7 @@ export async function api(path, params, {signal} = {}) {
   }
   if (!res.ok) {
     const msg = body?.error || `HTTP ${res.status}`;
-    if (res.status === 401) {
+    if (res.status === 401 && getToken() === token) {  // not a stale answer to an older token
       clearToken();
       window.dispatchEvent(new CustomEvent('ablate:unauth', {detail: msg}));
     }
