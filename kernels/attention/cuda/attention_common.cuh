@@ -436,16 +436,6 @@ __device__ __forceinline__ void LptBlock(int group, int& rb, int& bh) {
   bh = g0 + (r - rb * gh);
 }
 
-// LptBlock's group size in production (SageCudaOptions::lpt_heads, FpaCudaOptions::lpt_heads 0)
-// for a causal grid of nb blocks per head whose kernel runs `resident` CTAs at a time on the GPU:
-// 16 heads, or more where the last group would not carry two waves of its heaviest block's work
-// (a causal head's nb blocks carry ~nb^2 / 2 block units against its heaviest block's nb, so a
-// group of g heads fills the GPU for g nb / (2 resident) of them). Session 27 (H200, SageBwd,
-// same binary): groups of 8-32 heads within 1% of each other at B8 H16 N2048 and B2 H16 N8192
-// d128 causal, all heads in one group up to 1.19x slower, 1-2 heads up to 1.06x slower; a last
-// group short of that work (B8 H16 N1024 d64, 3 CTAs per SM, groups of 44 heads from an L2-size
-// rule) 1.06x slower, as were the L2 rule's 50 + 14 heads in the B4 H16 N2048 forward
-// (docs/gpu/2026-11-28-h200-s27).
 // The CTAs of `kernel` (launched with threads x smem) resident at a time on the current device:
 // the SM count times the occupancy, queried once per (kernel, device, launch size) and cached,
 // since every causal launch asks (each training step, twice per layer).
@@ -472,13 +462,16 @@ StatusOr<int64_t> ResidentCtas(Kernel kernel, int threads, size_t smem) {
   cache.emplace(key, resident);
   return resident;
 }
-// InvalidArgument for a negative lpt_heads (SageCudaOptions, FpaCudaOptions), from `who`'s
-// launcher before any launch.
-inline Status CheckLptHeads(int lpt_heads, const std::string& who) {
-  if (lpt_heads >= 0) return Status::Ok();
-  return InvalidArgument(who + ": lpt_heads must be >= 0 (0: production's choice), got " +
-                         std::to_string(lpt_heads));
-}
+// LptBlock's group size in production (SageCudaOptions::lpt_heads, FpaCudaOptions::lpt_heads 0)
+// for a causal grid of nb blocks per head whose kernel runs `resident` CTAs at a time on the GPU:
+// 16 heads, or more where the last group would not carry two waves of its heaviest block's work
+// (a causal head's nb blocks carry ~nb^2 / 2 block units against its heaviest block's nb, so a
+// group of g heads fills the GPU for g nb / (2 resident) of them). Session 27 (H200, SageBwd,
+// same binary): groups of 8-32 heads within 1% of each other at B8 H16 N2048 and B2 H16 N8192
+// d128 causal, all heads in one group up to 1.19x slower, 1-2 heads up to 1.06x slower; a last
+// group short of that work (B8 H16 N1024 d64, 3 CTAs per SM, groups of 44 heads from an L2-size
+// rule) 1.06x slower, as were the L2 rule's 50 + 14 heads in the B4 H16 N2048 forward
+// (docs/gpu/2026-11-28-h200-s27).
 template <typename Kernel>
 StatusOr<int> LptHeadsAuto(Kernel kernel, int threads, size_t smem, int nb) {
   ABLATE_ASSIGN_OR_RETURN(const int64_t resident, ResidentCtas(kernel, threads, smem));
@@ -496,6 +489,13 @@ StatusOr<dim3> LptGrid(bool lpt, int bh, int nb, Kernel kernel, int threads, siz
     ABLATE_ASSIGN_OR_RETURN(*lpt_heads, LptHeadsAuto(kernel, threads, smem, nb));
   }
   return dim3(bh, nb);
+}
+// InvalidArgument for a negative lpt_heads (SageCudaOptions, FpaCudaOptions), from `who`'s
+// launcher before any launch.
+inline Status CheckLptHeads(int lpt_heads, const std::string& who) {
+  if (lpt_heads >= 0) return Status::Ok();
+  return InvalidArgument(who + ": lpt_heads must be >= 0 (0: production's choice), got " +
+                         std::to_string(lpt_heads));
 }
 
 // Sets acc entries to -inf where masked(row, col) is true, for a 16 x (8*NT) accumulator tile
