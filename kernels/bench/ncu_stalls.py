@@ -6,11 +6,13 @@ Profile with source counters, export the source page as CSV, then summarize:
     ncu --section SourceCounters --section WarpStateStats --import-source yes -o rep \\
         -k regex:SageBackwardKernel --launch-skip 1 --launch-count 1 <bench command>
     ncu -i rep.ncu-rep --page source --csv --print-source sass > src.csv
-    python3 kernels/bench/ncu_stalls.py src.csv [--top 30]
+    python3 kernels/bench/ncu_stalls.py src.csv [--top 30] [--lo 4700 --hi b700]
 
-Prints the sampled stall reasons (share of all warp samples, the opcodes that carry each) and the
-instructions with the most samples (address, SASS, top two reasons, times executed). The input may
-be gzip-compressed (.gz).
+Prints the sampled stall reasons (share of the warp samples, the opcodes that carry each) and the
+instructions with the most samples (offset from the kernel's first instruction, SASS, top two
+reasons, times executed). --lo / --hi (hex offsets, as printed) keep only the instructions in
+[lo, hi): one loop, e.g. a warp-specialized kernel's consumer loop without its producer's waits,
+which otherwise dominate the long-scoreboard samples. The input may be gzip-compressed (.gz).
 """
 import argparse
 import collections
@@ -22,6 +24,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("csv", help="ncu --page source --csv --print-source sass output (.csv, .gz)")
     ap.add_argument("--top", type=int, default=30, help="instructions to list")
+    ap.add_argument("--lo", type=lambda x: int(x, 16), default=0,
+                    help="first offset kept (hex, from the kernel's first instruction)")
+    ap.add_argument("--hi", type=lambda x: int(x, 16), default=None,
+                    help="first offset past the range (hex)")
     args = ap.parse_args()
     opener = gzip.open if args.csv.endswith(".gz") else open
     with opener(args.csv, "rt") as f:
@@ -36,8 +42,14 @@ def main():
     by_op = collections.defaultdict(collections.Counter)
     insts = []
     executed = 0
+    first = None
     for r in data:
         if len(r) < len(header):
+            continue
+        addr = int(r[ix["Address"]], 16)
+        first = addr if first is None else first
+        off = addr - first
+        if off < args.lo or (args.hi is not None and off >= args.hi):
             continue
         src = r[ix["Source"]].strip()
         parts = src.split()
@@ -51,17 +63,21 @@ def main():
             by_op[rs][op] += v
         e = int(r[ix["Instructions Executed"]] or 0)
         executed += e
-        insts.append((int(r[ix["Warp Stall Sampling (All Samples)"]] or 0), r[ix["Address"]], src,
-                      counts, e))
+        insts.append((int(r[ix["Warp Stall Sampling (All Samples)"]] or 0), off, src, counts, e))
+    if not insts:
+        raise SystemExit(f"{args.csv}: no instruction in the offset range [{args.lo:x}, "
+                         f"{'end' if args.hi is None else format(args.hi, 'x')})")
     samples = sum(total.values()) or 1
     print(f"{rows[0][1] if len(rows[0]) > 1 else ''}")
-    print(f"warp samples {samples}, warp instructions executed {executed}")
+    where = "" if args.lo == 0 and args.hi is None else (
+        f" in offsets [{args.lo:x}, {'end' if args.hi is None else format(args.hi, 'x')})")
+    print(f"warp samples {sum(total.values())}, warp instructions executed {executed}{where}")
     for rs, v in total.most_common(9):
         print(f"{rs:24s} {v:7d} {v / samples * 100:5.1f}%  top ops: {by_op[rs].most_common(5)}")
-    print("instructions with the most samples (samples, address, SASS, top reasons, executed):")
-    for s, addr, src, counts, e in sorted(insts, key=lambda x: -x[0])[: args.top]:
+    print("instructions with the most samples (samples, offset, SASS, top reasons, executed):")
+    for s, off, src, counts, e in sorted(insts, key=lambda x: -x[0])[: args.top]:
         top = sorted(counts.items(), key=lambda x: -x[1])[:2]
-        print(s, addr[-5:], src[:58], top, e)
+        print(s, f"{off:x}", src[:58], top, e)
 
 
 if __name__ == "__main__":
