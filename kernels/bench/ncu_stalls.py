@@ -6,7 +6,7 @@ Profile with source counters, export the source page as CSV, then summarize:
     ncu --section SourceCounters --section WarpStateStats --import-source yes -o rep \\
         -k regex:SageBackwardKernel --launch-skip 1 --launch-count 1 <bench command>
     ncu -i rep.ncu-rep --page source --csv --print-source sass > src.csv
-    python3 kernels/bench/ncu_stalls.py src.csv [--top 30] [--lo 4700 --hi b700]
+    python3 kernels/bench/ncu_stalls.py src.csv [--top 30] [--lo 4d50 --hi b400]
 
 Prints the sampled stall reasons (share of the warp samples, the opcodes that carry each) and the
 instructions with the most samples (offset from the kernel's first instruction, SASS, top two
@@ -64,14 +64,14 @@ def main():
         e = int(r[ix["Instructions Executed"]] or 0)
         executed += e
         insts.append((int(r[ix["Warp Stall Sampling (All Samples)"]] or 0), off, src, counts, e))
+    span = f"[{args.lo:x}, {'end' if args.hi is None else format(args.hi, 'x')})"
     if not insts:
-        raise SystemExit(f"{args.csv}: no instruction in the offset range [{args.lo:x}, "
-                         f"{'end' if args.hi is None else format(args.hi, 'x')})")
-    samples = sum(total.values()) or 1
+        raise SystemExit(f"{args.csv}: no instruction in the offset range {span}")
+    samples = sum(total.values())
     print(f"{rows[0][1] if len(rows[0]) > 1 else ''}")
-    where = "" if args.lo == 0 and args.hi is None else (
-        f" in offsets [{args.lo:x}, {'end' if args.hi is None else format(args.hi, 'x')})")
-    print(f"warp samples {sum(total.values())}, warp instructions executed {executed}{where}")
+    where = "" if args.lo == 0 and args.hi is None else f" in offsets {span}"
+    print(f"warp samples {samples}, warp instructions executed {executed}{where}")
+    samples = samples or 1  # (the shares below)
     for rs, v in total.most_common(9):
         print(f"{rs:24s} {v:7d} {v / samples * 100:5.1f}%  top ops: {by_op[rs].most_common(5)}")
     print("instructions with the most samples (samples, offset, SASS, top reasons, executed):")

@@ -11,7 +11,7 @@
 //   copy:    CpAsync16 / CpAsyncCommit / CpAsyncWait<N>, LoadTileAsync<...> (global -> smem tile
 //            with zero-fill of rows past the end: tails need no separate path)
 //   ldmatrix: LdMatrixX4 / LdMatrixX4Trans / LdMatrixX2(.Trans) on shared addresses (and
-//            StMatrixX4Trans, sm_90, the other way), plus
+//            StMatrixX4 / StMatrixX4Trans, sm_90, the other way), plus
 //            fragment loaders for the m16n8k16 operands from swizzled tiles
 //   mma:     MmaBf16 (m16n8k16, bf16 x bf16 -> fp32), MmaS8 (m16n8k32, s8 x s8 -> s32)
 //   regs:    PackBf16x2, AccToBf16A (fp32 accumulator tile -> bf16 A fragments, no smem trip),
@@ -217,6 +217,14 @@ __device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], uint32_t addr)
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
+}
+// stmatrix (sm_90): lane 8i + k gives the address of row k of matrix i, which receives the
+// fragment r[i] (lane l holds row l / 4, the 32 bits at byte 4 (l % 4) of the row's 16).
+__device__ __forceinline__ void StMatrixX4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2,
+                                           uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(addr),
+               "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
 }
 // stmatrix (sm_90): the inverse of LdMatrixX4Trans; lane 8i + k gives the address of row k of
 // matrix i, which receives column k of the fragment r[i] (lane l holds row l / 4, columns

@@ -44,7 +44,8 @@
 // (P^T, dS^T, dS^) are made by one FMA into the 1.5 * 2^23 mantissa (no F2I / clamp) and written
 // straight from registers. dK, dV stay in registers;
 // dQ is accumulated into the workspace's fp32 dqacc (16 x 64 blocks, DqAccIndex: each warp's
-// share of a Q tile is one block, staged in shared memory and added by one bulk reduction),
+// share of a Q tile is one block, staged in shared memory by stmatrix and added by one bulk
+// reduction),
 // rowsum dS (K-smoothing correction) with scalar atomics, and a last kernel converts dQ.
 // Accumulation order differs from the emulator. Interior blocks (no N tail; causal: wholly below
 // the diagonal) skip the mask arithmetic and read lse / D_i once per row. D = 64: 4 warps per
@@ -140,8 +141,9 @@ struct BwdLayout {
   static constexpr int kPart = kPT + 3 * TileP::kBytes;
   static constexpr int kVec = kPart + 3 * 4 * kTile * 4;
   static constexpr int kMu = kVec + 10 * kTile * 4;
-  // The dQ staging blocks, one 16 x 64 f32 block (4 KB, DqAccIndex order) per warp.
-  static constexpr int kDqSt = (kMu + 2 * D * 4 + 15) / 16 * 16;
+  // The dQ staging blocks, one 16 x 64 f32 block (4 KB, DqAccIndex order) per warp; 256-byte
+  // aligned (the stmatrix addresses are a row's base XOR the unit offset).
+  static constexpr int kDqSt = (kMu + 2 * D * 4 + 255) / 256 * 256;
   // Two mbarriers (Q^ / dO, then Q^T / dO^T of the Q tile).
   static constexpr int kTmaBar = kDqSt + kTile * 64 * 4;
   static constexpr int kBytes = kTmaBar + 16 + 1024;
@@ -191,7 +193,7 @@ struct BwdWsLayout {
   static constexpr int kPart = kDsT + TileP::kBytes;
   static constexpr int kVec = kPart + 3 * 4 * kTile * 4;
   static constexpr int kKbar = kVec + 10 * kTile * 4;
-  static constexpr int kDqSt = Up(kKbar + D * 4, 16);
+  static constexpr int kDqSt = Up(kKbar + D * 4, 256);  // (256-byte aligned, as BwdLayout's)
   static constexpr int kConsBytes = Up(kDqSt + kTile * 64 * 4, 1024);
   // Stage.
   static constexpr int kQh = 0;
@@ -593,14 +595,18 @@ __device__ __forceinline__ void TracePhaseStore(const unsigned* ph) {
 // The fp32 dQ accumulator dqacc, (BH, np, D) with np = the padded length (a multiple of 64), is
 // stored in 4 KB blocks of 16 rows x 64 columns: rows 16 b .. 16 b + 15 of a head occupy the same
 // 16 D floats as in row-major order, as D / 64 consecutive blocks (column chunk c at 1024 c), each
-// row-major with 64-float rows whose 16-byte units are XOR-swizzled by the row (unit u of row r at
-// u ^ (r % 8)). A backward warp's 16 rows x 64 columns of dQ are then one contiguous 4 KB block:
-// it stages them in shared memory in the same order (the swizzle keeps the staging stores free of
-// bank conflicts) and adds them with one bulk reduction. Float offset of (row, col) of head bh:
+// with 64-float rows of sixteen 16-byte units. Unit 2 m of a row holds the even columns of the
+// eight 8 m .. 8 m + 7 (8 m, + 2, + 4, + 6), unit 2 m + 1 the odd ones, and unit u of row r sits at
+// u ^ (r % 8). A backward warp's 16 rows x 64 columns of dQ are then one contiguous 4 KB block:
+// it stages them in shared memory in the same order, by stmatrix (an m16n8 accumulator's even
+// columns are one 8 x 8 b16 matrix of 32-bit values, its odd columns another; the swizzle keeps
+// the stores free of bank conflicts), and adds them with one bulk reduction. Float offset of
+// (row, col) of head bh:
 template <int D>
 __host__ __device__ __forceinline__ int64_t DqAccIndex(int64_t bh, int np, int row, int col) {
+  const int unit = ((col & 63) >> 3) * 2 + (col & 1);
   return (bh * np + (row & ~15)) * D + (col >> 6) * 1024 + (row & 15) * 64 +
-         ((((col & 63) >> 2) ^ (row & 7)) << 2) + (col & 3);
+         ((unit ^ (row & 7)) << 2) + ((col & 7) >> 1);
 }
 
 // Zeroes dsrow for rows [r0, r0 + rows) of head bh (clipped to n) and dqacc for the same rows
@@ -2109,23 +2115,28 @@ struct BwdTile {
       v0[n] = make_float2(c0f * __int2float_rn(at(n, 0)), c0f * __int2float_rn(at(n, 1)));
       v1[n] = make_float2(c1f * __int2float_rn(at(n, 2)), c1f * __int2float_rn(at(n, 3)));
     }
-    // This warp's 16 rows x 64 columns are one 4 KB block of dqacc (DqAccIndex): rows g and
-    // g + 8 of it at float 64 g (+ 512), columns 8n + 2t, +1 in 16-byte unit (2n + t / 2) ^ g.
+    // This warp's 16 rows x 64 columns are one 4 KB block of dqacc (DqAccIndex), staged in
+    // shared memory in the block's own order (once the previous bulk read of the staging is
+    // done) by one stmatrix per 8 columns 8n..8n+7: matrices 0 / 1 the even / odd columns of rows
+    // 0-7 (v0[n].x / .y: column 8n + 2t of row g is the 32-bit element t of matrix row g), 2 / 3
+    // those of rows 8-15. Lane 8i + k gives the address of row k of matrix i: row
+    // r = k + 8 (i / 2), unit (2n + i % 2) ^ k, i.e. byte (32 n) ^ (16 (i % 2 ^ k)) of the row.
+    static_assert(L::kDqSt % 256 == 0, "the staging rows' bases are 256-byte aligned");
     const int64_t blk = (int64_t(bh) * p.np + r0 + warp * 16) * D + ch * 1024;
-    const int x = (t >> 1) ^ g, o0 = g * 64 + ((t & 1) << 1);
-    // Staged in shared memory in the block's own order (once the previous bulk read of the
-    // staging is done), then lane 0 adds the whole block into dqacc with one bulk reduction
-    // (padded rows past N add zeros: dqacc holds whole blocks).
     namespace wg = cuda::wgmma;
     float* st = reinterpret_cast<float*>(base + L::kDqSt) + warp * 1024;
+    const int mi = lane >> 3, mk = lane & 7;
+    const uint32_t row_addr =
+        cuda::SmemAddr(st) + 256 * (mk + 8 * (mi >> 1)) + 16 * ((mi & 1) ^ mk);
     wg::BulkWaitRead<0>();  // (every lane: the others have no bulk group; no branch)
     __syncwarp();
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
-      const int o = o0 + (((2 * n) ^ x) << 2);
-      *reinterpret_cast<float2*>(st + o) = v0[n];
-      *reinterpret_cast<float2*>(st + o + 512) = v1[n];
+      cuda::StMatrixX4(row_addr ^ (n << 5), __float_as_uint(v0[n].x), __float_as_uint(v0[n].y),
+                       __float_as_uint(v1[n].x), __float_as_uint(v1[n].y));
     }
+    // Lane 0 adds the whole block into dqacc with one bulk reduction (padded rows past N add
+    // zeros: dqacc holds whole blocks).
     wg::FenceProxyAsync();
     __syncwarp();
     if (lane == 0) {
@@ -3208,17 +3219,18 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
 }
 
 // dq = dqacc (+ tau * rowsum(dS) * kbar with the K-mean correction), to bf16. Grid (blocks per
-// head, BH): each thread converts kDqFinPer runs of four elements of one head (16-byte
-// loads from dqacc's DqAccIndex blocks, all issued before the first store; 8-byte stores), with
-// 32-bit index arithmetic (one flat grid over BH x N x D / 4 needed a 64-bit division by N per
-// thread). Also clears *armed (dqacc is no longer zero).
+// head, BH): each thread converts kDqFinPer runs of eight elements of one head (per run the two
+// 16-byte units of dqacc's DqAccIndex blocks that hold its even and its odd columns, all loads
+// issued before the first store; 16-byte stores), with 32-bit index arithmetic (one flat grid
+// over BH x N x D / 8 needed a 64-bit division by N per thread). Also clears *armed (dqacc is no
+// longer zero).
 constexpr int kDqFinThreads = 256, kDqFinPer = 2;
 template <int D>
 __global__ void __launch_bounds__(kDqFinThreads) DqFinalizeKernel(
     const float* __restrict__ dqacc, const float* __restrict__ dsrow,
     const float* __restrict__ kbar, int n, int np, bool correct, float tau,
     __nv_bfloat16* __restrict__ dq, int* __restrict__ armed) {
-  constexpr int kRun = D / 4;  // runs of four per row
+  constexpr int kRun = D / 8;  // runs of eight per row
   // Heads last to first: the backward kernel finished the last heads last, so theirs are the
   // dqacc blocks still in L2 (session 29: this launch 26.2 -> 25.4 us at B4 H16 N2048 d128,
   // 21.3 -> 20.3 us at B16 H12 N1024 d64, in place).
@@ -3226,32 +3238,36 @@ __global__ void __launch_bounds__(kDqFinThreads) DqFinalizeKernel(
   const int first = blockIdx.x * (kDqFinThreads * kDqFinPer) + threadIdx.x;
   cuda::GridDepWait();  // dqacc, dsrow: the backward kernel (pdl)
   if (first == 0 && blockIdx.y == 0) *armed = 0;
-  float4 x[kDqFinPer];
+  float4 ev[kDqFinPer], od[kDqFinPer];  // columns d, d + 2, d + 4, d + 6 and d + 1, d + 3, ...
 #pragma unroll
   for (int k = 0; k < kDqFinPer; ++k) {
     const int i = first + k * kDqFinThreads;
     if (i < runs) {
-      x[k] = *reinterpret_cast<const float4*>(dqacc + DqAccIndex<D>(bh, np, i / kRun, i % kRun * 4));
+      const int row = i / kRun, d = i % kRun * 8;
+      ev[k] = *reinterpret_cast<const float4*>(dqacc + DqAccIndex<D>(bh, np, row, d));
+      od[k] = *reinterpret_cast<const float4*>(dqacc + DqAccIndex<D>(bh, np, row, d + 1));
     }
   }
 #pragma unroll
   for (int k = 0; k < kDqFinPer; ++k) {
     const int i = first + k * kDqFinThreads;
     if (i >= runs) break;
-    const int row = i / kRun, d = i % kRun * 4;
-    float4 v = x[k];
+    const int row = i / kRun, d = i % kRun * 8;
+    float v[8] = {ev[k].x, od[k].x, ev[k].y, od[k].y, ev[k].z, od[k].z, ev[k].w, od[k].w};
     if (correct) {
       const float c = tau * dsrow[int64_t(bh) * n + row];
-      const float4 kb = *reinterpret_cast<const float4*>(kbar + bh * D + d);
-      v.x += c * kb.x;
-      v.y += c * kb.y;
-      v.z += c * kb.z;
-      v.w += c * kb.w;
+      const float4 k0 = *reinterpret_cast<const float4*>(kbar + bh * D + d);
+      const float4 k1 = *reinterpret_cast<const float4*>(kbar + bh * D + d + 4);
+      const float kb[8] = {k0.x, k0.y, k0.z, k0.w, k1.x, k1.y, k1.z, k1.w};
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[e] += c * kb[e];
     }
-    __nv_bfloat162* out =
-        reinterpret_cast<__nv_bfloat162*>(dq + (int64_t(bh) * n + row) * D + d);
-    out[0] = __floats2bfloat162_rn(v.x, v.y);
-    out[1] = __floats2bfloat162_rn(v.z, v.w);
+    uint4 out;
+    out.x = cuda::PackBf16x2(v[0], v[1]);
+    out.y = cuda::PackBf16x2(v[2], v[3]);
+    out.z = cuda::PackBf16x2(v[4], v[5]);
+    out.w = cuda::PackBf16x2(v[6], v[7]);
+    *reinterpret_cast<uint4*>(dq + (int64_t(bh) * n + row) * D + d) = out;
   }
 }
 
@@ -3760,7 +3776,7 @@ Status BackwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_b
   const int per_block = kDqFinThreads * kDqFinPer;
   return CudaStatus(
       cuda::LaunchKernel(DqFinalizeKernel<D>,
-                         dim3(static_cast<unsigned>(CeilDiv(s.N * (D / 4), per_block)), bh),
+                         dim3(static_cast<unsigned>(CeilDiv(s.N * (D / 8), per_block)), bh),
                          dim3(kDqFinThreads), 0, stream, /*pdl=*/true, w.dqacc, w.dsrow, w.kbar,
                          s.N, nt * kTile, opt.smooth_k && opt.dq_kmean_correction, p.tau, dq,
                          w.armed),
