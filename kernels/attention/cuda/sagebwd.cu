@@ -2645,8 +2645,9 @@ struct BwdTile {
     // apart), its latency exposed in turn: they run kAhead blocks ahead. (At d128 this and the
     // coefficients above pay only since the masked P / dS form stopped being the loop's register
     // peak; before, ptxas made room for them by recomputing the thread index in the loop:
-    // session 24.)
-    constexpr int kAhead = D == 64 ? 4 : 2;
+    // session 24. Four ahead at d128 lost to two then, 0.981-0.988x; since the dQ staging by
+    // stmatrix it gains, backward 1.013x: session 31.)
+    constexpr int kAhead = 4;
     const float4* const cinv4 = reinterpret_cast<const float4*>(s_cinv2);
     float4 inv4[8];
 #pragma unroll
