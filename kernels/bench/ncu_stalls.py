@@ -6,7 +6,7 @@ Profile with source counters, export the source page as CSV, then summarize:
     ncu --section SourceCounters --section WarpStateStats --import-source yes -o rep \\
         -k regex:SageBackwardKernel --launch-skip 1 --launch-count 1 <bench command>
     ncu -i rep.ncu-rep --page source --csv --print-source sass > src.csv
-    python3 kernels/bench/ncu_stalls.py src.csv [--top 30] [--lo 4d50 --hi b400]
+    python3 kernels/bench/ncu_stalls.py src.csv [--top 30] [--lo 1cb0 --hi b400]
 
 Prints the sampled stall reasons (share of the warp samples, the opcodes that carry each) and the
 instructions with the most samples (offset from the kernel's first instruction, SASS, top two
