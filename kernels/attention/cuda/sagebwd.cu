@@ -44,8 +44,8 @@
 // (P^T, dS^T, dS^) are made by one FMA into the 1.5 * 2^23 mantissa (no F2I / clamp) and written
 // straight from registers. dK, dV stay in registers;
 // dQ is accumulated into the workspace's fp32 dqacc (16 x 64 blocks, DqAccIndex: each warp's
-// share of a Q tile is one block, staged in shared memory by stmatrix and added by one bulk
-// reduction),
+// share of a Q tile is one block, added by 16-byte reductions from registers at d64, staged in
+// shared memory by stmatrix and added by one bulk reduction at d128: DqByRed),
 // rowsum dS (K-smoothing correction) with scalar atomics, and a last kernel converts dQ.
 // Accumulation order differs from the emulator. Interior blocks (no N tail; causal: wholly below
 // the diagonal) skip the mask arithmetic and read lse / D_i once per row. D = 64: 4 warps per
@@ -117,6 +117,23 @@ static_assert(kSageBq == kTile && kSageBkv == kTile, "kernels assume Bq == Bkv =
 constexpr int kThreads = 128;
 constexpr int kI8T = kTile + 16;  // int8 row stride (bytes) of a tile whose k index is a token
 
+// How a backward warp adds its 16 rows x 64 columns of dQ into dqacc (DqAccIndex, BwdTile::EpiDq):
+// at d64 straight from registers by eight 16-byte reductions per lane (red.global.add.v4.f32),
+// at d128 staged in shared memory by stmatrix and added by one bulk reduction. The reductions
+// from registers made ptxas spill 176-224 bytes in the d128 kernels (at their 240-register
+// budget, the 64 fp32 dK / dV accumulators per thread of 128 key rows) and ran them 0.73-0.85x;
+// at d64 (168 registers, no spills) they run the backward 1.017-1.025x (session 32, docs/gpu/
+// 2026-11-28-h200-s32): no staging stores, no proxy fence, no bulk read of the staging.
+template <int D>
+constexpr bool DqByRed() {
+  return D == 64;
+}
+// Bytes of shared memory per CTA region for the dQ staging (one 4 KB block per warp).
+template <int D>
+constexpr int DqStagingBytes() {
+  return DqByRed<D>() ? 0 : kTile * 64 * 4;
+}
+
 // Backward shared-memory layout (without kBwdWs): the S / dP operands (K^, V, Q^, dO) as
 // 1024-byte-aligned GmmaTiles (wgmma.cuh, no padding), the operands of dV, dK and dQ (K^T, Q^T,
 // dO^T [D][64] and P^T, dS^, dS^T [64][64]) as 64-byte-swizzled GmmaTiles, then the column
@@ -141,11 +158,11 @@ struct BwdLayout {
   static constexpr int kPart = kPT + 3 * TileP::kBytes;
   static constexpr int kVec = kPart + 3 * 4 * kTile * 4;
   static constexpr int kMu = kVec + 10 * kTile * 4;
-  // The dQ staging blocks, one 16 x 64 f32 block (4 KB, DqAccIndex order) per warp; 256-byte
-  // aligned (the stmatrix addresses are a row's base XOR the unit offset).
+  // The dQ staging blocks (not DqByRed), one 16 x 64 f32 block (4 KB, DqAccIndex order) per
+  // warp; 256-byte aligned (the stmatrix addresses are a row's base XOR the unit offset).
   static constexpr int kDqSt = (kMu + 2 * D * 4 + 255) / 256 * 256;
   // Two mbarriers (Q^ / dO, then Q^T / dO^T of the Q tile).
-  static constexpr int kTmaBar = kDqSt + kTile * 64 * 4;
+  static constexpr int kTmaBar = kDqSt + DqStagingBytes<D>();
   static constexpr int kBytes = kTmaBar + 16 + 1024;
   static_assert(kBytes <= 227 * 1024, "backward shared memory over the sm_90 limit");
   static_assert(TileI8::kBytes % 1024 == 0 && TileBf::kBytes % 1024 == 0,
@@ -194,7 +211,7 @@ struct BwdWsLayout {
   static constexpr int kVec = kPart + 3 * 4 * kTile * 4;
   static constexpr int kKbar = kVec + 10 * kTile * 4;
   static constexpr int kDqSt = Up(kKbar + D * 4, 256);  // (256-byte aligned, as BwdLayout's)
-  static constexpr int kConsBytes = Up(kDqSt + kTile * 64 * 4, 1024);
+  static constexpr int kConsBytes = Up(kDqSt + DqStagingBytes<D>(), 1024);
   // Stage.
   static constexpr int kQh = 0;
   static constexpr int kDo = kQh + TileI8::kBytes;
@@ -235,6 +252,26 @@ __device__ __forceinline__ void RedAddIf(bool pred, float* addr, float v) {
       "@p red.global.add.f32 [%0], %1;\n"
       "}\n" ::"l"(addr),
       "f"(v), "r"(int(pred)));
+}
+
+// Eight red.global.add.v4.f32 (sm_90: 16-byte fp32 reductions without a result) of v[4n..4n+3] at
+// base + 512 n bytes, one asm statement: the addresses are immediate offsets of one register pair.
+// (atomicAdd on a float4 compiles to atom.global.add.v4.f32, with result registers.)
+__device__ __forceinline__ void RedAddV4x8(float* base, const float (&v)[32]) {
+  asm volatile(
+      "red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n"
+      "red.global.add.v4.f32 [%0+512], {%5, %6, %7, %8};\n"
+      "red.global.add.v4.f32 [%0+1024], {%9, %10, %11, %12};\n"
+      "red.global.add.v4.f32 [%0+1536], {%13, %14, %15, %16};\n"
+      "red.global.add.v4.f32 [%0+2048], {%17, %18, %19, %20};\n"
+      "red.global.add.v4.f32 [%0+2560], {%21, %22, %23, %24};\n"
+      "red.global.add.v4.f32 [%0+3072], {%25, %26, %27, %28};\n"
+      "red.global.add.v4.f32 [%0+3584], {%29, %30, %31, %32};\n" ::"l"(base),
+      "f"(v[0]), "f"(v[1]), "f"(v[2]), "f"(v[3]), "f"(v[4]), "f"(v[5]), "f"(v[6]), "f"(v[7]),
+      "f"(v[8]), "f"(v[9]), "f"(v[10]), "f"(v[11]), "f"(v[12]), "f"(v[13]), "f"(v[14]),
+      "f"(v[15]), "f"(v[16]), "f"(v[17]), "f"(v[18]), "f"(v[19]), "f"(v[20]), "f"(v[21]),
+      "f"(v[22]), "f"(v[23]), "f"(v[24]), "f"(v[25]), "f"(v[26]), "f"(v[27]), "f"(v[28]),
+      "f"(v[29]), "f"(v[30]), "f"(v[31]));
 }
 
 // The quantizer of the kernels' inner loops, with the reciprocal of the group scale taken once per
@@ -594,19 +631,29 @@ __device__ __forceinline__ void TracePhaseStore(const unsigned* ph) {
 
 // The fp32 dQ accumulator dqacc, (BH, np, D) with np = the padded length (a multiple of 64), is
 // stored in 4 KB blocks of 16 rows x 64 columns: rows 16 b .. 16 b + 15 of a head occupy the same
-// 16 D floats as in row-major order, as D / 64 consecutive blocks (column chunk c at 1024 c), each
-// with 64-float rows of sixteen 16-byte units. Unit 2 m of a row holds the even columns of the
-// eight 8 m .. 8 m + 7 (8 m, + 2, + 4, + 6), unit 2 m + 1 the odd ones, and unit u of row r sits at
-// u ^ (r % 8). A backward warp's 16 rows x 64 columns of dQ are then one contiguous 4 KB block:
-// it stages them in shared memory in the same order, by stmatrix (an m16n8 accumulator's even
-// columns are one 8 x 8 b16 matrix of 32-bit values, its odd columns another; the swizzle keeps
-// the stores free of bank conflicts), and adds them with one bulk reduction. Float offset of
-// (row, col) of head bh:
+// 16 D floats as in row-major order, as D / 64 consecutive blocks (column chunk c at 1024 c). A
+// backward warp's 16 rows x 64 columns of dQ are one block, in the order its adds want:
+// - DqByRed (d64): eight 512-byte runs (run m: columns 8 m .. 8 m + 7 of the 16 rows) of 32
+//   16-byte units; unit 4 r + t of run m (r < 8, t < 4) holds columns 8 m + 2 t, + 1 of row r,
+//   then the same of row r + 8: the four values lane 4 r + t of the warp holds for those columns
+//   in its m16n8 accumulator fragments, added by one 16-byte reduction per lane and run.
+// - otherwise (d128): 64-float rows of sixteen 16-byte units; unit 2 m of a row holds the even
+//   columns of the eight 8 m .. 8 m + 7 (8 m, + 2, + 4, + 6), unit 2 m + 1 the odd ones, and unit
+//   u of row r sits at u ^ (r % 8). The warp stages its block in shared memory in this order by
+//   stmatrix (an m16n8 accumulator's even columns are one 8 x 8 b16 matrix of 32-bit values, its
+//   odd columns another; the swizzle keeps the stores free of bank conflicts) and adds it with one
+//   bulk reduction.
+// Float offset of (row, col) of head bh:
 template <int D>
 __host__ __device__ __forceinline__ int64_t DqAccIndex(int64_t bh, int np, int row, int col) {
-  const int unit = ((col & 63) >> 3) * 2 + (col & 1);
-  return (bh * np + (row & ~15)) * D + (col >> 6) * 1024 + (row & 15) * 64 +
-         ((unit ^ (row & 7)) << 2) + ((col & 7) >> 1);
+  const int64_t blk = (bh * np + (row & ~15)) * D + (col >> 6) * 1024;
+  if constexpr (DqByRed<D>()) {
+    return blk + ((col & 63) >> 3) * 128 + ((row & 7) * 4 + ((col & 7) >> 1)) * 4 +
+           ((row >> 3) & 1) * 2 + (col & 1);
+  } else {
+    const int unit = ((col & 63) >> 3) * 2 + (col & 1);
+    return blk + (row & 15) * 64 + ((unit ^ (row & 7)) << 2) + ((col & 7) >> 1);
+  }
 }
 
 // Zeroes dsrow for rows [r0, r0 + rows) of head bh (clipped to n) and dqacc for the same rows
@@ -2106,42 +2153,59 @@ struct BwdTile {
     return dsh_base + h * 512 + ((m << 4) ^ dsh_sw);
   }
   // dQ columns 64 ch.. of the Q tile at row r0: rows g and g + 8 of this warp (coefficients c0f,
-  // c1f), all 32 values scaled first, then added into dqacc by one bulk reduction per warp.
+  // c1f), all 32 values scaled first, then added into dqacc (DqByRed: by the lane's eight 16-byte
+  // reductions; otherwise by one bulk reduction per warp).
   template <class At>
   __device__ __forceinline__ void EpiDq(int r0, int ch, float c0f, float c1f, const At& at) const {
-    float2 v0[8], v1[8];
+    if constexpr (DqByRed<D>()) {
+      // Run n of the warp's 4 KB block of dqacc holds this lane's values of columns 8n + 2t, +1
+      // of rows g, g + 8 at unit `lane` (DqAccIndex). Padded rows past N add zeros: dqacc holds
+      // whole blocks.
+      float v[32];
 #pragma unroll
-    for (int n = 0; n < 8; ++n) {
-      v0[n] = make_float2(c0f * __int2float_rn(at(n, 0)), c0f * __int2float_rn(at(n, 1)));
-      v1[n] = make_float2(c1f * __int2float_rn(at(n, 2)), c1f * __int2float_rn(at(n, 3)));
-    }
-    // This warp's 16 rows x 64 columns are one 4 KB block of dqacc (DqAccIndex), staged in
-    // shared memory in the block's own order (once the previous bulk read of the staging is
-    // done) by one stmatrix per 8 columns 8n..8n+7: matrices 0 / 1 the even / odd columns of rows
-    // 0-7 (v0[n].x / .y: column 8n + 2t of row g is the 32-bit element t of matrix row g), 2 / 3
-    // those of rows 8-15. Lane 8i + k gives the address of row k of matrix i: row
-    // r = k + 8 (i / 2), unit (2n + i % 2) ^ k, i.e. byte (32 n) ^ (16 (i % 2 ^ k)) of the row.
-    static_assert(L::kDqSt % 256 == 0, "the staging rows' bases are 256-byte aligned");
-    const int64_t blk = (int64_t(bh) * p.np + r0 + warp * 16) * D + ch * 1024;
-    namespace wg = cuda::wgmma;
-    float* st = reinterpret_cast<float*>(base + L::kDqSt) + warp * 1024;
-    const int mi = lane >> 3, mk = lane & 7;
-    const uint32_t row_addr =
-        cuda::SmemAddr(st) + 256 * (mk + 8 * (mi >> 1)) + 16 * ((mi & 1) ^ mk);
-    wg::BulkWaitRead<0>();  // (every lane: the others have no bulk group; no branch)
-    __syncwarp();
+      for (int n = 0; n < 8; ++n) {
+        v[4 * n] = c0f * __int2float_rn(at(n, 0));
+        v[4 * n + 1] = c0f * __int2float_rn(at(n, 1));
+        v[4 * n + 2] = c1f * __int2float_rn(at(n, 2));
+        v[4 * n + 3] = c1f * __int2float_rn(at(n, 3));
+      }
+      RedAddV4x8(p.dqacc + (int64_t(bh) * p.np + r0 + warp * 16) * D + ch * 1024 + 4 * lane, v);
+    } else {
+      float2 v0[8], v1[8];
+  #pragma unroll
+      for (int n = 0; n < 8; ++n) {
+        v0[n] = make_float2(c0f * __int2float_rn(at(n, 0)), c0f * __int2float_rn(at(n, 1)));
+        v1[n] = make_float2(c1f * __int2float_rn(at(n, 2)), c1f * __int2float_rn(at(n, 3)));
+      }
+      // This warp's 16 rows x 64 columns are one 4 KB block of dqacc (DqAccIndex), staged in
+      // shared memory in the block's own order (once the previous bulk read of the staging is
+      // done) by one stmatrix per 8 columns 8n..8n+7: matrices 0 / 1 the even / odd columns of
+      // rows 0-7 (v0[n].x / .y: column 8n + 2t of row g is the 32-bit element t of matrix row
+      // g), 2 / 3 those of rows 8-15. Lane 8i + k gives the address of row k of matrix i: row
+      // r = k + 8 (i / 2), unit (2n + i % 2) ^ k, i.e. byte (32 n) ^ (16 (i % 2 ^ k)) of the row.
+      static_assert(L::kDqSt % 256 == 0, "the staging rows' bases are 256-byte aligned");
+      const int64_t blk = (int64_t(bh) * p.np + r0 + warp * 16) * D + ch * 1024;
+      namespace wg = cuda::wgmma;
+      float* st = reinterpret_cast<float*>(base + L::kDqSt) + warp * 1024;
+      const int mi = lane >> 3, mk = lane & 7;
+      const uint32_t row_addr =
+          cuda::SmemAddr(st) + 256 * (mk + 8 * (mi >> 1)) + 16 * ((mi & 1) ^ mk);
+      wg::BulkWaitRead<0>();  // (every lane: the others have no bulk group; no branch)
+      __syncwarp();
 #pragma unroll
-    for (int n = 0; n < 8; ++n) {
-      cuda::StMatrixX4(row_addr ^ (n << 5), __float_as_uint(v0[n].x), __float_as_uint(v0[n].y),
-                       __float_as_uint(v1[n].x), __float_as_uint(v1[n].y));
-    }
-    // Lane 0 adds the whole block into dqacc with one bulk reduction (padded rows past N add
-    // zeros: dqacc holds whole blocks).
-    wg::FenceProxyAsync();
-    __syncwarp();
-    if (lane == 0) {
-      wg::BulkReduceAddF32(p.dqacc + blk, cuda::SmemAddr(st), 1024 * 4);
-      wg::BulkCommit();
+      for (int n = 0; n < 8; ++n) {
+        cuda::StMatrixX4(row_addr ^ (n << 5), __float_as_uint(v0[n].x),
+                         __float_as_uint(v0[n].y), __float_as_uint(v1[n].x),
+                         __float_as_uint(v1[n].y));
+      }
+      // Lane 0 adds the whole block into dqacc with one bulk reduction (padded rows past N add
+      // zeros: dqacc holds whole blocks).
+      wg::FenceProxyAsync();
+      __syncwarp();
+      if (lane == 0) {
+        wg::BulkReduceAddF32(p.dqacc + blk, cuda::SmemAddr(st), 1024 * 4);
+        wg::BulkCommit();
+      }
     }
   }
   // A dV / dK fold: x[ch * 8 + n][e] += coef(e / 2) * the int32 product at(n, e) (head-dim
@@ -3193,7 +3257,9 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
   if constexpr (kEarly) cuda::wgmma::Wait<0>();  // the last tile's unused S / dP (they read K^, V)
   // The staging buffer's reads complete before the CTA exits (its shared memory goes); the dqacc
   // adds themselves complete with the grid, which DqFinalizeKernel waits for (pdl).
-  if (lane == 0) cuda::wgmma::BulkWaitRead<0>();
+  if constexpr (!DqByRed<D>()) {
+    if (lane == 0) cuda::wgmma::BulkWaitRead<0>();
+  }
   SAGE_TRACE(1, 3, kWs && threadIdx.x == 256);
   // dK and dV through shared memory and 16-byte row stores (StageAccBf16), in the first
   // 4 * 64 * D bytes of `base`: this consumer's K^ / V / K^T tiles (kWs; free now: kPair waits
@@ -3220,55 +3286,106 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
 }
 
 // dq = dqacc (+ tau * rowsum(dS) * kbar with the K-mean correction), to bf16. Grid (blocks per
-// head, BH): each thread converts kDqFinPer runs of eight elements of one head (per run the two
-// 16-byte units of dqacc's DqAccIndex blocks that hold its even and its odd columns, all loads
-// issued before the first store; 16-byte stores), with 32-bit index arithmetic (one flat grid
-// over BH x N x D / 8 needed a 64-bit division by N per thread). Also clears *armed (dqacc is no
-// longer zero).
-constexpr int kDqFinThreads = 256, kDqFinPer = 2;
+// head, BH): each thread converts DqFinPer runs of one head (DqFinRuns), all loads issued before
+// the first store, 16-byte stores, with 32-bit index arithmetic (one flat grid over BH x N x D / 8
+// needed a 64-bit division by N per thread). A run is eight columns d..d+7 of one row (its two
+// 16-byte units of even and odd columns in dqacc's DqAccIndex order); DqByRed: of rows r and r + 8
+// of a 16-row block (the four consecutive units that hold both), one per thread, so that a thread
+// converts 16 values either way (two per thread halved the grid: 19.6 -> 24.0 us at the GPT-2
+// small shape, its last wave half empty). Also clears *armed (dqacc is no longer zero).
+constexpr int kDqFinThreads = 256;
+template <int D>
+constexpr int DqFinPer() {
+  return DqByRed<D>() ? 1 : 2;
+}
+template <int D>
+__host__ __device__ constexpr int DqFinRuns(int n, int np) {
+  return DqByRed<D>() ? np * D / 16 : n * D / 8;
+}
 template <int D>
 __global__ void __launch_bounds__(kDqFinThreads) DqFinalizeKernel(
     const float* __restrict__ dqacc, const float* __restrict__ dsrow,
     const float* __restrict__ kbar, int n, int np, bool correct, float tau,
     __nv_bfloat16* __restrict__ dq, int* __restrict__ armed) {
   constexpr int kRun = D / 8;  // runs of eight per row
+  constexpr bool kPairs = DqByRed<D>();
   // Heads last to first: the backward kernel finished the last heads last, so theirs are the
   // dqacc blocks still in L2 (session 29: this launch 26.2 -> 25.4 us at B4 H16 N2048 d128,
   // 21.3 -> 20.3 us at B16 H12 N1024 d64, in place).
-  const int bh = int(gridDim.y) - 1 - int(blockIdx.y), runs = n * kRun;
+  const int bh = int(gridDim.y) - 1 - int(blockIdx.y), runs = DqFinRuns<D>(n, np);
+  constexpr int kDqFinPer = DqFinPer<D>();
   const int first = blockIdx.x * (kDqFinThreads * kDqFinPer) + threadIdx.x;
   cuda::GridDepWait();  // dqacc, dsrow: the backward kernel (pdl)
   if (first == 0 && blockIdx.y == 0) *armed = 0;
-  float4 ev[kDqFinPer], od[kDqFinPer];  // columns d, d + 2, d + 4, d + 6 and d + 1, d + 3, ...
+  // Run i: its first row and its columns d.. .
+  const auto run_of = [&](int i, int& row, int& d) {
+    if constexpr (kPairs) {
+      const int rem = i % (8 * kRun);
+      row = i / (8 * kRun) * 16 + rem / kRun;
+    } else {
+      row = i / kRun;
+    }
+    d = i % kRun * 8;
+  };
+  // kPairs: units t = 0..3 (columns d + 2t, + 1 of the run's two rows); otherwise units 0 / 1
+  // (columns d, d + 2, d + 4, d + 6 / d + 1, d + 3, ...).
+  constexpr int kUnits = kPairs ? 4 : 2;
+  float4 u[kDqFinPer][kUnits];
 #pragma unroll
   for (int k = 0; k < kDqFinPer; ++k) {
     const int i = first + k * kDqFinThreads;
     if (i < runs) {
-      const int row = i / kRun, d = i % kRun * 8;
-      ev[k] = *reinterpret_cast<const float4*>(dqacc + DqAccIndex<D>(bh, np, row, d));
-      od[k] = *reinterpret_cast<const float4*>(dqacc + DqAccIndex<D>(bh, np, row, d + 1));
+      int row, d;
+      run_of(i, row, d);
+      if constexpr (kPairs) {
+        const float4* src =
+            reinterpret_cast<const float4*>(dqacc + DqAccIndex<D>(bh, np, row, d));
+#pragma unroll
+        for (int t = 0; t < 4; ++t) u[k][t] = src[t];
+      } else {
+        u[k][0] = *reinterpret_cast<const float4*>(dqacc + DqAccIndex<D>(bh, np, row, d));
+        u[k][1] = *reinterpret_cast<const float4*>(dqacc + DqAccIndex<D>(bh, np, row, d + 1));
+      }
     }
   }
 #pragma unroll
   for (int k = 0; k < kDqFinPer; ++k) {
     const int i = first + k * kDqFinThreads;
     if (i >= runs) break;
-    const int row = i / kRun, d = i % kRun * 8;
-    float v[8] = {ev[k].x, od[k].x, ev[k].y, od[k].y, ev[k].z, od[k].z, ev[k].w, od[k].w};
-    if (correct) {
-      const float c = tau * dsrow[int64_t(bh) * n + row];
-      const float4 k0 = *reinterpret_cast<const float4*>(kbar + bh * D + d);
-      const float4 k1 = *reinterpret_cast<const float4*>(kbar + bh * D + d + 4);
-      const float kb[8] = {k0.x, k0.y, k0.z, k0.w, k1.x, k1.y, k1.z, k1.w};
+    int r, d;
+    run_of(i, r, d);
 #pragma unroll
-      for (int e = 0; e < 8; ++e) v[e] += c * kb[e];
+    for (int h = 0; h < (kPairs ? 2 : 1); ++h) {
+      const int row = r + 8 * h;
+      if (kPairs && row >= n) break;  // (without kPairs every run's row is below n)
+      float v[8];
+#pragma unroll
+      for (int t = 0; t < 4; ++t) {
+        if constexpr (kPairs) {
+          v[2 * t] = h ? u[k][t].z : u[k][t].x;
+          v[2 * t + 1] = h ? u[k][t].w : u[k][t].y;
+        } else {
+          const float4& ev = u[k][0];
+          const float4& od = u[k][1];
+          v[2 * t] = t == 0 ? ev.x : t == 1 ? ev.y : t == 2 ? ev.z : ev.w;
+          v[2 * t + 1] = t == 0 ? od.x : t == 1 ? od.y : t == 2 ? od.z : od.w;
+        }
+      }
+      if (correct) {
+        const float c = tau * dsrow[int64_t(bh) * n + row];
+        const float4 k0 = *reinterpret_cast<const float4*>(kbar + bh * D + d);
+        const float4 k1 = *reinterpret_cast<const float4*>(kbar + bh * D + d + 4);
+        const float kb[8] = {k0.x, k0.y, k0.z, k0.w, k1.x, k1.y, k1.z, k1.w};
+#pragma unroll
+        for (int e = 0; e < 8; ++e) v[e] += c * kb[e];
+      }
+      uint4 out;
+      out.x = cuda::PackBf16x2(v[0], v[1]);
+      out.y = cuda::PackBf16x2(v[2], v[3]);
+      out.z = cuda::PackBf16x2(v[4], v[5]);
+      out.w = cuda::PackBf16x2(v[6], v[7]);
+      *reinterpret_cast<uint4*>(dq + (int64_t(bh) * n + row) * D + d) = out;
     }
-    uint4 out;
-    out.x = cuda::PackBf16x2(v[0], v[1]);
-    out.y = cuda::PackBf16x2(v[2], v[3]);
-    out.z = cuda::PackBf16x2(v[4], v[5]);
-    out.w = cuda::PackBf16x2(v[6], v[7]);
-    *reinterpret_cast<uint4*>(dq + (int64_t(bh) * n + row) * D + d) = out;
   }
 }
 
@@ -3774,10 +3891,12 @@ Status BackwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_b
       cuda::LaunchKernel(L.kernel, grid, dim3(L.threads), L.smem, stream, /*pdl=*/true, p),
       "SageBwd backward kernel launch");
 
-  const int per_block = kDqFinThreads * kDqFinPer;
+  const int per_block = kDqFinThreads * DqFinPer<D>();
   return CudaStatus(
       cuda::LaunchKernel(DqFinalizeKernel<D>,
-                         dim3(static_cast<unsigned>(CeilDiv(s.N * (D / 8), per_block)), bh),
+                         dim3(static_cast<unsigned>(
+                                  CeilDiv(DqFinRuns<D>(s.N, nt * kTile), per_block)),
+                              bh),
                          dim3(kDqFinThreads), 0, stream, /*pdl=*/true, w.dqacc, w.dsrow, w.kbar,
                          s.N, nt * kTile, opt.smooth_k && opt.dq_kmean_correction, p.tau, dq,
                          w.armed),
