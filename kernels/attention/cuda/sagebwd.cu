@@ -121,8 +121,8 @@ constexpr int kI8T = kTile + 16;  // int8 row stride (bytes) of a tile whose k i
 // at d64 straight from registers by eight 16-byte reductions per lane (red.global.add.v4.f32),
 // at d128 staged in shared memory by stmatrix and added by one bulk reduction. The reductions
 // from registers made ptxas spill 176-224 bytes in the d128 kernels (at their 240-register
-// budget, the 64 fp32 dK / dV accumulators per thread of 128 key rows) and ran them 0.73-0.85x;
-// at d64 (168 registers, no spills) they run the backward 1.017-1.025x (session 32, docs/gpu/
+// budget, with 128 fp32 dK / dV values per thread) and ran them 0.73-0.85x; at d64 (168
+// registers, no new spills) they run the backward 1.031-1.035x (session 32, docs/gpu/
 // 2026-11-28-h200-s32): no staging stores, no proxy fence, no bulk read of the staging.
 template <int D>
 constexpr bool DqByRed() {
@@ -2172,7 +2172,7 @@ struct BwdTile {
       RedAddV4x8(p.dqacc + (int64_t(bh) * p.np + r0 + warp * 16) * D + ch * 1024 + 4 * lane, v);
     } else {
       float2 v0[8], v1[8];
-  #pragma unroll
+#pragma unroll
       for (int n = 0; n < 8; ++n) {
         v0[n] = make_float2(c0f * __int2float_rn(at(n, 0)), c0f * __int2float_rn(at(n, 1)));
         v1[n] = make_float2(c1f * __int2float_rn(at(n, 2)), c1f * __int2float_rn(at(n, 3)));
