@@ -2157,31 +2157,25 @@ struct BwdTile {
   // reductions; otherwise by one bulk reduction per warp).
   template <class At>
   __device__ __forceinline__ void EpiDq(int r0, int ch, float c0f, float c1f, const At& at) const {
-    if constexpr (DqByRed<D>()) {
-      // Run n of the warp's 4 KB block of dqacc holds this lane's values of columns 8n + 2t, +1
-      // of rows g, g + 8 at unit `lane` (DqAccIndex). Padded rows past N add zeros: dqacc holds
-      // whole blocks.
-      float v[32];
+    // v[4n..4n+3]: columns 8n + 2t, +1 of row g, then of row g + 8.
+    float v[32];
 #pragma unroll
-      for (int n = 0; n < 8; ++n) {
-        v[4 * n] = c0f * __int2float_rn(at(n, 0));
-        v[4 * n + 1] = c0f * __int2float_rn(at(n, 1));
-        v[4 * n + 2] = c1f * __int2float_rn(at(n, 2));
-        v[4 * n + 3] = c1f * __int2float_rn(at(n, 3));
-      }
+    for (int n = 0; n < 8; ++n) {
+      v[4 * n] = c0f * __int2float_rn(at(n, 0));
+      v[4 * n + 1] = c0f * __int2float_rn(at(n, 1));
+      v[4 * n + 2] = c1f * __int2float_rn(at(n, 2));
+      v[4 * n + 3] = c1f * __int2float_rn(at(n, 3));
+    }
+    if constexpr (DqByRed<D>()) {
+      // Run n of the warp's 4 KB block of dqacc holds this lane's v[4n..4n+3] at unit `lane`
+      // (DqAccIndex). Padded rows past N add zeros: dqacc holds whole blocks.
       RedAddV4x8(p.dqacc + (int64_t(bh) * p.np + r0 + warp * 16) * D + ch * 1024 + 4 * lane, v);
     } else {
-      float2 v0[8], v1[8];
-#pragma unroll
-      for (int n = 0; n < 8; ++n) {
-        v0[n] = make_float2(c0f * __int2float_rn(at(n, 0)), c0f * __int2float_rn(at(n, 1)));
-        v1[n] = make_float2(c1f * __int2float_rn(at(n, 2)), c1f * __int2float_rn(at(n, 3)));
-      }
       // This warp's 16 rows x 64 columns are one 4 KB block of dqacc (DqAccIndex), staged in
       // shared memory in the block's own order (once the previous bulk read of the staging is
       // done) by one stmatrix per 8 columns 8n..8n+7: matrices 0 / 1 the even / odd columns of
-      // rows 0-7 (v0[n].x / .y: column 8n + 2t of row g is the 32-bit element t of matrix row
-      // g), 2 / 3 those of rows 8-15. Lane 8i + k gives the address of row k of matrix i: row
+      // rows 0-7 (v[4n] / v[4n + 1]: column 8n + 2t of row g is the 32-bit element t of matrix
+      // row g), 2 / 3 those of rows 8-15 (v[4n + 2] / v[4n + 3]). Lane 8i + k gives the address of row k of matrix i: row
       // r = k + 8 (i / 2), unit (2n + i % 2) ^ k, i.e. byte (32 n) ^ (16 (i % 2 ^ k)) of the row.
       static_assert(L::kDqSt % 256 == 0, "the staging rows' bases are 256-byte aligned");
       const int64_t blk = (int64_t(bh) * p.np + r0 + warp * 16) * D + ch * 1024;
@@ -2194,9 +2188,9 @@ struct BwdTile {
       __syncwarp();
 #pragma unroll
       for (int n = 0; n < 8; ++n) {
-        cuda::StMatrixX4(row_addr ^ (n << 5), __float_as_uint(v0[n].x),
-                         __float_as_uint(v0[n].y), __float_as_uint(v1[n].x),
-                         __float_as_uint(v1[n].y));
+        cuda::StMatrixX4(row_addr ^ (n << 5), __float_as_uint(v[4 * n]),
+                         __float_as_uint(v[4 * n + 1]), __float_as_uint(v[4 * n + 2]),
+                         __float_as_uint(v[4 * n + 3]));
       }
       // Lane 0 adds the whole block into dqacc with one bulk reduction (padded rows past N add
       // zeros: dqacc holds whole blocks).
@@ -3359,17 +3353,17 @@ __global__ void __launch_bounds__(kDqFinThreads) DqFinalizeKernel(
       const int row = r + 8 * h;
       if (kPairs && row >= n) break;  // (without kPairs every run's row is below n)
       float v[8];
+      if constexpr (kPairs) {
 #pragma unroll
-      for (int t = 0; t < 4; ++t) {
-        if constexpr (kPairs) {
+        for (int t = 0; t < 4; ++t) {
           v[2 * t] = h ? u[k][t].z : u[k][t].x;
           v[2 * t + 1] = h ? u[k][t].w : u[k][t].y;
-        } else {
-          const float4& ev = u[k][0];
-          const float4& od = u[k][1];
-          v[2 * t] = t == 0 ? ev.x : t == 1 ? ev.y : t == 2 ? ev.z : ev.w;
-          v[2 * t + 1] = t == 0 ? od.x : t == 1 ? od.y : t == 2 ? od.z : od.w;
         }
+      } else {
+        const float4 &ev = u[k][0], &od = u[k][1];
+        const float w[8] = {ev.x, od.x, ev.y, od.y, ev.z, od.z, ev.w, od.w};
+#pragma unroll
+        for (int e = 0; e < 8; ++e) v[e] = w[e];
       }
       if (correct) {
         const float c = tau * dsrow[int64_t(bh) * n + row];
