@@ -312,6 +312,17 @@ TEST(FpaCudaArgs, RejectsBadArguments) {
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
   EXPECT_NE(st.message().find("workspace"), std::string::npos) << st.ToString();
   EXPECT_EQ(FpaWorkspaceBytes(s), size_t(256 /*16*64*4 -> 4096*/ * 16 + 256));
+  // B * H and the 64-row tile count sit in a grid dimension of at most 65535 blocks.
+  AttnShape wide{256, 256, 16, 64, true};
+  st = FpaForwardCuda(wide, fake, fake, fake, fake, fake_f, nullptr, 0, nullptr);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("B*H must be <= 65535, got 65536"), std::string::npos)
+      << st.ToString();
+  AttnShape longest{1, 1, 65535 * 64 + 1, 128, false};
+  st = FpaBackwardCuda(longest, fake, fake, fake, fake, fake_f, fake, fake, fake, fake, fake,
+                       FpaWorkspaceBytes(longest), nullptr);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("N must be <= 4194240"), std::string::npos) << st.ToString();
   FpaCudaOptions neg;
   neg.lpt_heads = -1;
   st = FpaForwardCuda(s, fake, fake, fake, fake, fake_f, nullptr, 0, nullptr, neg);

@@ -25,6 +25,8 @@
 //       side on the benchmark shapes (kernel lab, kernels/bench/README.md).
 //   (g) FwdVariantLab (only with SAGE_FWD_LAB=1): the same for the forward variants
 //       (SageCudaOptions::fwd_variant), forward-launcher times.
+//   (h) SageCudaArgs (no GPU needed, label unit): bad shapes, the grid limits (B * H, N),
+//       workspace and pointers are InvalidArgument before any CUDA call.
 // Every comparison prints cosine, rel L2 and max abs diff, so a failure shows which tensor broke.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -984,6 +986,45 @@ TEST(SageBwdGpu, FwdVariantLab) {
       TimeVariantsInterleaved(s, vars, 21, flops, fwd);
     }
   }
+}
+
+// Runs without a GPU (label unit): the launchers validate before any CUDA call.
+TEST(SageCudaArgs, RejectsBadArgumentsBeforeAnyLaunch) {
+  auto* x = reinterpret_cast<__nv_bfloat16*>(uintptr_t(256));
+  auto* f = reinterpret_cast<float*>(uintptr_t(256));
+  void* ws = reinterpret_cast<void*>(uintptr_t(1) << 20);
+  const auto fwd = [&](const AttnShape& s, void* w, size_t wb) {
+    return SageForwardCuda(s, {}, x, x, x, x, f, w, wb, nullptr);
+  };
+  const auto bwd = [&](const AttnShape& s, void* w, size_t wb) {
+    return SageBackwardCuda(s, {}, x, x, x, x, x, f, x, x, x, w, wb, nullptr);
+  };
+  const auto expect = [](const Status& st, const char* what) {
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+    EXPECT_NE(st.ToString().find(what), std::string::npos) << st.ToString();
+  };
+  const size_t big = size_t(1) << 62;  // (never read: the shape fails first)
+  for (const AttnShape& s : {AttnShape{1, 1, 64, 96, false}, AttnShape{0, 1, 64, 64, true},
+                             AttnShape{1, 1, 0, 128, false}}) {
+    expect(fwd(s, ws, big), "unsupported shape");
+    expect(bwd(s, ws, big), "unsupported shape");
+  }
+  // B * H and the 64-row tile count sit in a grid dimension of at most 65535 blocks.
+  expect(fwd({256, 256, 64, 64, true}, ws, big), "B*H must be <= 65535, got 65536");
+  expect(bwd({65536, 1, 64, 128, false}, ws, big), "B*H must be <= 65535, got 65536");
+  expect(fwd({1, 1, 65535 * 64 + 1, 64, false}, ws, big), "N must be <= 4194240");
+  expect(bwd({1, 1, 65535 * 64 + 1, 128, true}, ws, big), "N must be <= 4194240");
+  // At the limits the shape passes and the (too small) workspace is what is wrong.
+  expect(fwd({65535, 1, 64, 64, false}, ws, 0), "workspace of 0 bytes");
+  const AttnShape s{1, 1, 65535 * 64, 128, true};
+  expect(bwd(s, ws, SageWorkspaceBytes(s, {}) - 1), "workspace of");
+  // Workspace alignment and the tensor pointers.
+  const AttnShape small{1, 2, 100, 64, true};
+  const size_t wb = SageWorkspaceBytes(small, {});
+  expect(fwd(small, reinterpret_cast<void*>(uintptr_t(4096 + 16)), wb), "256-byte aligned");
+  expect(SageForwardCuda(small, {}, nullptr, x, x, x, f, ws, wb, nullptr), "tensor pointer");
+  expect(SageBackwardCuda(small, {}, x, x, x, x, x, f, x, x, x + 1, ws, wb, nullptr),
+         "tensor pointer");
 }
 
 TEST(SageBwdGpu, RejectsBadArguments) {

@@ -20,7 +20,7 @@
 //            ApplyMask (a predicate on (row, col) sets masked accumulator entries to -inf)
 //   grids:   LptBlock (causal grids longest-first in groups of heads), LptGrid / LptHeadsAuto /
 //            ResidentCtas (host: a launch's grid and group size, the CTAs resident at a time),
-//            CheckLptHeads (the group size's validation)
+//            CheckLptHeads (the group size's validation), CheckGridLimits (B * H, N)
 //
 // Fragment layouts (PTX ISA "Matrix Fragments for mma.m16n8k16 / m16n8k32"). Throughout,
 //   g = lane / 4 (the "group", 0..7), t = lane % 4 (thread in group, 0..3).
@@ -504,6 +504,24 @@ inline Status CheckLptHeads(int lpt_heads, const std::string& who) {
   if (lpt_heads >= 0) return Status::Ok();
   return InvalidArgument(who + ": lpt_heads must be >= 0 (0: production's choice), got " +
                          std::to_string(lpt_heads));
+}
+
+// The launch grids' limits on a shape (InvalidArgument naming `who`, before any launch): B * H
+// and the number of 64-row tiles each sit in a grid dimension of at most 65535 blocks in some
+// launch (gridDim.y: the non-causal grids (tiles, B * H), the causal longest-first grids (B * H,
+// tiles), the quantize / K-mean launches), so B * H <= 65535 and N <= 65535 * 64.
+constexpr int64_t kMaxGridY = 65535;
+constexpr int64_t kMaxN = kMaxGridY * 64;
+inline Status CheckGridLimits(int64_t bh, int64_t n, const std::string& who) {
+  if (bh > kMaxGridY) {
+    return InvalidArgument(who + ": B*H must be <= " + std::to_string(kMaxGridY) + ", got " +
+                           std::to_string(bh));
+  }
+  if (n > kMaxN) {
+    return InvalidArgument(who + ": N must be <= " + std::to_string(kMaxN) +
+                           " (65535 tiles of 64 rows), got " + std::to_string(n));
+  }
+  return Status::Ok();
 }
 
 // Sets acc entries to -inf where masked(row, col) is true, for a 16 x (8*NT) accumulator tile

@@ -997,10 +997,7 @@ Status ValidateShape(const AttnShapeCuda& s, const char* who) {
     return InvalidArgument(w + ": B, H, N must be >= 1, got B=" + std::to_string(s.B) +
                            " H=" + std::to_string(s.H) + " N=" + std::to_string(s.N));
   }
-  if (int64_t(s.B) * s.H > 65535) {
-    return InvalidArgument(w + ": B*H must be <= 65535, got " + std::to_string(int64_t(s.B) * s.H));
-  }
-  return Status::Ok();
+  return CheckGridLimits(int64_t(s.B) * s.H, s.N, w);
 }
 
 Status CheckPtr(const void* ptr, const char* name, const char* who) {
@@ -1010,12 +1007,6 @@ Status CheckPtr(const void* ptr, const char* name, const char* who) {
   }
   return Status::Ok();
 }
-
-#define ABLATE_RETURN_IF_ERROR_(expr)   \
-  do {                                  \
-    ::ablate::Status _s = (expr);       \
-    if (!_s.ok()) return _s;            \
-  } while (0)
 
 // Which forward kernel runs. Production (kernel-lab variant "fpa v5"): the wgmma forward with two
 // CTAs per SM (FpaForwardKernelWg, lab variant 9) for every shape: 1.57-1.75x the mma.sync
@@ -1118,12 +1109,12 @@ Status FpaForwardCuda(const AttnShapeCuda& s, const bf16* q, const bf16* k, cons
                       float* lse, void* /*workspace*/, size_t /*ws_bytes*/, cudaStream_t stream,
                       const FpaCudaOptions& opt) {
   constexpr const char* kWho = "FpaForwardCuda";
-  ABLATE_RETURN_IF_ERROR_(ValidateShape(s, kWho));
-  ABLATE_RETURN_IF_ERROR_(CheckLptHeads(opt.lpt_heads, kWho));
-  ABLATE_RETURN_IF_ERROR_(CheckPtr(q, "q", kWho));
-  ABLATE_RETURN_IF_ERROR_(CheckPtr(k, "k", kWho));
-  ABLATE_RETURN_IF_ERROR_(CheckPtr(v, "v", kWho));
-  ABLATE_RETURN_IF_ERROR_(CheckPtr(o, "o", kWho));
+  ABLATE_RETURN_IF_ERROR(ValidateShape(s, kWho));
+  ABLATE_RETURN_IF_ERROR(CheckLptHeads(opt.lpt_heads, kWho));
+  ABLATE_RETURN_IF_ERROR(CheckPtr(q, "q", kWho));
+  ABLATE_RETURN_IF_ERROR(CheckPtr(k, "k", kWho));
+  ABLATE_RETURN_IF_ERROR(CheckPtr(v, "v", kWho));
+  ABLATE_RETURN_IF_ERROR(CheckPtr(o, "o", kWho));
   if (lse == nullptr) return InvalidArgument("FpaForwardCuda: lse is null");
   const float tau = 1.f / std::sqrt(float(s.D));
   const FwdParams p{q, k, v, o, lse, s.N, tau * kLog2e, opt.lpt_heads};
@@ -1136,17 +1127,17 @@ Status FpaBackwardCuda(const AttnShapeCuda& s, const bf16* q, const bf16* k, con
                        bf16* dv, void* workspace, size_t ws_bytes, cudaStream_t stream,
                        const FpaCudaOptions& opt) {
   constexpr const char* kWho = "FpaBackwardCuda";
-  ABLATE_RETURN_IF_ERROR_(ValidateShape(s, kWho));
-  ABLATE_RETURN_IF_ERROR_(CheckLptHeads(opt.lpt_heads, kWho));
-  ABLATE_RETURN_IF_ERROR_(CheckPtr(q, "q", kWho));
-  ABLATE_RETURN_IF_ERROR_(CheckPtr(k, "k", kWho));
-  ABLATE_RETURN_IF_ERROR_(CheckPtr(v, "v", kWho));
-  ABLATE_RETURN_IF_ERROR_(CheckPtr(o, "o", kWho));
-  ABLATE_RETURN_IF_ERROR_(CheckPtr(do_, "do", kWho));
-  ABLATE_RETURN_IF_ERROR_(CheckPtr(dq, "dq", kWho));
-  ABLATE_RETURN_IF_ERROR_(CheckPtr(dk, "dk", kWho));
-  ABLATE_RETURN_IF_ERROR_(CheckPtr(dv, "dv", kWho));
-  ABLATE_RETURN_IF_ERROR_(CheckPtr(workspace, "workspace", kWho));
+  ABLATE_RETURN_IF_ERROR(ValidateShape(s, kWho));
+  ABLATE_RETURN_IF_ERROR(CheckLptHeads(opt.lpt_heads, kWho));
+  ABLATE_RETURN_IF_ERROR(CheckPtr(q, "q", kWho));
+  ABLATE_RETURN_IF_ERROR(CheckPtr(k, "k", kWho));
+  ABLATE_RETURN_IF_ERROR(CheckPtr(v, "v", kWho));
+  ABLATE_RETURN_IF_ERROR(CheckPtr(o, "o", kWho));
+  ABLATE_RETURN_IF_ERROR(CheckPtr(do_, "do", kWho));
+  ABLATE_RETURN_IF_ERROR(CheckPtr(dq, "dq", kWho));
+  ABLATE_RETURN_IF_ERROR(CheckPtr(dk, "dk", kWho));
+  ABLATE_RETURN_IF_ERROR(CheckPtr(dv, "dv", kWho));
+  ABLATE_RETURN_IF_ERROR(CheckPtr(workspace, "workspace", kWho));
   if (lse == nullptr) return InvalidArgument("FpaBackwardCuda: lse is null");
   const size_t need = FpaWorkspaceBytes(s);
   if (ws_bytes < need) {

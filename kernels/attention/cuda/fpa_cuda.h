@@ -3,7 +3,8 @@
 //
 // Layout: q, k, v, o, do, dq, dk, dv: (B, H, N, D) __nv_bfloat16 row-major contiguous;
 // lse: (B, H, N) float, natural-log sum-exp of the rows of S = tau Q K^T, tau = 1/sqrt(D).
-// Causal (shape.causal) hides keys j > i. D in {64, 128}; any N >= 1; B*H <= 65535.
+// Causal (shape.causal) hides keys j > i. D in {64, 128}; 1 <= N <= 65535 * 64; B*H <= 65535
+// (launch grid dimensions).
 //
 // Numerics: all seven matmuls are bf16 mma.sync m16n8k16 with fp32 accumulation; softmax, LSE,
 // D = rowsum(dO o O), dS and all accumulators are fp32; P and dS are rounded to bf16 only as MMA

@@ -3438,6 +3438,7 @@ Status CheckArgs(const AttnShape& s, void* workspace, size_t workspace_bytes,
                            " H=" + std::to_string(s.H) + " N=" + std::to_string(s.N) +
                            " D=" + std::to_string(s.D) + " (D must be 64 or 128)");
   }
+  ABLATE_RETURN_IF_ERROR(cuda::CheckGridLimits(int64_t(s.B) * s.H, s.N, "SageBwd CUDA"));
   const size_t need = CarveWorkspace(s, nullptr).bytes;
   if (workspace == nullptr || workspace_bytes < need) {
     return InvalidArgument("SageBwd CUDA: workspace of " + std::to_string(workspace_bytes) +

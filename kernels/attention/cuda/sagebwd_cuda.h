@@ -4,7 +4,8 @@
 // Tensors on device, all (B, H, N, D) row-major: q, k, v, o, do_, dq, dk, dv are __nv_bfloat16;
 // lse is (B, H, N) float, natural-log sum-exp of the logits in the smoothed domain (the logits of
 // Q^ K^ including the Q-smoothing bias), exactly as the CPU emulator's SageSaved::lse.
-// D in {64, 128}; any N >= 1; causal or not (shape.causal).
+// D in {64, 128}; 1 <= N <= 65535 * 64; B*H <= 65535 (launch grid dimensions); causal or not
+// (shape.causal).
 //
 // Tiles: kSageBq query rows x kSageBkv key rows for every head dim and both passes, K and V
 // quantized in groups of SageKvGroup(opt, d) keys (128 at d128 without Q-smoothing, where the
