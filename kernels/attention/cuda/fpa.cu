@@ -1008,6 +1008,17 @@ Status CheckPtr(const void* ptr, const char* name, const char* who) {
   return Status::Ok();
 }
 
+// What both launchers check first: the shape, the options, the four tensors they share.
+Status CheckShared(const AttnShapeCuda& s, const FpaCudaOptions& opt, const bf16* q, const bf16* k,
+                   const bf16* v, const bf16* o, const char* who) {
+  ABLATE_RETURN_IF_ERROR(ValidateShape(s, who));
+  ABLATE_RETURN_IF_ERROR(CheckLptHeads(opt.lpt_heads, who));
+  ABLATE_RETURN_IF_ERROR(CheckPtr(q, "q", who));
+  ABLATE_RETURN_IF_ERROR(CheckPtr(k, "k", who));
+  ABLATE_RETURN_IF_ERROR(CheckPtr(v, "v", who));
+  return CheckPtr(o, "o", who);
+}
+
 // Which forward kernel runs. Production (kernel-lab variant "fpa v5"): the wgmma forward with two
 // CTAs per SM (FpaForwardKernelWg, lab variant 9) for every shape: 1.57-1.75x the mma.sync
 // forwards it replaced at d128, 1.22x at d64 (kernels/bench/README.md). Lab switch (read once per
@@ -1108,13 +1119,7 @@ size_t FpaWorkspaceBytes(const AttnShapeCuda& s) {
 Status FpaForwardCuda(const AttnShapeCuda& s, const bf16* q, const bf16* k, const bf16* v, bf16* o,
                       float* lse, void* /*workspace*/, size_t /*ws_bytes*/, cudaStream_t stream,
                       const FpaCudaOptions& opt) {
-  constexpr const char* kWho = "FpaForwardCuda";
-  ABLATE_RETURN_IF_ERROR(ValidateShape(s, kWho));
-  ABLATE_RETURN_IF_ERROR(CheckLptHeads(opt.lpt_heads, kWho));
-  ABLATE_RETURN_IF_ERROR(CheckPtr(q, "q", kWho));
-  ABLATE_RETURN_IF_ERROR(CheckPtr(k, "k", kWho));
-  ABLATE_RETURN_IF_ERROR(CheckPtr(v, "v", kWho));
-  ABLATE_RETURN_IF_ERROR(CheckPtr(o, "o", kWho));
+  ABLATE_RETURN_IF_ERROR(CheckShared(s, opt, q, k, v, o, "FpaForwardCuda"));
   if (lse == nullptr) return InvalidArgument("FpaForwardCuda: lse is null");
   const float tau = 1.f / std::sqrt(float(s.D));
   const FwdParams p{q, k, v, o, lse, s.N, tau * kLog2e, opt.lpt_heads};
@@ -1127,12 +1132,7 @@ Status FpaBackwardCuda(const AttnShapeCuda& s, const bf16* q, const bf16* k, con
                        bf16* dv, void* workspace, size_t ws_bytes, cudaStream_t stream,
                        const FpaCudaOptions& opt) {
   constexpr const char* kWho = "FpaBackwardCuda";
-  ABLATE_RETURN_IF_ERROR(ValidateShape(s, kWho));
-  ABLATE_RETURN_IF_ERROR(CheckLptHeads(opt.lpt_heads, kWho));
-  ABLATE_RETURN_IF_ERROR(CheckPtr(q, "q", kWho));
-  ABLATE_RETURN_IF_ERROR(CheckPtr(k, "k", kWho));
-  ABLATE_RETURN_IF_ERROR(CheckPtr(v, "v", kWho));
-  ABLATE_RETURN_IF_ERROR(CheckPtr(o, "o", kWho));
+  ABLATE_RETURN_IF_ERROR(CheckShared(s, opt, q, k, v, o, kWho));
   ABLATE_RETURN_IF_ERROR(CheckPtr(do_, "do", kWho));
   ABLATE_RETURN_IF_ERROR(CheckPtr(dq, "dq", kWho));
   ABLATE_RETURN_IF_ERROR(CheckPtr(dk, "dk", kWho));
