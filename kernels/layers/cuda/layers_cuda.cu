@@ -122,11 +122,12 @@ __global__ void EncoderChunkKernel(float* dwte, float* scratch, const float* dou
   }
 }
 
-// Kernel 2: a token with several chunks gets its chunk sums in chunk order.
+// Kernel 2: a token with several chunks gets its chunk sums in chunk order. Grid (tokens,
+// column blocks): the token count can pass gridDim.y's 65535 with a large vocabulary.
 __global__ void EncoderMultiKernel(float* dwte, const float* scratch, const int32_t* multi_token,
                                    const int32_t* multi_begin, int C) {
-  const int m = blockIdx.y;
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  const int m = blockIdx.x;
+  const int c = blockIdx.y * blockDim.x + threadIdx.x;
   if (c >= C) return;
   float tot = 0.f;
   for (int s = multi_begin[m]; s < multi_begin[m + 1]; ++s) tot += scratch[int64_t(s) * C + c];
@@ -751,7 +752,7 @@ Status EncoderBackwardPlannedCuda(float* dwte, const float* dout, const EncoderB
         dwte, scratch, dout, rows, chunk_begin, chunk_token, chunk_slot, C);
   }
   if (plan.n_multi > 0) {
-    EncoderMultiKernel<<<dim3(unsigned((C + 255) / 256), unsigned(plan.n_multi)), 256, 0,
+    EncoderMultiKernel<<<dim3(unsigned(plan.n_multi), unsigned((C + 255) / 256)), 256, 0,
                          stream>>>(dwte, scratch, multi_token, multi_begin, C);
   }
   return Launched("EncoderBackwardPlannedCuda");

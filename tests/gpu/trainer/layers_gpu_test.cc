@@ -88,6 +88,29 @@ TEST(LayersGpu, EncoderBackwardPlanned) {
   EncoderPlannedCase(70);
 }
 
+// More tokens with several chunks than a grid's y dimension holds (65535): a large vocabulary,
+// each token on kEncoderChunkRows + 1 rows.
+TEST(LayersGpu, EncoderBackwardPlannedManyMultiChunkTokens) {
+  SKIP_WITHOUT_GPU();
+  const int V = 65600, C = 4;
+  const int64_t N = int64_t(V) * (kEncoderChunkRows + 1);
+  std::vector<int32_t> tok(N);
+  for (int64_t i = 0; i < N; ++i) tok[i] = int32_t((i * 7919) % V);
+  EncoderBackwardPlan plan;
+  BuildEncoderBackwardPlan(tok.data(), N, V, &plan);
+  ASSERT_EQ(plan.n_multi, V);
+  auto dout = Randn(size_t(N) * C, 32);
+  auto dwte0 = Randn(size_t(V) * C, 33);
+  Dev<int32_t> dplan(plan.data);
+  Dev<float> dout_d(dout), dw(dwte0), scratch(EncoderBackwardScratch(N, C));
+  const Status st = EncoderBackwardPlannedCuda(dw.p, dout_d.p, plan, dplan.p, C, scratch.p,
+                                               EncoderBackwardScratch(N, C), 0);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  std::vector<double> refd = ToDouble(dwte0), doutd = ToDouble(dout);
+  kernels::EncoderBackward(refd.data(), doutd.data(), tok.data(), N, C);
+  EXPECT_LE(MaxScaledErr(dw.Get(), refd, 1e-5, 1e-5), 1.0);
+}
+
 template <typename Tout>
 void RmsNormCase(int64_t N, int C) {
   auto x = Randn(size_t(N) * C, 10, 2.0f);
