@@ -485,6 +485,38 @@ TEST(BatchedPsiTest, MatchesCpuFloat64OnWellConditionedMatrices) {
   }
 }
 
+// More matrices of one size than half a grid dimension (32767): the coupled Newton iteration
+// symmetrizes two batches of them per step.
+TEST(BatchedPsiTest, CoupledNewtonOnFortyThousandMatrices) {
+  SKIP_WITHOUT_GPU();
+  const PsiGroup g{4, 4, 40000};
+  auto psi = BatchedPsi::Create({g}, nullptr, false);
+  ASSERT_TRUE(psi.ok()) << psi.status().ToString();
+  const size_t per = size_t(g.m) * g.n;
+  std::vector<float> f;
+  for (int k = 0; k < g.count; ++k) {
+    for (double x : WithSingularValues(g.m, g.n, 0.5, 2.0, 7 + k)) f.push_back(float(x));
+  }
+  DeviceFloats din(f), dout(f.size());
+  kernels::PsiOptions opt;
+  opt.method = kernels::PsiMethod::kCoupledNewton;
+  auto route = (*psi)->Run({din.get()}, {dout.get()}, 0.5, opt, true);
+  ASSERT_TRUE(route.ok()) << route.status().ToString();
+  ASSERT_EQ(*route, kernels::PsiMethod::kCoupledNewton);
+  const auto got = dout.Download();
+  std::vector<int> check;  // every 997th matrix and the last (past 32767 both)
+  for (int k = 0; k < g.count; k += 997) check.push_back(k);
+  check.push_back(g.count - 1);
+  double worst = 0;
+  for (int k : check) {
+    std::vector<double> host(f.begin() + k * per, f.begin() + (k + 1) * per), want(per);
+    kernels::PsiStats ps;
+    ASSERT_TRUE(kernels::Psi<double>(host.data(), g.m, g.n, 0.5, opt, want.data(), &ps).ok());
+    worst = std::max(worst, Compare(got.data() + k * per, want.data(), per).rel_l2);
+  }
+  EXPECT_LE(worst, 1e-4);
+}
+
 // ---- checkpoints across backends -------------------------------------------------------------
 
 struct CkptCase {
