@@ -98,12 +98,13 @@ __global__ void ScaleAndIdentity(float* Y, float* Z, int r, const double* __rest
   }
 }
 
-// M <- (M + M^T) / 2 for count matrices of X (and of X2 when not null, blockIdx.z >= count), by
-// 32 x 32 tile pairs through shared memory (both tiles read coalesced). Block (32, 8).
-__global__ void SymmetrizeTiles(float* X, int r) {
-  const int ti = blockIdx.y, tj = blockIdx.x;
+// M <- (M + M^T) / 2 for the matrices of X (blockIdx.y: the matrix; blockIdx.z = 1: X2's), by
+// 32 x 32 tile pairs through shared memory (both tiles read coalesced; blockIdx.x: the pair,
+// nt x nt of them). Block (32, 8).
+__global__ void SymmetrizeTiles(float* X, float* X2, int r, int nt) {
+  const int ti = int(blockIdx.x) / nt, tj = int(blockIdx.x) % nt;
   if (ti > tj) return;
-  float* M = X + int64_t(blockIdx.z) * r * r;
+  float* M = (blockIdx.z == 0 ? X : X2) + int64_t(blockIdx.y) * r * r;
   __shared__ float P[32][33], Q[32][33];
   const int tx = threadIdx.x;
   for (int k = threadIdx.y; k < 32; k += 8) {
@@ -360,13 +361,11 @@ struct BatchedPsi::Impl {
     FinishSums<<<(count + 127) / 128, 128, 0, stream>>>(parts, count, 0, 0, out);
   }
 
-  // count <= 65535 (gridDim.z; BatchedPsi::Create checks it): X2's matrices in a launch of
-  // their own, not as blocks count.. of X's (2 count could pass the limit).
+  // count <= 65535 on gridDim.y (BatchedPsi::Create checks it); X2's matrices on gridDim.z = 1,
+  // not as blocks count.. of X's (2 count could pass the limit).
   void Symmetrize(float* X, float* X2, int r, int count) {
     const int nt = (r + 31) / 32;
-    for (float* M : {X, X2}) {
-      if (M != nullptr) SymmetrizeTiles<<<dim3(nt, nt, count), dim3(32, 8), 0, stream>>>(M, r);
-    }
+    SymmetrizeTiles<<<dim3(nt * nt, count, X2 ? 2 : 1), dim3(32, 8), 0, stream>>>(X, X2, r, nt);
   }
 
   // A pool buffer not in `busy`.
