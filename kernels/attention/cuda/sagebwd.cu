@@ -2175,8 +2175,9 @@ struct BwdTile {
       // shared memory in the block's own order (once the previous bulk read of the staging is
       // done) by one stmatrix per 8 columns 8n..8n+7: matrices 0 / 1 the even / odd columns of
       // rows 0-7 (v[4n] / v[4n + 1]: column 8n + 2t of row g is the 32-bit element t of matrix
-      // row g), 2 / 3 those of rows 8-15 (v[4n + 2] / v[4n + 3]). Lane 8i + k gives the address of row k of matrix i: row
-      // r = k + 8 (i / 2), unit (2n + i % 2) ^ k, i.e. byte (32 n) ^ (16 (i % 2 ^ k)) of the row.
+      // row g), 2 / 3 those of rows 8-15 (v[4n + 2] / v[4n + 3]). Lane 8i + k gives the address
+      // of row k of matrix i: row r = k + 8 (i / 2), unit (2n + i % 2) ^ k, i.e. byte
+      // (32 n) ^ (16 (i % 2 ^ k)) of the row.
       static_assert(L::kDqSt % 256 == 0, "the staging rows' bases are 256-byte aligned");
       const int64_t blk = (int64_t(bh) * p.np + r0 + warp * 16) * D + ch * 1024;
       namespace wg = cuda::wgmma;
