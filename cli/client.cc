@@ -106,6 +106,10 @@ StatusOr<ClientOptions> ResolveClientOptions(const GlobalFlags& flags, const Env
       return InvalidArgument(o.coordinator_source + ": '" + o.coordinator +
                              "' is not HOST:PORT (for example 127.0.0.1:7070)");
     }
+    if (port.size() > 5 || std::stoi(port) < 1 || std::stoi(port) > 65535) {
+      return InvalidArgument(o.coordinator_source + ": '" + o.coordinator + "': port " + port +
+                             " is not in 1..65535");
+    }
   }
 
   if (flags.token_file) {

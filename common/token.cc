@@ -47,11 +47,34 @@ StatusOr<std::string> ReadToken(const std::string& path) {
                       }() +
                       "); run: chmod 600 " + path);
   }
+  if (!S_ISREG(st.st_mode)) {
+    return InvalidArgument("token file " + path + " is not a regular file" +
+                           (S_ISDIR(st.st_mode) ? " (it is a directory)" : ""));
+  }
   std::ifstream in(path);
   if (!in) return ErrnoToStatus(errno, "read token file " + path);
   std::string token;
   std::getline(in, token);
-  while (!token.empty() && (token.back() == '\r' || token.back() == ' ')) token.pop_back();
+  // An editor's byte-order mark and surrounding blanks are not part of the token.
+  size_t begin = token.rfind("\xEF\xBB\xBF", 0) == 0 ? 3 : 0;
+  auto blank = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v'; };
+  size_t end = token.size();
+  while (begin < end && blank(token[begin])) ++begin;
+  while (end > begin && blank(token[end - 1])) --end;
+  // Anything else outside printable ASCII would make an invalid header value (gRPC aborts on it,
+  // printing the value): refuse it here, naming the position, never the token.
+  for (size_t i = begin; i < end; ++i) {
+    const auto c = static_cast<unsigned char>(token[i]);
+    if (c < 0x21 || c > 0x7e) {
+      char b[8];
+      std::snprintf(b, sizeof b, "0x%02x", unsigned(c));
+      return InvalidArgument("token file " + path + ": byte " + b + " at column " +
+                             std::to_string(i + 1) +
+                             " of its first line is not printable ASCII (a token is one line "
+                             "of printable ASCII without blanks)");
+    }
+  }
+  token = token.substr(begin, end - begin);
   if (token.size() < 16) {
     return InvalidArgument("token file " + path + " holds no token (expected one line of at least 16 characters)");
   }

@@ -203,6 +203,12 @@ TEST(RunCli, UsageErrorsExitTwo) {
   EXPECT_EQ(r.code, kExitUsage);
   EXPECT_NE(r.err.find("ablate: --coordinator: 'nohost' is not HOST:PORT"), std::string::npos)
       << r.err;
+  // A port past 65535 must not wrap around to another port (99999 would dial 34463).
+  for (const char* bad : {"127.0.0.1:99999", "127.0.0.1:0", "h:1234567"}) {
+    r = RunArgs({"--coordinator", bad, "workers"});
+    EXPECT_EQ(r.code, kExitUsage) << bad;
+    EXPECT_NE(r.err.find("is not in 1..65535"), std::string::npos) << r.err;
+  }
 }
 
 TEST_F(TokenFile, BadArgumentsFailBeforeAnyCall) {
@@ -230,6 +236,28 @@ TEST_F(TokenFile, TokenReadableByOthersIsRefused) {
   CliResult r = RunArgs({"--token-file", token_, "workers"});
   EXPECT_EQ(r.code, kExitAuth);
   EXPECT_NE(r.err.find("chmod 600"), std::string::npos) << r.err;
+}
+
+// A byte-order mark or blanks around the token (an editor's) are not part of it; any other byte
+// outside printable ASCII is refused by position. Before, gRPC aborted the CLI on the invalid
+// header value and printed the whole token.
+TEST_F(TokenFile, TokenBytesOutsidePrintableAsciiAreRefusedWithoutShowingTheToken) {
+  const std::string token = "0123456789abcdef0123456789abcdef";
+  std::ofstream(token_, std::ios::trunc) << "\xEF\xBB\xBF " << token << "\t\r\n";
+  CliResult r = RunArgs({"--coordinator", "127.0.0.1:1", "--token-file", token_, "workers"});
+  EXPECT_EQ(r.code, kExitUnavailable) << r.err;  // the token was read; nothing listens on port 1
+  for (const std::string& bad :
+       {token + "\x01", std::string("0123456789ab\xC3\xA9" "cdef0123456789abcdef")}) {
+    std::ofstream(token_, std::ios::trunc) << bad << "\n";
+    r = RunArgs({"--coordinator", "127.0.0.1:1", "--token-file", token_, "workers"});
+    EXPECT_EQ(r.code, kExitAuth) << r.err;
+    EXPECT_NE(r.err.find("is not printable ASCII"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("column"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("0123456789ab"), std::string::npos) << r.err;
+  }
+  r = RunArgs({"--coordinator", "127.0.0.1:1", "--token-file", dir_, "workers"});
+  EXPECT_EQ(r.code, kExitAuth) << r.err;
+  EXPECT_NE(r.err.find("is not a regular file (it is a directory)"), std::string::npos) << r.err;
 }
 
 TEST_F(TokenFile, NoCoordinatorExitsFourAndNamesTheAddress) {
