@@ -152,6 +152,18 @@ Status Scheduler::Recover() {
   for (const auto& a : st.running) {
     auto it = trials_.find(a.trial_id);
     if (it == trials_.end() || it->second->state != "running" || it->second->attempts != a.attempt) {
+      // Not the trial's current attempt: it can never be adopted (a worker still running it is
+      // told to stop when it registers), so it ends now instead of staying "running" for good.
+      // A trial that ended while this attempt ran was canceled (cancel records the trial first).
+      AttemptUpdate au;
+      au.trial_id = a.trial_id;
+      au.attempt = a.attempt;
+      au.state = it == trials_.end() ? "canceled" : "lost";
+      au.ended_at = now;
+      au.reason = it == trials_.end()
+                      ? "canceled by user; the coordinator restarted before its worker stopped it"
+                      : "not the trial's current attempt when the coordinator restarted";
+      store_->UpdateAttempt(au);
       continue;
     }
     TrialState& t = *it->second;

@@ -376,6 +376,34 @@ TEST_F(SchedulerTest, RestartRecoversAndReadoptsRunningAttempts) {
   EXPECT_EQ(State(a.trial_id()), "succeeded");
 }
 
+// A running trial canceled just before the coordinator stops: the trial is recorded as canceled
+// at once, its attempt only when the worker reports the end. After a restart that report is
+// fenced (the trial is no longer active), so the attempt must be closed by the recovery; before,
+// it stayed "running" for good.
+TEST_F(SchedulerTest, RestartClosesTheAttemptOfATrialCanceledWhileRunning) {
+  Submit("s", 1);
+  auto link = Connect("w1", 1);
+  ASSERT_TRUE(WaitFor([&] { return link->Count(MC::kAssign) == 1; }));
+  auto a = link->Of(MC::kAssign)[0].assign();
+  ASSERT_TRUE(sched_->CancelTrial(a.trial_id()).ok());
+  ASSERT_TRUE(store_->Flush().ok());
+  Reopen();
+  EXPECT_EQ(State(a.trial_id()), "canceled");
+  auto attempts = store_->GetAttempts(a.trial_id());
+  ASSERT_TRUE(attempts.ok());
+  ASSERT_EQ(attempts->size(), 1u);
+  EXPECT_EQ((*attempts)[0].state, "canceled");
+  EXPECT_GT((*attempts)[0].ended_at, 0);
+  // The worker still running it is told to stop.
+  v1::AttemptRef ref;
+  ref.set_trial_id(a.trial_id());
+  ref.set_attempt(a.attempt());
+  auto l2 = Connect("w1", 1, 0, {ref});
+  auto reg = l2->Of(MC::kRegistered)[0].registered();
+  EXPECT_EQ(reg.adopted_size(), 0);
+  EXPECT_EQ(reg.stop_size(), 1);
+}
+
 TEST_F(SchedulerTest, WorkerThatLostItsAttemptsGetsThemRequeued) {
   Submit("s", 1);
   auto link = Connect("w1", 1);
