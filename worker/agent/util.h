@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "ablate/status.h"
+#include "ablate/utf8.h"
 
 namespace ablate::agent {
 
@@ -28,9 +29,8 @@ std::string DirName(const std::string& path);
 
 bool FileExists(const std::string& path);
 
-// Replaces every byte that is not part of valid UTF-8 by '?'. Protobuf refuses to serialize string
-// fields that are not UTF-8, and a trainer's stderr (or a tail cut mid-character) may be anything.
-std::string SanitizeUtf8(std::string_view s);
+// SanitizeUtf8 (ablate/utf8.h): a trainer's stderr, or a tail cut mid-character, may be anything.
+using ::ablate::SanitizeUtf8;
 
 // The end of a log file: at most `max_bytes` bytes and at most `max_lines` lines (a first line cut
 // by the byte limit is dropped), as valid UTF-8. "" when the file is missing or empty.
