@@ -6,6 +6,7 @@
 #include <cstring>
 #include <memory>
 
+#include "ablate/utf8.h"
 #include "store/sqlite_util.h"
 
 namespace ablate::server {
@@ -194,14 +195,16 @@ StatusOr<QueryResult> RunReadOnlyQuery(const std::string& path, const std::strin
   std::unique_ptr<sqlite3_stmt, int (*)(sqlite3_stmt*)> owned(stmt, sqlite3_finalize);
   if (rc != SQLITE_OK) {
     if (!guard.refused.empty()) {
-      return QueryError(StatusCode::kPermissionDenied,
+      return QueryError(StatusCode::kInvalidArgument,
                         "only SELECT statements are allowed (refused: " + guard.refused + ")");
     }
     return QueryError(StatusCode::kInvalidArgument, sqlite3_errmsg(raw));
   }
   if (stmt == nullptr) return QueryError(StatusCode::kInvalidArgument, "empty statement");
-  if (!guard.deferred.empty()) {
-    return QueryError(StatusCode::kPermissionDenied,
+  // Table-valued functions (json_each, pragma_table_info) make SQLite ask about a change to
+  // sqlite_master while it sets their virtual table up; that is no write of the statement's.
+  if (!guard.deferred.empty() && !sqlite3_stmt_readonly(stmt)) {
+    return QueryError(StatusCode::kInvalidArgument,
                       "only SELECT statements are allowed (refused: " + guard.deferred + ")");
   }
   std::string rest = tail == nullptr ? std::string() : std::string(tail);
@@ -215,7 +218,7 @@ StatusOr<QueryResult> RunReadOnlyQuery(const std::string& path, const std::strin
   // The authorizer also saw the statement at prepare time; a read-only statement that SQLite
   // would still classify as writing (it cannot: query_only) is refused here explicitly.
   if (!sqlite3_stmt_readonly(stmt)) {
-    return QueryError(StatusCode::kPermissionDenied,
+    return QueryError(StatusCode::kInvalidArgument,
                       "only SELECT statements are allowed (refused: a statement that writes)");
   }
 
@@ -226,14 +229,14 @@ StatusOr<QueryResult> RunReadOnlyQuery(const std::string& path, const std::strin
     result.columns.emplace_back(name == nullptr ? "" : name);
   }
   const size_t max_rows = static_cast<size_t>(limits.max_rows);
+  const std::string time_limit =
+      "time limit of " + std::to_string(limits.timeout_ms) + " ms exceeded";
+  size_t result_bytes = 0;
   for (;;) {
     rc = sqlite3_step(stmt);
     if (rc == SQLITE_DONE) break;
     if (rc != SQLITE_ROW) {
-      if (guard.timed_out) {
-        return QueryError(StatusCode::kDeadlineExceeded,
-                          "time limit of " + std::to_string(limits.timeout_ms) + " ms exceeded");
-      }
+      if (guard.timed_out) return QueryError(StatusCode::kResourceExhausted, time_limit);
       return QueryError(
           rc == SQLITE_TOOBIG ? StatusCode::kResourceExhausted : StatusCode::kInvalidArgument,
           sqlite3_errmsg(raw));
@@ -242,8 +245,21 @@ StatusOr<QueryResult> RunReadOnlyQuery(const std::string& path, const std::strin
       result.truncated = true;
       break;
     }
+    // The progress handler only runs inside sqlite3_step; the copies below are outside it.
+    if (Clock::now() >= guard.deadline) return QueryError(StatusCode::kResourceExhausted, time_limit);
     std::vector<QueryResult::Cell> row(ncol);
     for (int c = 0; c < ncol; ++c) {
+      // What the cell will cost (a blob's text is twice its bytes): checked before it is copied.
+      const int type = sqlite3_column_type(stmt, c);
+      result_bytes += 16 + (type == SQLITE_TEXT   ? size_t(sqlite3_column_bytes(stmt, c))
+                            : type == SQLITE_BLOB ? 3 + 2 * size_t(sqlite3_column_bytes(stmt, c))
+                                                  : 0);
+      if (result_bytes > limits.max_result_bytes) {
+        return QueryError(StatusCode::kResourceExhausted,
+                          "the result exceeds " + std::to_string(limits.max_result_bytes >> 20) +
+                              " MB after " + std::to_string(result.rows.size()) +
+                              " rows; select fewer columns or rows (LIMIT)");
+      }
       QueryResult::Cell& cell = row[c];
       switch (sqlite3_column_type(stmt, c)) {
         case SQLITE_INTEGER:
@@ -254,11 +270,16 @@ StatusOr<QueryResult> RunReadOnlyQuery(const std::string& path, const std::strin
           cell.kind = QueryResult::Cell::kReal;
           cell.d = sqlite3_column_double(stmt, c);
           break;
-        case SQLITE_TEXT:
+        case SQLITE_TEXT: {
           cell.kind = QueryResult::Cell::kText;
-          cell.s.assign(reinterpret_cast<const char*>(sqlite3_column_text(stmt, c)),
-                        static_cast<size_t>(sqlite3_column_bytes(stmt, c)));
+          const void* text = sqlite3_column_text(stmt, c);
+          const int n = sqlite3_column_bytes(stmt, c);
+          cell.s.assign(static_cast<const char*>(text), static_cast<size_t>(n));
+          // Text that is not UTF-8 (CAST(x'ff' AS TEXT)) cannot go into a protobuf string: it
+          // comes back in the blob form, which loses nothing.
+          if (InvalidUtf8At(cell.s) != std::string::npos) cell.s = BlobAsText(text, n);
           break;
+        }
         case SQLITE_BLOB:
           cell.kind = QueryResult::Cell::kText;
           cell.s = BlobAsText(sqlite3_column_blob(stmt, c), sqlite3_column_bytes(stmt, c));

@@ -1,6 +1,7 @@
 // Private: the read-only SQL runner behind Store::Query (see store.h for the contract).
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 #include "ablate/status.h"
@@ -13,6 +14,7 @@ struct ReadOnlyQueryLimits {
   int max_rows = 10000;
   int busy_timeout_ms = 5000;
   int max_value_bytes = 16 << 20;  // SQLITE_LIMIT_LENGTH: no multi-gigabyte randomblob()
+  size_t max_result_bytes = size_t(48) << 20;  // all cells together (the CLI accepts 64 MB)
 };
 
 // Opens `path` with SQLITE_OPEN_READONLY, sets query_only, an authorizer that allows only

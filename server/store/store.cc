@@ -1398,6 +1398,7 @@ StatusOr<QueryResult> Store::Query(const std::string& sql, int max_rows) {
   limits.timeout_ms = impl_->opt.query_timeout_ms;
   limits.max_rows = max_rows > 0 ? max_rows : impl_->opt.query_max_rows;
   limits.busy_timeout_ms = impl_->opt.busy_timeout_ms;
+  limits.max_result_bytes = impl_->opt.query_max_result_bytes;
   return RunReadOnlyQuery(impl_->opt.path, sql, limits);
 }
 

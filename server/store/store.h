@@ -212,6 +212,7 @@ class Store {
     int busy_timeout_ms = 5000;
     int query_timeout_ms = 5000;  // Query(): cancelled past this
     int query_max_rows = 10000;   // Query(): rows returned at most (truncated flag beyond)
+    size_t query_max_result_bytes = size_t(48) << 20;  // Query(): all cells together at most
     int read_connections = 4;
     int max_batch_points = 200000;  // points per transaction at most (an op is never split)
     int max_queue_ops = 100000;     // enqueuers block while the queue holds this many (the
