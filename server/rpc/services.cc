@@ -480,7 +480,15 @@ grpc::Status ControlServiceImpl::Watch(grpc::ServerContext* ctx, const v1::Watch
       last_sent = now;
     }
     if (snap.sweep().finished()) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(interval_ms));
+    // In slices: a client may ask for an interval of an hour, and gRPC's shutdown waits for this
+    // handler, so a canceled call or a shutdown must end it within a slice.
+    const auto next = std::chrono::steady_clock::now() + std::chrono::milliseconds(interval_ms);
+    while (!ctx->IsCancelled() && !shutting_down_) {
+      const auto left = next - std::chrono::steady_clock::now();
+      if (left <= std::chrono::steady_clock::duration::zero()) break;
+      std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
+          left, std::chrono::milliseconds(100)));
+    }
   }
   return grpc::Status::OK;
 }

@@ -297,5 +297,40 @@ TEST_F(Cluster, CallsWithoutTheTokenAreRefused) {
   EXPECT_EQ(o.code, 5) << o.out;
 }
 
+// A coordinator of its own (no workers, so the sweep stays queued), with a client watching at an
+// interval of an hour. The watch handler slept the whole interval, and gRPC's shutdown waits for
+// every handler, so SIGTERM took up to an hour, even after the client had gone.
+TEST(Coordinator, ALongWatchIntervalDoesNotHoldUpShutdown) {
+  const std::string dir = TempDir();
+  ::mkdir((dir + "/coord").c_str(), 0700);
+  Proc coordinator = Spawn({ABLATED_BIN, "--data-dir", dir + "/coord", "--grpc", "127.0.0.1:0"},
+                           dir + "/ablated.log");
+  for (int i = 0; i < 200 && ReadFile(dir + "/coord/ablated.addr").empty(); ++i) {
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  std::string addr = ReadFile(dir + "/coord/ablated.addr");
+  while (!addr.empty() && addr.back() == '\n') addr.pop_back();
+  ASSERT_FALSE(addr.empty()) << ReadFile(dir + "/ablated.log");
+  const std::vector<std::string> env = {"ABLATE_COORDINATOR=" + addr,
+                                        "ABLATE_TOKEN_FILE=" + dir + "/coord/token"};
+  std::ofstream(dir + "/corpus.txt") << Corpus();
+  std::ofstream(dir + "/idle.yaml")
+      << "name: idle\nbase:\n  data: {corpus: " << dir << "/corpus.txt}\n"
+      << "  model: {seq_len: 32, layers: 1, d_model: 32, heads: 2}\n"
+      << "  train: {steps: 5, tokens_per_step: 256, micro_batch: 8, warmup: 1}\n"
+      << "resources: {gpus: 0}\n";
+  Output submitted = ::ablate::testing::Run({ABLATE_CLI_BIN, "submit", dir + "/idle.yaml"}, dir, env);
+  ASSERT_EQ(submitted.code, 0) << submitted.out;
+  Proc watch = Spawn({ABLATE_CLI_BIN, "watch", "idle", "--interval", "3600"}, dir + "/watch.log",
+                     env);
+  std::this_thread::sleep_for(seconds(2));  // the first snapshot is sent; the handler sleeps
+  Kill(watch, SIGKILL);
+  Wait(watch, seconds(5));
+  Kill(coordinator, SIGTERM);
+  const int code = Wait(coordinator, seconds(15));
+  if (code == 999) Kill(coordinator, SIGKILL), Wait(coordinator, seconds(5));
+  EXPECT_EQ(code, 0) << ReadFile(dir + "/ablated.log");
+}
+
 }  // namespace
 }  // namespace ablate::testing
