@@ -178,6 +178,9 @@ StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) 
   // connection that fails transiently, a restart), within --timeout; Submit, Cancel and Retry are
   // not, so a change is never applied twice.
   grpc::ChannelArguments args;
+  // gRPC's default of 4 MB is less than a dry run of a few thousand trials (each with its config)
+  // or a large query result (the server caps those at 48 MB).
+  args.SetMaxReceiveMessageSize(64 << 20);
   args.SetServiceConfigJSON(R"({"methodConfig": [{
     "name": [{"service": "ablate.v1.ControlService", "method": "ListSweeps"},
              {"service": "ablate.v1.ControlService", "method": "GetSweep"},

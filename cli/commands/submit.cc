@@ -1,6 +1,9 @@
 #include "commands/submit.h"
 
+#include <sys/stat.h>
+
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -9,22 +12,43 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "ablate/utf8.h"
+
 namespace ablate::cli {
 namespace {
 
+// The spec's text, checked for what the coordinator could not report with a position: a path
+// that is no file, text that is not UTF-8 (protobuf refuses to send it: "INTERNAL" before).
 StatusOr<std::string> ReadSpec(const std::string& path) {
   std::ostringstream text;
+  const std::string name = path == "-" ? "<stdin>" : path;
   if (path == "-") {
     text << std::cin.rdbuf();
-    return text.str();
+  } else {
+    struct stat st;
+    if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+      return InvalidArgument("cannot read sweep spec " + path + ": not a regular file" +
+                             (S_ISDIR(st.st_mode) ? " (it is a directory)" : ""));
+    }
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+      // A spec that cannot be read is a bad argument (exit 2), not a missing sweep (exit 3).
+      return InvalidArgument("cannot read sweep spec " + path + ": " + std::strerror(errno));
+    }
+    text << in.rdbuf();
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    // A spec that cannot be read is a bad argument (exit 2), not a missing sweep (exit 3).
-    return InvalidArgument("cannot read sweep spec " + path + ": " + std::strerror(errno));
+  std::string spec = text.str();
+  if (const size_t at = InvalidUtf8At(spec); at != std::string::npos) {
+    const size_t nl = at == 0 ? std::string::npos : spec.rfind('\n', at - 1);
+    const size_t col = at - (nl == std::string::npos ? 0 : nl + 1) + 1;
+    const long line = 1 + std::count(spec.begin(), spec.begin() + long(at), '\n');
+    char byte[8];
+    std::snprintf(byte, sizeof byte, "0x%02X", unsigned(static_cast<unsigned char>(spec[at])));
+    return InvalidArgument(name + ":" + std::to_string(line) + ":" + std::to_string(col) +
+                           ": the spec is not valid UTF-8 (byte " + byte +
+                           "); save it as UTF-8");
   }
-  text << in.rdbuf();
-  return text.str();
+  return spec;
 }
 
 void PrintDryRun(const v1::SubmitResponse& resp, const SubmitOptions& options, const Io& io) {
@@ -53,8 +77,8 @@ void PrintDryRun(const v1::SubmitResponse& resp, const SubmitOptions& options, c
 
 }  // namespace
 
-Status Submit(Client& client, const SubmitOptions& options, const Io& io) {
-  ABLATE_ASSIGN_OR_RETURN(std::string spec, ReadSpec(options.spec_path));
+Status Submit(Client& client, const SubmitOptions& options, const std::string& spec,
+              const Io& io) {
   v1::SubmitRequest req;
   req.set_spec_yaml(spec);
   req.set_spec_file(options.spec_path == "-" ? "<stdin>" : options.spec_path);
@@ -74,6 +98,7 @@ Status Submit(Client& client, const SubmitOptions& options, const Io& io) {
     return Status(StatusCode::kInvalidArgument, "");
   }
   ABLATE_RETURN_IF_ERROR(st);
+  for (const std::string& w : resp.warnings()) *io.err << "warning: " << w << "\n";
 
   if (options.dry_run) {
     PrintDryRun(resp, options, io);
@@ -118,8 +143,10 @@ void AddSubmitCommand(CLI::App& app, Action* selected) {
   sub->callback([opts, format, selected] {
     *selected = [opts, format](CommandEnv& env) -> Status {
       opts->format = *ParseFormat(*format);
+      // The spec first: a bad path is a usage error even where no token or coordinator is.
+      ABLATE_ASSIGN_OR_RETURN(std::string spec, ReadSpec(opts->spec_path));
       ABLATE_ASSIGN_OR_RETURN(Client * client, env.client());
-      return Submit(*client, *opts, env.io);
+      return Submit(*client, *opts, spec, env.io);
     };
   });
 }

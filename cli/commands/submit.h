@@ -3,7 +3,8 @@
 // Sends the spec's text and file name to the coordinator, which validates and expands it. Prints
 // "sweep NAME (id N): X trials, Y new"; with --dry-run, the expanded trials (axis values and config
 // hash) and their count, and nothing is stored. "-" reads the spec from standard input.
-// A spec the server rejects (INVALID_ARGUMENT, "sweep.yaml:12:5: ...") is printed as is.
+// A spec the server rejects (INVALID_ARGUMENT, "sweep.yaml:12:5: ...") is printed as is; the
+// server's warnings (an exclude entry that matches nothing) go to stderr as "warning: ...".
 #pragma once
 
 #include <optional>
@@ -21,7 +22,9 @@ struct SubmitOptions {
   Format format = Format::kTable;
 };
 
-Status Submit(Client& client, const SubmitOptions& options, const Io& io);
+// `spec`: the text of options.spec_path, already read (so a bad path fails before any connection).
+Status Submit(Client& client, const SubmitOptions& options, const std::string& spec,
+              const Io& io);
 void AddSubmitCommand(CLI::App& app, Action* selected);
 
 }  // namespace ablate::cli

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -155,6 +156,41 @@ TEST_F(CliTest, SubmitDryRunPrintsTheExpandedTrials) {
   EXPECT_EQ(j[1]["attention.kind"], "sagebwd");
   EXPECT_EQ(j[1]["config"]["attention"]["kind"], "sagebwd");
   EXPECT_NE(r.err.find("2 trials"), std::string::npos);
+}
+
+// A dry run of 4,000 trials with their configs is ~6 MB: past gRPC's default 4 MB receive limit
+// ("Received message larger than max" before). The server's warnings reach stderr.
+TEST_F(CliTest, SubmitDryRunOfThousandsOfTrialsAndTheServersWarnings) {
+  const std::string path = Write("sweep.yaml", "name: big\n");
+  fake_.submit.set_sweep_name("big");
+  fake_.submit.set_total_trials(4000);
+  fake_.submit.add_axes("seed");
+  const std::string config = R"({"pad":")" + std::string(1500, 'x') + R"("})";
+  for (int i = 0; i < 4000; ++i) {
+    v1::TrialSummary* t = fake_.submit.add_trials();
+    (*t->mutable_axes())["seed"] = std::to_string(i);
+    t->set_config_hash("h" + std::to_string(i));
+    t->set_config_json(config);
+  }
+  fake_.submit.add_warnings("exclude[0] matches no point");
+  CliResult r = Ablate({"submit", "--dry-run", path});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 4002);  // header, rows, count
+  EXPECT_EQ(r.err, "warning: exclude[0] matches no point\n");
+}
+
+// What only the CLI can place: a spec that is not UTF-8 (protobuf would refuse to send it:
+// "ablate: INTERNAL" before) gets FILE:LINE:COL, and a folder is no spec. Nothing is sent.
+TEST_F(CliTest, SubmitRefusesASpecThatIsNotUtf8OrNotAFile) {
+  const std::string path = Write("latin1.yaml", "name: x\n# r\xE9sum\xE9\n");
+  CliResult r = Ablate({"submit", "--dry-run", path});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_EQ(r.err, "ablate: " + path +
+                       ":2:4: the spec is not valid UTF-8 (byte 0xE9); save it as UTF-8\n");
+  r = Ablate({"submit", dir_});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.err.find("not a regular file (it is a directory)"), std::string::npos) << r.err;
+  EXPECT_EQ(fake_.calls(), 0);
 }
 
 TEST_F(CliTest, SubmitPrintsSpecErrorsAsIs) {
