@@ -382,7 +382,9 @@ Status CheckCorpus(const std::string& config_json, const std::vector<std::string
     if (!::realpath(m.c_str(), buf)) continue;
     std::string real = buf;
     bool inside = false;
-    for (const auto& r : roots) inside = inside || real.rfind(r + "/", 0) == 0;
+    for (const auto& r : roots) {
+      inside = inside || real.rfind(r.back() == '/' ? r : r + "/", 0) == 0;  // r may be "/"
+    }
     if (!inside) {
       return InvalidArgument("data.corpus: " + m + " (" + real + ") is outside " + allowed);
     }

@@ -3,13 +3,18 @@
 #include <limits.h>
 #include <stdlib.h>
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <atomic>
+#include <cerrno>
 #include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -202,6 +207,26 @@ int WorkerMain(int argc, char** argv) {
   if (Status st = MakeDirs(work_dir); !st.ok()) return fail(1, "--work-dir: " + st.message());
   auto abs_work = AbsolutePath(work_dir);
   if (!abs_work.ok()) return fail(1, abs_work.status().message());
+  // One worker per work dir: a second one would share the worker id (one registration for two
+  // processes), and its restart recovery would kill the other's trainers as orphans. The lock is
+  // held until this process ends (the descriptor is closed on exec: trainers do not hold it).
+  const std::string lock_path = *abs_work + "/worker.lock";
+  const int lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd < 0) return fail(1, "--work-dir: cannot open " + lock_path + ": " + std::strerror(errno));
+  if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    char pid[32] = {0};
+    const ssize_t n = ::pread(lock_fd, pid, sizeof pid - 1, 0);
+    std::string holder = n > 0 ? std::string(pid, size_t(n)) : "";
+    while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
+    return fail(2, "--work-dir " + *abs_work + " is in use by another ablate-worker" +
+                       (holder.empty() ? "" : " (pid " + holder + ")") +
+                       "; give each worker its own --work-dir");
+  }
+  const std::string pid_line = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(lock_fd, 0) != 0 ||
+      ::pwrite(lock_fd, pid_line.data(), pid_line.size(), 0) != ssize_t(pid_line.size())) {
+    return fail(1, "--work-dir: cannot write " + lock_path + ": " + std::strerror(errno));
+  }
   const std::string hostname = Hostname();
   std::string worker_id = worker_id_flag;
   if (worker_id.empty()) {
@@ -248,7 +273,11 @@ int WorkerMain(int argc, char** argv) {
   options.start_draining = drain;
   for (const auto& r : data_roots) {
     char buf[PATH_MAX];
+    struct stat st;
     if (!::realpath(r.c_str(), buf)) return fail(2, "--data-root " + r + ": no such folder");
+    if (::stat(buf, &st) != 0 || !S_ISDIR(st.st_mode)) {
+      return fail(2, "--data-root " + r + ": not a folder");
+    }
     options.data_roots.push_back(buf);
   }
   AgentEnv env;

@@ -417,6 +417,28 @@ TEST_F(WorkerAgentTest, DrainFinishesRunningTrialsAndRefusesNewOnes) {
   EXPECT_EQ(m.finished.at("refused"), 1);
 }
 
+// --data-root checks a corpus's real path against each root with a trailing '/': a root of "/"
+// itself became "//" and refused every corpus as outside it.
+TEST_F(WorkerAgentTest, DataRootOfTheWholeFileSystemAllowsEveryCorpus) {
+  testing::WriteAll(dir_.path() + "/corpus.txt", "some text\n");
+  const std::string config = R"({"mode": "ok", "steps": 2, "data": {"corpus": ")" +
+                             dir_.path() + R"(/corpus.txt"}})";
+  ASSERT_TRUE(MakeDirs(dir_.path() + "/elsewhere").ok());
+  char elsewhere[PATH_MAX];
+  ASSERT_NE(::realpath((dir_.path() + "/elsewhere").c_str(), elsewhere), nullptr);
+  AgentOptions o = Options();
+  o.data_roots = {"/", elsewhere};
+  coord_.Assign(Assignment(5, 1, config));
+  Start(o);
+  ASSERT_TRUE(coord_.WaitUntil([&] { return coord_.FinalOf(5, 1) != nullptr; }));
+  {
+    std::lock_guard<std::mutex> l(coord_.mu());
+    EXPECT_EQ(coord_.FinalOf(5, 1)->kind(), v1::TrialEvent::FINISHED)
+        << coord_.FinalOf(5, 1)->reason();
+  }
+  DrainAndWait();
+}
+
 TEST_F(WorkerAgentTest, StopKillsRunningTrainers) {
   coord_.Assign(Assignment(4, 3, R"({"mode": "sleep"})"));
   Start(Options());

@@ -143,6 +143,30 @@ TEST_F(WorkerMainTest, SigtermDrainsAndASecondOneKillsTheTrials) {
     EXPECT_FALSE(reg.hostname().empty());
     EXPECT_FALSE(reg.version().empty());
   }
+  // A second worker on the same work dir is refused (it would share the worker id, and its
+  // restart recovery would kill this one's trainer as an orphan); this one's trial runs on.
+  {
+    SpawnSpec second;
+    second.program = ABLATE_WORKER_BIN;
+    second.args = {"--token-file", token_, "--gpus", "none", "--work-dir", work, "--trainer",
+                   trainer_};
+    second.stderr_path = dir_.path() + "/second.log";
+    second.env = {{"ABLATE_COORDINATOR", "127.0.0.1:" + std::to_string(port_)}};
+    auto c = RealSpawner()->Spawn(second);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    std::optional<ExitStatus> st;
+    WaitFor([&] { return (st = (*c)->TryWait()).has_value(); }, 10000);
+    ASSERT_TRUE(st.has_value()) << "the second worker did not exit";
+    EXPECT_EQ(st->code, 2);
+    EXPECT_NE(ReadAll(dir_.path() + "/second.log")
+                  .find("is in use by another ablate-worker (pid " +
+                        std::to_string(child_->pid()) + ")"),
+              std::string::npos)
+        << ReadAll(dir_.path() + "/second.log");
+    std::lock_guard<std::mutex> l(coord_.mu());
+    EXPECT_EQ(coord_.registers().size(), 1u);
+    EXPECT_EQ(coord_.FinalOf(12, 1), nullptr);
+  }
   // First SIGTERM: draining, the trial keeps running.
   ::kill(child_->pid(), SIGTERM);
   ASSERT_TRUE(coord_.WaitUntil([&] {
