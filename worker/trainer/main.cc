@@ -15,6 +15,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <new>
 
 #include "trainer/config/trial_config.h"
 #include "trainer/loop/checkpoint.h"
@@ -136,7 +137,20 @@ int main(int argc, char** argv) {
     if (cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0) config->device = "cuda";
   }
 #endif
-  auto result = ablate::trainer::RunTrial(*config, options);
+  // Out of host memory (a model or batch larger than the machine, or other trials' memory on
+  // it): a readable reason for the worker's log and exit 1 (retried elsewhere), not an abort.
+  ablate::StatusOr<ablate::trainer::RunResult> result = ablate::Internal("not run");
+  try {
+    result = ablate::trainer::RunTrial(*config, options);
+  } catch (const std::bad_alloc&) {
+    const auto& m = config->model;
+    std::fprintf(stderr,
+                 "ablate-train: out of host memory (model: %d layers, d_model %d; micro_batch %d "
+                 "x seq_len %d); reduce the model or micro_batch, or run it on a machine with "
+                 "more memory\n",
+                 m.layers, m.d_model, config->train.micro_batch, m.seq_len);
+    return 1;
+  }
   if (!result.ok()) {
     std::fprintf(stderr, "ablate-train: %s\n", result.status().message().c_str());
     return result.status().code() == ablate::StatusCode::kInvalidArgument ? 2 : 1;

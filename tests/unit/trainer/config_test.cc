@@ -91,6 +91,30 @@ TEST(TrialConfig, CrossFieldErrorPointsAtTheKeyLine) {
   EXPECT_EQ(c.status().message().rfind("y.yaml:3:10: model.heads", 0), 0u) << c.status().message();
 }
 
+// Past kMaxAccumulationSteps micro-batches per step the count wrapped around an int: the run
+// "succeeded" with a negative count, or stopped at step 1 reported as diverged.
+TEST(TrialConfig, TokensPerStepBeyondTheMicroBatchLimitIsRefused) {
+  auto c = ParseTrialConfig(
+      "model: {seq_len: 256}\ntrain: {micro_batch: 2, tokens_per_step: 1099511627776}\n",
+      "t.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message().rfind("t.yaml:2:42: train.tokens_per_step", 0), 0u)
+      << c.status().message();
+  EXPECT_NE(c.status().message().find("2147483648 micro-batches"), std::string::npos)
+      << c.status().message();
+  auto ok = ParseTrialConfig(
+      "model: {seq_len: 256}\ntrain: {micro_batch: 2, tokens_per_step: 536870912}\n", "t.yaml");
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  EXPECT_EQ(ok->accumulation_steps(), 1 << 20);
+}
+
+// A folder opened as a stream reads nothing, which parsed as the empty config: the default run.
+TEST(TrialConfig, AFolderIsNoConfig) {
+  auto c = LoadTrialConfig("/tmp");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message(), "cannot read config /tmp: not a regular file (it is a directory)");
+}
+
 TEST(TrialConfig, HashIsCanonicalAndIgnoresName) {
   auto a = ParseTrialConfig("name: a\nmodel: {layers: 2, d_model: 64}\n", "a");
   auto b = ParseTrialConfig("model: {d_model: 64, layers: 2}\nname: b\n", "b");

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -38,12 +39,21 @@ std::vector<nlohmann::json> Lines(const std::string& path) {
   return out;
 }
 
-// Starts ablate-train with stdout to `stdout_path`; returns the pid.
-pid_t Start(const std::vector<std::string>& args, const std::string& stdout_path) {
+// Starts ablate-train with stdout to `stdout_path` (and stderr to `stderr_path` if given, under
+// an address-space limit of `max_bytes` if given); returns the pid.
+pid_t Start(const std::vector<std::string>& args, const std::string& stdout_path,
+            const std::string& stderr_path = "", rlim_t max_bytes = 0) {
   const pid_t pid = ::fork();
   if (pid == 0) {
     const int fd = ::open(stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     ::dup2(fd, 1);
+    if (!stderr_path.empty()) {
+      ::dup2(::open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644), 2);
+    }
+    if (max_bytes > 0) {
+      const rlimit lim{max_bytes, max_bytes};
+      ::setrlimit(RLIMIT_AS, &lim);
+    }
     std::vector<char*> argv;
     static std::string bin = ABLATE_TRAIN_BIN;
     argv.push_back(bin.data());
@@ -147,6 +157,24 @@ TEST_F(PreemptTest, Sigusr1CheckpointsAndResumeIsBitIdentical) {
   const std::string b = ReadAll(dir_ + "/run/checkpoints/step_00000400.ckpt");
   ASSERT_FALSE(a.empty());
   EXPECT_TRUE(a == b) << "final checkpoints differ";
+}
+
+// A model too large for the memory it may use (a 4 GB address space here; 12 x 4 x 8192^2 weights
+// alone are 12.9 GB): a readable reason and exit 1, where the trainer aborted on std::bad_alloc
+// (SIGABRT) before and the worker's log had only the C++ runtime's text.
+TEST_F(PreemptTest, OutOfHostMemoryIsAReadableErrorNotAnAbort) {
+  std::ofstream(dir_ + "/huge.yaml")
+      << "model: {seq_len: 32, layers: 4, d_model: 8192, heads: 64}\n"
+         "train: {steps: 2, tokens_per_step: 256, micro_batch: 8, warmup: 1, threads: 1}\n"
+         "device: cpu\n";
+  const int code = Wait(Start({"--config", dir_ + "/huge.yaml", "--out", dir_ + "/huge"},
+                              dir_ + "/huge.out", dir_ + "/huge.err", rlim_t(4) << 30));
+  EXPECT_EQ(code, 1) << ReadAll(dir_ + "/huge.err");
+  EXPECT_NE(ReadAll(dir_ + "/huge.err")
+                .find("ablate-train: out of host memory (model: 4 layers, d_model 8192; "
+                      "micro_batch 8 x seq_len 32)"),
+            std::string::npos)
+      << ReadAll(dir_ + "/huge.err");
 }
 
 }  // namespace

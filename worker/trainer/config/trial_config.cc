@@ -1,5 +1,6 @@
 #include "trainer/config/trial_config.h"
 
+#include <sys/stat.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -342,6 +343,7 @@ void Normalize(TrialConfig* c) {
 
 int TrialConfig::accumulation_steps() const {
   int64_t per_micro = int64_t(train.micro_batch) * model.seq_len * gpus;
+  // Validate bounds the quotient by kMaxAccumulationSteps, so it fits an int.
   return per_micro > 0 ? static_cast<int>(train.tokens_per_step / per_micro) : 0;
 }
 
@@ -412,6 +414,13 @@ Status Validate(const TrialConfig& c, const SourceMap& src) {
           ") must be divisible by micro_batch x seq_len x gpus = " + std::to_string(t.micro_batch) +
           " x " + std::to_string(m.seq_len) + " x " + std::to_string(c.gpus) + " = " +
           std::to_string(per_micro)));
+  ABLATE_RETURN_IF_ERROR(Check(
+      t.tokens_per_step / per_micro <= kMaxAccumulationSteps, src, "train.tokens_per_step",
+      "tokens_per_step (" + std::to_string(t.tokens_per_step) + ") is " +
+          std::to_string(t.tokens_per_step / per_micro) +
+          " micro-batches of micro_batch x seq_len x gpus = " + std::to_string(per_micro) +
+          " tokens; at most " + std::to_string(kMaxAccumulationSteps) +
+          " per step (raise micro_batch)"));
   ABLATE_RETURN_IF_ERROR(Check(t.warmup <= t.steps, src, "train.warmup",
                                "warmup (" + std::to_string(t.warmup) +
                                    ") cannot exceed steps (" + std::to_string(t.steps) + ")"));
@@ -448,10 +457,19 @@ StatusOr<TrialConfig> ParseTrialConfig(const std::string& yaml_text, const std::
 }
 
 StatusOr<TrialConfig> LoadTrialConfig(const std::string& path) {
+  // A folder opens as a stream that reads nothing, which would parse as the empty config (all
+  // defaults) and start the default run.
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode) &&
+      !S_ISCHR(st.st_mode)) {
+    return InvalidArgument("cannot read config " + path + ": not a regular file" +
+                           (S_ISDIR(st.st_mode) ? " (it is a directory)" : ""));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) return ErrnoToStatus(errno, "cannot read config " + path);
   std::stringstream ss;
   ss << in.rdbuf();
+  if (in.bad()) return ErrnoToStatus(errno, "cannot read config " + path);
   return ParseTrialConfig(ss.str(), path);
 }
 

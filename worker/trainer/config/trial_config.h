@@ -93,6 +93,11 @@ struct TrainSection {
   double peak_tflops = 0.0;         // for MFU; 0 = the device's nominal peak (see README)
 };
 
+// Micro-batches per optimizer step at most (train.tokens_per_step / (micro_batch x seq_len x
+// gpus)): far past any useful run, and it keeps the count an int (2^40 tokens of 512-token
+// micro-batches wrapped around to a negative count, and the run "succeeded" on nonsense).
+inline constexpr int64_t kMaxAccumulationSteps = 1 << 20;
+
 struct TrialConfig {
   std::string name;  // optional label
   uint64_t seed = 0;
