@@ -241,14 +241,21 @@ Status ReadAxisValues(const YAML::Node& list, const std::string& file, Axis* axi
     return Error(where, axis->KeyPath(),
                  "an axis needs at least one value; an empty list makes no trial");
   }
+  if (int64_t(list.size()) > kMaxEnumeratedPoints) {
+    return Error(where, axis->KeyPath(),
+                 "has " + std::to_string(list.size()) + " values; a sweep has at most " +
+                     std::to_string(kMaxSweepTrials) + " trials");
+  }
+  std::unordered_map<std::string, size_t> seen;  // text -> index (linear in the list's length)
   for (size_t i = 0; i < list.size(); ++i) {
     const YAML::Node v = list[i];
     ABLATE_ASSIGN_OR_RETURN(std::string text, ParseValue(axis->key, v, axis->KeyPath(i), file));
     // A zip list may repeat a value in different rows; zip checks whole rows instead.
-    for (size_t j = 0; axis->section != "zip" && j < axis->texts.size(); ++j) {
-      if (axis->texts[j] == text) {
+    if (axis->section != "zip") {
+      auto [it, inserted] = seen.emplace(text, i);
+      if (!inserted) {
         return Error(Loc(file, v.Mark()), axis->KeyPath(i),
-                     "duplicate value " + text + " (already at " + axis->KeyPath(j) + ")");
+                     "duplicate value " + text + " (already at " + axis->KeyPath(it->second) + ")");
       }
     }
     axis->values.push_back(v);
@@ -614,19 +621,19 @@ Status ReadSpec(const YAML::Node& root, Spec* spec) {
 
   if (spec->num_zip > 0) {
     const size_t rows = spec->axes[spec->num_grid].values.size();
-    for (size_t j = 1; j < rows; ++j) {
-      for (size_t i = 0; i < j; ++i) {
-        bool same = true;
-        for (size_t a = spec->num_grid; a < spec->axes.size() && same; ++a) {
-          same = spec->axes[a].texts[i] == spec->axes[a].texts[j];
-        }
-        if (same) {
-          const Axis& first = spec->axes[spec->num_grid];
-          return Error(first.locs[j], "zip",
-                       "row " + std::to_string(j) + " (" + first.KeyPath(j) +
-                           ", ...) repeats row " + std::to_string(i) +
-                           "; each zip row must differ in some axis");
-        }
+    std::unordered_map<std::string, size_t> seen;  // a row's texts, '\0'-joined -> its index
+    for (size_t j = 0; j < rows; ++j) {
+      std::string row;
+      for (size_t a = spec->num_grid; a < spec->axes.size(); ++a) {
+        row += spec->axes[a].texts[j];
+        row += '\0';
+      }
+      auto [it, inserted] = seen.emplace(std::move(row), j);
+      if (!inserted) {
+        const Axis& first = spec->axes[spec->num_grid];
+        return Error(first.locs[j], "zip",
+                     "row " + std::to_string(j) + " (" + first.KeyPath(j) + ", ...) repeats row " +
+                         std::to_string(it->second) + "; each zip row must differ in some axis");
       }
     }
   }
