@@ -60,6 +60,8 @@ std::string HomeDir(const EnvLookup& env) {
 
 std::string NonEmpty(const std::optional<std::string>& v) { return v ? *v : std::string(); }
 
+constexpr double kMaxTimeoutS = 365 * 86400.0;
+
 std::string FormatSeconds(double s) {
   std::ostringstream os;
   os << s;
@@ -135,6 +137,10 @@ StatusOr<ClientOptions> ResolveClientOptions(const GlobalFlags& flags, const Env
 
   if (!(flags.timeout_s > 0) || !std::isfinite(flags.timeout_s)) {
     return InvalidArgument("--timeout: expected a positive number of seconds, got " +
+                           FormatSeconds(flags.timeout_s));
+  }
+  if (flags.timeout_s > kMaxTimeoutS) {  // deadlines past that overflowed into the past
+    return InvalidArgument("--timeout: at most 31536000 s (a year), got " +
                            FormatSeconds(flags.timeout_s));
   }
   o.timeout_s = flags.timeout_s;

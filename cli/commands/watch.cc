@@ -5,10 +5,13 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cmath>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -23,6 +26,66 @@ constexpr int kTrialBar = 10;
 constexpr int kMaxListedFailures = 20;
 // Tries of the first Watch call while the coordinator is unreachable (backoff 0.25, 0.5, 1 s).
 constexpr int kFirstContactAttempts = 4;
+
+// Cancels a stream that stays silent longer than its limit. The coordinator sends a snapshot at
+// least every five intervals, so silence past that means a coordinator that is frozen or cut off
+// without a reset (the connection stays open and Read would wait for good).
+class SilenceWatchdog {
+ public:
+  SilenceWatchdog(grpc::ClientContext* context, double limit_s)
+      : context_(context), limit_(limit_s), thread_([this] { Run(); }) {}
+  ~SilenceWatchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  // A message arrived; the next may take `limit_s`.
+  void Heard(double limit_s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    last_ = std::chrono::steady_clock::now();
+    limit_ = limit_s;
+  }
+  bool fired() const { return fired_; }
+  double limit_s() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return limit_;
+  }
+
+ private:
+  void Run() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stop_) {
+      const auto deadline = last_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                        std::chrono::duration<double>(limit_));
+      if (cv_.wait_until(lock, deadline, [this] { return stop_; })) return;
+      if (std::chrono::steady_clock::now() >= last_ + std::chrono::duration_cast<
+                                                          std::chrono::steady_clock::duration>(
+                                                          std::chrono::duration<double>(limit_))) {
+        fired_ = true;
+        context_->TryCancel();
+        return;
+      }
+    }
+  }
+
+  grpc::ClientContext* context_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+  double limit_;
+  bool stop_ = false;
+  std::atomic<bool> fired_{false};
+  std::thread thread_;  // last: starts once the members above exist
+};
+
+std::string Seconds(double s) {
+  std::ostringstream os;
+  os << s;
+  return os.str();
+}
 
 bool Finished(v1::TrialState s) {
   return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::DIVERGED || s == v1::CANCELED;
@@ -210,13 +273,19 @@ StatusOr<WatchOutcome> Watch(Client& client, const WatchOptions& options, const 
   double backoff_s = 0.25;
   int first_contact_failures = 0;
 
+  // The longest silence accepted: the first snapshot comes at once (--timeout for it), later ones
+  // at least every five intervals.
+  const double timeout_s = client.options().timeout_s;
+  const double between_s = 5 * req.interval_ms() / 1000.0 + timeout_s;
   for (;;) {
     auto context = client.NewContext(/*unary=*/false);
     std::unique_ptr<grpc::ClientReaderInterface<v1::SweepSnapshot>> reader =
         client.stub().Watch(context.get(), req);
+    auto watchdog = std::make_unique<SilenceWatchdog>(context.get(), got_any ? between_s : timeout_s);
     v1::SweepSnapshot snap;
     bool finished = false;
     while (reader->Read(&snap)) {
+      watchdog->Heard(between_s);
       got_any = true;
       lost_since = -1;
       backoff_s = 0.25;
@@ -242,6 +311,9 @@ StatusOr<WatchOutcome> Watch(Client& client, const WatchOptions& options, const 
       }
       if (finished) break;
     }
+    const bool silent = watchdog->fired();
+    const double silence_s = watchdog->limit_s();
+    watchdog.reset();
     if (finished) {
       context->TryCancel();  // the server ends the stream anyway; do not wait for it
       reader->Finish();
@@ -249,7 +321,19 @@ StatusOr<WatchOutcome> Watch(Client& client, const WatchOptions& options, const 
       return OutcomeOf(snap.sweep());
     }
     Status st = client.FromGrpc(reader->Finish());
-    if (st.ok()) {
+    if (silent && !got_any) {
+      // Connected, but no first snapshot within --timeout: a frozen coordinator is not one that
+      // is still starting, so it is reported at once.
+      return Status(StatusCode::kDeadlineExceeded,
+                    "the coordinator at " + client.options().coordinator +
+                        " accepted the connection but sent nothing within " +
+                        Seconds(timeout_s) + " s (--timeout); ablated may be frozen");
+    }
+    if (silent) {
+      st = Status(StatusCode::kUnavailable, "the coordinator at " + client.options().coordinator +
+                                                " sent nothing for " + Seconds(silence_s) +
+                                                " s");
+    } else if (st.ok()) {
       // The server closed the stream before the sweep finished (it is shutting down).
       st = Status(StatusCode::kUnavailable, "the coordinator at " + client.options().coordinator +
                                                 " ended the watch before the sweep finished");

@@ -199,6 +199,9 @@ TEST(RunCli, UsageErrorsExitTwo) {
   EXPECT_EQ(RunArgs({"status", "--bogus"}).code, kExitUsage);  // unknown flag
   EXPECT_EQ(RunArgs({"--timeout", "abc", "workers"}).code, kExitUsage);
   EXPECT_EQ(RunArgs({"--timeout", "-1", "workers"}).code, kExitUsage);
+  r = RunArgs({"--timeout", "1e16", "workers"});  // its deadline overflowed into the past
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.err.find("--timeout: at most 31536000 s"), std::string::npos) << r.err;
   r = RunArgs({"--coordinator", "nohost", "workers"});
   EXPECT_EQ(r.code, kExitUsage);
   EXPECT_NE(r.err.find("ablate: --coordinator: 'nohost' is not HOST:PORT"), std::string::npos)

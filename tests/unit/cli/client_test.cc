@@ -548,6 +548,34 @@ TEST_F(CliTest, ReadOnlyCallsAreRetriedWhenUnavailableAndChangesAreNot) {
   EXPECT_EQ(fake_.calls(), 4);
 }
 
+// A coordinator that freezes (SIGSTOP, a hung host) keeps the connection open: Read waited for
+// good. The server sends a snapshot at least every five intervals, so a silence past that and
+// --timeout counts as a lost connection, then as unreachable once --timeout has passed.
+TEST_F(CliTest, WatchGivesUpOnACoordinatorThatFreezes) {
+  fake_.snapshots = Stages(v1::SUCCEEDED);
+  fake_.watch_stall_after = 1;
+  const auto start = std::chrono::steady_clock::now();
+  CliResult r = Ablate({"--timeout", "1", "watch", "qk", "--interval", "0.2"});
+  EXPECT_EQ(r.code, kExitUnavailable) << r.err;
+  EXPECT_NE(r.err.find("lost the connection"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("sent nothing for 2 s"), std::string::npos) << r.err;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+  EXPECT_GE(fake_.watch_calls(), 2);
+}
+
+// Frozen before the first snapshot: reported after --timeout, not after gRPC's own ~20 s.
+TEST_F(CliTest, WatchReportsACoordinatorThatNeverAnswers) {
+  fake_.snapshots = Stages(v1::SUCCEEDED);
+  fake_.watch_stall_after = 0;
+  const auto start = std::chrono::steady_clock::now();
+  CliResult r = Ablate({"--timeout", "1", "watch", "qk"});
+  EXPECT_EQ(r.code, kExitUnavailable) << r.err;
+  EXPECT_NE(r.err.find("accepted the connection but sent nothing within 1 s (--timeout)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
 TEST_F(CliTest, WatchOfAnUnknownSweepExitsThree) {
   fake_.status = grpc::Status(grpc::StatusCode::NOT_FOUND, "no sweep named 'nope'");
   CliResult r = Ablate({"watch", "nope"});

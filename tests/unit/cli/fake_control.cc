@@ -1,5 +1,8 @@
 #include "fake_control.h"
 
+#include <chrono>
+#include <thread>
+
 namespace ablate::cli::testing {
 
 grpc::Status FakeControl::Check(grpc::ServerContext* context) {
@@ -59,6 +62,16 @@ grpc::Status FakeControl::Watch(grpc::ServerContext* context, const v1::WatchReq
   {
     std::lock_guard<std::mutex> lock(mu_);
     call = ++watch_calls_;
+  }
+  if (watch_stall_after >= 0) {
+    for (int i = 0; call == 1 && i < watch_stall_after && i < int(snapshots.size()); ++i) {
+      if (!writer->Write(snapshots[i])) break;
+    }
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!context->IsCancelled() && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return grpc::Status::OK;
   }
   for (size_t i = 0; i < snapshots.size(); ++i) {
     if (call == 1 && watch_break_after >= 0 && int(i) == watch_break_after) {

@@ -33,6 +33,9 @@ class FakeControl final : public v1::ControlService::Service {
   std::vector<v1::SweepSnapshot> snapshots;  // Watch sends these in order, then ends
   int unavailable_first = 0;  // the first N calls (any method) end UNAVAILABLE at once
   int watch_break_after = -1;  // >= 0: the first Watch ends UNAVAILABLE after that many snapshots
+  // >= 0: a frozen coordinator: the first Watch sends that many snapshots, every later one none,
+  // and then each waits (stream open, nothing sent) until the client cancels.
+  int watch_stall_after = -1;
 
   // What the server saw. Read after the call returned.
   std::vector<std::string> authorization() const;
