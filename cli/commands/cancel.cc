@@ -30,6 +30,7 @@ void AddCancelCommand(CLI::App& app, Action* selected) {
   sub->add_option("target", opts->target, "Trial id, trial:ID, sweep name or sweep:ID")->required();
   sub->callback([opts, selected] {
     *selected = [opts](CommandEnv& env) -> Status {
+      ABLATE_RETURN_IF_ERROR(ParseTarget(opts->target).status());  // before any connection
       ABLATE_ASSIGN_OR_RETURN(Client * client, env.client());
       return CancelTarget(*client, *opts, env.io);
     };

@@ -60,6 +60,8 @@ void AddLogsCommand(CLI::App& app, Action* selected) {
   sub->callback([opts, format, selected] {
     *selected = [opts, format](CommandEnv& env) -> Status {
       opts->format = *ParseFormat(*format);
+      // References first: a bad one is a usage error even where no token or coordinator is.
+      ABLATE_RETURN_IF_ERROR(ParseTrialRef(opts->trial).status());
       ABLATE_ASSIGN_OR_RETURN(Client * client, env.client());
       return ShowLogs(*client, *opts, env.io);
     };

@@ -113,6 +113,7 @@ void AddResultsCommand(CLI::App& app, Action* selected) {
   sub->callback([opts, format, selected] {
     *selected = [opts, format](CommandEnv& env) -> Status {
       opts->format = *ParseFormat(*format);
+      ABLATE_RETURN_IF_ERROR(ParseSweepRef(opts->sweep).status());  // before any connection
       ABLATE_ASSIGN_OR_RETURN(Client * client, env.client());
       return ShowResults(*client, *opts, env.io);
     };

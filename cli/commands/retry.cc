@@ -25,6 +25,7 @@ void AddRetryCommand(CLI::App& app, Action* selected) {
   sub->add_flag("--failed", opts->failed_only, "Only failed trials (not canceled ones)");
   sub->callback([opts, selected] {
     *selected = [opts](CommandEnv& env) -> Status {
+      ABLATE_RETURN_IF_ERROR(ParseSweepRef(opts->sweep).status());  // before any connection
       ABLATE_ASSIGN_OR_RETURN(Client * client, env.client());
       return RetrySweep(*client, *opts, env.io);
     };

@@ -241,6 +241,9 @@ void AddStatusCommand(CLI::App& app, Action* selected) {
   sub->callback([opts, format, selected] {
     *selected = [opts, format](CommandEnv& env) -> Status {
       opts->format = *ParseFormat(*format);
+      if (opts->target) {
+        ABLATE_RETURN_IF_ERROR(ParseTarget(*opts->target).status());  // before any connection
+      }
       ABLATE_ASSIGN_OR_RETURN(Client * client, env.client());
       return ShowStatus(*client, *opts, env.io);
     };

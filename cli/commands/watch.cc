@@ -370,6 +370,7 @@ void AddWatchCommand(CLI::App& app, Action* selected) {
       ->default_str("1");
   sub->callback([opts, selected] {
     *selected = [opts](CommandEnv& env) -> Status {
+      ABLATE_RETURN_IF_ERROR(ParseSweepRef(opts->sweep).status());  // before any connection
       ABLATE_ASSIGN_OR_RETURN(Client * client, env.client());
       ABLATE_ASSIGN_OR_RETURN(WatchOutcome outcome, Watch(*client, *opts, env.io));
       if (!outcome.all_ok()) env.exit_code = kExitWatchFailures;

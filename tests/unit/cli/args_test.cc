@@ -227,6 +227,19 @@ TEST_F(TokenFile, BadArgumentsFailBeforeAnyCall) {
   EXPECT_EQ(r.code, kExitUsage);
 }
 
+// Without a token anywhere, a bad reference is still a usage error (it said "no token file").
+TEST(RunCli, BadReferencesAreUsageErrorsEvenWithoutAToken) {
+  const std::map<std::string, std::string> env = {{"ABLATE_TOKEN_FILE", "/nonexistent/token"}};
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"logs", "abc"}, {"status", "trial:x"}, {"cancel", "trial:x"},
+        {"retry", "sweep:x"}, {"results", "sweep:x"}, {"watch", "sweep:x"},
+        {"submit", "/nonexistent/spec.yaml"}}) {
+    CliResult r = RunArgs(args, env);
+    EXPECT_EQ(r.code, kExitUsage) << args[0] << ": " << r.err;
+    EXPECT_EQ(r.err.find("token"), std::string::npos) << args[0] << ": " << r.err;
+  }
+}
+
 TEST(RunCli, MissingTokenFileExitsFiveAndNamesIt) {
   CliResult r = RunArgs({"workers"}, {{"ABLATE_DATA_DIR", "/nonexistent-data"}});
   EXPECT_EQ(r.code, kExitAuth);
