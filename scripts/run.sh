@@ -51,11 +51,15 @@ sleep 1
 kill -0 "$worker_pid" 2>/dev/null || { echo "ablate-worker exited:" >&2; cat "$run/worker.log" >&2; exit 1; }
 echo "worker: gpus=$gpus cpu-slots=$slots (log $run/worker.log)"
 
-"$ablate" submit "$spec"
-name="$(awk '/^name:/{print $2; exit}' "$spec")"
-"$ablate" watch "$name" || true
+# The sweep by its id, from the coordinator's answer (a spec's name may be quoted or flow-styled).
+submitted="$("$ablate" submit "$spec" --format json)"
+id="$(printf '%s\n' "$submitted" | sed -n 's/^ *"sweep_id": *\([0-9][0-9]*\).*/\1/p')"
+[[ -n "$id" ]] || { echo "unexpected answer to submit: $submitted" >&2; exit 1; }
+field() { printf '%s\n' "$submitted" | sed -n "s/^ *\"$1\": *\"\{0,1\}\([^\",]*\)\"\{0,1\},\{0,1\}\$/\1/p"; }
+echo "sweep $(field sweep_name) (id $id): $(field total_trials) trials, $(field new_trials) new"
+"$ablate" watch "sweep:$id" || true
 echo
-"$ablate" results "$name"
+"$ablate" results "sweep:$id"
 echo
 echo "Everything is stored in $run/coordinator/ablate.db (schema: server/store/README.md)."
 echo "dashboard: $dashboard (served while this script ran)"

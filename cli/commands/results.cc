@@ -1,6 +1,7 @@
 #include "commands/results.h"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -80,6 +81,28 @@ Table ResultsTable(const v1::ResultsResponse& resp) {
   return t;
 }
 
+// The metric names the trials of a sweep (a name, or an id as ParseSweepRef gives it) have
+// reported, comma-separated; "" when there are none or the query fails.
+std::string ReportedMetrics(Client& client, const std::string& sweep) {
+  std::string quoted = "'";
+  for (char c : sweep) quoted += c == '\'' ? std::string("''") : std::string(1, c);
+  quoted += "'";
+  v1::QueryRequest req;
+  req.set_sql("SELECT DISTINCT l.name FROM latest_metrics l JOIN trials t ON t.id = l.trial_id "
+              "WHERE t.sweep_id IN (SELECT id FROM sweeps WHERE name = " + quoted +
+              " OR CAST(id AS TEXT) = " + quoted + ") ORDER BY 1");
+  req.set_max_rows(40);
+  v1::QueryResponse resp;
+  if (!client.Call(&v1::ControlService::StubInterface::Query, req, &resp).ok()) return "";
+  std::string names;
+  for (const v1::QueryRow& r : resp.rows()) {
+    if (r.values_size() == 1 && r.values(0).has_text()) {
+      names += (names.empty() ? "" : ", ") + r.values(0).text();
+    }
+  }
+  return names + (resp.truncated() ? ", ..." : "");
+}
+
 Status ShowResults(Client& client, const ResultsOptions& options, const Io& io) {
   v1::ResultsRequest req;
   ABLATE_ASSIGN_OR_RETURN(std::string sweep, ParseSweepRef(options.sweep));
@@ -90,6 +113,14 @@ Status ShowResults(Client& client, const ResultsOptions& options, const Io& io) 
   ABLATE_RETURN_IF_ERROR(client.Call(&v1::ControlService::StubInterface::Results, req, &resp));
   if (resp.metric().empty()) resp.set_metric(options.metric);
   *io.out << Render(ResultsTable(resp), options.format);
+  const bool any_value = std::any_of(resp.rows().begin(), resp.rows().end(),
+                                     [](const v1::ResultsRow& r) { return r.n() > 0; });
+  if (!resp.rows().empty() && !any_value) {
+    // A misspelled --metric gave a table of '-' and nothing else: say so, with what there is.
+    const std::string names = ReportedMetrics(client, sweep);
+    *io.err << "no trial of sweep " << options.sweep << " has a value of " << resp.metric()
+            << (names.empty() ? " yet\n" : " yet; its trials report: " + names + "\n");
+  }
   if (options.format == Format::kTable) {
     if (resp.rows().empty()) {
       *io.err << "no results yet for " << resp.metric() << " in sweep " << options.sweep << "\n";

@@ -32,12 +32,16 @@ Status ShowTrial(Client& client, int64_t trial_id, const StatusOptions& options,
     j["sweep"] = resp.sweep_name();
     j["state"] = StateName(t.state());
     j["attempt"] = t.attempt();
-    j["worker"] = t.worker_id();
+    // Absent values are null, as in every other listing (cli/README.md).
+    auto text_or_null = [](const std::string& v) {
+      return v.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(v);
+    };
+    j["worker"] = text_or_null(t.worker_id());
     j["step"] = t.step();
     j["total_steps"] = t.total_steps();
     j["loss"] = std::isfinite(t.loss()) ? nlohmann::ordered_json(t.loss()) : nullptr;
     j["val_loss"] = std::isfinite(t.val_loss()) ? nlohmann::ordered_json(t.val_loss()) : nullptr;
-    j["reason"] = t.reason();
+    j["reason"] = text_or_null(t.reason());
     j["config_hash"] = t.config_hash();
     j["axes"] = nlohmann::ordered_json::object();
     for (const auto& [k, v] : SortedAxes(t)) j["axes"][k] = v;
@@ -51,7 +55,7 @@ Status ShowTrial(Client& client, int64_t trial_id, const StatusOptions& options,
                                {"started_at", a.started_at()},
                                {"ended_at", a.ended_at()},
                                {"exit_code", a.exit_code()},
-                               {"reason", a.reason()},
+                               {"reason", text_or_null(a.reason())},
                                {"checkpoint_step", a.checkpoint_step()}});
     }
     j["latest"] = nlohmann::ordered_json::object();

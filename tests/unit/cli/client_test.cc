@@ -294,6 +294,8 @@ TEST_F(CliTest, StatusOfOneTrialShowsAttemptsAndMetrics) {
   EXPECT_EQ(j["trial_id"], 12);
   EXPECT_EQ(j["config"]["seed"], 1);
   EXPECT_EQ(j["attempts"][0]["reason"], "lease expired");
+  EXPECT_TRUE(j["attempts"][1]["reason"].is_null());  // absent values are null, not ""
+  EXPECT_TRUE(j["reason"].is_null());
   EXPECT_EQ(j["latest"]["loss"]["value"], 4.5);
 }
 
@@ -348,6 +350,28 @@ TEST_F(CliTest, ResultsSendsMetricAndAxesAndMarksTheBest) {
   EXPECT_EQ(fake_.last_results().by_size(), 0);
   EXPECT_EQ(r.out.substr(0, r.out.find("\r\n")),
             "attention.kind,metric,mean,std,n,trials,min,max,best");
+}
+
+// A misspelled --metric printed a table of '-' with no word about it: now stderr says that no
+// trial has a value of it, and which metrics the sweep's trials report (one read-only query).
+TEST_F(CliTest, ResultsOfAMetricNoTrialHasSaySoAndListWhatThereIs) {
+  fake_.results.set_metric("final_val_los");
+  fake_.results.add_by("attention.kind");
+  v1::ResultsRow* row = fake_.results.add_rows();
+  row->add_keys("fpa");
+  row->set_trials(2);
+  fake_.query.add_columns("name");
+  for (const char* name : {"final_val_loss", "loss"}) {
+    fake_.query.add_rows()->add_values()->set_text(name);
+  }
+  CliResult r = Ablate({"results", "it's", "--metric", "final_val_los"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err,
+            "no trial of sweep it's has a value of final_val_los yet; its trials report: "
+            "final_val_loss, loss\n");
+  // The sweep's name is quoted for SQL.
+  EXPECT_NE(fake_.last_query().sql().find("name = 'it''s'"), std::string::npos)
+      << fake_.last_query().sql();
 }
 
 TEST_F(CliTest, QueryPrintsRowsAndNotesTruncation) {
