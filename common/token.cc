@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <fstream>
 #include <sstream>
@@ -95,6 +96,17 @@ StatusOr<std::string> LoadOrCreateToken(const std::string& path) {
     return ErrnoToStatus(errno, "write token file " + path);
   }
   return token;
+}
+
+bool BearerMatches(const std::string& authorization, const std::string& token) {
+  constexpr size_t kScheme = 7;  // "Bearer "
+  if (token.empty() || authorization.size() <= kScheme || authorization[kScheme - 1] != ' ') {
+    return false;
+  }
+  for (size_t i = 0; i + 1 < kScheme; ++i) {
+    if (std::tolower(static_cast<unsigned char>(authorization[i])) != "bearer"[i]) return false;
+  }
+  return TokenEquals(authorization.substr(kScheme), token);
 }
 
 bool TokenEquals(const std::string& a, const std::string& b) {

@@ -25,5 +25,8 @@ bool TokenEquals(const std::string& a, const std::string& b);
 
 inline constexpr const char* kAuthMetadataKey = "authorization";
 inline std::string BearerValue(const std::string& token) { return "Bearer " + token; }
+// Whether an authorization value ("Bearer <token>"; the scheme's case does not matter, RFC 7235)
+// carries `token`. False for an empty `token`: no token means nobody is let in.
+bool BearerMatches(const std::string& authorization, const std::string& token);
 
 }  // namespace ablate

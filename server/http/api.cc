@@ -279,13 +279,7 @@ Api::Api(Store* store, const Scheduler* scheduler, metrics::CoordinatorMetrics* 
 bool Api::Authorized(const HttpRequest& r) const {
   if (opt_.token.empty()) return false;
   auto h = r.headers.find("authorization");
-  if (h != r.headers.end()) {
-    const std::string prefix = "Bearer ";
-    if (h->second.size() > prefix.size() && h->second.compare(0, prefix.size(), prefix) == 0 &&
-        TokenEquals(h->second.substr(prefix.size()), opt_.token)) {
-      return true;
-    }
-  }
+  if (h != r.headers.end() && BearerMatches(h->second, opt_.token)) return true;
   auto p = r.params.find("token");
   return p != r.params.end() && TokenEquals(p->second, opt_.token);
 }

@@ -148,10 +148,7 @@ grpc::Status CheckAuth(const grpc::ServerContext* ctx, const std::string& token)
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                         "missing 'authorization: Bearer <token>' metadata");
   }
-  std::string value(it->second.data(), it->second.size());
-  const std::string prefix = "Bearer ";
-  if (value.compare(0, prefix.size(), prefix) != 0 ||
-      !TokenEquals(value.substr(prefix.size()), token)) {
+  if (!BearerMatches(std::string(it->second.data(), it->second.size()), token)) {
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "invalid bearer token");
   }
   return grpc::Status::OK;

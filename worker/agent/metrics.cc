@@ -200,11 +200,7 @@ MetricsReply MetricsEndpoint::Handle(const std::string& method, const std::strin
     return r;
   }
   if (!public_) {
-    const std::string prefix = "Bearer ";
-    const bool ok = !token_.empty() && authorization.size() > prefix.size() &&
-                    authorization.compare(0, prefix.size(), prefix) == 0 &&
-                    TokenEquals(authorization.substr(prefix.size()), token_);
-    if (!ok) {
+    if (!BearerMatches(authorization, token_)) {
       MetricsReply r = Error(401,
                              "missing or wrong bearer token: send 'Authorization: Bearer <token>' "
                              "(the token in the worker's --token-file), or start the worker with "

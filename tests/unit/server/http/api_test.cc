@@ -109,6 +109,15 @@ TEST_F(ApiTest, AuthRequiredEverywhereButStaticFiles) {
   EXPECT_EQ(api_->Handle(wrong).status, 401);
   wrong.headers["authorization"] = "secret-token";  // no scheme
   EXPECT_EQ(api_->Handle(wrong).status, 401);
+  wrong.headers["authorization"] = "Basic secret-token";
+  EXPECT_EQ(api_->Handle(wrong).status, 401);
+  wrong.headers["authorization"] = "Bearer ";
+  EXPECT_EQ(api_->Handle(wrong).status, 401);
+  // The scheme's case does not matter (RFC 7235; curl and proxies may send "bearer").
+  HttpRequest lower;
+  lower.path = "/api/sweeps";
+  lower.headers["authorization"] = "bearer secret-token";
+  EXPECT_EQ(api_->Handle(lower).status, 200);
   wrong.headers.clear();
   wrong.params = {{"token", "nope"}};
   EXPECT_EQ(api_->Handle(wrong).status, 401);
