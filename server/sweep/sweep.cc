@@ -847,12 +847,7 @@ StatusOr<ExpandedSweep> ExpandSweep(const std::string& yaml_text, const std::str
   Spec spec;
   spec.file = file;
   try {
-    YAML::Node root;
-    try {
-      root = YAML::Load(yaml_text);
-    } catch (const YAML::Exception& e) {
-      return InvalidArgument(Loc(file, e.mark) + ": spec: invalid YAML: " + e.msg);
-    }
+    ABLATE_ASSIGN_OR_RETURN(YAML::Node root, trainer::LoadYamlDocument(yaml_text, file, "spec: "));
     ABLATE_RETURN_IF_ERROR(ReadSpec(root, &spec));
 
     // Count first, so an enormous grid fails fast without building configs.

@@ -115,6 +115,24 @@ TEST(TrialConfig, AFolderIsNoConfig) {
   EXPECT_EQ(c.status().message(), "cannot read config /tmp: not a regular file (it is a directory)");
 }
 
+// yaml-cpp keeps the last of two equal keys, and stops after the first document: both silently
+// dropped what the user wrote.
+TEST(TrialConfig, AKeyGivenTwiceOrASecondDocumentIsAnError) {
+  auto twice = ParseTrialConfig("model: {layers: 2, layers: 3}\n", "t.yaml");
+  ASSERT_FALSE(twice.ok());
+  EXPECT_EQ(twice.status().message(),
+            "t.yaml:1:20: model.layers: key given twice (first at t.yaml:1:9)");
+  auto dotted = ParseTrialConfig("data: {corpus: a.txt}\ndata.corpus: b.txt\n", "t.yaml");
+  ASSERT_FALSE(dotted.ok());
+  EXPECT_EQ(dotted.status().message(),
+            "t.yaml:2:1: data.corpus: key given twice (first at t.yaml:1:8)");
+  auto second = ParseTrialConfig("seed: 1\n---\nseed: 2\n", "t.yaml");
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().message(),
+            "t.yaml:3:1: a second YAML document (after '---'); a file holds one");
+  EXPECT_TRUE(ParseTrialConfig("seed: 1\n---\n", "t.yaml").ok());  // an empty one is harmless
+}
+
 TEST(TrialConfig, HashIsCanonicalAndIgnoresName) {
   auto a = ParseTrialConfig("name: a\nmodel: {layers: 2, d_model: 64}\n", "a");
   auto b = ParseTrialConfig("model: {d_model: 64, layers: 2}\nname: b\n", "b");

@@ -294,8 +294,9 @@ std::vector<std::string> ChildKeys(const std::string& prefix) {
 
 bool IsSection(const std::string& path) { return !ChildKeys(path + ".").empty(); }
 
+// `seen`: the key paths set so far in this document, with where (a key given twice is an error).
 Status ApplyMap(const YAML::Node& map, const std::string& prefix, const std::string& file,
-                TrialConfig* config, SourceMap* sources) {
+                TrialConfig* config, SourceMap* sources, std::map<std::string, std::string>* seen) {
   for (auto it = map.begin(); it != map.end(); ++it) {
     const YAML::Node key_node = it->first;  // a copy: it->first is a temporary proxy
     const YAML::Node value = it->second;
@@ -308,8 +309,12 @@ Status ApplyMap(const YAML::Node& map, const std::string& prefix, const std::str
         return InvalidArgument(where + ": " + path + ": expected a mapping of " + path +
                                ".* keys, got " + Describe(value));
       }
-      ABLATE_RETURN_IF_ERROR(ApplyMap(value, path, file, config, sources));
+      ABLATE_RETURN_IF_ERROR(ApplyMap(value, path, file, config, sources, seen));
       continue;
+    }
+    if (auto [at, inserted] = seen->emplace(path, where); !inserted) {
+      return InvalidArgument(where + ": " + path + ": key given twice (first at " + at->second +
+                             ")");
     }
     const Field* field = FindField(path);
     if (field == nullptr) {
@@ -394,7 +399,25 @@ Status ApplyYaml(const YAML::Node& root, const std::string& file, TrialConfig* c
                            ": expected a mapping of config keys at the top level, got " +
                            Describe(root));
   }
-  return ApplyMap(root, "", file, config, sources);
+  std::map<std::string, std::string> seen;
+  return ApplyMap(root, "", file, config, sources, &seen);
+}
+
+StatusOr<YAML::Node> LoadYamlDocument(const std::string& yaml_text, const std::string& file,
+                                      const std::string& what) {
+  std::vector<YAML::Node> docs;
+  try {
+    docs = YAML::LoadAll(yaml_text);
+  } catch (const YAML::Exception& e) {
+    return InvalidArgument(MarkString(file, e.mark) + ": " + what + "invalid YAML: " + e.msg);
+  }
+  for (size_t i = 1; i < docs.size(); ++i) {
+    if (docs[i].IsDefined() && !docs[i].IsNull()) {
+      return InvalidArgument(MarkString(file, docs[i].Mark()) + ": " + what +
+                             "a second YAML document (after '---'); a file holds one");
+    }
+  }
+  return docs.empty() ? YAML::Node() : docs[0];
 }
 
 Status Validate(const TrialConfig& c, const SourceMap& src) {
@@ -442,12 +465,7 @@ Status Validate(const TrialConfig& c, const SourceMap& src) {
 }
 
 StatusOr<TrialConfig> ParseTrialConfig(const std::string& yaml_text, const std::string& file) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(yaml_text);
-  } catch (const YAML::Exception& e) {
-    return InvalidArgument(MarkString(file, e.mark) + ": invalid YAML: " + e.msg);
-  }
+  ABLATE_ASSIGN_OR_RETURN(YAML::Node root, LoadYamlDocument(yaml_text, file, ""));
   TrialConfig config;
   SourceMap sources;
   ABLATE_RETURN_IF_ERROR(ApplyYaml(root, file, &config, &sources));

@@ -125,8 +125,15 @@ struct SourceMap {
 StatusOr<TrialConfig> ParseTrialConfig(const std::string& yaml_text, const std::string& file);
 StatusOr<TrialConfig> LoadTrialConfig(const std::string& path);
 
+// Parses YAML text that must hold one document: a second one ("---" and more keys) would be
+// ignored silently, so it is an error at its start. Errors are InvalidArgument
+// "file:line:col: <what>invalid YAML: ..." (`what`: "" or "spec: ").
+StatusOr<YAML::Node> LoadYamlDocument(const std::string& yaml_text, const std::string& file,
+                                      const std::string& what);
+
 // Applies one YAML mapping (the document root, or a sweep's `base:`) on top of `config`, without
-// validating. Used by the sweep expander, which validates once all axes are applied.
+// validating. Used by the sweep expander, which validates once all axes are applied. A key given
+// twice in it (literally, or as "data.corpus" beside data: {corpus}) is an error naming both.
 Status ApplyYaml(const YAML::Node& root, const std::string& file, TrialConfig* config,
                  SourceMap* sources);
 // Sets one dotted key ("attention.kind") from a YAML scalar. `where` prefixes errors.

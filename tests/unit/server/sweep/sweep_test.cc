@@ -470,6 +470,13 @@ TEST(SweepLimits, LongListsAreCheckedInLinearTime) {
 
 // ---- Errors: every kind, with file:line:column and key path -------------------------------------
 
+TEST(SweepErrors, AKeyGivenTwiceInBaseOrASecondDocument) {
+  EXPECT_EQ(ErrorOf("name: x\nbase: {device: cpu, device: cuda}\n"),
+            "s.yaml:2:21: base.device: key given twice (first at s.yaml:2:8)");
+  EXPECT_EQ(ErrorOf("name: x\nbase: {device: cpu}\n---\nname: y\n"),
+            "s.yaml:4:1: spec: a second YAML document (after '---'); a file holds one");
+}
+
 TEST(SweepErrors, MisspelledTopLevelKey) {
   EXPECT_EQ(ErrorOf("name: x\ngird: {optimizer.p: [0]}\n"),
             "s.yaml:2:1: gird: unknown sweep key (did you mean 'grid'?); sweep keys are 'name', "
