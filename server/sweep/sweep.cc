@@ -537,8 +537,9 @@ Status ReadSpec(const YAML::Node& root, Spec* spec) {
     const std::vector<std::string> known = {"gpus", "cpu_slots"};
     YAML::Node slots_node;
     for (auto it = res.begin(); it != res.end(); ++it) {
-      std::string key = it->first.Scalar();
       std::string where = Loc(file, it->first.Mark());
+      if (!it->first.IsScalar()) return Error(where, "resources", "a key must be a plain name");
+      std::string key = it->first.Scalar();
       if (key == "gpus") {
         ABLATE_RETURN_IF_ERROR(ReadInt(it->second, file, "resources.gpus", 0, 1024, &spec->gpus));
       } else if (key == "cpu_slots") {

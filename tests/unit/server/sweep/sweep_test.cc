@@ -475,6 +475,8 @@ TEST(SweepErrors, AKeyGivenTwiceInBaseOrASecondDocument) {
             "s.yaml:2:21: base.device: key given twice (first at s.yaml:2:8)");
   EXPECT_EQ(ErrorOf("name: x\nbase: {device: cpu}\n---\nname: y\n"),
             "s.yaml:4:1: spec: a second YAML document (after '---'); a file holds one");
+  EXPECT_EQ(ErrorOf("name: x\nresources: {[a]: 1}\n"),
+            "s.yaml:2:13: resources: a key must be a plain name");  // was "resources.: unknown"
 }
 
 TEST(SweepErrors, MisspelledTopLevelKey) {
