@@ -288,7 +288,6 @@ void Scheduler::StartAttemptLocked(TrialState& t, WorkerState& w, const std::vec
   a.cpu_slots = t.gpus == 0 ? std::max(1, t.cpu_slots) : 0;
   a.state = "running";
   a.started_at = now;
-  store_->InsertAttempt(a);
   TrialUpdate u;
   u.trial_id = t.id;
   u.state = "running";
@@ -296,8 +295,8 @@ void Scheduler::StartAttemptLocked(TrialState& t, WorkerState& w, const std::vec
   u.started_at = t.started_at;
   const int64_t trial_id = t.id;
   const int attempt = t.attempts;
-  // Send only once the attempt is durable.
-  store_->UpdateTrial(u, [this, trial_id, attempt](const Status& st) {
+  // Send only once the attempt is durable (the attempt and the trial's update in one transaction).
+  store_->StartAttempt(a, u, [this, trial_id, attempt](const Status& st) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = trials_.find(trial_id);
     if (it == trials_.end()) return;
@@ -751,7 +750,9 @@ StatusOr<int> Scheduler::CancelSweep(int64_t sweep_id) {
 }
 
 StatusOr<int> Scheduler::Retry(int64_t sweep_id, bool failed_only) {
-  ABLATE_RETURN_IF_ERROR(store_->Flush());
+  // For order only (the trials' states below include every change queued before): Flush's error
+  // is the first of any earlier operation (a worker's bad metrics batch), nothing of this retry's.
+  (void)store_->Flush();
   ABLATE_ASSIGN_OR_RETURN(std::vector<TrialStatus> all, store_->GetTrials(sweep_id));
   std::lock_guard<std::mutex> lock(mu_);
   auto sw = sweeps_.find(sweep_id);
@@ -770,6 +771,7 @@ StatusOr<int> Scheduler::Retry(int64_t sweep_id, bool failed_only) {
         u.trial_id = r.id;
         u.state = "queued";
         u.reason = "retried";
+        u.finished_at = 0;
         u.max_attempts = live->second->max_attempts;
         store_->UpdateTrial(u);
         ++n;

@@ -896,58 +896,77 @@ StatusOr<Store::SubmitResult> Store::SubmitSweep(SweepRecord sweep,
   return std::move(*result);
 }
 
+namespace {
+
+Status ApplyTrialUpdate(Writer& w, const TrialUpdate& u) {
+  const std::string what = "update trial " + std::to_string(u.trial_id);
+  if (u.state && !ValidTrialState(*u.state)) {
+    return InvalidArgument(what + ": unknown state '" + *u.state +
+                           "' (expected queued, running, succeeded, failed, diverged or "
+                           "canceled)");
+  }
+  ABLATE_ASSIGN_OR_RETURN(
+      Stmt st,
+      w.db().Prepare(
+          "UPDATE trials SET state = coalesce(?2, state), attempts = coalesce(?3, attempts), "
+          "checkpoint_path = coalesce(?4, checkpoint_path), "
+          "checkpoint_step = coalesce(?5, checkpoint_step), reason = coalesce(?6, reason), "
+          "started_at = CASE WHEN ?7 IS NULL THEN started_at ELSE nullif(?7, 0) END, "
+          "finished_at = CASE WHEN ?8 IS NULL THEN finished_at ELSE nullif(?8, 0) END, "
+          "priority = coalesce(?9, priority), max_attempts = coalesce(?10, max_attempts) "
+          "WHERE id = ?1"));
+  st.BindAll(u.trial_id, u.state, u.attempts, u.checkpoint_path, u.checkpoint_step, u.reason,
+             u.started_at, u.finished_at, u.priority, u.max_attempts);
+  ABLATE_RETURN_IF_ERROR(st.Run(what));
+  if (w.Changes() == 0) return NotFound(what + ": no such trial");
+  return Status::Ok();
+}
+
+Status ApplyInsertAttempt(Writer& w, const AttemptRecord& a) {
+  const std::string what =
+      "insert attempt " + std::to_string(a.attempt) + " of trial " + std::to_string(a.trial_id);
+  if (!ValidAttemptState(a.state)) {
+    return InvalidArgument(what + ": unknown state '" + a.state +
+                           "' (expected running, succeeded, failed, diverged, lost or canceled)");
+  }
+  ABLATE_RETURN_IF_ERROR(w.CheckTrial(a.trial_id, what));
+  ABLATE_ASSIGN_OR_RETURN(
+      Stmt st,
+      w.db().Prepare(
+          "INSERT INTO attempts(trial_id, attempt, worker_id, gpus_json, cpu_slots, state, "
+          "started_at, ended_at, exit_code, reason, log_tail, checkpoint_path, checkpoint_step) "
+          "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"));
+  st.BindAll(a.trial_id, a.attempt, a.worker_id, IntsToJson(a.gpu_indices), a.cpu_slots,
+             a.state, Stmt::Time{a.started_at == 0 ? w.Now() : a.started_at},
+             Stmt::Time{a.ended_at}, a.exit_code, a.reason, a.log_tail, a.checkpoint_path,
+             a.checkpoint_step);
+  Status s = st.Run(what);
+  if (s.code() == StatusCode::kAlreadyExists)
+    return Status(s.code(), what + ": it exists already");
+  return s;
+}
+
+}  // namespace
+
 void Store::UpdateTrial(const TrialUpdate& u, Done done) {
-  auto apply = [u](Writer& w) -> Status {
-    const std::string what = "update trial " + std::to_string(u.trial_id);
-    if (u.state && !ValidTrialState(*u.state)) {
-      return InvalidArgument(what + ": unknown state '" + *u.state +
-                             "' (expected queued, running, succeeded, failed, diverged or "
-                             "canceled)");
-    }
-    ABLATE_ASSIGN_OR_RETURN(
-        Stmt st,
-        w.db().Prepare(
-            "UPDATE trials SET state = coalesce(?2, state), attempts = coalesce(?3, attempts), "
-            "checkpoint_path = coalesce(?4, checkpoint_path), "
-            "checkpoint_step = coalesce(?5, checkpoint_step), reason = coalesce(?6, reason), "
-            "started_at = CASE WHEN ?7 IS NULL THEN started_at ELSE nullif(?7, 0) END, "
-            "finished_at = CASE WHEN ?8 IS NULL THEN finished_at ELSE nullif(?8, 0) END, "
-            "priority = coalesce(?9, priority), max_attempts = coalesce(?10, max_attempts) "
-            "WHERE id = ?1"));
-    st.BindAll(u.trial_id, u.state, u.attempts, u.checkpoint_path, u.checkpoint_step, u.reason,
-               u.started_at, u.finished_at, u.priority, u.max_attempts);
-    ABLATE_RETURN_IF_ERROR(st.Run(what));
-    if (w.Changes() == 0) return NotFound(what + ": no such trial");
-    return Status::Ok();
-  };
-  impl_->Enqueue(std::make_unique<FnOp>(std::move(apply), std::move(done)));
+  impl_->Enqueue(std::make_unique<FnOp>([u](Writer& w) { return ApplyTrialUpdate(w, u); },
+                                        std::move(done)));
 }
 
 void Store::InsertAttempt(const AttemptRecord& a, Done done) {
-  auto apply = [a](Writer& w) -> Status {
-    const std::string what =
-        "insert attempt " + std::to_string(a.attempt) + " of trial " + std::to_string(a.trial_id);
-    if (!ValidAttemptState(a.state)) {
-      return InvalidArgument(what + ": unknown state '" + a.state +
-                             "' (expected running, succeeded, failed, diverged, lost or canceled)");
-    }
-    ABLATE_RETURN_IF_ERROR(w.CheckTrial(a.trial_id, what));
-    ABLATE_ASSIGN_OR_RETURN(
-        Stmt st,
-        w.db().Prepare(
-            "INSERT INTO attempts(trial_id, attempt, worker_id, gpus_json, cpu_slots, state, "
-            "started_at, ended_at, exit_code, reason, log_tail, checkpoint_path, checkpoint_step) "
-            "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"));
-    st.BindAll(a.trial_id, a.attempt, a.worker_id, IntsToJson(a.gpu_indices), a.cpu_slots,
-               a.state, Stmt::Time{a.started_at == 0 ? w.Now() : a.started_at},
-               Stmt::Time{a.ended_at}, a.exit_code, a.reason, a.log_tail, a.checkpoint_path,
-               a.checkpoint_step);
-    Status s = st.Run(what);
-    if (s.code() == StatusCode::kAlreadyExists)
-      return Status(s.code(), what + ": it exists already");
-    return s;
-  };
-  impl_->Enqueue(std::make_unique<FnOp>(std::move(apply), std::move(done)));
+  impl_->Enqueue(std::make_unique<FnOp>([a](Writer& w) { return ApplyInsertAttempt(w, a); },
+                                        std::move(done)));
+}
+
+void Store::StartAttempt(const AttemptRecord& a, const TrialUpdate& u, Done done) {
+  // One op: a batch may end between two ops, and a kill there would leave the attempt
+  // running under a trial that does not know it.
+  impl_->Enqueue(std::make_unique<FnOp>(
+      [a, u](Writer& w) -> Status {
+        ABLATE_RETURN_IF_ERROR(ApplyInsertAttempt(w, a));
+        return ApplyTrialUpdate(w, u);
+      },
+      std::move(done)));
 }
 
 void Store::UpdateAttempt(const AttemptUpdate& u, Done done) {

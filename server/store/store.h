@@ -251,6 +251,8 @@ class Store {
   // existing attempt), InvalidArgument (unknown state, empty worker id), or a storage error.
   void UpdateTrial(const TrialUpdate& update, Done done = nullptr);
   void InsertAttempt(const AttemptRecord& attempt, Done done = nullptr);
+  // InsertAttempt and UpdateTrial in one operation (one transaction): the start of an attempt.
+  void StartAttempt(const AttemptRecord& attempt, const TrialUpdate& update, Done done = nullptr);
   void UpdateAttempt(const AttemptUpdate& update, Done done = nullptr);
   void UpsertWorker(const WorkerRecord& worker, Done done = nullptr);
   void AddEvent(const std::string& kind, int64_t sweep_id, int64_t trial_id, int attempt,

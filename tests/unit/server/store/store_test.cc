@@ -302,6 +302,38 @@ TEST_F(StoreTest, AttemptRoundTrip) {
             StatusCode::kInvalidArgument);
 }
 
+// The start of an attempt is one transaction: the attempt and the trial's update both, or neither
+// (as two operations a batch could end between them, and a kill there left an attempt running
+// under a trial that did not know it).
+TEST_F(StoreTest, StartAttemptIsAllOrNothing) {
+  auto s = Submit(*store_, "s", 1);
+  const int64_t id = s.inserted[0].id;
+  AttemptRecord a;
+  a.trial_id = id;
+  a.attempt = 1;
+  a.worker_id = "w1";
+  TrialUpdate u;
+  u.trial_id = id;
+  u.state = "running";
+  u.attempts = 1;
+  ASSERT_TRUE(DoneSync([&](Store::Done d) { store_->StartAttempt(a, u, d); }).ok());
+  EXPECT_EQ(store_->GetTrial(id)->trial.state, "running");
+  ASSERT_EQ(store_->GetAttempts(id)->size(), 1u);
+  // The attempt exists already: the trial is not touched either.
+  u.state = "queued";
+  u.attempts = 5;
+  EXPECT_EQ(DoneSync([&](Store::Done d) { store_->StartAttempt(a, u, d); }).code(),
+            StatusCode::kAlreadyExists);
+  EXPECT_EQ(store_->GetTrial(id)->trial.state, "running");
+  EXPECT_EQ(store_->GetTrial(id)->trial.attempts, 1);
+  // The trial update fails (an unknown state): the attempt is not inserted either.
+  a.attempt = 2;
+  u.state = "exploded";
+  EXPECT_EQ(DoneSync([&](Store::Done d) { store_->StartAttempt(a, u, d); }).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(store_->GetAttempts(id)->size(), 1u);
+}
+
 TEST_F(StoreTest, WorkerUpsertRoundTrip) {
   WorkerRecord w;
   w.id = "node-1";
