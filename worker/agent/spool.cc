@@ -109,8 +109,12 @@ Spool::~Spool() {
 }
 
 Status Spool::Load() {
+  const bool existed = FileExists(path_);
   fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd_ < 0) return ErrnoToStatus(errno, "open " + path_);
+  // A new spool's directory entry is made durable once, so the records fsynced into it later
+  // cannot be lost with the entry in a power cut.
+  if (!existed) ABLATE_RETURN_IF_ERROR(FsyncDir(DirName(path_)));
   auto content = ReadFile(path_);
   if (!content.ok()) return content.status();
   const std::string& d = *content;

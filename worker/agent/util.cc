@@ -19,7 +19,11 @@ Status MakeDirs(const std::string& path) {
     pos = path.find('/', pos + 1);
     partial = path.substr(0, pos);
     if (partial.empty()) continue;
-    if (::mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST) {
+    if (::mkdir(partial.c_str(), 0755) == 0) {
+      // The new folder's entry is durable before anything inside it is (a spool fsynced in a
+      // folder whose entry was lost to a power cut would be lost with it).
+      ABLATE_RETURN_IF_ERROR(FsyncDir(DirName(partial)));
+    } else if (errno != EEXIST) {
       return ErrnoToStatus(errno, "mkdir " + partial);
     }
   }
