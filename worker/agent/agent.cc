@@ -476,7 +476,10 @@ void Agent::StartAttempt(const v1::Assignment& a) {
   }
   std::string devices;
   for (int g : a.gpu_indices()) devices += (devices.empty() ? "" : ",") + std::to_string(g);
-  spec.env = {{"CUDA_VISIBLE_DEVICES", devices},
+  // The indices are NVML's (PCI bus order); CUDA's default order (fastest first) may number the
+  // GPUs of a mixed host differently, so the trainer is told to number them as NVML does.
+  spec.env = {{"CUDA_DEVICE_ORDER", "PCI_BUS_ID"},
+              {"CUDA_VISIBLE_DEVICES", devices},
               {"ABLATE_CPU_THREADS", std::to_string(CpuThreads(a))},
               {"ABLATE_TRIAL_ID", std::to_string(k.trial_id)},
               {"ABLATE_ATTEMPT", std::to_string(k.attempt)}};

@@ -384,7 +384,8 @@ TEST_F(WorkerAgentTest, CancelFromTheCoordinatorOnAGpuWorker) {
   EXPECT_EQ(e->reason(), "canceled by the user (killed by signal 15 (SIGTERM))");
   EXPECT_EQ(agent_->metrics_snapshot().finished.at("canceled"), 1);
   EXPECT_TRUE(agent_->metrics_snapshot().running.empty());
-  EXPECT_NE(e->log_tail().find("CUDA_VISIBLE_DEVICES=[0,1] ABLATE_CPU_THREADS=[8]"),
+  EXPECT_NE(e->log_tail().find(
+                "CUDA_VISIBLE_DEVICES=[0,1] ABLATE_CPU_THREADS=[8] CUDA_DEVICE_ORDER=[PCI_BUS_ID]"),
             std::string::npos)
       << e->log_tail();
 }
