@@ -56,11 +56,7 @@ class Cluster : public ::testing::Test {
                                    "127.0.0.1:0", "--lease-seconds", "4",
                                    "--heartbeat-seconds", "0.5"},
                                   *dir_ + "/ablated.log"));
-    for (int i = 0; i < 200 && ReadFile(*dir_ + "/coord/ablated.addr").empty(); ++i) {
-      std::this_thread::sleep_for(milliseconds(50));
-    }
-    addr_ = new std::string(ReadFile(*dir_ + "/coord/ablated.addr"));
-    while (!addr_->empty() && addr_->back() == '\n') addr_->pop_back();
+    addr_ = new std::string(WaitForFile(*dir_ + "/coord/ablated.addr", seconds(10)));
     ASSERT_FALSE(addr_->empty()) << ReadFile(*dir_ + "/ablated.log");
     for (int w = 0; w < 2; ++w) {
       workers_[w] = new Proc(Spawn({ABLATE_WORKER_BIN, "--coordinator", *addr_, "--token-file",
@@ -305,11 +301,7 @@ TEST(Coordinator, ALongWatchIntervalDoesNotHoldUpShutdown) {
   ::mkdir((dir + "/coord").c_str(), 0700);
   Proc coordinator = Spawn({ABLATED_BIN, "--data-dir", dir + "/coord", "--grpc", "127.0.0.1:0"},
                            dir + "/ablated.log");
-  for (int i = 0; i < 200 && ReadFile(dir + "/coord/ablated.addr").empty(); ++i) {
-    std::this_thread::sleep_for(milliseconds(50));
-  }
-  std::string addr = ReadFile(dir + "/coord/ablated.addr");
-  while (!addr.empty() && addr.back() == '\n') addr.pop_back();
+  const std::string addr = WaitForFile(dir + "/coord/ablated.addr", seconds(10));
   ASSERT_FALSE(addr.empty()) << ReadFile(dir + "/ablated.log");
   const std::vector<std::string> env = {"ABLATE_COORDINATOR=" + addr,
                                         "ABLATE_TOKEN_FILE=" + dir + "/coord/token"};

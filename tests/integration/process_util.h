@@ -89,4 +89,16 @@ inline std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
+// The text of the file at `path` without trailing newlines and blanks, once it has some (a
+// daemon's address file), or "" after `timeout`.
+inline std::string WaitForFile(const std::string& path, std::chrono::milliseconds timeout) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    std::string s = ReadFile(path);
+    while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+    if (!s.empty() || std::chrono::steady_clock::now() >= end) return s;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
 }  // namespace ablate::testing

@@ -46,15 +46,6 @@ std::string Trim(std::string s) {
   return s;
 }
 
-std::string WaitForFile(const std::string& path, seconds timeout) {
-  auto end = std::chrono::steady_clock::now() + timeout;
-  std::string s;
-  while ((s = Trim(ReadFile(path))).empty() && std::chrono::steady_clock::now() < end) {
-    std::this_thread::sleep_for(milliseconds(50));
-  }
-  return s;
-}
-
 // The first line of `text` that starts with `prefix`, "" when there is none.
 std::string LineOf(const std::string& text, const std::string& prefix) {
   size_t pos = 0;

@@ -35,12 +35,7 @@ TEST(Tls, MutualTlsForWorkersTlsForTheCli) {
                       "--tls-cert", dir + "/server.pem", "--tls-key", dir + "/server.key",
                       "--tls-client-ca", dir + "/ca.pem", "--heartbeat-seconds", "0.5"},
                      dir + "/ablated.log");
-  std::string addr;
-  for (int i = 0; i < 200 && addr.empty(); ++i) {
-    addr = ReadFile(dir + "/coord/ablated.addr");
-    std::this_thread::sleep_for(milliseconds(50));
-  }
-  while (!addr.empty() && addr.back() == '\n') addr.pop_back();
+  const std::string addr = WaitForFile(dir + "/coord/ablated.addr", seconds(10));
   ASSERT_FALSE(addr.empty()) << ReadFile(dir + "/ablated.log");
   const std::string token = dir + "/coord/token";
 
