@@ -88,9 +88,10 @@ std::string ReportedMetrics(Client& client, const std::string& sweep) {
   for (char c : sweep) quoted += c == '\'' ? std::string("''") : std::string(1, c);
   quoted += "'";
   v1::QueryRequest req;
-  req.set_sql("SELECT DISTINCT l.name FROM latest_metrics l JOIN trials t ON t.id = l.trial_id "
-              "WHERE t.sweep_id IN (SELECT id FROM sweeps WHERE name = " + quoted +
-              " OR CAST(id AS TEXT) = " + quoted + ") ORDER BY 1");
+  req.set_sql(
+      "SELECT DISTINCT l.name FROM latest_metrics l JOIN trials t ON t.id = l.trial_id "
+      "WHERE t.sweep_id IN (SELECT id FROM sweeps WHERE name = " +
+      quoted + " OR CAST(id AS TEXT) = " + quoted + ") ORDER BY 1");
   req.set_max_rows(40);
   v1::QueryResponse resp;
   if (!client.Call(&v1::ControlService::StubInterface::Query, req, &resp).ok()) return "";

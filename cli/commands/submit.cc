@@ -45,8 +45,7 @@ StatusOr<std::string> ReadSpec(const std::string& path) {
     char byte[8];
     std::snprintf(byte, sizeof byte, "0x%02X", unsigned(static_cast<unsigned char>(spec[at])));
     return InvalidArgument(name + ":" + std::to_string(line) + ":" + std::to_string(col) +
-                           ": the spec is not valid UTF-8 (byte " + byte +
-                           "); save it as UTF-8");
+                           ": the spec is not valid UTF-8 (byte " + byte + "); save it as UTF-8");
   }
   return spec;
 }
@@ -77,8 +76,7 @@ void PrintDryRun(const v1::SubmitResponse& resp, const SubmitOptions& options, c
 
 }  // namespace
 
-Status Submit(Client& client, const SubmitOptions& options, const std::string& spec,
-              const Io& io) {
+Status Submit(Client& client, const SubmitOptions& options, const std::string& spec, const Io& io) {
   v1::SubmitRequest req;
   req.set_spec_yaml(spec);
   req.set_spec_file(options.spec_path == "-" ? "<stdin>" : options.spec_path);

@@ -23,8 +23,7 @@ struct SubmitOptions {
 };
 
 // `spec`: the text of options.spec_path, already read (so a bad path fails before any connection).
-Status Submit(Client& client, const SubmitOptions& options, const std::string& spec,
-              const Io& io);
+Status Submit(Client& client, const SubmitOptions& options, const std::string& spec, const Io& io);
 void AddSubmitCommand(CLI::App& app, Action* selected);
 
 }  // namespace ablate::cli

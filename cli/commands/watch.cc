@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cmath>
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -57,13 +57,13 @@ class SilenceWatchdog {
  private:
   void Run() {
     std::unique_lock<std::mutex> lock(mu_);
+    auto deadline = [this] {
+      return last_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                         std::chrono::duration<double>(limit_));
+    };
     while (!stop_) {
-      const auto deadline = last_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                        std::chrono::duration<double>(limit_));
-      if (cv_.wait_until(lock, deadline, [this] { return stop_; })) return;
-      if (std::chrono::steady_clock::now() >= last_ + std::chrono::duration_cast<
-                                                          std::chrono::steady_clock::duration>(
-                                                          std::chrono::duration<double>(limit_))) {
+      if (cv_.wait_until(lock, deadline(), [this] { return stop_; })) return;
+      if (std::chrono::steady_clock::now() >= deadline()) {  // not moved by Heard meanwhile
         fired_ = true;
         context_->TryCancel();
         return;
@@ -281,7 +281,8 @@ StatusOr<WatchOutcome> Watch(Client& client, const WatchOptions& options, const 
     auto context = client.NewContext(/*unary=*/false);
     std::unique_ptr<grpc::ClientReaderInterface<v1::SweepSnapshot>> reader =
         client.stub().Watch(context.get(), req);
-    auto watchdog = std::make_unique<SilenceWatchdog>(context.get(), got_any ? between_s : timeout_s);
+    auto watchdog =
+        std::make_unique<SilenceWatchdog>(context.get(), got_any ? between_s : timeout_s);
     v1::SweepSnapshot snap;
     bool finished = false;
     while (reader->Read(&snap)) {
@@ -326,13 +327,12 @@ StatusOr<WatchOutcome> Watch(Client& client, const WatchOptions& options, const 
       // is still starting, so it is reported at once.
       return Status(StatusCode::kDeadlineExceeded,
                     "the coordinator at " + client.options().coordinator +
-                        " accepted the connection but sent nothing within " +
-                        Seconds(timeout_s) + " s (--timeout); ablated may be frozen");
+                        " accepted the connection but sent nothing within " + Seconds(timeout_s) +
+                        " s (--timeout); ablated may be frozen");
     }
     if (silent) {
       st = Status(StatusCode::kUnavailable, "the coordinator at " + client.options().coordinator +
-                                                " sent nothing for " + Seconds(silence_s) +
-                                                " s");
+                                                " sent nothing for " + Seconds(silence_s) + " s");
     } else if (st.ok()) {
       // The server closed the stream before the sweep finished (it is shutting down).
       st = Status(StatusCode::kUnavailable, "the coordinator at " + client.options().coordinator +

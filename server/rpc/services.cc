@@ -483,8 +483,8 @@ grpc::Status ControlServiceImpl::Watch(grpc::ServerContext* ctx, const v1::Watch
     while (!ctx->IsCancelled() && !shutting_down_) {
       const auto left = next - std::chrono::steady_clock::now();
       if (left <= std::chrono::steady_clock::duration::zero()) break;
-      std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
-          left, std::chrono::milliseconds(100)));
+      std::this_thread::sleep_for(
+          std::min<std::chrono::steady_clock::duration>(left, std::chrono::milliseconds(100)));
     }
   }
   return grpc::Status::OK;

@@ -246,7 +246,8 @@ StatusOr<QueryResult> RunReadOnlyQuery(const std::string& path, const std::strin
       break;
     }
     // The progress handler only runs inside sqlite3_step; the copies below are outside it.
-    if (Clock::now() >= guard.deadline) return QueryError(StatusCode::kResourceExhausted, time_limit);
+    if (Clock::now() >= guard.deadline)
+      return QueryError(StatusCode::kResourceExhausted, time_limit);
     std::vector<QueryResult::Cell> row(ncol);
     for (int c = 0; c < ncol; ++c) {
       // What the cell will cost (a blob's text is twice its bytes): checked before it is copied.

@@ -936,26 +936,24 @@ Status ApplyInsertAttempt(Writer& w, const AttemptRecord& a) {
           "INSERT INTO attempts(trial_id, attempt, worker_id, gpus_json, cpu_slots, state, "
           "started_at, ended_at, exit_code, reason, log_tail, checkpoint_path, checkpoint_step) "
           "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"));
-  st.BindAll(a.trial_id, a.attempt, a.worker_id, IntsToJson(a.gpu_indices), a.cpu_slots,
-             a.state, Stmt::Time{a.started_at == 0 ? w.Now() : a.started_at},
-             Stmt::Time{a.ended_at}, a.exit_code, a.reason, a.log_tail, a.checkpoint_path,
-             a.checkpoint_step);
+  st.BindAll(a.trial_id, a.attempt, a.worker_id, IntsToJson(a.gpu_indices), a.cpu_slots, a.state,
+             Stmt::Time{a.started_at == 0 ? w.Now() : a.started_at}, Stmt::Time{a.ended_at},
+             a.exit_code, a.reason, a.log_tail, a.checkpoint_path, a.checkpoint_step);
   Status s = st.Run(what);
-  if (s.code() == StatusCode::kAlreadyExists)
-    return Status(s.code(), what + ": it exists already");
+  if (s.code() == StatusCode::kAlreadyExists) return Status(s.code(), what + ": it exists already");
   return s;
 }
 
 }  // namespace
 
 void Store::UpdateTrial(const TrialUpdate& u, Done done) {
-  impl_->Enqueue(std::make_unique<FnOp>([u](Writer& w) { return ApplyTrialUpdate(w, u); },
-                                        std::move(done)));
+  impl_->Enqueue(
+      std::make_unique<FnOp>([u](Writer& w) { return ApplyTrialUpdate(w, u); }, std::move(done)));
 }
 
 void Store::InsertAttempt(const AttemptRecord& a, Done done) {
-  impl_->Enqueue(std::make_unique<FnOp>([a](Writer& w) { return ApplyInsertAttempt(w, a); },
-                                        std::move(done)));
+  impl_->Enqueue(
+      std::make_unique<FnOp>([a](Writer& w) { return ApplyInsertAttempt(w, a); }, std::move(done)));
 }
 
 void Store::StartAttempt(const AttemptRecord& a, const TrialUpdate& u, Done done) {

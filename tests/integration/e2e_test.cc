@@ -311,10 +311,11 @@ TEST(Coordinator, ALongWatchIntervalDoesNotHoldUpShutdown) {
       << "  model: {seq_len: 32, layers: 1, d_model: 32, heads: 2}\n"
       << "  train: {steps: 5, tokens_per_step: 256, micro_batch: 8, warmup: 1}\n"
       << "resources: {gpus: 0}\n";
-  Output submitted = ::ablate::testing::Run({ABLATE_CLI_BIN, "submit", dir + "/idle.yaml"}, dir, env);
+  Output submitted =
+      ::ablate::testing::Run({ABLATE_CLI_BIN, "submit", dir + "/idle.yaml"}, dir, env);
   ASSERT_EQ(submitted.code, 0) << submitted.out;
-  Proc watch = Spawn({ABLATE_CLI_BIN, "watch", "idle", "--interval", "3600"}, dir + "/watch.log",
-                     env);
+  Proc watch =
+      Spawn({ABLATE_CLI_BIN, "watch", "idle", "--interval", "3600"}, dir + "/watch.log", env);
   std::this_thread::sleep_for(seconds(2));  // the first snapshot is sent; the handler sleeps
   Kill(watch, SIGKILL);
   Wait(watch, seconds(5));

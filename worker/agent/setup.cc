@@ -1,10 +1,9 @@
 #include "agent/setup.h"
 
-#include <limits.h>
-#include <stdlib.h>
-
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -212,7 +211,8 @@ int WorkerMain(int argc, char** argv) {
   // held until this process ends (the descriptor is closed on exec: trainers do not hold it).
   const std::string lock_path = *abs_work + "/worker.lock";
   const int lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (lock_fd < 0) return fail(1, "--work-dir: cannot open " + lock_path + ": " + std::strerror(errno));
+  if (lock_fd < 0)
+    return fail(1, "--work-dir: cannot open " + lock_path + ": " + std::strerror(errno));
   if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
     char pid[32] = {0};
     const ssize_t n = ::pread(lock_fd, pid, sizeof pid - 1, 0);

@@ -230,10 +230,13 @@ TEST_F(TokenFile, BadArgumentsFailBeforeAnyCall) {
 // Without a token anywhere, a bad reference is still a usage error (it said "no token file").
 TEST(RunCli, BadReferencesAreUsageErrorsEvenWithoutAToken) {
   const std::map<std::string, std::string> env = {{"ABLATE_TOKEN_FILE", "/nonexistent/token"}};
-  for (const std::vector<std::string>& args :
-       {std::vector<std::string>{"logs", "abc"}, {"status", "trial:x"}, {"cancel", "trial:x"},
-        {"retry", "sweep:x"}, {"results", "sweep:x"}, {"watch", "sweep:x"},
-        {"submit", "/nonexistent/spec.yaml"}}) {
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"logs", "abc"},
+                                               {"status", "trial:x"},
+                                               {"cancel", "trial:x"},
+                                               {"retry", "sweep:x"},
+                                               {"results", "sweep:x"},
+                                               {"watch", "sweep:x"},
+                                               {"submit", "/nonexistent/spec.yaml"}}) {
     CliResult r = RunArgs(args, env);
     EXPECT_EQ(r.code, kExitUsage) << args[0] << ": " << r.err;
     EXPECT_EQ(r.err.find("token"), std::string::npos) << args[0] << ": " << r.err;
@@ -262,8 +265,8 @@ TEST_F(TokenFile, TokenBytesOutsidePrintableAsciiAreRefusedWithoutShowingTheToke
   std::ofstream(token_, std::ios::trunc) << "\xEF\xBB\xBF " << token << "\t\r\n";
   CliResult r = RunArgs({"--coordinator", "127.0.0.1:1", "--token-file", token_, "workers"});
   EXPECT_EQ(r.code, kExitUnavailable) << r.err;  // the token was read; nothing listens on port 1
-  for (const std::string& bad :
-       {token + "\x01", std::string("0123456789ab\xC3\xA9" "cdef0123456789abcdef")}) {
+  for (const std::string& bad : {token + "\x01", std::string("0123456789ab\xC3\xA9"
+                                                             "cdef0123456789abcdef")}) {
     std::ofstream(token_, std::ios::trunc) << bad << "\n";
     r = RunArgs({"--coordinator", "127.0.0.1:1", "--token-file", token_, "workers"});
     EXPECT_EQ(r.code, kExitAuth) << r.err;

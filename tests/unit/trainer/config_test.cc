@@ -95,8 +95,7 @@ TEST(TrialConfig, CrossFieldErrorPointsAtTheKeyLine) {
 // "succeeded" with a negative count, or stopped at step 1 reported as diverged.
 TEST(TrialConfig, TokensPerStepBeyondTheMicroBatchLimitIsRefused) {
   auto c = ParseTrialConfig(
-      "model: {seq_len: 256}\ntrain: {micro_batch: 2, tokens_per_step: 1099511627776}\n",
-      "t.yaml");
+      "model: {seq_len: 256}\ntrain: {micro_batch: 2, tokens_per_step: 1099511627776}\n", "t.yaml");
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().message().rfind("t.yaml:2:42: train.tokens_per_step", 0), 0u)
       << c.status().message();
@@ -112,7 +111,8 @@ TEST(TrialConfig, TokensPerStepBeyondTheMicroBatchLimitIsRefused) {
 TEST(TrialConfig, AFolderIsNoConfig) {
   auto c = LoadTrialConfig("/tmp");
   ASSERT_FALSE(c.ok());
-  EXPECT_EQ(c.status().message(), "cannot read config /tmp: not a regular file (it is a directory)");
+  EXPECT_EQ(c.status().message(),
+            "cannot read config /tmp: not a regular file (it is a directory)");
 }
 
 // yaml-cpp keeps the last of two equal keys, and stops after the first document: both silently

@@ -437,13 +437,13 @@ Status Validate(const TrialConfig& c, const SourceMap& src) {
           ") must be divisible by micro_batch x seq_len x gpus = " + std::to_string(t.micro_batch) +
           " x " + std::to_string(m.seq_len) + " x " + std::to_string(c.gpus) + " = " +
           std::to_string(per_micro)));
-  ABLATE_RETURN_IF_ERROR(Check(
-      t.tokens_per_step / per_micro <= kMaxAccumulationSteps, src, "train.tokens_per_step",
-      "tokens_per_step (" + std::to_string(t.tokens_per_step) + ") is " +
-          std::to_string(t.tokens_per_step / per_micro) +
-          " micro-batches of micro_batch x seq_len x gpus = " + std::to_string(per_micro) +
-          " tokens; at most " + std::to_string(kMaxAccumulationSteps) +
-          " per step (raise micro_batch)"));
+  ABLATE_RETURN_IF_ERROR(
+      Check(t.tokens_per_step / per_micro <= kMaxAccumulationSteps, src, "train.tokens_per_step",
+            "tokens_per_step (" + std::to_string(t.tokens_per_step) + ") is " +
+                std::to_string(t.tokens_per_step / per_micro) +
+                " micro-batches of micro_batch x seq_len x gpus = " + std::to_string(per_micro) +
+                " tokens; at most " + std::to_string(kMaxAccumulationSteps) +
+                " per step (raise micro_batch)"));
   ABLATE_RETURN_IF_ERROR(Check(t.warmup <= t.steps, src, "train.warmup",
                                "warmup (" + std::to_string(t.warmup) +
                                    ") cannot exceed steps (" + std::to_string(t.steps) + ")"));

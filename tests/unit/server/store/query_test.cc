@@ -169,7 +169,8 @@ TEST(QueryLimits, ResultBytesAreBounded) {
             "query: the result exceeds 1 MB after 0 rows; select fewer columns or rows (LIMIT)");
   auto rows = store->Query(
       "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 5000) "
-      "SELECT printf('%0400d', x) FROM c", 100000);
+      "SELECT printf('%0400d', x) FROM c",
+      100000);
   ASSERT_FALSE(rows.ok());
   EXPECT_NE(rows.status().message().find("the result exceeds 1 MB after 2"), std::string::npos)
       << rows.status().message();

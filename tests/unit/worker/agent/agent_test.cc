@@ -422,8 +422,8 @@ TEST_F(WorkerAgentTest, DrainFinishesRunningTrialsAndRefusesNewOnes) {
 // itself became "//" and refused every corpus as outside it.
 TEST_F(WorkerAgentTest, DataRootOfTheWholeFileSystemAllowsEveryCorpus) {
   testing::WriteAll(dir_.path() + "/corpus.txt", "some text\n");
-  const std::string config = R"({"mode": "ok", "steps": 2, "data": {"corpus": ")" +
-                             dir_.path() + R"(/corpus.txt"}})";
+  const std::string config =
+      R"({"mode": "ok", "steps": 2, "data": {"corpus": ")" + dir_.path() + R"(/corpus.txt"}})";
   ASSERT_TRUE(MakeDirs(dir_.path() + "/elsewhere").ok());
   char elsewhere[PATH_MAX];
   ASSERT_NE(::realpath((dir_.path() + "/elsewhere").c_str(), elsewhere), nullptr);

@@ -148,8 +148,8 @@ TEST_F(WorkerMainTest, SigtermDrainsAndASecondOneKillsTheTrials) {
   {
     SpawnSpec second;
     second.program = ABLATE_WORKER_BIN;
-    second.args = {"--token-file", token_, "--gpus", "none", "--work-dir", work, "--trainer",
-                   trainer_};
+    second.args = {"--token-file", token_, "--gpus",    "none",
+                   "--work-dir",   work,   "--trainer", trainer_};
     second.stderr_path = dir_.path() + "/second.log";
     second.env = {{"ABLATE_COORDINATOR", "127.0.0.1:" + std::to_string(port_)}};
     auto c = RealSpawner()->Spawn(second);
@@ -158,10 +158,10 @@ TEST_F(WorkerMainTest, SigtermDrainsAndASecondOneKillsTheTrials) {
     WaitFor([&] { return (st = (*c)->TryWait()).has_value(); }, 10000);
     ASSERT_TRUE(st.has_value()) << "the second worker did not exit";
     EXPECT_EQ(st->code, 2);
-    EXPECT_NE(ReadAll(dir_.path() + "/second.log")
-                  .find("is in use by another ablate-worker (pid " +
-                        std::to_string(child_->pid()) + ")"),
-              std::string::npos)
+    EXPECT_NE(
+        ReadAll(dir_.path() + "/second.log")
+            .find("is in use by another ablate-worker (pid " + std::to_string(child_->pid()) + ")"),
+        std::string::npos)
         << ReadAll(dir_.path() + "/second.log");
     std::lock_guard<std::mutex> l(coord_.mu());
     EXPECT_EQ(coord_.registers().size(), 1u);
