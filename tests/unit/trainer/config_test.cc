@@ -131,6 +131,18 @@ TEST(TrialConfig, AKeyGivenTwiceOrASecondDocumentIsAnError) {
   EXPECT_EQ(second.status().message(),
             "t.yaml:3:1: a second YAML document (after '---'); a file holds one");
   EXPECT_TRUE(ParseTrialConfig("seed: 1\n---\n", "t.yaml").ok());  // an empty one is harmless
+  EXPECT_TRUE(ParseTrialConfig("%YAML 1.2\n--- # the start\nseed: 1\n...\n# end\n", "t.yaml").ok());
+  auto after_end = ParseTrialConfig("seed: 1\n...\nseed: 2\n", "t.yaml");
+  ASSERT_FALSE(after_end.ok());
+  EXPECT_EQ(after_end.status().message(),
+            "t.yaml:3:1: a second YAML document (after '---'); a file holds one");
+  // fuzz_trial_config found this one: YAML::LoadAll looped on it for good (yaml-cpp 0.7), so this
+  // call did not come back (the test's failure is ctest's timeout).
+  const std::string looped =
+      "# The README\xd4\xd4\xd4mizer: {kind: spectral}ari:tn\n   , {steps: 200, schedule: "
+      "\xd4\xd4\xd4\xd4";
+  auto r = ParseTrialConfig(looped, "t.yaml");
+  EXPECT_EQ(r.status().message().find("second YAML document"), std::string::npos);
 }
 
 TEST(TrialConfig, HashIsCanonicalAndIgnoresName) {

@@ -405,19 +405,40 @@ Status ApplyYaml(const YAML::Node& root, const std::string& file, TrialConfig* c
 
 StatusOr<YAML::Node> LoadYamlDocument(const std::string& yaml_text, const std::string& file,
                                       const std::string& what) {
-  std::vector<YAML::Node> docs;
+  YAML::Node root;
   try {
-    docs = YAML::LoadAll(yaml_text);
+    root = YAML::Load(yaml_text);  // the first document only
   } catch (const YAML::Exception& e) {
     return InvalidArgument(MarkString(file, e.mark) + ": " + what + "invalid YAML: " + e.msg);
   }
-  for (size_t i = 1; i < docs.size(); ++i) {
-    if (docs[i].IsDefined() && !docs[i].IsNull()) {
-      return InvalidArgument(MarkString(file, docs[i].Mark()) + ": " + what +
+  // A second document: content after a document marker at column 0 ("---" once the first
+  // document has content, or "..."). Found by lines, not by YAML::LoadAll, which yaml-cpp 0.7
+  // can loop in for good on malformed input (fuzz_trial_config found one).
+  bool content = false, ended = false;
+  size_t line_no = 0;
+  for (size_t pos = 0; pos < yaml_text.size();) {
+    size_t nl = yaml_text.find('\n', pos);
+    if (nl == std::string::npos) nl = yaml_text.size();
+    std::string line = yaml_text.substr(pos, nl - pos);
+    pos = nl + 1;
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    const bool start = line.rfind("---", 0) == 0 &&
+                       (line.size() == 3 || line[3] == ' ' || line[3] == '\t');
+    const bool end = line.rfind("...", 0) == 0 &&
+                     (line.size() == 3 || line[3] == ' ' || line[3] == '\t');
+    std::string rest = start || end ? line.substr(3) : line;
+    const size_t first = rest.find_first_not_of(" \t");
+    const bool has_content = first != std::string::npos && rest[first] != '#' &&
+                             !(!start && !end && rest[first] == '%');  // directives
+    if ((start && content) || end) ended = true;
+    if (has_content && ended) {
+      return InvalidArgument(file + ":" + std::to_string(line_no) + ":1: " + what +
                              "a second YAML document (after '---'); a file holds one");
     }
+    if (has_content) content = true;
   }
-  return docs.empty() ? YAML::Node() : docs[0];
+  return root;
 }
 
 Status Validate(const TrialConfig& c, const SourceMap& src) {
