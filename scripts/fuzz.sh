@@ -12,8 +12,9 @@ CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Re
   -DABLATE_FUZZ=ON -DABLATE_CUDA=OFF -DABLATE_BUILD_TESTS=OFF >/dev/null
 targets=(trial_config sweep_spec shard_reader http_api)
 cmake --build "$build" -j "$(nproc)" --target "${targets[@]/#/fuzz_}"
-# Binary seeds are made here rather than committed: a valid llm.c shard (5 tokens), and the input
-# that once crashed the config parser (invalid UTF-8 in a string field).
+# Binary seeds are made here rather than committed: a valid llm.c shard (5 tokens), the input
+# that once crashed the config parser (invalid UTF-8 in a string field), and the one that made
+# YAML::LoadAll loop.
 seeds="$build/seeds"
 mkdir -p "$seeds/shard_reader" "$seeds/trial_config" "$seeds/sweep_spec" "$seeds/http_api"
 python3 - "$seeds" <<'PY'
@@ -22,6 +23,13 @@ seeds = sys.argv[1]
 header = [20240520, 1, 5] + [0] * 253
 open(f"{seeds}/shard_reader/valid.bin", "wb").write(struct.pack("<256i", *header) + struct.pack("<5H", 1, 2, 3, 4, 5))
 open(f"{seeds}/trial_config/regress-invalid-utf8", "wb").write(b"# The README" + b"\xd4" * 60)
+# The input on which YAML::LoadAll (yaml-cpp 0.7) looped for good (session 34): both YAML parsers.
+loop = (b"# The README" + b"\xd4" * 35 +
+        b"mizer: {kind: spectral, family: rms, p: 0.5, lr: 0.01, lr_vector: 0.003, "
+        b"newton_iters: 15}ari:tn\n   , {steps: 200, tokens_per_step: 4096, micro_batch: 32, "
+        b"warmup: 20, schedule: " + b"\xd4" * 25)
+for t in ("trial_config", "sweep_spec"):
+    open(f"{seeds}/{t}/regress-loadall-loop", "wb").write(loop)
 PY
 for t in "${targets[@]}"; do
   work="$build/corpus-$t"
