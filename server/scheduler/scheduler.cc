@@ -478,9 +478,9 @@ v1::Registered Scheduler::Register(const v1::Register& reg, std::shared_ptr<Work
   v1::Registered out;
   out.set_lease_ms(int64_t(opt_.lease_s * 1000));
   out.set_heartbeat_ms(int64_t(opt_.heartbeat_s * 1000));
-  std::set<int64_t> reported;
+  std::set<std::pair<int64_t, int>> reported;  // (trial, attempt): a stale attempt is not current
   for (const auto& ref : reg.running()) {
-    reported.insert(ref.trial_id());
+    reported.insert({ref.trial_id(), ref.attempt()});
     auto it = trials_.find(ref.trial_id());
     bool adopt = it != trials_.end() && it->second->state == "running" &&
                  it->second->attempts == ref.attempt() && !it->second->cancel_requested;
@@ -511,7 +511,8 @@ v1::Registered Scheduler::Register(const v1::Register& reg, std::shared_ptr<Work
   // Attempts this worker held whose assignment was sent but which it no longer runs: lost.
   std::vector<int64_t> gone;
   for (int64_t id : w.running) {
-    if (!reported.count(id)) gone.push_back(id);
+    auto it = trials_.find(id);
+    if (it != trials_.end() && !reported.count({id, it->second->attempts})) gone.push_back(id);
   }
   for (int64_t id : gone) {
     auto it = trials_.find(id);

@@ -270,6 +270,35 @@ TEST_F(SchedulerTest, FailuresRetryUpToMaxAttemptsAndConfigErrorsDoNot) {
             std::string::npos);
 }
 
+// A worker that re-registers reporting an older attempt of a trial whose current attempt it was
+// assigned: the stale one is stopped, and the current one, which it does not run, is lost at once
+// (it was counted as running there until its lease expired, since only the trial id was compared).
+TEST_F(SchedulerTest, AStaleAttemptReportDoesNotHideTheLossOfTheCurrentOne) {
+  Submit("s", 1, 0, 0, 3);
+  auto link = Connect("w1", 1);
+  ASSERT_TRUE(WaitFor([&] { return link->Count(MC::kAssign) == 1; }));
+  auto a1 = link->Of(MC::kAssign)[0].assign();
+  sched_->OnEvent("w1", Event(a1, v1::TrialEvent::FAILED, 1, "", 1));
+  clock_.t += 1.5;  // past the retry's backoff
+  sched_->Tick();
+  ASSERT_TRUE(WaitFor([&] { return link->Count(MC::kAssign) == 2; }));
+  ASSERT_EQ(link->Of(MC::kAssign)[1].assign().attempt(), 2);
+  v1::AttemptRef stale;
+  stale.set_trial_id(a1.trial_id());
+  stale.set_attempt(1);
+  auto l2 = Connect("w1", 1, 0, {stale});
+  auto reg = l2->Of(MC::kRegistered)[0].registered();
+  EXPECT_EQ(reg.adopted_size(), 0);
+  ASSERT_EQ(reg.stop_size(), 1);
+  EXPECT_EQ(reg.stop(0).attempt(), 1);
+  ASSERT_TRUE(store_->Flush().ok());
+  EXPECT_EQ((*store_->GetAttempts(a1.trial_id()))[1].state, "lost");
+  clock_.t += 10;  // past the lost attempt's backoff, well inside the 30 s lease
+  sched_->Tick();
+  ASSERT_TRUE(WaitFor([&] { return l2->Count(MC::kAssign) == 1; }));
+  EXPECT_EQ(l2->Of(MC::kAssign)[0].assign().attempt(), 3);
+}
+
 TEST_F(SchedulerTest, ConfigErrorsAreFinal) {
   Submit("s", 1, 0, 0, 3);
   auto link = Connect("w1", 1);
