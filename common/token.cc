@@ -9,6 +9,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "ablate/files.h"
+
 namespace ablate {
 
 StatusOr<std::string> GenerateToken() {
@@ -48,9 +50,8 @@ StatusOr<std::string> ReadToken(const std::string& path) {
                       }() +
                       "); run: chmod 600 " + path);
   }
-  if (!S_ISREG(st.st_mode)) {
-    return InvalidArgument("token file " + path + " is not a regular file" +
-                           (S_ISDIR(st.st_mode) ? " (it is a directory)" : ""));
+  if (const std::string why = NotATextFile(path); !why.empty()) {
+    return InvalidArgument("token file " + path + " is " + why);
   }
   std::ifstream in(path);
   if (!in) return ErrnoToStatus(errno, "read token file " + path);

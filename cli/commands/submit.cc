@@ -1,7 +1,5 @@
 #include "commands/submit.h"
 
-#include <sys/stat.h>
-
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cerrno>
@@ -12,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "ablate/files.h"
 #include "ablate/utf8.h"
 
 namespace ablate::cli {
@@ -25,10 +24,8 @@ StatusOr<std::string> ReadSpec(const std::string& path) {
   if (path == "-") {
     text << std::cin.rdbuf();
   } else {
-    struct stat st;
-    if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
-      return InvalidArgument("cannot read sweep spec " + path + ": not a regular file" +
-                             (S_ISDIR(st.st_mode) ? " (it is a directory)" : ""));
+    if (const std::string why = NotATextFile(path); !why.empty()) {
+      return InvalidArgument("cannot read sweep spec " + path + ": " + why);
     }
     std::ifstream in(path, std::ios::binary);
     if (!in) {

@@ -1,12 +1,14 @@
 // Global flags and their environment fallbacks, command-line errors, and status → exit code.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <thread>
 #include <sstream>
 
 #include "app.h"
@@ -277,6 +279,19 @@ TEST_F(TokenFile, TokenBytesOutsidePrintableAsciiAreRefusedWithoutShowingTheToke
   r = RunArgs({"--coordinator", "127.0.0.1:1", "--token-file", dir_, "workers"});
   EXPECT_EQ(r.code, kExitAuth) << r.err;
   EXPECT_NE(r.err.find("is not a regular file (it is a directory)"), std::string::npos) << r.err;
+}
+
+// A FIFO is a file to read (`--token-file <(pass show ablate)`), unlike a folder.
+TEST_F(TokenFile, ATokenFromAPipeIsRead) {
+  const std::string fifo = dir_ + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::thread writer([&] { std::ofstream(fifo) << "0123456789abcdef0123456789abcdef\n"; });
+  CliResult r = RunArgs({"--coordinator", "127.0.0.1:1", "--token-file", fifo, "workers"});
+  const int unblock = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);  // if the CLI never opened it
+  writer.join();
+  ::close(unblock);
+  std::remove(fifo.c_str());
+  EXPECT_EQ(r.code, kExitUnavailable) << r.err;  // the token was read; nothing listens on port 1
 }
 
 TEST_F(TokenFile, NoCoordinatorExitsFourAndNamesTheAddress) {

@@ -1,6 +1,5 @@
 #include "trainer/config/trial_config.h"
 
-#include <sys/stat.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -10,6 +9,8 @@
 #include <limits>
 #include <map>
 #include <sstream>
+
+#include "ablate/files.h"
 
 namespace ablate::trainer {
 namespace {
@@ -498,11 +499,8 @@ StatusOr<TrialConfig> ParseTrialConfig(const std::string& yaml_text, const std::
 StatusOr<TrialConfig> LoadTrialConfig(const std::string& path) {
   // A folder opens as a stream that reads nothing, which would parse as the empty config (all
   // defaults) and start the default run.
-  struct stat st;
-  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode) &&
-      !S_ISCHR(st.st_mode)) {
-    return InvalidArgument("cannot read config " + path + ": not a regular file" +
-                           (S_ISDIR(st.st_mode) ? " (it is a directory)" : ""));
+  if (const std::string why = NotATextFile(path); !why.empty()) {
+    return InvalidArgument("cannot read config " + path + ": " + why);
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) return ErrnoToStatus(errno, "cannot read config " + path);
