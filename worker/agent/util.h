@@ -7,7 +7,7 @@
 #include <string_view>
 
 #include "ablate/status.h"
-#include "ablate/utf8.h"
+#include "ablate/utf8.h"  // SanitizeUtf8, for a trainer's stderr and output
 
 namespace ablate::agent {
 
@@ -29,8 +29,6 @@ std::string DirName(const std::string& path);
 
 bool FileExists(const std::string& path);
 
-// SanitizeUtf8 (ablate/utf8.h): a trainer's stderr, or a tail cut mid-character, may be anything.
-using ::ablate::SanitizeUtf8;
 
 // The end of a log file: at most `max_bytes` bytes and at most `max_lines` lines (a first line cut
 // by the byte limit is dropped), as valid UTF-8. "" when the file is missing or empty.
