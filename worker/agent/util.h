@@ -29,7 +29,6 @@ std::string DirName(const std::string& path);
 
 bool FileExists(const std::string& path);
 
-
 // The end of a log file: at most `max_bytes` bytes and at most `max_lines` lines (a first line cut
 // by the byte limit is dropped), as valid UTF-8. "" when the file is missing or empty.
 std::string ReadLogTail(const std::string& path, size_t max_bytes = 64 * 1024,

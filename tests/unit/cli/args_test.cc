@@ -1,15 +1,15 @@
 // Global flags and their environment fallbacks, command-line errors, and status → exit code.
+#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
 #include <map>
-#include <thread>
 #include <sstream>
+#include <thread>
 
 #include "app.h"
 #include "client.h"
