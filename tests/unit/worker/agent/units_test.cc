@@ -616,6 +616,10 @@ TEST(WorkerUtil, SanitizeUtf8) {
   EXPECT_EQ(SanitizeUtf8(std::string("cut \xe2\x89")), "cut ??");  // a character cut in two
   EXPECT_EQ(SanitizeUtf8(std::string("\xc0\xaf")), "??");          // overlong '/'
   EXPECT_EQ(SanitizeUtf8(std::string("\xed\xa0\x80")), "???");     // a surrogate
+  // The check behind it (common/ablate/utf8.h), which the query results and the CLI's spec use.
+  EXPECT_EQ(InvalidUtf8At("Ψ_p ≈ 0.5 🙂"), std::string::npos);
+  EXPECT_EQ(InvalidUtf8At("r\xc3\xa9sum\xe9"), 6u);          // Latin-1 'é' after a UTF-8 one
+  EXPECT_EQ(InvalidUtf8At(std::string("ab\xc0\xaf")), 2u);  // overlong
 }
 
 TEST(WorkerUtil, LogTail) {
