@@ -16,7 +16,7 @@ packages=(
   nodejs npm
   prometheus-cpp-dev libcpp-httplib-dev prometheus
   chromium iproute2
-  patchelf openssl
+  patchelf openssl ccache
   slurmctld slurmd slurm-client munge
 )
 
