@@ -86,16 +86,7 @@ StatusOr<std::string> ReadToken(const std::string& path) {
 StatusOr<std::string> LoadOrCreateToken(const std::string& path) {
   if (::access(path.c_str(), F_OK) == 0) return ReadToken(path);
   ABLATE_ASSIGN_OR_RETURN(std::string token, GenerateToken());
-  std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return ErrnoToStatus(errno, "create token file " + tmp);
-  std::string line = token + "\n";
-  bool ok = ::write(fd, line.data(), line.size()) == ssize_t(line.size()) && ::fsync(fd) == 0;
-  ::close(fd);
-  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    return ErrnoToStatus(errno, "write token file " + path);
-  }
+  ABLATE_RETURN_IF_ERROR(WriteFileAtomic(path, token + "\n", 0600));
   return token;
 }
 

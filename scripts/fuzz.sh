@@ -23,7 +23,7 @@ seeds = sys.argv[1]
 header = [20240520, 1, 5] + [0] * 253
 open(f"{seeds}/shard_reader/valid.bin", "wb").write(struct.pack("<256i", *header) + struct.pack("<5H", 1, 2, 3, 4, 5))
 open(f"{seeds}/trial_config/regress-invalid-utf8", "wb").write(b"# The README" + b"\xd4" * 60)
-# The input on which YAML::LoadAll (yaml-cpp 0.7) looped for good (session 34): both YAML parsers.
+# The input on which YAML::LoadAll (yaml-cpp 0.7) looped for good: both YAML parsers.
 loop = (b"# The README" + b"\xd4" * 35 +
         b"mizer: {kind: spectral, family: rms, p: 0.5, lr: 0.01, lr_vector: 0.003, "
         b"newton_iters: 15}ari:tn\n   , {steps: 200, tokens_per_step: 4096, micro_batch: 32, "

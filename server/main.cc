@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
   sched_opt.lease_s = lease_s;
   sched_opt.heartbeat_s = heartbeat_s;
   sched_opt.retry_backoff_s = retry_backoff_s;
-  ablate::server::Scheduler scheduler(store->get(), ablate::server::SystemClock(), sched_opt);
+  ablate::server::Scheduler scheduler(store->get(), ablate::SystemClock(), sched_opt);
   if (auto st = scheduler.Recover(); !st.ok()) return Fail("recovering state: " + st.message());
 
   std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "trainer/config/trial_config.h"
+#include "ablate/trial_config.h"
 #include "trainer/loop/train_loop.h"
 
 namespace ablate::trainer::testing {
@@ -58,7 +58,7 @@ struct RunLog {
   }
 };
 
-inline RunLog Train(const TrialConfig& cfg, const std::string& out,
+inline RunLog Train(const config::TrialConfig& cfg, const std::string& out,
                     const std::string& resume = "") {
   RunLog r;
   RunOptions o;

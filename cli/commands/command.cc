@@ -3,6 +3,8 @@
 #include <CLI/CLI.hpp>
 #include <charconv>
 
+#include "proto/trial_state.h"
+
 namespace ablate::cli {
 namespace {
 
@@ -67,24 +69,7 @@ StatusOr<int64_t> ParseTrialRef(std::string_view arg) {
                          "': expected a trial id (a positive integer or trial:ID)");
 }
 
-std::string StateName(v1::TrialState state) {
-  switch (state) {
-    case v1::QUEUED:
-      return "queued";
-    case v1::RUNNING:
-      return "running";
-    case v1::SUCCEEDED:
-      return "succeeded";
-    case v1::FAILED:
-      return "failed";
-    case v1::DIVERGED:
-      return "diverged";
-    case v1::CANCELED:
-      return "canceled";
-    default:
-      return "unknown";
-  }
-}
+std::string StateName(v1::TrialState state) { return std::string(TrialStateName(state)); }
 
 int StateCount(const v1::SweepInfo& sweep, const std::string& state) {
   auto it = sweep.counts().find(state);

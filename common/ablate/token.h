@@ -1,4 +1,4 @@
-// Bearer tokens for RPC and HTTP authentication (DESIGN.md, "Security").
+// Bearer tokens for RPC and HTTP authentication (docs/design.md, "Security").
 //
 // A token file holds one line: the token (64 hex characters from /dev/urandom). A --token-file that
 // names an existing file uses its token; one that names a missing file gets a new token, written

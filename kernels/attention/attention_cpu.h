@@ -1,6 +1,6 @@
 // Attention on the CPU: exact (fpa) and the SageBwd INT8 emulator, forward and backward.
 //
-// These are the CPU twins of the CUDA kernels (ALGORITHMS.md §1) and the trainer's CPU attention.
+// These are the CPU twins of the CUDA kernels (kernels/ALGORITHMS.md §1) and the trainer's CPU attention.
 // Every function is a template over the scalar type T (float for the trainer, double for the
 // float64 references in tests); the arithmetic is the same, only the precision differs.
 //
@@ -43,7 +43,7 @@ void FpaBackward(const AttnShape& s, const T* q, const T* k, const T* v, const T
                  const T* do_, T* dq, T* dk, T* dv);
 
 // ----------------------------------------------------------------------------------------------
-// SageBwd: float emulation of the INT8 kernel of ALGORITHMS.md §1.2.
+// SageBwd: float emulation of the INT8 kernel of kernels/ALGORITHMS.md §1.2.
 //
 // Every INT8 operand is quantized exactly as the kernel does it — s = max|X| / 127 over the
 // quantization group (all-zero group: s = 1, X^ = 0), X^ = round_half_even(X / s) — and the
@@ -86,7 +86,7 @@ struct SageOptions {
   bool smooth_k = true;   // subtract the per-(b,h) mean of K over tokens before quantizing
   bool smooth_q = false;  // subtract the per-Q-tile mean of Q and add its bias back
   bool int8_dp = false;   // also quantize dP = dO V^T (to measure the paper's dS/dP claim)
-  // With smooth_k, add tau * rowsum(dS) (x) kbar to dQ (ALGORITHMS.md §1.2). Measured: when K has a
+  // With smooth_k, add tau * rowsum(dS) (x) kbar to dQ (kernels/ALGORITHMS.md §1.2). Measured: when K has a
   // large mean this term multiplies the forward's quantization error (rows of the emulated dS do not
   // sum to 0) by |kbar|: dQ rel. L2 0.114 with it vs 0.018 without at a sigma-8 key offset. A switch
   // so the trade-off can be measured; on by default as the contract says.
@@ -124,7 +124,7 @@ void FpaIntermediates(const AttnShape& s, const T* q, const T* k, const T* v, co
                       const T* lse, const T* do_, std::vector<T>* p, std::vector<T>* ds);
 
 // ----------------------------------------------------------------------------------------------
-// Accuracy measures on flattened tensors (ALGORITHMS.md §1): x is the approximation, y the
+// Accuracy measures on flattened tensors (kernels/ALGORITHMS.md §1): x is the approximation, y the
 // reference. Computed in double. Degenerate reference: two zero tensors give cosine 1 and errors 0;
 // a nonzero x against a zero y gives cosine 0 and infinite relative errors.
 // ----------------------------------------------------------------------------------------------

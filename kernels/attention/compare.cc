@@ -1,4 +1,4 @@
-// Accuracy measures of ALGORITHMS.md §1, accumulated in double in index order.
+// Accuracy measures of kernels/ALGORITHMS.md §1, accumulated in double in index order.
 #include <cmath>
 #include <limits>
 

@@ -1,4 +1,4 @@
-// FPA: exact softmax attention in T, forward and backward (ALGORITHMS.md §1.1), the reference of
+// FPA: exact softmax attention in T, forward and backward (kernels/ALGORITHMS.md §1.1), the reference of
 // every other attention path.
 //
 // Untiled: per (b, h) the full N x N logits are formed with BLAS GEMMs (S = tau Q K^T, O = P V,

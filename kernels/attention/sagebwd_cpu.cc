@@ -1,4 +1,4 @@
-// SageBwd emulator: the INT8 attention kernel of ALGORITHMS.md §1.2, forward and backward, in T.
+// SageBwd emulator: the INT8 attention kernel of kernels/ALGORITHMS.md §1.2, forward and backward, in T.
 //
 // Tile by tile it quantizes exactly where the kernel does (see attention_cpu.h for the groups) and
 // forms every integer product in int32, which is exact for any tile size, before scaling it into a

@@ -6,7 +6,7 @@
 // each before the next; see TimeMs). Backward alone is timed after one forward (its saved
 // lse / O stay valid); fwd+bwd times both launchers back to back. SageBwd's numbers include its
 // quantization and smoothing kernels (they run inside SageForwardCuda / SageBackwardCuda).
-// FLOPs (ALGORITHMS.md §1): forward 4 B H N^2 D, halved when causal; backward 2.5x; fwd+bwd 3.5x.
+// FLOPs (kernels/ALGORITHMS.md §1): forward 4 B H N^2 D, halved when causal; backward 2.5x; fwd+bwd 3.5x.
 // INT8 work is counted with the same formula (reported in the same column, TOPS for SageBwd).
 //
 // Output: a markdown table on stdout and a JSON file (--json, default attention_bench.json):
@@ -18,7 +18,7 @@
 // --sage-bwd-variant / --sage-fwd-variant run a compiled-in SageBwd backward / forward lab
 // variant instead of production; --sage-lpt-heads N groups the causal grids' longest-first order
 // by N heads (SageCudaOptions::lpt_heads; 0, the default: production's choice); --fpa-lpt-heads
-// N the same for FPA's (FpaCudaOptions::lpt_heads; 1: head by head, FPA's order before session 28).
+// N the same for FPA's (FpaCudaOptions::lpt_heads; 1: head by head, FPA's order earlier).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -98,7 +98,7 @@ double FwdFlops(const AttnShape& s) {
 // between two events; by default the runs are enqueued back to back and the host waits once at
 // the end, so an event pair measures the GPU's time for one run and not the host's time to
 // launch it (the host stays ahead while a run takes longer on the GPU than its launches on the
-// CPU). sync_each (--sync-each, the method until session 20): the host waits for each run before
+// CPU). sync_each (--sync-each, the method earlier): the host waits for each run before
 // enqueueing the next, so each run also includes the wait for its first launch.
 double TimeMs(const std::function<void()>& fn, int warmup, int iters, cudaStream_t stream,
               bool sync_each) {

@@ -3,7 +3,7 @@
 
 Same conventions as the C++ bench: bf16 (B, H, N, D) inputs ~ N(0, 1), CUDA events, warm-up, the
 median of --iters timed iterations enqueued back to back (--sync-each: each waited for before the
-next, the method until session 20); FLOPs 4*B*H*N^2*D forward (halved when causal), backward 2.5x,
+next, the method earlier); FLOPs 4*B*H*N^2*D forward (halved when causal), backward 2.5x,
 fwd+bwd 3.5x. Backward alone is timed with torch.autograd.grad on a retained graph.
 Writes JSON (--json, default sdpa_bench.json) in the C++ bench's format and prints it.
 """

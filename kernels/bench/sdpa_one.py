@@ -5,8 +5,8 @@
 
 Three warm-up iterations run outside the profiled range, the fourth inside it, so ncu sees one
 launch of each of the backend's kernels (the forward, the backward and their helpers) with the
-bench's inputs (bf16 (B, H, N, D) ~ N(0, 1)). Session 29 profiled cuDNN's and FA2's kernels
-beside ours with it (docs/gpu/2026-11-28-h200-s29, calls 4, 6, 9).
+bench's inputs (bf16 (B, H, N, D) ~ N(0, 1)). It was used to profile cuDNN's and
+FA2's kernels beside ours.
 """
 import sys
 import torch

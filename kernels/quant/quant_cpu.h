@@ -1,4 +1,4 @@
-// 8-bit blockwise optimizer state on the CPU (ALGORITHMS.md §2.3): the reference of the GPU
+// 8-bit blockwise optimizer state on the CPU (kernels/ALGORITHMS.md §2.3): the reference of the GPU
 // kernels.
 //
 // A tensor of n float values is cut into blocks of kQuantBlockSize = 2048 consecutive values

@@ -1,4 +1,4 @@
-// Spectral transforms Psi_p on the CPU (ALGORITHMS.md §2.2): the reference of the GPU kernels.
+// Spectral transforms Psi_p on the CPU (kernels/ALGORITHMS.md §2.2): the reference of the GPU kernels.
 //
 // Psi_p(O) = U Sigma^p V^T for O = U Sigma V^T (m x n), p in [-1, 1]. It is computed without an
 // SVD through the Gram matrix of the short side (always min(m, n)^2):

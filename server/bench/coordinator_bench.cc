@@ -202,7 +202,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", store.status().ToString().c_str());
     return 1;
   }
-  Scheduler sched(store->get(), SystemClock(), SchedulerOptions{});
+  Scheduler sched(store->get(), ablate::SystemClock(), SchedulerOptions{});
   ServiceOptions svc;
   svc.token = "bench-token-0123456789abcdef";
   WorkerServiceImpl ws(&sched, svc);

@@ -9,14 +9,14 @@
 #include "ablate/token.h"
 #include "http/downsample.h"
 #include "http/static_files.h"
-#include "metrics/catalog.h"
+#include "ablate/metric_catalog.h"
+#include "proto/trial_state.h"
 
 namespace ablate::server::http {
 namespace {
 
 using nlohmann::json;
 
-const char* const kStates[] = {"queued", "running", "succeeded", "failed", "diverged", "canceled"};
 const char* const kSortColumns[] = {"id", "state", "step", "loss", "val_loss", "attempt",
                                     "started_at", "finished_at"};
 
@@ -26,11 +26,12 @@ json Time(double t) { return t > 0 ? json(t) : json(nullptr); }
 json SweepJson(const SweepSummary& s) {
   json counts = json::object();
   int active = 0, done = 0;
-  for (const char* st : kStates) {
+  for (v1::TrialState state : kTrialStates) {
+    const std::string st(TrialStateName(state));
     auto it = s.counts.find(st);
     int n = it == s.counts.end() ? 0 : it->second;
     counts[st] = n;
-    if (std::string(st) == "queued" || std::string(st) == "running") active += n; else done += n;
+    (IsActive(state) ? active : done) += n;
   }
   return {{"id", s.sweep.id},
           {"name", s.sweep.name},
@@ -52,7 +53,7 @@ json TrialJson(const TrialStatus& t) {
   return {{"id", t.trial.id},
           {"sweep_id", t.trial.sweep_id},
           {"config_hash", t.trial.config_hash},
-          {"state", t.trial.state},
+          {"state", TrialStateName(t.trial.state)},
           {"axes", axes},
           {"attempt", t.trial.attempts},
           {"max_attempts", t.trial.max_attempts},
@@ -147,7 +148,10 @@ int Compare(const TrialStatus& a, const TrialStatus& b, const std::string& sort,
   };
   *missing_a = *missing_b = false;
   if (sort == "id") return num(double(a.trial.id), double(b.trial.id), false, false);
-  if (sort == "state") return a.trial.state.compare(b.trial.state) < 0 ? -1 : (a.trial.state == b.trial.state ? 0 : 1);
+  if (sort == "state") {
+    const int c = TrialStateName(a.trial.state).compare(TrialStateName(b.trial.state));
+    return c < 0 ? -1 : (c > 0 ? 1 : 0);
+  }
   if (sort == "step") return num(double(a.step), double(b.step), false, false);
   if (sort == "loss") return num(a.loss, b.loss, std::isnan(a.loss), std::isnan(b.loss));
   if (sort == "val_loss") {
@@ -222,8 +226,7 @@ StatusOr<TrialQuery> ParseTrialQuery(const std::multimap<std::string, std::strin
       q.descending = value == "desc";
     } else if (key == "state") {
       for (const auto& s : SplitCommas(value)) {
-        if (std::find_if(std::begin(kStates), std::end(kStates),
-                         [&](const char* k) { return s == k; }) == std::end(kStates)) {
+        if (!ParseTrialState(s)) {
           return InvalidArgument("parameter state=" + s +
                                  ": expected queued, running, succeeded, failed, diverged or "
                                  "canceled (comma-separated)");
@@ -243,7 +246,8 @@ StatusOr<TrialQuery> ParseTrialQuery(const std::multimap<std::string, std::strin
 TrialPage ApplyTrialQuery(std::vector<TrialStatus> trials, const TrialQuery& q) {
   auto keep = [&](const TrialStatus& t) {
     if (!q.states.empty() &&
-        std::find(q.states.begin(), q.states.end(), t.trial.state) == q.states.end()) {
+        std::find(q.states.begin(), q.states.end(), TrialStateName(t.trial.state)) ==
+            q.states.end()) {
       return false;
     }
     for (const auto& [axis, value] : q.axes) {
@@ -437,9 +441,9 @@ HttpResponse Api::Route(const HttpRequest& r) const {
   }
   if (n == 3 && seg[1] == "metrics" && seg[2] == "catalog") {
     json out = json::array();
-    for (const auto& m : metrics::Catalog()) {
+    for (const auto& m : ::ablate::metrics::Catalog()) {
       std::vector<std::string> labels(m.labels.begin(), m.labels.end());
-      out.push_back({{"name", m.name}, {"type", metrics::MetricTypeName(m.type)},
+      out.push_back({{"name", m.name}, {"type", ::ablate::metrics::MetricTypeName(m.type)},
                      {"unit", m.unit}, {"labels", labels}, {"help", m.help}});
     }
     return Json({{"metrics", out}});

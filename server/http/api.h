@@ -1,4 +1,4 @@
-// The HTTP JSON API of ablated (DESIGN.md, "Observability" and "Security"): a thin, transport-free
+// The HTTP JSON API of ablated (docs/design.md, "Observability" and "Security"): a thin, transport-free
 // layer that converts between HTTP requests and the scheduler / store, so it is unit-tested without
 // opening a port; http_server.h binds it to cpp-httplib.
 //

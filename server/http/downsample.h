@@ -1,4 +1,4 @@
-// Server-side downsampling of a metric series for the dashboard (DESIGN.md: "fast at 10,000
+// Server-side downsampling of a metric series for the dashboard (docs/design.md: "fast at 10,000
 // trials: server-side downsampling").
 #pragma once
 

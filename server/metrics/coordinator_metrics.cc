@@ -6,13 +6,14 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
-#include "metrics/catalog.h"
+#include "ablate/metric_catalog.h"
+#include "proto/trial_state.h"
 
 namespace ablate::server::metrics {
+
+namespace catalog = ::ablate::metrics;
 namespace {
 
-const char* const kTrialStates[] = {"queued", "running", "succeeded", "failed", "diverged",
-                                    "canceled"};
 const char* const kWorkerStates[] = {"idle", "busy", "draining", "quarantined", "lost"};
 
 double WallNow() {
@@ -20,8 +21,8 @@ double WallNow() {
       .count();
 }
 
-const MetricDef& Def(std::string_view name) {
-  const MetricDef* d = FindMetric(name);
+const catalog::MetricDef& Def(std::string_view name) {
+  const catalog::MetricDef* d = catalog::FindMetric(name);
   if (!d) std::abort();  // a name missing from the catalog is a programming error
   return *d;
 }
@@ -44,39 +45,39 @@ CoordinatorMetrics::CoordinatorMetrics(Options options)
     : registry_(std::make_shared<prometheus::Registry>()) {
   double since = options.observe_since < 0 ? WallNow() : options.observe_since;
   since_ = started_.watermark = finished_.watermark = since;
-  commit_latency_ = &HistogramFamily(kCommitLatency)
+  commit_latency_ = &HistogramFamily(catalog::kCommitLatency)
                          .Add({}, prometheus::Histogram::BucketBoundaries(
-                                      Def(kCommitLatency).buckets));
-  commits_ = &CounterFamily(kStoreCommits).Add({});
-  for (std::string_view n : {kAssignments, kRetries, kLostAttempts, kFencedReports,
-                             kPointsIngested, kDuplicateReports}) {
+                                      Def(catalog::kCommitLatency).buckets));
+  commits_ = &CounterFamily(catalog::kStoreCommits).Add({});
+  for (std::string_view n : {catalog::kAssignments, catalog::kRetries, catalog::kLostAttempts, catalog::kFencedReports,
+                             catalog::kPointsIngested, catalog::kDuplicateReports}) {
     counters_[std::string(n)] = &CounterFamily(n).Add({});
   }
-  GaugeFamily(kBuildInfo).Add({{"version", ABLATE_VERSION}, {"component", "ablated"}}).Set(1);
-  auto& workers = GaugeFamily(kWorkers);
+  GaugeFamily(catalog::kBuildInfo).Add({{"version", ABLATE_VERSION}, {"component", "ablated"}}).Set(1);
+  auto& workers = GaugeFamily(catalog::kWorkers);
   for (const char* s : kWorkerStates) workers.Add({{"state", s}});
-  GaugeFamily(kStoreQueueDepth).Add({});
-  GaugeFamily(kTrials);
-  GaugeFamily(kTrialGpuInfo);
-  HistogramFamily(kQueueWait).Add({}, prometheus::Histogram::BucketBoundaries(
-                                          Def(kQueueWait).buckets));
-  HistogramFamily(kTrialDuration);
+  GaugeFamily(catalog::kStoreQueueDepth).Add({});
+  GaugeFamily(catalog::kTrials);
+  GaugeFamily(catalog::kTrialGpuInfo);
+  HistogramFamily(catalog::kQueueWait).Add({}, prometheus::Histogram::BucketBoundaries(
+                                          Def(catalog::kQueueWait).buckets));
+  HistogramFamily(catalog::kTrialDuration);
 }
 
 prometheus::Family<prometheus::Gauge>& CoordinatorMetrics::GaugeFamily(std::string_view name) {
-  const MetricDef& d = Def(name);
+  const catalog::MetricDef& d = Def(name);
   return prometheus::BuildGauge().Name(std::string(d.name)).Help(std::string(d.help))
       .Register(*registry_);  // prometheus-cpp returns the existing family on a second call
 }
 prometheus::Family<prometheus::Counter>& CoordinatorMetrics::CounterFamily(std::string_view name) {
-  const MetricDef& d = Def(name);
+  const catalog::MetricDef& d = Def(name);
   // prometheus-cpp appends nothing: the catalog name already ends in _total.
   return prometheus::BuildCounter().Name(std::string(d.name)).Help(std::string(d.help))
       .Register(*registry_);
 }
 prometheus::Family<prometheus::Histogram>& CoordinatorMetrics::HistogramFamily(
     std::string_view name) {
-  const MetricDef& d = Def(name);
+  const catalog::MetricDef& d = Def(name);
   return prometheus::BuildHistogram().Name(std::string(d.name)).Help(std::string(d.help))
       .Register(*registry_);
 }
@@ -95,26 +96,27 @@ Status CoordinatorMetrics::Refresh(Store* store, const Scheduler* scheduler) {
   std::lock_guard<std::mutex> lock(mu_);
   if (scheduler) {
     Scheduler::Counters c = scheduler->counters();
-    AddCounter(counters_[std::string(kAssignments)], c.assignments, &last_.assignments);
-    AddCounter(counters_[std::string(kRetries)], c.retries, &last_.retries);
-    AddCounter(counters_[std::string(kLostAttempts)], c.lost_attempts, &last_.lost_attempts);
-    AddCounter(counters_[std::string(kFencedReports)], c.fenced_reports, &last_.fenced_reports);
-    AddCounter(counters_[std::string(kPointsIngested)], c.points_ingested,
+    AddCounter(counters_[std::string(catalog::kAssignments)], c.assignments, &last_.assignments);
+    AddCounter(counters_[std::string(catalog::kRetries)], c.retries, &last_.retries);
+    AddCounter(counters_[std::string(catalog::kLostAttempts)], c.lost_attempts, &last_.lost_attempts);
+    AddCounter(counters_[std::string(catalog::kFencedReports)], c.fenced_reports, &last_.fenced_reports);
+    AddCounter(counters_[std::string(catalog::kPointsIngested)], c.points_ingested,
                &last_.points_ingested);
-    AddCounter(counters_[std::string(kDuplicateReports)], c.duplicate_reports,
+    AddCounter(counters_[std::string(catalog::kDuplicateReports)], c.duplicate_reports,
                &last_.duplicate_reports);
     std::map<std::string, int> by_state;
     for (const auto& w : scheduler->Workers()) by_state[w.state()]++;
-    auto& workers = GaugeFamily(kWorkers);
+    auto& workers = GaugeFamily(catalog::kWorkers);
     for (const char* s : kWorkerStates) workers.Add({{"state", s}}).Set(by_state[s]);
   }
-  GaugeFamily(kStoreQueueDepth).Add({}).Set(double(store->stats().queue_depth));
+  GaugeFamily(catalog::kStoreQueueDepth).Add({}).Set(double(store->stats().queue_depth));
 
   ABLATE_ASSIGN_OR_RETURN(auto sweeps, store->ListSweeps());
-  auto& trials = GaugeFamily(kTrials);
+  auto& trials = GaugeFamily(catalog::kTrials);
   for (const auto& s : sweeps) {
     auto& series = trials_[s.sweep.name];
-    for (const char* state : kTrialStates) {
+    for (v1::TrialState trial_state : kTrialStates) {
+      const std::string state(TrialStateName(trial_state));
       prometheus::Gauge*& g = series[state];
       if (!g) g = &trials.Add({{"sweep", s.sweep.name}, {"state", state}});
       auto it = s.counts.find(state);
@@ -144,8 +146,8 @@ Status CoordinatorMetrics::RefreshTrialHistograms(Store* store) {
       store->Query("SELECT id, started_at - created_at, started_at FROM trials WHERE started_at "
                    "IS NOT NULL AND started_at >= " + Fixed(started_.watermark - kLookback_s),
                    1 << 30));
-  auto& wait = HistogramFamily(kQueueWait).Add(
-      {}, prometheus::Histogram::BucketBoundaries(Def(kQueueWait).buckets));
+  auto& wait = HistogramFamily(catalog::kQueueWait).Add(
+      {}, prometheus::Histogram::BucketBoundaries(Def(catalog::kQueueWait).buckets));
   for (const auto& row : started.rows) {
     double at = CellDouble(row[2]);
     if (at < since_) continue;  // history from before this process
@@ -159,14 +161,14 @@ Status CoordinatorMetrics::RefreshTrialHistograms(Store* store) {
                    "('succeeded','failed','diverged','canceled') AND finished_at >= " +
                        Fixed(finished_.watermark - kLookback_s),
                    1 << 30));
-  auto& duration = HistogramFamily(kTrialDuration);
+  auto& duration = HistogramFamily(catalog::kTrialDuration);
   for (const auto& row : finished.rows) {
     double at = CellDouble(row[2]);
     if (at < since_) continue;
     if (!fresh(finished_, row[0].i, at)) continue;
     duration
         .Add({{"state", row[3].s}},
-             prometheus::Histogram::BucketBoundaries(Def(kTrialDuration).buckets))
+             prometheus::Histogram::BucketBoundaries(Def(catalog::kTrialDuration).buckets))
         .Observe(std::max(0.0, CellDouble(row[1])));
   }
   prune(finished_);
@@ -203,7 +205,7 @@ Status CoordinatorMetrics::RefreshGpuInfo(Store* store) {
       now.insert({trial, worker, uuid});
     }
   }
-  auto& fam = GaugeFamily(kTrialGpuInfo);
+  auto& fam = GaugeFamily(catalog::kTrialGpuInfo);
   for (auto it = gpu_info_.begin(); it != gpu_info_.end();) {
     if (now.count(it->first)) {
       ++it;

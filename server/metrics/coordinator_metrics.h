@@ -1,4 +1,4 @@
-// The coordinator's Prometheus series (DESIGN.md, "Observability"), built from the metric catalog
+// The coordinator's Prometheus series (docs/design.md, "Observability"), built from the metric catalog
 // (metrics/catalog.h) on a prometheus-cpp registry. server/http serves the text exposition of
 // Collect() on ablated's --http port, so Prometheus scrapes the same port as the API.
 //

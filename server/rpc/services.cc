@@ -9,6 +9,7 @@
 
 #include "ablate/token.h"
 #include "sweep/sweep.h"
+#include "proto/trial_state.h"
 
 namespace ablate::server {
 namespace {
@@ -16,16 +17,6 @@ namespace {
 // Request size limits (beyond gRPC's own message limit set in main.cc).
 constexpr size_t kMaxSpecBytes = 1 << 20;
 constexpr size_t kMaxQueryBytes = 64 << 10;
-
-v1::TrialState StateEnum(const std::string& s) {
-  if (s == "queued") return v1::QUEUED;
-  if (s == "running") return v1::RUNNING;
-  if (s == "succeeded") return v1::SUCCEEDED;
-  if (s == "failed") return v1::FAILED;
-  if (s == "diverged") return v1::DIVERGED;
-  if (s == "canceled") return v1::CANCELED;
-  return v1::TRIAL_STATE_UNSPECIFIED;
-}
 
 void FillSweep(const SweepSummary& s, v1::SweepInfo* out) {
   out->set_sweep_id(s.sweep.id);
@@ -36,7 +27,7 @@ void FillSweep(const SweepSummary& s, v1::SweepInfo* out) {
   int active = 0;
   for (const auto& [state, n] : s.counts) {
     (*out->mutable_counts())[state] = n;
-    if (state == "queued" || state == "running") active += n;
+    if (const auto s = ParseTrialState(state); s && IsActive(*s)) active += n;
   }
   out->set_total(s.total);
   out->set_finished(active == 0);
@@ -47,7 +38,7 @@ void FillTrial(const TrialStatus& t, v1::TrialSummary* out) {
   out->set_trial_id(t.trial.id);
   out->set_config_hash(t.trial.config_hash);
   for (const auto& [k, v] : t.trial.axes) (*out->mutable_axes())[k] = v;
-  out->set_state(StateEnum(t.trial.state));
+  out->set_state(t.trial.state);
   out->set_attempt(t.trial.attempts);
   out->set_worker_id(t.worker_id);
   out->set_step(t.step);
@@ -271,7 +262,7 @@ grpc::Status ControlServiceImpl::Submit(grpc::ServerContext* ctx, const v1::Subm
   rec.gpus = sweep.gpus;
   rec.cpu_slots = sweep.cpu_slots;
   rec.axes = sweep.axes;
-  rec.created_at = SystemClock()->Now();
+  rec.created_at = SystemClock()->UnixSeconds();
   std::vector<TrialRecord> trials;
   trials.reserve(sweep.trials.size());
   for (const auto& t : sweep.trials) {

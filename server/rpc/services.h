@@ -1,5 +1,5 @@
 // The coordinator's gRPC services: thin adapters between protobuf and the scheduler / store
-// (DESIGN.md, "Processes"). They authenticate every call (bearer token), convert, and delegate.
+// (docs/design.md, "Processes"). They authenticate every call (bearer token), convert, and delegate.
 //
 // Thread safety: the services are called concurrently by gRPC's thread pool; they hold no state of
 // their own beyond immutable configuration.

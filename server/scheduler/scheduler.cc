@@ -1,34 +1,15 @@
 #include "scheduler/scheduler.h"
 
-#include <sys/time.h>
-
 #include <algorithm>
 #include <cmath>
 
 #include <nlohmann/json.hpp>
 
 namespace ablate::server {
-namespace {
-
-class RealClock : public Clock {
- public:
-  double Now() const override {
-    timeval tv;
-    gettimeofday(&tv, nullptr);
-    return double(tv.tv_sec) + tv.tv_usec * 1e-6;
-  }
-};
-
-}  // namespace
 
 bool IsPreemption(const v1::TrialEvent& ev) {
   return ev.kind() == v1::TrialEvent::FAILED &&
          (ev.status() == "preempted" || ev.exit_code() == kTrainerExitPreempted);
-}
-
-const Clock* SystemClock() {
-  static RealClock clock;
-  return &clock;
 }
 
 struct Scheduler::SweepState {
@@ -43,7 +24,7 @@ struct Scheduler::SweepState {
 struct Scheduler::TrialState {
   int64_t id = 0;
   int64_t sweep_id = 0;
-  std::string state;  // queued | running
+  v1::TrialState state = v1::QUEUED;  // QUEUED | RUNNING
   int attempts = 0;   // attempts made; the current/latest attempt number
   int max_attempts = 3;
   int64_t order_key = 0;
@@ -111,7 +92,7 @@ Scheduler::~Scheduler() = default;
 Status Scheduler::Recover() {
   ABLATE_ASSIGN_OR_RETURN(LoadedState st, store_->LoadState());
   std::lock_guard<std::mutex> lock(mu_);
-  const double now = clock_->Now();
+  const double now = clock_->UnixSeconds();
   for (const auto& s : st.sweeps) {
     auto sw = std::make_unique<SweepState>();
     sw->id = s.id;
@@ -146,12 +127,12 @@ Status Scheduler::Recover() {
     auto t = TrialFromRecord(r);
     auto sw = sweeps_.find(r.sweep_id);
     if (sw == sweeps_.end()) continue;
-    if (t->state == "queued") sw->second->queue.insert({t->order_key, t->id});
+    if (t->state == v1::QUEUED) sw->second->queue.insert({t->order_key, t->id});
     trials_[r.id] = std::move(t);
   }
   for (const auto& a : st.running) {
     auto it = trials_.find(a.trial_id);
-    if (it == trials_.end() || it->second->state != "running" || it->second->attempts != a.attempt) {
+    if (it == trials_.end() || it->second->state != v1::RUNNING || it->second->attempts != a.attempt) {
       // Not the trial's current attempt: it can never be adopted (a worker still running it is
       // told to stop when it registers), so it ends now instead of staying "running" for good.
       // A trial that ended while this attempt ran was canceled (cancel records the trial first).
@@ -177,12 +158,12 @@ Status Scheduler::Recover() {
   }
   // A running trial whose attempt record is missing cannot be adopted: requeue it.
   for (auto& [id, t] : trials_) {
-    if (t->state == "running" && t->worker_id.empty()) {
-      t->state = "queued";
+    if (t->state == v1::RUNNING && t->worker_id.empty()) {
+      t->state = v1::QUEUED;
       sweeps_[t->sweep_id]->queue.insert({t->order_key, t->id});
       TrialUpdate u;
       u.trial_id = id;
-      u.state = "queued";
+      u.state = v1::QUEUED;
       store_->UpdateTrial(u);
     }
   }
@@ -203,7 +184,7 @@ StatusOr<SubmitOutcome> Scheduler::Submit(SweepRecord sweep, std::vector<TrialRe
   for (const auto& r : res.inserted) {
     auto t = TrialFromRecord(r);
     t->sweep_id = res.sweep_id;
-    t->state = "queued";
+    t->state = v1::QUEUED;
     sw->queue.insert({t->order_key, t->id});
     trials_[r.id] = std::move(t);
   }
@@ -220,7 +201,7 @@ StatusOr<SubmitOutcome> Scheduler::Submit(SweepRecord sweep, std::vector<TrialRe
 // ---- Placement -----------------------------------------------------------------------------------
 
 void Scheduler::ScheduleLocked() {
-  const double now = clock_->Now();
+  const double now = clock_->UnixSeconds();
   bool placed = true;
   // Round-robin over workers, one trial per worker per pass, so a burst spreads across workers.
   while (placed) {
@@ -247,7 +228,7 @@ bool Scheduler::TryPlaceLocked(WorkerState& w) {
   for (SweepState* s : order) {
     for (auto it = s->queue.begin(); it != s->queue.end(); ++it) {
       TrialState& t = *trials_.at(it->second);
-      if (t.not_before > clock_->Now()) continue;  // backing off after a failed attempt
+      if (t.not_before > clock_->UnixSeconds()) continue;  // backing off after a failed attempt
       bool fits = t.gpus > 0 ? int(w.free_gpus.size()) >= t.gpus
                              : (w.gpus.empty() || w.cpu_slots > 0) && w.free_slots >= std::max(1, t.cpu_slots);
       if (!fits) break;  // a sweep's trials share their resources: the rest will not fit either
@@ -265,9 +246,9 @@ bool Scheduler::TryPlaceLocked(WorkerState& w) {
 }
 
 void Scheduler::StartAttemptLocked(TrialState& t, WorkerState& w, const std::vector<int>& gpus) {
-  const double now = clock_->Now();
+  const double now = clock_->UnixSeconds();
   t.attempts++;
-  t.state = "running";
+  t.state = v1::RUNNING;
   t.worker_id = w.id;
   t.gpu_indices = gpus;
   t.lease_expiry = now + opt_.lease_s;
@@ -290,7 +271,7 @@ void Scheduler::StartAttemptLocked(TrialState& t, WorkerState& w, const std::vec
   a.started_at = now;
   TrialUpdate u;
   u.trial_id = t.id;
-  u.state = "running";
+  u.state = v1::RUNNING;
   u.attempts = t.attempts;
   u.started_at = t.started_at;
   const int64_t trial_id = t.id;
@@ -301,7 +282,7 @@ void Scheduler::StartAttemptLocked(TrialState& t, WorkerState& w, const std::vec
     auto it = trials_.find(trial_id);
     if (it == trials_.end()) return;
     TrialState& t = *it->second;
-    if (!st.ok() || t.state != "running" || t.attempts != attempt || t.assignment_sent) return;
+    if (!st.ok() || t.state != v1::RUNNING || t.attempts != attempt || t.assignment_sent) return;
     t.assignment_sent = true;
     v1::CoordinatorMessage m;
     auto* as = m.mutable_assign();
@@ -329,16 +310,16 @@ void Scheduler::ReleaseLocked(TrialState& t) {
     w->second->running.erase(t.id);
   }
   auto sw = sweeps_.find(t.sweep_id);
-  if (sw != sweeps_.end() && t.state == "running") sw->second->running--;
+  if (sw != sweeps_.end() && t.state == v1::RUNNING) sw->second->running--;
   t.worker_id.clear();
   t.gpu_indices.clear();
 }
 
 void Scheduler::EndAttemptLocked(TrialState& t, const std::string& attempt_state,
-                                 const std::string& trial_state, const std::string& reason,
+                                 v1::TrialState trial_state, const std::string& reason,
                                  int exit_code, const std::string& log_tail,
                                  bool requeue_if_possible, bool count_failure) {
-  const double now = clock_->Now();
+  const double now = clock_->UnixSeconds();
   AttemptUpdate au;
   au.trial_id = t.id;
   au.attempt = t.attempts;
@@ -374,15 +355,15 @@ void Scheduler::EndAttemptLocked(TrialState& t, const std::string& attempt_state
   if (t.cancel_requested && t.requeue_after_cancel) {
     t.cancel_requested = false;
     t.requeue_after_cancel = false;
-    t.state = "queued";
+    t.state = v1::QUEUED;
     sweeps_[t.sweep_id]->queue.insert({t.order_key, t.id});
-    tu.state = "queued";
+    tu.state = v1::QUEUED;
     tu.reason = "retried";
     store_->UpdateTrial(tu);
   } else if (t.cancel_requested) {
     trials_.erase(t.id);  // already stored as canceled
   } else if (requeue_if_possible && t.attempts < t.max_attempts) {
-    t.state = "queued";
+    t.state = v1::QUEUED;
     // A failed trainer backs off exponentially, so a trial that keeps failing does not spin
     // through its attempts; a lost attempt (infrastructure) is retried at once.
     if (count_failure) {
@@ -392,18 +373,18 @@ void Scheduler::EndAttemptLocked(TrialState& t, const std::string& attempt_state
     }
     sweeps_[t.sweep_id]->queue.insert({t.order_key, t.id});
     counters_.retries++;
-    tu.state = "queued";
+    tu.state = v1::QUEUED;
     tu.reason = "attempt " + std::to_string(t.attempts) + " " + attempt_state + ": " + reason;
     store_->UpdateTrial(tu);
   } else {
     tu.state = trial_state;
     tu.finished_at = now;
-    tu.reason = trial_state == "succeeded" ? "" : reason;
+    tu.reason = trial_state == v1::SUCCEEDED ? "" : reason;
     if (requeue_if_possible) {
       tu.reason = "gave up after " + std::to_string(t.attempts) + " attempts; last: " + reason;
     }
     store_->UpdateTrial(tu);
-    store_->AddEvent("trial_" + trial_state, t.sweep_id, t.id, t.attempts, worker_id, *tu.reason);
+    store_->AddEvent("trial_" + std::string(TrialStateName(trial_state)), t.sweep_id, t.id, t.attempts, worker_id, *tu.reason);
     trials_.erase(t.id);
   }
   ScheduleLocked();
@@ -424,7 +405,7 @@ void Scheduler::SendAckLocked(const std::string& worker_id, int64_t trial_id, in
 }
 
 std::string Scheduler::WorkerStateNameLocked(const WorkerState& w) const {
-  if (w.quarantined_until > clock_->Now()) return "quarantined";
+  if (w.quarantined_until > clock_->UnixSeconds()) return "quarantined";
   if (!w.link || w.silent) return "lost";
   if (w.draining) return "draining";
   return w.running.empty() ? "idle" : "busy";
@@ -447,7 +428,7 @@ void Scheduler::WorkerStoreLocked(const WorkerState& w) {
   r.registered_at = w.registered_at;
   r.last_seen_at = w.last_seen;
   r.failures = w.failures;
-  r.quarantined = w.quarantined_until > clock_->Now();
+  r.quarantined = w.quarantined_until > clock_->UnixSeconds();
   r.draining = w.draining;
   store_->UpsertWorker(r);
 }
@@ -456,7 +437,7 @@ void Scheduler::WorkerStoreLocked(const WorkerState& w) {
 
 v1::Registered Scheduler::Register(const v1::Register& reg, std::shared_ptr<WorkerLink> link) {
   std::lock_guard<std::mutex> lock(mu_);
-  const double now = clock_->Now();
+  const double now = clock_->UnixSeconds();
   auto& slot = workers_[reg.worker_id()];
   if (!slot) {
     slot = std::make_unique<WorkerState>();
@@ -482,13 +463,13 @@ v1::Registered Scheduler::Register(const v1::Register& reg, std::shared_ptr<Work
   for (const auto& ref : reg.running()) {
     reported.insert({ref.trial_id(), ref.attempt()});
     auto it = trials_.find(ref.trial_id());
-    bool adopt = it != trials_.end() && it->second->state == "running" &&
+    bool adopt = it != trials_.end() && it->second->state == v1::RUNNING &&
                  it->second->attempts == ref.attempt() && !it->second->cancel_requested;
     if (adopt) {
       TrialState& t = *it->second;
       if (t.worker_id != w.id) {  // it moved (same worker under a new link, or recovered state)
         ReleaseLocked(t);
-        t.state = "running";
+        t.state = v1::RUNNING;
         sweeps_[t.sweep_id]->running++;
         t.worker_id = w.id;
       }
@@ -523,7 +504,7 @@ v1::Registered Scheduler::Register(const v1::Register& reg, std::shared_ptr<Work
       continue;
     }
     counters_.lost_attempts++;
-    EndAttemptLocked(t, "lost", "failed", "the worker no longer runs it (worker restarted)", 0, "",
+    EndAttemptLocked(t, "lost", v1::FAILED, "the worker no longer runs it (worker restarted)", 0, "",
                      true, false);
   }
   store_->AddEvent("worker_registered", 0, 0, 0, w.id,
@@ -551,14 +532,14 @@ void Scheduler::OnHeartbeat(const std::string& worker_id, const v1::Heartbeat& h
   auto wit = workers_.find(worker_id);
   if (wit == workers_.end()) return;
   WorkerState& w = *wit->second;
-  const double now = clock_->Now();
+  const double now = clock_->UnixSeconds();
   w.last_seen = now;
   w.silent = false;
   bool was_draining = w.draining;
   w.draining = hb.draining();
   for (const auto& ref : hb.running()) {
     auto it = trials_.find(ref.trial_id());
-    if (it != trials_.end() && it->second->state == "running" &&
+    if (it != trials_.end() && it->second->state == v1::RUNNING &&
         it->second->attempts == ref.attempt() && it->second->worker_id == worker_id) {
       it->second->lease_expiry = now + opt_.lease_s;
     } else if (it == trials_.end() || it->second->attempts != ref.attempt() ||
@@ -582,7 +563,7 @@ void Scheduler::OnMetrics(const std::string& worker_id, const v1::MetricBatch& b
   std::unique_lock<std::mutex> lock(mu_);
   auto it = trials_.find(batch.trial_id());
   const bool current = it != trials_.end() && batch.attempt() == it->second->attempts &&
-                       it->second->state == "running";
+                       it->second->state == v1::RUNNING;
   if (!current) {
     // Fenced (an older attempt) or a replay for a trial that already ended: its reports up to
     // the end were committed before the end was (one writer, in order), so nothing is lost.
@@ -615,7 +596,7 @@ void Scheduler::OnEvent(const std::string& worker_id, const v1::TrialEvent& ev) 
   std::lock_guard<std::mutex> lock(mu_);
   auto it = trials_.find(ev.trial_id());
   const bool current =
-      it != trials_.end() && ev.attempt() == it->second->attempts && it->second->state == "running";
+      it != trials_.end() && ev.attempt() == it->second->attempts && it->second->state == v1::RUNNING;
   auto record_and_ack = [&]() {
     const int64_t trial_id = ev.trial_id();
     const int attempt = ev.attempt();
@@ -634,7 +615,7 @@ void Scheduler::OnEvent(const std::string& worker_id, const v1::TrialEvent& ev) 
     return;
   }
   TrialState& t = *it->second;
-  t.lease_expiry = clock_->Now() + opt_.lease_s;
+  t.lease_expiry = clock_->UnixSeconds() + opt_.lease_s;
   switch (ev.kind()) {
     case v1::TrialEvent::STARTED:
       store_->AddEvent("attempt_started", t.sweep_id, t.id, ev.attempt(), worker_id, "");
@@ -657,7 +638,7 @@ void Scheduler::OnEvent(const std::string& worker_id, const v1::TrialEvent& ev) 
     }
     case v1::TrialEvent::FINISHED: {
       const bool diverged = ev.status() == "diverged";
-      EndAttemptLocked(t, diverged ? "diverged" : "succeeded", diverged ? "diverged" : "succeeded",
+      EndAttemptLocked(t, diverged ? "diverged" : "succeeded", diverged ? v1::DIVERGED : v1::SUCCEEDED,
                        ev.reason(), ev.exit_code(), ev.log_tail(), false, false);
       record_and_ack();  // after the state change, so its commit is not later than the ack's
       return;
@@ -681,21 +662,21 @@ void Scheduler::OnEvent(const std::string& worker_id, const v1::TrialEvent& ev) 
         // "preempted"), its reason starting with "preempted".
         const std::string reason =
             ev.reason().rfind("preempted", 0) == 0 ? ev.reason() : "preempted: " + ev.reason();
-        EndAttemptLocked(t, "lost", "failed", reason, ev.exit_code(), ev.log_tail(), true, false);
+        EndAttemptLocked(t, "lost", v1::FAILED, reason, ev.exit_code(), ev.log_tail(), true, false);
         record_and_ack();
         return;
       }
       // Exit code 2 is ablate-train's "bad config": deterministic, so neither retried nor held
       // against the worker.
       const bool config_error = ev.exit_code() == 2;
-      EndAttemptLocked(t, "failed", "failed", ev.reason(), ev.exit_code(), ev.log_tail(),
+      EndAttemptLocked(t, "failed", v1::FAILED, ev.reason(), ev.exit_code(), ev.log_tail(),
                        !config_error, !config_error);
       record_and_ack();
       return;
     }
     case v1::TrialEvent::CANCELED:
       // Canceled by us: final. Killed for another reason (worker shutting down): requeue.
-      EndAttemptLocked(t, "canceled", "canceled", ev.reason().empty() ? "canceled" : ev.reason(),
+      EndAttemptLocked(t, "canceled", v1::CANCELED, ev.reason().empty() ? "canceled" : ev.reason(),
                        ev.exit_code(), ev.log_tail(), !t.cancel_requested, false);
       record_and_ack();
       return;
@@ -712,15 +693,15 @@ StatusOr<int> Scheduler::CancelTrial(int64_t trial_id) {
   auto it = trials_.find(trial_id);
   if (it == trials_.end() || it->second->cancel_requested) return 0;  // already ended
   TrialState& t = *it->second;
-  const double now = clock_->Now();
+  const double now = clock_->UnixSeconds();
   TrialUpdate u;
   u.trial_id = t.id;
-  u.state = "canceled";
+  u.state = v1::CANCELED;
   u.finished_at = now;
   u.reason = "canceled by user";
   store_->UpdateTrial(u);
   store_->AddEvent("trial_canceled", t.sweep_id, t.id, t.attempts, t.worker_id, "canceled by user");
-  if (t.state == "queued") {
+  if (t.state == v1::QUEUED) {
     sweeps_[t.sweep_id]->queue.erase({t.order_key, t.id});
     trials_.erase(it);
     return 1;
@@ -761,7 +742,7 @@ StatusOr<int> Scheduler::Retry(int64_t sweep_id, bool failed_only) {
   int n = 0;
   for (const auto& ts : all) {
     const TrialRecord& r = ts.trial;
-    bool eligible = r.state == "failed" || (!failed_only && r.state == "canceled");
+    bool eligible = r.state == v1::FAILED || (!failed_only && r.state == v1::CANCELED);
     if (!eligible) continue;
     if (auto live = trials_.find(r.id); live != trials_.end()) {
       // Canceled, but its attempt is still stopping: requeue it once the attempt has ended.
@@ -770,7 +751,7 @@ StatusOr<int> Scheduler::Retry(int64_t sweep_id, bool failed_only) {
         live->second->max_attempts = live->second->attempts + sw->second->max_attempts;
         TrialUpdate u;
         u.trial_id = r.id;
-        u.state = "queued";
+        u.state = v1::QUEUED;
         u.reason = "retried";
         u.finished_at = 0;
         u.max_attempts = live->second->max_attempts;
@@ -780,12 +761,12 @@ StatusOr<int> Scheduler::Retry(int64_t sweep_id, bool failed_only) {
       continue;
     }
     auto t = TrialFromRecord(r);
-    t->state = "queued";
+    t->state = v1::QUEUED;
     t->max_attempts = r.attempts + sw->second->max_attempts;  // a fresh budget of attempts
     sw->second->queue.insert({t->order_key, t->id});
     TrialUpdate u;
     u.trial_id = r.id;
-    u.state = "queued";
+    u.state = v1::QUEUED;
     u.reason = "retried";
     u.finished_at = 0;
     u.max_attempts = t->max_attempts;  // durable, so a restart keeps the fresh budget
@@ -800,10 +781,10 @@ StatusOr<int> Scheduler::Retry(int64_t sweep_id, bool failed_only) {
 
 void Scheduler::Tick() {
   std::lock_guard<std::mutex> lock(mu_);
-  const double now = clock_->Now();
+  const double now = clock_->UnixSeconds();
   std::vector<int64_t> expired;
   for (const auto& [id, t] : trials_) {
-    if (t->state == "running" && t->lease_expiry < now) expired.push_back(id);
+    if (t->state == v1::RUNNING && t->lease_expiry < now) expired.push_back(id);
   }
   for (int64_t id : expired) {
     auto it = trials_.find(id);
@@ -818,7 +799,7 @@ void Scheduler::Tick() {
     SendLocked(t.worker_id, m);
     if (auto w = workers_.find(t.worker_id); w != workers_.end()) w->second->silent = true;
     store_->AddEvent("attempt_lost", t.sweep_id, t.id, t.attempts, t.worker_id, "lease expired");
-    EndAttemptLocked(t, "lost", "failed", "lease expired (worker died or was cut off)", 0, "", true,
+    EndAttemptLocked(t, "lost", v1::FAILED, "lease expired (worker died or was cut off)", 0, "", true,
                      false);
   }
   // Workers whose quarantine ended, or that came back: give them work.

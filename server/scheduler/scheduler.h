@@ -1,4 +1,4 @@
-// The coordinator's core: trial lifecycle, placement, leases, retries, fencing (DESIGN.md,
+// The coordinator's core: trial lifecycle, placement, leases, retries, fencing (docs/design.md,
 // "Protocol and state"). It knows nothing of the network: the gRPC adapter (server/rpc) feeds it the
 // workers' messages and hands it a WorkerLink per connected worker to send through; tests drive it
 // directly with a fake clock.
@@ -37,19 +37,12 @@
 #include <string>
 #include <vector>
 
+#include "ablate/clock.h"
 #include "ablate/status.h"
 #include "proto/ablate.pb.h"
 #include "store/store.h"
 
 namespace ablate::server {
-
-// Time source (unix seconds); tests substitute a manual clock.
-class Clock {
- public:
-  virtual ~Clock() = default;
-  virtual double Now() const = 0;
-};
-const Clock* SystemClock();
 
 // The way to one connected worker. Send queues the message; it never blocks.
 class WorkerLink {
@@ -132,7 +125,7 @@ class Scheduler {
   void ScheduleLocked();
   bool TryPlaceLocked(WorkerState& w);
   void StartAttemptLocked(TrialState& t, WorkerState& w, const std::vector<int>& gpus);
-  void EndAttemptLocked(TrialState& t, const std::string& attempt_state, const std::string& trial_state,
+  void EndAttemptLocked(TrialState& t, const std::string& attempt_state, v1::TrialState trial_state,
                         const std::string& reason, int exit_code, const std::string& log_tail,
                         bool requeue_if_possible, bool count_failure);
   void ReleaseLocked(TrialState& t);

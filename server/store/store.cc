@@ -138,21 +138,12 @@ CREATE INDEX IF NOT EXISTS events_by_trial ON events(trial_id) WHERE trial_id IS
 CREATE INDEX IF NOT EXISTS events_by_sweep ON events(sweep_id) WHERE sweep_id IS NOT NULL;
 )sql";
 
-bool ValidTrialState(const std::string& s) {
-  for (const char* v : {"queued", "running", "succeeded", "failed", "diverged", "canceled"}) {
-    if (s == v) return true;
-  }
-  return false;
-}
+bool ValidTrialState(v1::TrialState s) { return ParseTrialState(TrialStateName(s)).has_value(); }
 bool ValidAttemptState(const std::string& s) {
   for (const char* v : {"running", "succeeded", "failed", "diverged", "lost", "canceled"}) {
     if (s == v) return true;
   }
   return false;
-}
-
-double WallClock() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 double ReadTime(const Stmt& st, int col) { return st.IsNull(col) ? 0 : st.Real(col); }
@@ -223,7 +214,7 @@ TrialRecord ReadTrial(const Stmt& st) {
   r.config_hash = st.Text(2);
   r.config_json = st.Text(3);
   r.axes = AxesFromJson(st.Text(4));
-  r.state = st.Text(5);
+  r.state = ParseTrialState(st.Text(5)).value_or(v1::TRIAL_STATE_UNSPECIFIED);
   r.priority = static_cast<int>(st.Int(6));
   r.order_key = st.Int(7);
   r.gpus = static_cast<int>(st.Int(8));
@@ -335,10 +326,9 @@ class FnOp final : public Op {
 // thread starts).
 class Writer {
  public:
-  explicit Writer(std::unique_ptr<Db> db, std::function<double()> clock)
-      : db_(std::move(db)), clock_(std::move(clock)) {}
+  Writer(std::unique_ptr<Db> db, const Clock* clock) : db_(std::move(db)), clock_(clock) {}
   Db& db() { return *db_; }
-  double Now() const { return clock_(); }
+  double Now() const { return clock_->UnixSeconds(); }
   int64_t Changes() const { return sqlite3_changes64(db_->raw()); }
 
   Status CheckTrial(int64_t trial_id, const std::string& what) {
@@ -366,7 +356,7 @@ class Writer {
 
  private:
   std::unique_ptr<Db> db_;
-  std::function<double()> clock_;
+  const Clock* clock_;
 };
 
 // AppendMetrics: the hot path, so a dedicated op with its points sorted by (name, step) on the
@@ -784,7 +774,7 @@ StatusOr<std::unique_ptr<Store>> Store::Open(const Options& options) {
   if (opt.max_batch_points < 1) return InvalidArgument("store: max_batch_points must be >= 1");
   if (opt.read_connections < 1) return InvalidArgument("store: read_connections must be >= 1");
   if (opt.query_max_rows < 1) return InvalidArgument("store: query_max_rows must be >= 1");
-  if (!opt.clock) opt.clock = WallClock;
+  if (opt.clock == nullptr) opt.clock = SystemClock();
 
   auto wdb_or = OpenWriter(opt);
   if (!wdb_or.ok()) return wdb_or.status().WithPrefix("open " + opt.path);
@@ -826,7 +816,7 @@ StatusOr<Store::SubmitResult> Store::SubmitSweep(SweepRecord sweep,
     }
     if (!ValidTrialState(trials[i].state)) {
       return InvalidArgument("submit sweep '" + sweep.name + "': trial " + std::to_string(i) +
-                             " has unknown state '" + trials[i].state + "'");
+                             " has no state (unspecified)");
     }
   }
   auto result = std::make_shared<SubmitResult>();
@@ -871,7 +861,8 @@ StatusOr<Store::SubmitResult> Store::SubmitSweep(SweepRecord sweep,
             "ON CONFLICT(sweep_id, config_hash) DO NOTHING"));
     const double now = w.Now();
     for (const TrialRecord& t : *shared_trials) {
-      ins.BindAll(result->sweep_id, t.config_hash, t.config_json, AxesToJson(t.axes), t.state,
+      ins.BindAll(result->sweep_id, t.config_hash, t.config_json, AxesToJson(t.axes),
+                  std::string(TrialStateName(t.state)),
                   t.priority, t.order_key, t.gpus, t.cpu_slots, t.attempts, t.max_attempts,
                   t.total_steps, t.checkpoint_path, t.checkpoint_step, t.reason,
                   t.created_at == 0 ? now : t.created_at, Stmt::Time{t.started_at},
@@ -901,10 +892,11 @@ namespace {
 Status ApplyTrialUpdate(Writer& w, const TrialUpdate& u) {
   const std::string what = "update trial " + std::to_string(u.trial_id);
   if (u.state && !ValidTrialState(*u.state)) {
-    return InvalidArgument(what + ": unknown state '" + *u.state +
-                           "' (expected queued, running, succeeded, failed, diverged or "
-                           "canceled)");
+    return InvalidArgument(what + ": no state (unspecified; expected queued, running, succeeded, "
+                           "failed, diverged or canceled)");
   }
+  std::optional<std::string> state;
+  if (u.state) state = std::string(TrialStateName(*u.state));
   ABLATE_ASSIGN_OR_RETURN(
       Stmt st,
       w.db().Prepare(
@@ -915,7 +907,7 @@ Status ApplyTrialUpdate(Writer& w, const TrialUpdate& u) {
           "finished_at = CASE WHEN ?8 IS NULL THEN finished_at ELSE nullif(?8, 0) END, "
           "priority = coalesce(?9, priority), max_attempts = coalesce(?10, max_attempts) "
           "WHERE id = ?1"));
-  st.BindAll(u.trial_id, u.state, u.attempts, u.checkpoint_path, u.checkpoint_step, u.reason,
+  st.BindAll(u.trial_id, state, u.attempts, u.checkpoint_path, u.checkpoint_step, u.reason,
              u.started_at, u.finished_at, u.priority, u.max_attempts);
   ABLATE_RETURN_IF_ERROR(st.Run(what));
   if (w.Changes() == 0) return NotFound(what + ": no such trial");

@@ -1,4 +1,4 @@
-// The coordinator's SQLite store: the only durable state of ablate (DESIGN.md, "Storage").
+// The coordinator's SQLite store: the only durable state of ablate (docs/design.md, "Storage").
 //
 // One database file in WAL mode. All writes go through ONE writer thread fed by a queue: each
 // operation below is enqueued and applied in a batched transaction (group commit: the writer drains
@@ -53,7 +53,9 @@
 #include <string>
 #include <vector>
 
+#include "ablate/clock.h"
 #include "ablate/status.h"
+#include "proto/trial_state.h"
 
 namespace ablate::server {
 
@@ -77,7 +79,7 @@ struct TrialRecord {
   std::string config_hash;
   std::string config_json;
   std::vector<std::pair<std::string, std::string>> axes;  // axis -> value text, spec order
-  std::string state = "queued";
+  v1::TrialState state = v1::QUEUED;  // stored as its name (proto/trial_state.h)
   int priority = 0;
   int64_t order_key = 0;
   int gpus = 0;
@@ -127,7 +129,7 @@ struct Point {
 // A partial update of a trial: only the fields that are set are written.
 struct TrialUpdate {
   int64_t trial_id = 0;
-  std::optional<std::string> state;
+  std::optional<v1::TrialState> state;
   std::optional<int> attempts;
   std::optional<std::string> checkpoint_path;
   std::optional<int64_t> checkpoint_step;
@@ -218,8 +220,9 @@ class Store {
     int max_queue_ops = 100000;     // enqueuers block while the queue holds this many (the
                                     // writer thread itself never blocks); 0 = unbounded
     bool synchronous_full = false;  // PRAGMA synchronous=FULL (fsync per commit) vs NORMAL
-    // Wall clock in unix seconds for created_at / event times; tests inject a fake one.
-    std::function<double()> clock;
+    // The wall clock (UnixSeconds) of created_at / event times; null: SystemClock(). Tests inject
+    // a FakeClock. Not owned; must outlive the store.
+    const Clock* clock = nullptr;
     // Called on the writer thread after every commit: seconds from BEGIN to COMMIT and the number
     // of operations it carried (the Prometheus commit-latency histogram hooks in here).
     std::function<void(double seconds, int ops)> on_commit;

@@ -12,7 +12,7 @@
 namespace ablate::server {
 namespace {
 
-using trainer::TrialConfig;
+using config::TrialConfig;
 
 // Enumerating points is cheap (index arithmetic and a few comparisons), so we may walk far more
 // points than we keep; this bounds the walk when exclude drops most of an enormous grid.
@@ -57,12 +57,12 @@ std::string Hint(const std::vector<std::string>& suggestions) {
 }
 
 bool IsConfigKey(const std::string& path) {
-  static const std::vector<std::string> keys = trainer::KnownKeys();
+  static const std::vector<std::string> keys = config::KnownKeys();
   return std::find(keys.begin(), keys.end(), path) != keys.end();
 }
 
 bool IsConfigSection(const std::string& path) {
-  for (const auto& k : trainer::KnownKeys()) {
+  for (const auto& k : config::KnownKeys()) {
     if (k.size() > path.size() && k.compare(0, path.size(), path) == 0 && k[path.size()] == '.') {
       return true;
     }
@@ -76,7 +76,7 @@ std::string LastSegment(const std::string& path) {
 }
 
 // Edit distance counting an adjacent transposition as one edit ("gird" -> "grid" is 1), the most
-// common typo; trainer::SuggestKey's plain Levenshtein counts it as 2.
+// common typo; config::SuggestKey's plain Levenshtein counts it as 2.
 size_t TypoDistance(const std::string& a, const std::string& b) {
   std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
   for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
@@ -197,9 +197,9 @@ StatusOr<std::string> ParseValue(const std::string& path, const YAML::Node& valu
                                  const std::string& key_path, const std::string& file) {
   std::string where = Loc(file, value.Mark());
   TrialConfig scratch;
-  Status st = trainer::SetField(&scratch, path, value, where);
+  Status st = config::SetField(&scratch, path, value, where);
   if (!st.ok()) return InvalidArgument(AddTypoHint(Rekey(st, where, path, key_path).message()));
-  return FieldText(trainer::ToJson(scratch), path);
+  return FieldText(config::ToJson(scratch), path);
 }
 
 // Splits a "<loc>: <path>: <message>" error (the trial-config convention) into its three parts.
@@ -289,11 +289,11 @@ Status ReadAxes(const YAML::Node& map, const std::string& prefix, const std::str
       }
       return Error(where, key_path,
                    "expected a mapping of " + path + ".* axes, or a dotted key such as '" +
-                       trainer::KnownKeys()[0] + "', got " + Describe(v));
+                       config::KnownKeys()[0] + "', got " + Describe(v));
     }
     if (!IsConfigKey(path)) {
       return Error(where, key_path,
-                   "unknown trial-config key" + Hint(SuggestKeys(path, trainer::KnownKeys())));
+                   "unknown trial-config key" + Hint(SuggestKeys(path, config::KnownKeys())));
     }
     for (const auto& a : *axes) {
       if (a.key == path) {
@@ -344,7 +344,7 @@ Status ReadExcludeTerms(const YAML::Node& map, const std::string& prefix,
     if (!IsConfigKey(key)) {
       std::vector<std::string> candidates;
       for (const auto& a : axes) candidates.push_back(a.key);
-      for (const auto& c : trainer::KnownKeys()) {
+      for (const auto& c : config::KnownKeys()) {
         if (std::find(candidates.begin(), candidates.end(), c) == candidates.end()) {
           candidates.push_back(c);
         }
@@ -450,7 +450,7 @@ Status CheckName(const YAML::Node& n, const std::string& file, std::string* name
 
 // The resolution ablate-train and the sweep apply after all keys are set.
 void Resolve(int gpus, TrialConfig* c) {
-  trainer::Normalize(c);
+  config::Normalize(c);
   c->gpus = std::max(1, gpus);
   if (gpus == 0 && c->device == "auto") c->device = "cpu";
 }
@@ -466,8 +466,8 @@ struct Spec {
   std::string name;
   YAML::Mark root_mark;
   TrialConfig base;
-  trainer::SourceMap base_sources;  // where base set each key
-  trainer::SourceMap full_sources;  // every key: base's location, or the `base` mapping's
+  config::SourceMap base_sources;  // where base set each key
+  config::SourceMap full_sources;  // every key: base's location, or the `base` mapping's
   nlohmann::json base_json;         // the resolved base, for exclude and messages
   std::vector<Axis> axes;           // grid, zip, seeds, in that order
   size_t num_grid = 0, num_zip = 0;
@@ -571,7 +571,7 @@ Status ReadSpec(const YAML::Node& root, Spec* spec) {
                    "expected a mapping of trial-config keys, got " + Describe(base));
     }
     base_mark = base.Mark();
-    Status st = trainer::ApplyYaml(base, file, &spec->base, &spec->base_sources);
+    Status st = config::ApplyYaml(base, file, &spec->base, &spec->base_sources);
     if (!st.ok()) {
       std::string loc, path, rest;
       std::string message = AddTypoHint(st.message());
@@ -587,13 +587,13 @@ Status ReadSpec(const YAML::Node& root, Spec* spec) {
   }
   if (spec->base.name.empty()) spec->base.name = spec->name;
   spec->full_sources.file = file;
-  for (const auto& k : trainer::KnownKeys()) {
+  for (const auto& k : config::KnownKeys()) {
     spec->full_sources.locations.emplace_back(k, Loc(file, base_mark));
   }
   for (const auto& l : spec->base_sources.locations) spec->full_sources.locations.push_back(l);
   TrialConfig resolved_base = spec->base;
   Resolve(static_cast<int>(spec->gpus), &resolved_base);
-  spec->base_json = trainer::ToJson(resolved_base);
+  spec->base_json = config::ToJson(resolved_base);
 
   // grid, zip
   for (const char* section : {"grid", "zip"}) {
@@ -760,7 +760,7 @@ Status BuildPoint(const Spec& spec, const std::vector<size_t>& point, ExpandedTr
   for (size_t a = 0; a < spec.axes.size(); ++a) {
     const Axis& axis = spec.axes[a];
     ABLATE_RETURN_IF_ERROR(
-        Rekey(trainer::SetField(&c, axis.key, axis.values[point[a]], axis.locs[point[a]]),
+        Rekey(config::SetField(&c, axis.key, axis.values[point[a]], axis.locs[point[a]]),
               axis.locs[point[a]], axis.key, axis.KeyPath(point[a])));
     trial->axes.emplace_back(axis.key, axis.texts[point[a]]);
   }
@@ -800,7 +800,7 @@ Status BuildPoint(const Spec& spec, const std::vector<size_t>& point, ExpandedTr
                "device cpu with resources.gpus " + std::to_string(gpus) +
                    " would hold GPUs it never uses; CPU trials take resources: {gpus: 0}");
   } else {
-    st = trainer::Validate(c, spec.base_sources);
+    st = config::Validate(c, spec.base_sources);
     if (!st.ok()) {
       std::string loc, path, rest;
       if (SplitError(st.message(), &loc, &path, &rest) && IsConfigKey(path)) {
@@ -812,8 +812,8 @@ Status BuildPoint(const Spec& spec, const std::vector<size_t>& point, ExpandedTr
   }
   if (!st.ok()) return InvalidArgument(st.message() + point_note());
 
-  trial->config_hash = trainer::ConfigHash(c);
-  trial->config_json = trainer::ToJson(c).dump();
+  trial->config_hash = config::ConfigHash(c);
+  trial->config_json = config::ToJson(c).dump();
   trial->config = std::move(c);
   return Status::Ok();
 }
@@ -848,7 +848,7 @@ StatusOr<ExpandedSweep> ExpandSweep(const std::string& yaml_text, const std::str
   Spec spec;
   spec.file = file;
   try {
-    ABLATE_ASSIGN_OR_RETURN(YAML::Node root, trainer::LoadYamlDocument(yaml_text, file, "spec: "));
+    ABLATE_ASSIGN_OR_RETURN(YAML::Node root, config::LoadYamlDocument(yaml_text, file, "spec: "));
     ABLATE_RETURN_IF_ERROR(ReadSpec(root, &spec));
 
     // Count first, so an enormous grid fails fast without building configs.

@@ -1,4 +1,4 @@
-// Sweep specs: parsing, validation and expansion into trials (DESIGN.md, "Sweep spec").
+// Sweep specs: parsing, validation and expansion into trials (docs/design.md, "Sweep spec").
 //
 //   name: qknorm-vs-tokens-per-step          # required (rule below)
 //   base: { ...a trial config... }            # the trial-config schema (worker/trainer/config)
@@ -69,7 +69,7 @@
 #include <vector>
 
 #include "ablate/status.h"
-#include "trainer/config/trial_config.h"
+#include "ablate/trial_config.h"
 
 namespace ablate::server {
 
@@ -82,9 +82,9 @@ struct ExpandOptions {
 };
 
 struct ExpandedTrial {
-  trainer::TrialConfig config;
-  std::string config_hash;  // trainer::ConfigHash(config)
-  std::string config_json;  // trainer::ToJson(config).dump()
+  config::TrialConfig config;
+  std::string config_hash;  // config::ConfigHash(config)
+  std::string config_json;  // config::ToJson(config).dump()
   // The point's axis values as canonical text, in the sweep's axis order; "seed" included when the
   // spec has a seeds list. Numbers as the YAML scalar normalised (0.50 -> "0.5"), bools true/false.
   std::vector<std::pair<std::string, std::string>> axes;

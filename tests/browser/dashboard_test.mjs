@@ -214,7 +214,7 @@ test('unauthenticated requests are refused and the page says so', async () => {
   await anon.locator('#unauthenticated .reason').filter({hasText: '401'}).waitFor({timeout: 30000});
   // A 401 that answers a request sent with an older token must not sign out the newer one: the
   // event stream's probe, sent with the wrong token, could be answered after the form below had
-  // stored the right one, clearing it (CI, session 30: the form's sign-in never showed the sweeps).
+  // stored the right one, clearing it (CI: the form's sign-in never showed the sweeps).
   const stale = await anon.evaluate(async (good) => {
     const m = await import(new URL('js/api.js', location.href).href);
     m.setToken('an-older-token');

@@ -521,7 +521,7 @@ TEST(Chaos, NothingLostUnderKillsAndCuts) {
 
   // Let the sweep finish (bounded: the bound is a hang guard, not the property under test). On
   // 2 cores the sweep finished 228 s after the start alone; beside the dashboard test's sweep
-  // (now kept apart by a ctest resource lock) it took 289 s to more than 420 s (session 18).
+  // (now kept apart by a ctest resource lock) it took 289 s to more than 420 s.
   const auto settle_end = Clock::now() + seconds(EnvInt("ABLATE_CHAOS_SETTLE_SECONDS", 300));
   std::string open = "?";
   while (Clock::now() < settle_end) {

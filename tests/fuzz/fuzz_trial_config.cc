@@ -4,16 +4,16 @@
 #include <cstdint>
 #include <string>
 
-#include "trainer/config/trial_config.h"
+#include "ablate/trial_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string text(reinterpret_cast<const char*>(data), size);
-  auto c = ablate::trainer::ParseTrialConfig(text, "fuzz.yaml");
+  auto c = ablate::config::ParseTrialConfig(text, "fuzz.yaml");
   if (c.ok()) {
-    (void)ablate::trainer::ConfigHash(*c);
+    (void)ablate::config::ConfigHash(*c);
     // The canonical JSON must parse back to the same config.
-    auto again = ablate::trainer::ParseTrialConfig(ablate::trainer::ToJson(*c).dump(), "json");
-    if (!again.ok() || ablate::trainer::ConfigHash(*again) != ablate::trainer::ConfigHash(*c)) {
+    auto again = ablate::config::ParseTrialConfig(ablate::config::ToJson(*c).dump(), "json");
+    if (!again.ok() || ablate::config::ConfigHash(*again) != ablate::config::ConfigHash(*c)) {
       __builtin_trap();
     }
   } else if (c.status().message().empty()) {

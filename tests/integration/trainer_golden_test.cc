@@ -1,7 +1,7 @@
 // Golden and resume tests of the whole CPU training loop (llm.c's test_gpt2 habit):
 //  - a tiny model trains 20 steps and its losses and gradient norms match the stored ones;
 //  - a run resumed from a checkpoint continues bit-identically (same losses, same final weights);
-//  - the run's JSON lines carry what ALGORITHMS.md §3 asks for.
+//  - the run's JSON lines carry what kernels/ALGORITHMS.md §3 asks for.
 // The corpus is generated here (a seeded toy grammar), so the test needs no download.
 // Regenerate the stored values after an intended numerical change with
 //   ABLATE_UPDATE_GOLDEN=1 ./trainer_golden_test
@@ -19,9 +19,9 @@
 #include <cstdlib>
 #include <fstream>
 
-#include "trainer/config/trial_config.h"
+#include "ablate/trial_config.h"
 #include "trainer/loop/train_loop.h"
-#include "../trainer_run_util.h"
+#include "trainer_run_util.h"
 
 #ifndef ABLATE_GOLDEN_DIR
 #error "ABLATE_GOLDEN_DIR must name tests/integration/golden"
@@ -45,8 +45,8 @@ class TrainerGolden : public ::testing::Test {
     dir_ = new std::string(TempDir());
     std::ofstream(*dir_ + "/toy.txt") << ToyCorpus(60000, 12345);
   }
-  static TrialConfig Config(const std::string& yaml) {
-    auto c = ParseTrialConfig("data: {corpus: " + *dir_ + "/toy.txt, val_fraction: 0.1}\n" + yaml,
+  static config::TrialConfig Config(const std::string& yaml) {
+    auto c = config::ParseTrialConfig("data: {corpus: " + *dir_ + "/toy.txt, val_fraction: 0.1}\n" + yaml,
                               "golden");
     EXPECT_TRUE(c.ok()) << c.status().ToString();
     return *c;
@@ -119,7 +119,7 @@ TEST_F(TrainerGolden, FpaMuon8BitMatchesStoredLosses) {
 
 TEST_F(TrainerGolden, ResumeIsBitIdentical) {
   for (const char* yaml : {kSageSpectral, kFpaMuon8bit}) {
-    TrialConfig cfg = Config(yaml);
+    config::TrialConfig cfg = Config(yaml);
     std::string a = *dir_ + "/full_" + std::to_string(cfg.seed);
     std::string b = *dir_ + "/resumed_" + std::to_string(cfg.seed);
     RunLog full = Train(cfg, a);
@@ -145,7 +145,7 @@ TEST_F(TrainerGolden, ResumeIsBitIdentical) {
 }
 
 TEST_F(TrainerGolden, ResumeRefusesAnotherConfig) {
-  TrialConfig cfg = Config(kSageSpectral);
+  config::TrialConfig cfg = Config(kSageSpectral);
   std::string a = *dir_ + "/refuse";
   ASSERT_TRUE(Train(cfg, a).result.ok());
   cfg.optimizer.p = 0.25;
@@ -187,7 +187,7 @@ TEST_F(TrainerGolden, LinesCarryTheMetrics) {
 }
 
 TEST_F(TrainerGolden, DivergenceEndsTheRunAsAResult) {
-  TrialConfig cfg = Config(kSageSpectral);
+  config::TrialConfig cfg = Config(kSageSpectral);
   cfg.optimizer.kind = "adamw";
   cfg.optimizer.lr = 50;  // absurd on purpose
   cfg.optimizer.lr_vector = 50;
@@ -203,7 +203,7 @@ TEST_F(TrainerGolden, DivergenceEndsTheRunAsAResult) {
 }
 
 TEST_F(TrainerGolden, MissingCorpusIsAClearError) {
-  TrialConfig cfg = Config(kSageSpectral);
+  config::TrialConfig cfg = Config(kSageSpectral);
   cfg.data.corpus = *dir_ + "/does_not_exist.txt";
   RunLog run = Train(cfg, *dir_ + "/missing");
   ASSERT_FALSE(run.result.ok());

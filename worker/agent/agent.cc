@@ -527,7 +527,7 @@ void Agent::OnPoints(const Key& k, std::vector<v1::MetricPoint> points) {
     if (p.name() == "tokens_per_s") it->second->tokens_per_s = p.value();
   }
   AttemptOutbox& ob = *it->second->outbox;
-  ob.AddPoints(std::move(points), env_.clock->NowMs());
+  ob.AddPoints(std::move(points), env_.clock->MonotonicMs());
   if (ob.HasUnsent()) cv_.notify_all();
 }
 
@@ -704,8 +704,8 @@ bool Agent::RunSession(CoordinatorStream* stream) {
   bool registered = false;
   {
     std::unique_lock<std::mutex> l(mu_);
-    const int64_t deadline = env_.clock->NowMs() + options_.register_timeout_ms;
-    while (!session->registered && !session->broken && !stop_ && env_.clock->NowMs() < deadline) {
+    const int64_t deadline = env_.clock->MonotonicMs() + options_.register_timeout_ms;
+    while (!session->registered && !session->broken && !stop_ && env_.clock->MonotonicMs() < deadline) {
       cv_.wait_for(l, std::chrono::milliseconds(50));
     }
     registered = session->registered;
@@ -718,7 +718,7 @@ bool Agent::RunSession(CoordinatorStream* stream) {
 
   bool broken = false;  // the coordinator ended the stream, or a write failed
   if (registered) {
-    int64_t next_heartbeat = env_.clock->NowMs();  // the first one right away: it carries draining
+    int64_t next_heartbeat = env_.clock->MonotonicMs();  // the first one right away: it carries draining
     for (;;) {
       std::vector<v1::WorkerMessage> out;
       std::vector<std::unique_ptr<Attempt>> done;
@@ -726,7 +726,7 @@ bool Agent::RunSession(CoordinatorStream* stream) {
       {
         std::unique_lock<std::mutex> l(mu_);
         for (;;) {
-          const int64_t now = env_.clock->NowMs();
+          const int64_t now = env_.clock->MonotonicMs();
           if (session->broken) {
             broken = leave = true;
             break;
@@ -796,17 +796,17 @@ Status Agent::Run() {
   int64_t failures = 0;  // consecutive failed connects
   auto sleep = [&](int64_t ms) {
     std::uniform_real_distribution<double> jitter(0.5, 1.0);
-    const int64_t until = env_.clock->NowMs() + int64_t(double(ms) * jitter(rng_));
+    const int64_t until = env_.clock->MonotonicMs() + int64_t(double(ms) * jitter(rng_));
     std::unique_lock<std::mutex> l(mu_);
-    while (env_.clock->NowMs() < until && !ExitDue(env_.clock->NowMs())) {
+    while (env_.clock->MonotonicMs() < until && !ExitDue(env_.clock->MonotonicMs())) {
       cv_.wait_for(
-          l, std::chrono::milliseconds(std::clamp<int64_t>(until - env_.clock->NowMs(), 1, 100)));
+          l, std::chrono::milliseconds(std::clamp<int64_t>(until - env_.clock->MonotonicMs(), 1, 100)));
     }
   };
   for (;;) {
     {
       std::lock_guard<std::mutex> l(mu_);
-      if (ExitDue(env_.clock->NowMs())) break;
+      if (ExitDue(env_.clock->MonotonicMs())) break;
     }
     auto stream = env_.connector->Connect();
     {
@@ -835,7 +835,7 @@ Status Agent::Run() {
     }
     {
       std::lock_guard<std::mutex> l(mu_);
-      if (ExitDue(env_.clock->NowMs())) break;
+      if (ExitDue(env_.clock->MonotonicMs())) break;
     }
     sleep(backoff);
   }

@@ -51,7 +51,7 @@
 #include <vector>
 
 #include "ablate/status.h"
-#include "agent/clock.h"
+#include "ablate/clock.h"
 #include "agent/outbox.h"
 #include "agent/process.h"
 #include "agent/spool.h"
@@ -93,7 +93,7 @@ struct AgentOptions {
 struct AgentEnv {
   CoordinatorConnector* connector = nullptr;
   ProcessSpawner* spawner = nullptr;
-  Clock* clock = nullptr;
+  const Clock* clock = nullptr;
 };
 
 class Agent {

@@ -10,12 +10,12 @@
 #include <set>
 
 #include "ablate/token.h"
-#include "metrics/catalog.h"
+#include "ablate/metric_catalog.h"
 
 namespace ablate::agent {
 namespace {
 
-namespace catalog = ::ablate::server::metrics;
+namespace catalog = ::ablate::metrics;
 
 const catalog::MetricDef& Def(std::string_view name) {
   const catalog::MetricDef* d = catalog::FindMetric(name);

@@ -1,4 +1,4 @@
-// ablate-worker's Prometheus endpoint (`--metrics HOST:PORT`; DESIGN.md, "Observability").
+// ablate-worker's Prometheus endpoint (`--metrics HOST:PORT`; docs/design.md, "Observability").
 //
 // Three layers, so each is tested without the next:
 // - WorkerMetrics: the ablate_worker_* series of the one metric catalog (server/metrics/catalog.h:

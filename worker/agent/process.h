@@ -1,4 +1,4 @@
-// Process spawning behind an interface (STYLE.md, "inject the environment").
+// Process spawning behind an interface (so tests inject a fake).
 //
 // The real spawner starts a child in its own session and process group (setsid), with stdin from
 // /dev/null, stdout on a pipe that the parent reads, stderr appended to a file, a working folder

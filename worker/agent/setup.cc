@@ -283,7 +283,7 @@ int WorkerMain(int argc, char** argv) {
   AgentEnv env;
   env.connector = connector->get();
   env.spawner = RealSpawner();
-  env.clock = RealClock();
+  env.clock = SystemClock();
   Agent agent(options, env);
 
   // The Prometheus endpoint. Its address goes to <work-dir>/worker.metrics (removed first, so a

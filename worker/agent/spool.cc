@@ -7,6 +7,7 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include "agent/util.h"
 
@@ -96,10 +97,24 @@ bool Spool::IsFinal(const v1::WorkerMessage& m) {
          k == v1::TrialEvent::CANCELED;
 }
 
+namespace {
+
+// Unlinks the temporaries WriteFileAtomic leaves when killed mid-write: "<name>.tmp..." beside it.
+void RemoveTemporaries(const std::string& path) {
+  const std::string dir = DirName(path);
+  const std::string prefix = path.substr(path.rfind('/') + 1) + ".tmp";
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    if (e.path().filename().string().rfind(prefix, 0) == 0) ::unlink(e.path().c_str());
+  }
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<Spool>> Spool::Open(const std::string& path, SpoolOptions options) {
   std::unique_ptr<Spool> s(new Spool(path, options));
-  // A leftover spool.tmp is an interrupted compaction; the spool itself is intact.
-  ::unlink((path + ".tmp").c_str());
+  // A leftover temporary (spool.tmp...) is an interrupted compaction; the spool itself is intact.
+  RemoveTemporaries(path);
   ABLATE_RETURN_IF_ERROR(s->Load());
   return s;
 }
@@ -224,20 +239,7 @@ Status Spool::Compact() {
     m.AppendToString(&body);
     data += Frame(body);
   }
-  const std::string tmp = path_ + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoToStatus(errno, "open " + tmp);
-  Status st = WriteAll(fd, data, tmp);
-  if (st.ok() && ::fsync(fd) != 0) st = ErrnoToStatus(errno, "fsync " + tmp);
-  ::close(fd);
-  if (st.ok() && ::rename(tmp.c_str(), path_.c_str()) != 0) {
-    st = ErrnoToStatus(errno, "rename " + tmp + " to " + path_);
-  }
-  if (!st.ok()) {
-    ::unlink(tmp.c_str());
-    return st;
-  }
-  ABLATE_RETURN_IF_ERROR(FsyncDir(DirName(path_)));
+  ABLATE_RETURN_IF_ERROR(WriteFileAtomic(path_, data));
   const int nfd = ::open(path_.c_str(), O_RDWR | O_APPEND | O_CLOEXEC);
   if (nfd < 0) {
     broken_ = true;

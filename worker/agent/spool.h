@@ -1,4 +1,4 @@
-// Spool: the durable copy of one attempt's unacknowledged reports (DESIGN.md, "nothing lost when a
+// Spool: the durable copy of one attempt's unacknowledged reports (docs/design.md, "nothing lost when a
 // worker ... is killed").
 //
 // Every MetricBatch and TrialEvent is appended here before it is sent, and stays until the
@@ -13,8 +13,9 @@
 //     kind 3 (meta):   i64 last_seq, u8 finished   (first record of a compacted file)
 // A record that is cut short or fails its checksum ends the file: a crash in the middle of an
 // append loses only that record (which was never sent, so nothing acknowledged is lost); Open()
-// truncates it away so later appends follow valid data. Compaction rewrites the live records into
-// "spool.tmp", fsyncs it and renames it over "spool", so a crash leaves the old or the new file.
+// truncates it away so later appends follow valid data. Compaction rewrites the live records with
+// WriteFileAtomic (a temporary beside "spool", fsync, rename), so a crash leaves the old or the new
+// file; Open() removes a temporary left by a crash.
 //
 // Errors: file errors come back as Status; the in-memory state is updated anyway, so the agent
 // keeps running (and resending from memory) on a full or read-only disk. Thread safety: not

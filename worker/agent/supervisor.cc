@@ -9,7 +9,7 @@
 
 namespace ablate::agent {
 
-Supervisor::Supervisor(SpawnSpec spec, ProcessSpawner* spawner, Clock* clock, SupervisorSink* sink,
+Supervisor::Supervisor(SpawnSpec spec, ProcessSpawner* spawner, const Clock* clock, SupervisorSink* sink,
                        SupervisorOptions options)
     : spec_(std::move(spec)), spawner_(spawner), clock_(clock), sink_(sink), options_(options) {}
 
@@ -18,7 +18,7 @@ void Supervisor::Cancel(const std::string& reason) {
   if (cancel_requested_) return;
   cancel_requested_ = true;
   cancel_reason_ = reason;
-  cancel_at_ms_ = clock_->NowMs();
+  cancel_at_ms_ = clock_->MonotonicMs();
   if (child_ && !exited_) {
     child_->SignalGroup(SIGTERM);
     term_sent_ = true;
@@ -38,7 +38,7 @@ void Supervisor::Preempt() {
   std::lock_guard<std::mutex> l(mu_);
   if (preempt_requested_) return;
   preempt_requested_ = true;
-  preempt_at_ms_ = clock_->NowMs();
+  preempt_at_ms_ = clock_->MonotonicMs();
   if (child_ && !exited_) {
     child_->SignalGroup(SIGUSR1);
     usr1_sent_ = true;
@@ -59,7 +59,7 @@ void Supervisor::CheckCancel() {
       child_->SignalGroup(SIGUSR1);
       usr1_sent_ = true;
     }
-    if (!kill_sent_ && clock_->NowMs() - preempt_at_ms_ >= options_.preempt_grace_ms) {
+    if (!kill_sent_ && clock_->MonotonicMs() - preempt_at_ms_ >= options_.preempt_grace_ms) {
       child_->SignalGroup(SIGKILL);
       kill_sent_ = true;
     }
@@ -69,7 +69,7 @@ void Supervisor::CheckCancel() {
     child_->SignalGroup(SIGTERM);
     term_sent_ = true;
   }
-  if (!kill_sent_ && clock_->NowMs() - cancel_at_ms_ >= options_.cancel_grace_ms) {
+  if (!kill_sent_ && clock_->MonotonicMs() - cancel_at_ms_ >= options_.cancel_grace_ms) {
     child_->SignalGroup(SIGKILL);
     kill_sent_ = true;
   }

@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/clock.h"
+#include "ablate/clock.h"
 #include "agent/process.h"
 #include "proto/ablate.pb.h"
 
@@ -56,7 +56,7 @@ struct SupervisorOptions {
 class Supervisor {
  public:
   // Not owned: spawner, clock and sink must outlive Run().
-  Supervisor(SpawnSpec spec, ProcessSpawner* spawner, Clock* clock, SupervisorSink* sink,
+  Supervisor(SpawnSpec spec, ProcessSpawner* spawner, const Clock* clock, SupervisorSink* sink,
              SupervisorOptions options = {});
 
   void Run();
@@ -85,7 +85,7 @@ class Supervisor {
 
   const SpawnSpec spec_;
   ProcessSpawner* const spawner_;
-  Clock* const clock_;
+  const Clock* const clock_;
   SupervisorSink* const sink_;
   const SupervisorOptions options_;
 

@@ -1,5 +1,5 @@
 // The worker's end of WorkerService.Connect behind a small interface, so that the agent can be
-// driven by tests without a network (STYLE.md, "thin transport").
+// driven by tests without a network.
 //
 // One CoordinatorStream is one Connect call. The agent writes from one thread and reads from
 // another, which gRPC's synchronous bidirectional streams allow; Cancel() may be called from any

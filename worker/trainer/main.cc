@@ -17,7 +17,8 @@
 #include <iostream>
 #include <new>
 
-#include "trainer/config/trial_config.h"
+#include "ablate/files.h"
+#include "ablate/trial_config.h"
 #include "trainer/loop/checkpoint.h"
 #include "trainer/loop/train_loop.h"
 #if ABLATE_TRAINER_HAVE_CUDA
@@ -97,21 +98,21 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
 
-  auto config = ablate::trainer::LoadTrialConfig(config_path);
+  auto config = ablate::config::LoadTrialConfig(config_path);
   if (!config.ok()) {
     std::fprintf(stderr, "ablate-train: %s\n", config.status().message().c_str());
     return 2;
   }
   if (print_config) {
-    nlohmann::json j = ablate::trainer::ToJson(*config);
-    std::cout << nlohmann::json{{"config_hash", ablate::trainer::ConfigHash(*config)},
+    nlohmann::json j = ablate::config::ToJson(*config);
+    std::cout << nlohmann::json{{"config_hash", ablate::config::ConfigHash(*config)},
                                 {"config", j}}
                      .dump(2)
               << "\n";
     return 0;
   }
-  if (out_dir.empty()) out_dir = "ablate-runs/" + ablate::trainer::ConfigHash(*config);
-  if (auto st = ablate::trainer::MakeDirs(out_dir); !st.ok()) {
+  if (out_dir.empty()) out_dir = "ablate-runs/" + ablate::config::ConfigHash(*config);
+  if (auto st = ablate::MakeDirs(out_dir); !st.ok()) {
     std::fprintf(stderr, "ablate-train: %s\n", st.message().c_str());
     return 1;
   }

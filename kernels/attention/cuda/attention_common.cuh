@@ -68,6 +68,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "ablate/cuda_status.h"
 #include "ablate/status.h"
 
 namespace ablate::kernels::cuda {
@@ -76,17 +77,10 @@ namespace ablate::kernels::cuda {
 // Host: CUDA errors -> Status.
 // ----------------------------------------------------------------------------------------------
 
-// OK for cudaSuccess; otherwise Internal("<what>: <cudaGetErrorName>: <cudaGetErrorString>").
-inline Status CudaStatus(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return Status::Ok();
-  return Internal(std::string(what) + ": " + cudaGetErrorName(err) + ": " +
-                  cudaGetErrorString(err));
-}
-
 // Returns from the enclosing Status function when a CUDA call fails.
 #define ABLATE_CUDA_RETURN_IF_ERROR(expr, what)                          \
   do {                                                                   \
-    ::ablate::Status _st = ::ablate::kernels::cuda::CudaStatus((expr), (what)); \
+    ::ablate::Status _st = ::ablate::CudaStatus((expr), (what)); \
     if (!_st.ok()) return _st;                                           \
   } while (0)
 
@@ -176,7 +170,7 @@ __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_
 // needs __syncthreads() before other threads read the data. The memory clobber keeps the
 // compiler from moving the thread's own reads of its copies above the wait (the quantize
 // kernel's staged paths read them without a barrier; every other caller's barrier was one
-// already: the attention kernels' PTX is the same with or without it, session 21).
+// already: the attention kernels' PTX is the same with or without it).
 template <int N>
 __device__ __forceinline__ void CpAsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
@@ -422,12 +416,12 @@ constexpr float kLn2 = 0.6931471805599453f;
 // production forward and backward): grid (BH, blocks per head), block rb = 0 the heaviest. The
 // CTA at dispatch position x + y BH runs block rb of head bh, in groups of `group` heads (the
 // last group also takes the BH % group heads left over; group >= BH: one group, (rb, bh) = (y,
-// x), SageBwd's order before session 27; group = 1: head by head, FPA's before session 28):
+// x), SageBwd's order earlier; group = 1: head by head, FPA's earlier):
 // inside a group the blocks go longest-first across its heads, and the groups follow each other.
 // The hardware dispatches CTAs in about that order, so the CTAs in flight together span about
 // `group` heads, which share their operands in L2 (a forward's K / V; a backward's Q side and
 // dQ accumulator); longest-first across all heads, the heaviest blocks of every head ran
-// together and read their operands from DRAM each (SageBwd causal, same binary, session 27: B8
+// together and read their operands from DRAM each (SageBwd causal, same binary: B8
 // H16 N2048 d128 backward 1.19x faster in groups, the GPT-2 small shape B16 H12 N1024 d64 1.08x,
 // the others 1.00-1.02x). Each group ends with its lightest blocks, so the balance holds where
 // the last group carries enough work (LptHeadsAuto). (SageBwd's d64 backward, at its 168-register
@@ -474,12 +468,11 @@ StatusOr<int64_t> ResidentCtas(Kernel kernel, int threads, size_t smem) {
 // for a causal grid of nb blocks per head whose kernel runs `resident` CTAs at a time on the GPU:
 // 16 heads, or more where the last group would not carry two waves of its heaviest block's work
 // (a causal head's nb blocks carry ~nb^2 / 2 block units against its heaviest block's nb, so a
-// group of g heads fills the GPU for g nb / (2 resident) of them). Session 27 (H200, SageBwd,
+// group of g heads fills the GPU for g nb / (2 resident) of them). Measured (H200, SageBwd,
 // same binary): groups of 8-32 heads within 1% of each other at B8 H16 N2048 and B2 H16 N8192
 // d128 causal, all heads in one group up to 1.19x slower, 1-2 heads up to 1.06x slower; a last
 // group short of that work (B8 H16 N1024 d64, 3 CTAs per SM, groups of 44 heads from an L2-size
-// rule) 1.06x slower, as were the L2 rule's 50 + 14 heads in the B4 H16 N2048 forward
-// (docs/gpu/2026-11-28-h200-s27).
+// rule) 1.06x slower, as were the L2 rule's 50 + 14 heads in the B4 H16 N2048 forward.
 template <typename Kernel>
 StatusOr<int> LptHeadsAuto(Kernel kernel, int threads, size_t smem, int nb) {
   ABLATE_ASSIGN_OR_RETURN(const int64_t resident, ResidentCtas(kernel, threads, smem));

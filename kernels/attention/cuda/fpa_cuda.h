@@ -1,5 +1,5 @@
 // FPA (exact bf16 flash attention) on the GPU, forward and backward: the CUDA twin of
-// FpaForward / FpaBackward in attention/attention_cpu.h (ALGORITHMS.md §1.1).
+// FpaForward / FpaBackward in attention/attention_cpu.h (kernels/ALGORITHMS.md §1.1).
 //
 // Layout: q, k, v, o, do, dq, dk, dv: (B, H, N, D) __nv_bfloat16 row-major contiguous;
 // lse: (B, H, N) float, natural-log sum-exp of the rows of S = tau Q K^T, tau = 1/sqrt(D).
@@ -37,7 +37,7 @@ using AttnShapeCuda = ::ablate::kernels::AttnShape;
 struct FpaCudaOptions {
   // Causal grids run longest-first in groups of this many heads (attention_common.cuh, LptBlock):
   // 0 = production's choice (LptHeadsAuto: 16 heads, more where the last group would carry too
-  // little work), n > 0 = n heads (1: head by head, the order before session 28); negative:
+  // little work), n > 0 = n heads (1: head by head, the order earlier); negative:
   // InvalidArgument. Any value computes the same outputs (dQ up to the order of its fp32
   // accumulation).
   int lpt_heads = 0;

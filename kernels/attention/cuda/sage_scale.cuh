@@ -1,7 +1,7 @@
-// SageBwd group scales (ALGORITHMS.md §1.2: s = max|X| / 127, an all-zero group s = 1) and their
+// SageBwd group scales (kernels/ALGORITHMS.md §1.2: s = max|X| / 127, an all-zero group s = 1) and their
 // reciprocals, as device functions shared by the SageBwd kernels (sagebwd.cu) and the GPU test
 // that checks the branch-free forms against the IEEE operations on every input
-// (tests/gpu/sage_scale_gpu_test.cu).
+// (tests/gpu/kernels/attention/sage_scale_gpu_test.cu).
 #pragma once
 
 namespace ablate::kernels::cuda {
@@ -18,7 +18,7 @@ __device__ __forceinline__ float GroupScale(float max_abs) {
 // IEEE reciprocal for the rare s outside (a group whose largest magnitude is below ~1.5e-36)
 // behind one warp-uniform test for all its reciprocals (a test each serializes their chains:
 // every branch is a reconvergence point). Both equal GroupScale and 1.0f / s bit for bit:
-// tests/gpu/sage_scale_gpu_test.cu checks every input.
+// tests/gpu/kernels/attention/sage_scale_gpu_test.cu checks every input.
 __device__ __forceinline__ float GroupScaleBranchless(float max_abs) {
   constexpr float kInv127 = 1.0f / 127.0f;
   const float q = max_abs * kInv127;

@@ -1,5 +1,5 @@
 // SageBwd INT8 attention, forward and backward, for sm_90a (wgmma; mma.sync in one lab forward):
-// the CUDA twin of the CPU emulator in attention/sagebwd_cpu.cc (ALGORITHMS.md §1.2). Host API:
+// the CUDA twin of the CPU emulator in attention/sagebwd_cpu.cc (kernels/ALGORITHMS.md §1.2). Host API:
 // sagebwd_cuda.h.
 //
 // Layout: q, k, v, o, do, dq, dk, dv (B, H, N, D) bf16 row-major; lse (B, H, N) f32. Tiles
@@ -57,7 +57,7 @@
 // 128 keys; each computes half of dQ's columns), v11 its Q side by TMA; v12 (kBwdEarlyP1): the
 // next Q tile's S and dP wgmmas issued during this tile's last two phase-2 epilogues (production
 // non-causal); kBwdSwap: S^T and dP^T (keys as rows), so that P^T's and dS^T's scales are row
-// statistics (production causal since session 26). The per-tile body is BwdTile's (TileRows;
+// statistics (production causal now). The per-tile body is BwdTile's (TileRows;
 // kBwdSwap: TileKeysAsRows); SageBackwardKernel sets up the CTA, the producer and each Q tile's
 // stage around it. The compiled-in variants are BwdCompiled (the GPU test's lab mode times them
 // through SageCudaOptions::bwd_variant); BwdProductionFor picks production's.
@@ -77,7 +77,7 @@
 // backward; the forward kernel zeroes the backward's dQ accumulator.
 //
 // Removed lab kernels (kernels/bench/README.md, Variants, has their figures): the v3 / v4
-// forward and backward, the mma.sync backward v4q and the wgmma steps v7a-v7s (session 22; commit
+// forward and backward, the mma.sync backward v4q and the wgmma steps v7a-v7s (an earlier run; commit
 // 78f17c5 has them), the v5b / v5c forwards (4 warps x 32 rows; without the fast interior
 // logits), and the backward v6 (fpa.cu's backward v2 structure: 0.76-0.88x of v4).
 #include "attention/cuda/sagebwd_cuda.h"
@@ -101,7 +101,7 @@ namespace {
 using cuda::wgmma::TileDesc;
 
 using cuda::CeilDiv;
-using cuda::CudaStatus;
+using ::ablate::CudaStatus;
 using cuda::LptBlock;  // (attention_common.cuh, with LptGrid: shared with fpa.cu)
 using cuda::LptGrid;
 using cuda::GroupScale;
@@ -122,7 +122,7 @@ constexpr int kI8T = kTile + 16;  // int8 row stride (bytes) of a tile whose k i
 // at d128 staged in shared memory by stmatrix and added by one bulk reduction. The reductions
 // from registers made ptxas spill 176-224 bytes in the d128 kernels (at their 240-register
 // budget, with 128 fp32 dK / dV values per thread) and ran them 0.73-0.85x; at d64 (168
-// registers, no new spills) they run the backward 1.031-1.035x (session 32, docs/gpu/
+// registers, no new spills) they run the backward 1.031-1.035x (an earlier run:
 // 2026-11-28-h200-s32): no staging stores, no proxy fence, no bulk read of the staging.
 template <int D>
 constexpr bool DqByRed() {
@@ -338,7 +338,7 @@ __device__ __forceinline__ float SoftmaxScale(float a) {
 // measured in the bench notes); every compiled variant has all of them (kBwdBase), so the kernel
 // has no code without them, and each has kBwdTma or kBwdWs. The lab variants that lacked some
 // (the mma.sync kernels v4 / v4q, the wgmma steps v7a-v7s, the cp.async Q side without kBwdWs)
-// were removed in session 22; commit 78f17c5 still has them.
+// were removed earlier; commit 78f17c5 still has them.
 // (Bits 1, 2, 4 were v3's Q-tile prefetch, 16-byte dQ atomics and S32ToF32 conversion: 2-6%
 // slower together, removed; git history.)
 constexpr int kBwdInterior = 8;  // interior blocks (no tail, no causal diagonal) skip the masks
@@ -398,16 +398,15 @@ constexpr int kBwdEarlyP1 = kSageBwdEarlyP1;
 // scale per query over both consumers' 128 keys (a column reduction, two pair barriers), its codes
 // stored by stmatrix.trans (16-bit units of keys g, g + 8: K^T is copied with its keys permuted to
 // match); the first dV product runs beside that chain. 9% fewer instructions than 7712696 and
-// 0.986-1.021x its speed: the tile is latency-bound in every step (session 25; the codes as the dV
+// 0.986-1.021x its speed: the tile is latency-bound in every step (an earlier run; the codes as the dV
 // / dK wgmmas' register A operands made ptxas spill 300-440 bytes). Causal 1.000-1.021x over three
-// calls (sessions 25-26), non-causal 0.986-1.002x: causal only.
+// calls, non-causal 0.986-1.002x: causal only.
 constexpr int kBwdSwap = kSageBwdSwap;
 // (Measured, not kept: dQ converted in the backward kernel by the last contributor per Q tile,
-// found by an acq_rel counter per tile: 0.78-0.98x; docs/gpu/2026-11-21-h200-pdl. Once per head
+// found by an acq_rel counter per tile: 0.78-0.98x; once per head
 // instead, by the CTA that finishes the head last (each CTA drains its dQ adds and counts itself
 // after its dK / dV stores): backward 0.82-0.97x, the count alone 0.98-0.99x; one CTA reads a
-// head's dqacc from L2 far slower than the conversion launch streams all of them; session 29,
-// docs/gpu/2026-11-28-h200-s29.)
+// head's dqacc from L2 far slower than the conversion launch streams all of them.)
 template <int D, int kVar>
 constexpr int BwdMinBlocks() {
   return (D == 64 && (kVar & kBwdWs) == 0) ? 3 : 1;  // kBwdOcc3
@@ -499,7 +498,7 @@ __device__ __forceinline__ void BlockBias(const __nv_bfloat16* k, const float* m
 }
 
 // Key order of the forward's V^T and of the backward's K^T (QuantJob::perm16; forward v5: V^T;
-// since session 18 K^T too, so that a backward thread's dS^ codes of keys 8n + 2t + b, n = 2m,
+// now K^T too, so that a backward thread's dS^ codes of keys 8n + 2t + b, n = 2m,
 // 2m + 1, b = 0, 1 are four adjacent bytes: one 32-bit store): within each run of
 // 16 keys, byte slot 4t + b holds key 2t + b (b < 2) or 8 + 2t + b - 2 (b >= 2). That is the
 // order in which an s32 m16n8 accumulator fragment (lane t: columns 2t, 2t + 1 of n-blocks
@@ -584,7 +583,7 @@ __device__ __forceinline__ void TraceAt(int kind, int slot) {
 // (clock; every thread reads it, the add and the mark are predicated) since its previous mark to
 // slot k of a shared-memory array, whose slot 8 holds that mark; slot 7 counts the Q tiles;
 // SAGE_PHASE_END copies slots 0-7 to the CTA's record. The array is at namespace scope, so that
-// the tile bodies (BwdTile's member functions, session 27) mark phases too. (Until session 28 the
+// the tile bodies (BwdTile's member functions) mark phases too. (earlier the
 // mark was a local register of the kernel, which the split out of the kernel left out of the
 // tile bodies' reach: the trace build did not compile.)
 __shared__ unsigned sage_ph[9];
@@ -716,7 +715,7 @@ __device__ __forceinline__ float WarpAbsMax(const float (&v)[kPer][8]) {
 
 // The codes of a thread's kPer rows of 8 values (4 per word, value 4 w + b in byte b of word w)
 // by QuantBitsRn, three byte permutes per word (QuantizeKernel and the fused Q quantization of
-// the v6+ forwards; before session 13 QuantizeS8Inv per value and shifts: the same codes).
+// the v6+ forwards; earlier QuantizeS8Inv per value and shifts: the same codes).
 template <int kPer>
 __device__ __forceinline__ void QuantizeRows8(const float (&v)[kPer][8], float inv,
                                               uint32_t (&code)[kPer][2]) {
@@ -813,12 +812,12 @@ struct QuantParams {
 
 // Minimum blocks per SM of QuantizeKernel (launch bounds): the d64 forward launch 6 (<= 40
 // registers, 6 blocks per SM instead of 5 at 48: 46.0 -> 43.6 us at B16 H12 N1024 under ncu),
-// the d64 prep launch 6 (<= 40 registers; until session 21 it held its values in registers at
+// the d64 prep launch 6 (<= 40 registers; earlier it held its values in registers at
 // 4 blocks (<= 64: at 40 that form spilled and measured no better), since then it stages dO in
 // shared memory like the two-tile launch: 25.7 -> 23.7 us at B16 H12 N1024 in situ); the
 // two-tile launch 2 (<= 64 registers; one 512-thread block per SM at its 116 registers left
 // the loads of one block at a time in flight, 80.6 vs 65.3 us at B4 H16 N2048
-// d128 under ncu, then with 88 bytes of spills; 3 since session 19, when the tile was staged in
+// d128 under ncu, then with 88 bytes of spills; 3 now, when the tile was staged in
 // shared memory and its values converted twice, <= 40 registers: 41.6 -> 37.8 us at B4 H16 N2048
 // d128 in situ, and at 2 blocks of 64 registers ncu put it at half occupancy, neither DRAM- nor
 // issue-bound); else 1.
@@ -859,7 +858,7 @@ __global__ void __launch_bounds__(256 * kG, (QuantizeMinBlocks<D, kPrep, kG>()))
   // memory by cp.async (each thread reads back only the chunks it copied), and the values are
   // converted twice, for the maximum and for the codes, so that no thread holds its 32 values
   // across the block's reduction (the transposed codes then reuse the tile's buffer). The prep's
-  // O chunks (for D_i) come straight to registers. (Measured, session 21, ncu in situ: the d64
+  // O chunks (for D_i) come straight to registers. (Measured, ncu in situ: the d64
   // prep 25.7 -> 23.7 us at B16 H12 N1024, 40 registers and 6 blocks per SM instead of 64 and 4;
   // the d128 one staged the same way 28.8 -> 30.9 us at B4 H16 N2048, so it stays
   // register-resident.)
@@ -1188,7 +1187,7 @@ __device__ __forceinline__ float FusedQQuantize(const FwdParams& p, int64_t bh, 
 
 // Forward v5 (kernels/bench/README.md, Variants): 128 query rows per CTA (kG3: 192) = two (three)
 // 64-row quantization groups (Q^ scales, mu and the emulator's Bq stay 64), one m16 row block per
-// warp (8 warps; v5b's two per warp were removed in session 22, their loops in session 25), K^ and
+// warp (8 warps; v5b's two per warp were removed earlier, their loops earlier), K^ and
 // V^T double-buffered by cp.async, fragments by ldmatrix
 // (v5a, lab variant 8; the wgmma kernels below keep its structure). Softmax in the log2 domain (the
 // logits scaled by log2 e; LSE converted back): P~^ = rne(127 exp2(x - rowmax)) (= P~ / s_P of the
@@ -1208,7 +1207,7 @@ __device__ __forceinline__ float FusedQQuantize(const FwdParams& p, int64_t bh, 
 // has no Q job): the wgmma forwards (variants 10-24) without Q-smoothing. (D = 64 since session
 // 13: with the leaner quantize launch, in situ at B16 H12 N1024 causal the launch 38.6 -> 27.1 us
 // against the forward kernel 106.8 -> 116.3 us, forward 1.019-1.028x, backward unchanged; in
-// session 11, before it, neutral.)
+// an earlier run: before it, neutral.)
 constexpr bool FwdFusesQ(bool wgmma, bool smooth_q) { return wgmma && !smooth_q; }
 
 // kK128 (forward 16, 20-22): 4 stages, the consumers step two K tiles at a time.
@@ -2105,7 +2104,7 @@ __device__ __forceinline__ void BwdWgSync(int cw) {
 // as arguments, and adds Q-smoothing's dK term and releases the stage after the body. (Every
 // member function inlines; the tile's per-stage pointers as arguments rather than members, and
 // the struct built right before the loop, keep the kernels' address arithmetic close to the
-// one-function form's: session 27's A/B, docs/gpu/2026-11-28-h200-s27.)
+// one-function form's: an earlier A/B)
 template <int D, bool kCausal, int kVar>
 struct BwdTile {
   static constexpr bool kWs = (kVar & kBwdWs) != 0;
@@ -2326,7 +2325,7 @@ struct BwdTile {
     // 2t + 1, 2t + 9 of that half in BwdQueryOfSlot's order (Q^T / dO^T hold the queries in
     // it), all this thread's: one 32-bit store each, into the 64B-swizzled tiles (16-byte unit
     // 2kk + u of row r at (2kk + u) ^ ((r / 2) % 4), the same for both rows kr[h]). (From
-    // registers as the wgmmas' A fragments instead, ptxas spilled 300-440 bytes: session 25.)
+    // registers as the wgmmas' A fragments instead, ptxas spilled 300-440 bytes: an earlier run.)
     {
       const int swz = (g >> 1) & 3;
       const auto store_codes = [&](int8_t* tile, const float(&x)[8][4], const float(&inv)[2]) {
@@ -2379,7 +2378,7 @@ struct BwdTile {
     // Five products: dV, dK of head-dim columns ch * 64.. (A: P^T / dS^T, B: dO^T / Q^T of the
     // stage at bt) and dQ (columns 64 cw.. over both consumers' 128 keys: dS^ of consumer c
     // times its K^T). The first dV one runs beside the dS^ scales and is folded before their
-    // barrier (0.988-1.020x over issuing it after them, two calls of session 25; the first dK
+    // barrier (0.988-1.020x over issuing it after them; the first dK
     // one too, in flight through that barrier and the dS^ codes: 0.94-0.97x); the others two
     // at a time, each epilogue beside the next product.
     int32_t acc[2][32];
@@ -2514,7 +2513,7 @@ struct BwdTile {
       // diagonal) computes every element the same way and then zeroes those outside the mask by
       // a select on a per-row key limit, so that it needs no more registers than the interior
       // form (its former per-element predicated loads and exponentials were the loop's register
-      // peak, 238 of 240, which the rest of the loop's allocation had to fit around; session 24).
+      // peak, 238 of 240, which the rest of the loop's allocation had to fit around).
       // Elements outside are computed from whatever the tiles hold there and never selected.
       const auto tile_fx = [&](auto sq_c, auto mask_c) {
         constexpr bool kSq = decltype(sq_c)::value, kMask = decltype(mask_c)::value;
@@ -2587,7 +2586,7 @@ struct BwdTile {
       const int grow = r0 + warp * 16 + g + 8 * h;
       if constexpr (kPair && !kCausal) {
         // (Measured: the predicated add below 0.986-0.988x here, 1.022-1.030x on the causal
-        // kernel, 1.017-1.036x at d64; session 23.)
+        // kernel, 1.017-1.036x at d64.)
         if (t == 0 && grow < p.n) atomicAdd(p.dsrow + int64_t(bh) * p.n + grow, rs);
       } else {
         RedAddIf(t == 0 && grow < p.n, p.dsrow + int64_t(bh) * p.n + grow, rs);
@@ -2598,7 +2597,7 @@ struct BwdTile {
     // reduce-scatter variants skip them without it: a warp-uniform branch around ~85 instructions
     // per warp and tile (5% of the d64 backward's) that were issued for nothing. Measured: d64
     // backward 1.016-1.030x, d128 (no column sums with kPair) unchanged; the branch costs the
-    // d64 kernels 4-8 bytes of spills at their 168-register bound (session 14).
+    // d64 kernels 4-8 bytes of spills at their 168-register bound.
     const bool col_sum = !kPair && p.smooth_q;
     {
       float vp[16], vds[16];
@@ -2689,7 +2688,7 @@ struct BwdTile {
     // The dV / dK epilogues' coefficients of this thread's key rows kr[h]. d128: in registers
     // from here (read in the epilogues, they were loaded again after every wgmma wait, whose
     // memory clobber orders them, each behind an address rematerialized from the thread index);
-    // d64 reads them in the epilogues (measured 2-3% faster at d64; session 24).
+    // d64 reads them in the epilogues (measured 2-3% faster at d64).
     constexpr bool kCoefRegs = D == 128;
     const auto dv_coef = [&](int h) { return s_csp[kr[h]] * sdoi; };
     const auto dk_coef = [&](int h) { return tau * s_csds[kr[h]] * sqi; };
@@ -2704,8 +2703,8 @@ struct BwdTile {
     // apart), its latency exposed in turn: they run kAhead blocks ahead. (At d128 this and the
     // coefficients above pay only since the masked P / dS form stopped being the loop's register
     // peak; before, ptxas made room for them by recomputing the thread index in the loop:
-    // session 24. Four ahead at d128 lost to two then, 0.981-0.988x; since the dQ staging by
-    // stmatrix it gains, backward 1.013x: session 31.)
+    // an earlier run. Four ahead at d128 lost to two then, 0.981-0.988x; since the dQ staging by
+    // stmatrix it gains, backward 1.013x: an earlier run.)
     constexpr int kAhead = 4;
     const float4* const cinv4 = reinterpret_cast<const float4*>(s_cinv2);
     float4 inv4[8];
@@ -3036,8 +3035,8 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
   }
   // (kPair, a K tile past N: no K^ / K^T to copy; whatever the tiles hold meets only masked
   // scores and zero dS^ codes.)
-  // (Two tests, the copies as issued before session 22: one test changes the PTX of the
-  // production d128 kernels, whose timing moves by 1-2% with any such change; session 24.)
+  // (Two tests, the copies as issued earlier: one test changes the PTX of the
+  // production d128 kernels, whose timing moves by 1-2% with any such change.)
   if (!kPair || j < p.ntk) {
     LoadGmmaTileAsync<typename L::TileI8, kThreads, false>(
         s_kh, p.kh + bh * npd + int64_t(c0) * D, 0, kTile, tid);
@@ -3173,7 +3172,7 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
       }
       // The previous tile's reads of this consumer's region are done. (Without it the tile's
       // stores would still be ordered, by the barriers after the statistics, but the warps
-      // start the tile apart: 0.983-0.994x at d128, session 19.) kSwap: its P^T / dS^T stores wait
+      // start the tile apart: 0.983-0.994x at d128.) kSwap: its P^T / dS^T stores wait
       // for the previous tile's products by an mbarrier instead, right before them; its other
       // shared data (column partials, dS^) are ordered by its pair barriers.
       if constexpr (!kSwap) BwdWgSync<kVar>(cw);
@@ -3227,7 +3226,7 @@ __global__ void __launch_bounds__(BwdThreads<D, kVar>(), (BwdMinBlocks<D, kVar>(
     } else {
       tile.TileRows(i, it, r0, sqi, sdoi, dlo_q, s_lse, s_drow, s_xrow);
     }
-    // Q-smoothing's dK term tau rowsum_q(dS)[key] mu (ALGORITHMS.md 1.2) after the tile's
+    // Q-smoothing's dK term tau rowsum_q(dS)[key] mu (kernels/ALGORITHMS.md 1.2) after the tile's
     // wgmmas, not per element of the dK epilogue behind a runtime test (if-converted there: ~250
     // instructions per warp and tile at d128 issued with or without Q-smoothing).
     if (p.smooth_q) {
@@ -3305,7 +3304,7 @@ __global__ void __launch_bounds__(kDqFinThreads) DqFinalizeKernel(
   constexpr int kRun = D / 8;  // runs of eight per row
   constexpr bool kPairs = DqByRed<D>();
   // Heads last to first: the backward kernel finished the last heads last, so theirs are the
-  // dqacc blocks still in L2 (session 29: this launch 26.2 -> 25.4 us at B4 H16 N2048 d128,
+  // dqacc blocks still in L2 (an earlier run: this launch 26.2 -> 25.4 us at B4 H16 N2048 d128,
   // 21.3 -> 20.3 us at B16 H12 N1024 d64, in place).
   const int bh = int(gridDim.y) - 1 - int(blockIdx.y), runs = DqFinRuns<D>(n, np);
   constexpr int kDqFinPer = DqFinPer<D>();
@@ -3492,22 +3491,22 @@ Status LaunchQuantize(const AttnShape& s, const QuantParams& qp, int jobs, cudaS
 // 12); 16 / 17 = 12 / 13 + kK128 (two K tiles per step over 128-key K / V quantization groups,
 // kv_group 128: 1.10-1.20x of 12 non-causal, 1.02-1.12x of 15 causal); 18 / 19 / 20 / 21 = 10 /
 // 11 / 16 / 17 + kTmaF (each K tile's K^ / V^T stage filled by one thread's TMA copies on an
-// mbarrier, not by every thread's cp.async; session 14's forward lab: 21 1.045x of 17 at d128
+// mbarrier, not by every thread's cp.async; an earlier forward lab: 21 1.045x of 17 at d128
 // causal, the others within 0.997-1.009x). 22 = 20 + kPingF (the two consumers' S wgmmas issued
 // in turns) + kLazyF (the running max moves only by more than kLazyThresh, so most folds are one
-// FMA): 1.024-1.043x of 20 at d128 non-causal (session 15; the ping-pong alone 1.014-1.027x, with
+// FMA): 1.024-1.043x of 20 at d128 non-causal (an earlier run; the ping-pong alone 1.014-1.027x, with
 // P^ V^ in turns too 0.99x; both on the causal kernel 0.99-1.01x of 21, lazy alone there 0.99x);
 // 23 / 24 = 10 / 11 + kLazyF (1.006-1.017x at d64; 1.024x forward at the training shape B16 H12
 // N1024 d64 causal). 25 / 26 = 20 / 21 + kG3 (three consumer warpgroups of 64 rows, 192 rows
 // per CTA, at 160 registers each instead of two at 240: more warps per scheduler for the
-// softmax's latency), 27 / 28 = 25 / 26 + kLazyF (session 22, same call against production:
+// softmax's latency), 27 / 28 = 25 / 26 + kLazyF (an earlier run: same call against production:
 // forward 1.135x / 1.101x at N8192 non-causal / causal, 1.033x / 1.030x at N4096, 1.020x /
 // 0.983x at N2048, where the 192-row grid fills the last wave worse: 5.3 waves of 132 CTAs
 // instead of 7.8).
 // Compiled in (FwdCompiled): production's and those the GPU tests compare them with (8: the
 // quantize launch's Q; 10 / 11 / 20 / 25 / 26: the eager rescale; 16: the 128-key groups without
 // TMA), and 22 / 25 / 26, production's neighbours.
-// Removed in session 22 (commit 78f17c5 has them): 3 = the v3 / v4 forward (SageForwardKernel),
+// Removed earlier (commit 78f17c5 has them): 3 = the v3 / v4 forward (SageForwardKernel),
 // 5 / 6 / 7 = v5a (without the fast interior logits), v5b (4 warps x 32 rows), v5c, and 13, 14,
 // 17, 18, 19. Their template flags: FwdFlagsOf below. FwdProductionFor is what production calls
 // run (measured: kernels/bench/README.md): d128 with 128-key K / V groups (SageKvGroup: without
@@ -3712,34 +3711,34 @@ Status ForwardImpl(const AttnShape& s, const SageCudaOptions& opt, const __nv_bf
 // Backward variants compiled in (SageCudaOptions::bwd_variant; measured: kernels/bench/README.md,
 // Variants, where the removed steps v4 (24) to v8 (110520) and their lab neighbours are too):
 //   2207672 / 2338744  sagebwd v8 (110520 = kBwdBase) + kBwdTma (2097152: the Q side of each Q
-//            tile by TMA; 1.05-1.08x at d64, session 14) / + kBwdLpt (131072: grid (BH, K
+//            tile by TMA; 1.05-1.08x at d64) / + kBwdLpt (131072: grid (BH, K
 //            tiles), so causal CTAs run longest-first across every head: causal 1.07-1.16x):
 //            production at d64
 //   372664 / 503736  110520 / 241592 + kBwdWs (262144: warp-specialized, a producer warpgroup
 //            filling a two-stage ring of Q-side tiles for two consumer warpgroups of 64 keys
 //            each, one CTA per SM): d128 non-causal 1.17x of 44984 (1.05x of 110520), causal
 //            1.02x of 241592; production at d128 with 64-key K / V groups (Q-smoothing), where
-//            the TMA Q side measured 0.96-0.97x (52 bytes of spills causal; session 14)
+//            the TMA Q side measured 0.96-0.97x (52 bytes of spills causal)
 //   3518392 / 3649464  372664 / 503736 + kBwdDqPair (1048576: the two consumers share dQ over 128
 //            keys, dS^ row scales over 128 keys = the emulator's bkv 128; 128-key K / V groups
-//            only: 1.02-1.03x non-causal, 1.05-1.09x causal, session 12) + kBwdTma (1.02-1.04x,
-//            session 14): production at d128 with int8_dp
+//            only: 1.02-1.03x non-causal, 1.05-1.09x causal) + kBwdTma (1.02-1.04x,
+//            an earlier run): production at d128 with int8_dp
 //   7712696 / 7843768  3518392 / 3649464 + kBwdEarlyP1 (4194304: the next Q tile's S and dP
-//            issued during this tile's last two epilogues; 1.000-1.024x causal, session 18;
-//            non-causal 1.021-1.022x after session 19's column scales over the whole
+//            issued during this tile's last two epilogues; 1.000-1.024x causal;
+//            non-causal 1.021-1.022x after an earlier column scales over the whole
 //            warpgroup): 7712696 production at d128 non-causal with 128-key K / V groups
-//            (7843768 causal until session 26)
+//            (7843768 causal earlier)
 //   16101304 / 16232376  7712696 / 7843768 + kBwdSwap (8388608: S^T / dP^T, keys as rows;
 //            9% fewer instructions, latency-bound as before: non-causal 0.986-1.002x, causal
-//            1.000-1.021x over sessions 25-26): 16232376 production at d128 causal with
+//            1.000-1.021x earlier): 16232376 production at d128 causal with
 //            128-key K / V groups
-// (Measured and not kept, session 18: the consumers' two rendezvous per Q tile split into
+// (Measured and not kept: the consumers' two rendezvous per Q tile split into
 // arrivals and later waits, 0.995-1.010x; with consumer 1's phase 1 issued after consumer 0's
-// on top, 0.980-0.992x. Session 22: FlashAttention-3's ping-pong on the decoupled consumers of
+// on top, 0.980-0.992x. Measured: FlashAttention-3's ping-pong on the decoupled consumers of
 // 2469816 / 2600888 (= 372664 / 503736 + kBwdTma), the two taking turns at the element-wise part
 // (P / dS, statistics, codes) or at the products and folds: 0.94-1.01x (d64 0.85-0.88x) resp.
-// 0.97-1.03x of the same variant without turns; docs/gpu/2026-11-27-h200-s22.)
-// (Session 26, not kept: dK computed by the producer warpgroup, 0.92-0.98x; docs/gpu/
+// 0.97-1.03x of the same variant without turns;)
+// (Measured, not kept: dK computed by the producer warpgroup, 0.92-0.98x;
 // 2026-11-28-h200-s26.)
 // BwdProductionFor is what production calls (bwd_variant = -1) run (sagebwd v12; causal d128:
 // keys as rows).

@@ -1,5 +1,5 @@
 // SageBwd INT8 attention on the GPU (sm_90): forward and backward, the CUDA twin of
-// kernels::SageForward / kernels::SageBackward (attention/attention_cpu.h, ALGORITHMS.md §1.2).
+// kernels::SageForward / kernels::SageBackward (attention/attention_cpu.h, kernels/ALGORITHMS.md §1.2).
 //
 // Tensors on device, all (B, H, N, D) row-major: q, k, v, o, do_, dq, dk, dv are __nv_bfloat16;
 // lse is (B, H, N) float, natural-log sum-exp of the logits in the smoothed domain (the logits of
@@ -78,7 +78,7 @@ struct SageCudaOptions {
   // 25 / 26 with the lazy rescale (production at d128: 27 non-causal, 28 causal from N = 4096;
   // sagebwd.cu, FwdCompiled); other values: InvalidArgument.
   int fwd_variant = -1;
-  // K / V quantization group in keys (ALGORITHMS.md: tile sizes are parameters; the CPU
+  // K / V quantization group in keys (kernels/ALGORITHMS.md: tile sizes are parameters; the CPU
   // emulator's SageOptions::kv_group): kSageBkv, or 2 * kSageBkv with the forward variants that
   // step 128 keys at a time (16 / 20 / 21 / 22, no Q-smoothing); 0 = SageKvGroup's choice;
   // anything else: InvalidArgument. The backward must get the forward's value.
@@ -86,7 +86,7 @@ struct SageCudaOptions {
   // Causal grids run longest-first in groups of this many heads (attention_common.cuh,
   // LptBlock): 0 = production's choice (LptHeadsAuto: 16 heads, more where the last group would
   // carry too little work), n > 0 = n heads (n >= B * H: one group, longest-first across all
-  // heads, the order before session 27); negative: InvalidArgument. Any value computes the same
+  // heads, the order earlier); negative: InvalidArgument. Any value computes the same
   // outputs (dQ up to the order of its fp32 accumulation).
   int lpt_heads = 0;
 };

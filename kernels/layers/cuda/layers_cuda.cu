@@ -6,6 +6,7 @@
 #include <string>
 #include <type_traits>
 
+#include "ablate/cuda_status.h"
 #include "layers/cuda/layers_cuda.h"
 
 namespace ablate::kernels::cuda {
@@ -29,9 +30,7 @@ __device__ __forceinline__ bf16 FromF<bf16>(float x) {
 }
 
 Status Launched(const char* what) {
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) return Internal(std::string(what) + ": launch failed: " + cudaGetErrorString(e));
-  return Status::Ok();
+  return CudaStatus(cudaGetLastError(), std::string(what) + ": launch failed");
 }
 
 Status CheckSizes(const char* what, int64_t n, int64_t c = 1) {

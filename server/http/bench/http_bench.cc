@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
     (*store)->AppendMetrics(t.id, 1, 1, std::move(pts), [](const ablate::Status&, bool) {});
     TrialUpdate u;
     u.trial_id = t.id;
-    u.state = "succeeded";
+    u.state = ablate::v1::SUCCEEDED;
     u.attempts = 1;
     (*store)->UpdateTrial(u);
   }

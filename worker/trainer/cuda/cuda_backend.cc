@@ -108,7 +108,7 @@ std::pair<double, std::string> GpuPeakFlops() {
   return {peak, os.str()};
 }
 
-StatusOr<std::unique_ptr<TrainBackend>> CreateCudaBackend(const TrialConfig& config,
+StatusOr<std::unique_ptr<TrainBackend>> CreateCudaBackend(const config::TrialConfig& config,
                                                           Gpt<float> model) {
   if (config.gpus > 1) return CreateDataParallelBackend(config, std::move(model));
   int count = 0;

@@ -18,7 +18,7 @@ namespace ablate::trainer::cuda {
 // from (a table of known parts, else SMs x clock x 4096 FLOP/cycle/SM, Hopper's dense bf16 rate).
 std::pair<double, std::string> GpuPeakFlops();
 
-StatusOr<std::unique_ptr<TrainBackend>> CreateCudaBackend(const TrialConfig& config,
+StatusOr<std::unique_ptr<TrainBackend>> CreateCudaBackend(const config::TrialConfig& config,
                                                           Gpt<float> model);
 
 // RegisterTrainBackend("cuda", CreateCudaBackend).

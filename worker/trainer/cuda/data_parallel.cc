@@ -26,7 +26,7 @@ namespace ablate::trainer::cuda {
 
 bool HaveNccl() { return false; }
 
-StatusOr<std::unique_ptr<TrainBackend>> CreateDataParallelBackend(const TrialConfig& config,
+StatusOr<std::unique_ptr<TrainBackend>> CreateDataParallelBackend(const config::TrialConfig& config,
                                                                   Gpt<float>) {
   return FailedPrecondition("gpus: " + std::to_string(config.gpus) +
                             ": this ablate-train was built without NCCL; data parallel training "
@@ -156,7 +156,7 @@ class DataParallelBackend : public TrainBackend {
   }
 
   // Builds the replicas and communicators (see CreateDataParallelBackend).
-  Status Init(const TrialConfig& config, const Gpt<float>& model) {
+  Status Init(const config::TrialConfig& config, const Gpt<float>& model) {
     const int k = config.gpus;
     ranks_.resize(k);
     for (int r = 0; r < k; ++r) ranks_[r].thread = std::make_unique<RankThread>(r);
@@ -372,7 +372,7 @@ class DataParallelBackend : public TrainBackend {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<TrainBackend>> CreateDataParallelBackend(const TrialConfig& config,
+StatusOr<std::unique_ptr<TrainBackend>> CreateDataParallelBackend(const config::TrialConfig& config,
                                                                   Gpt<float> model) {
   const int k = config.gpus;
   if (k < 2) return InvalidArgument("data parallel needs gpus >= 2, got " + std::to_string(k));

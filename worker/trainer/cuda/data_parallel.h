@@ -35,7 +35,7 @@ namespace ablate::trainer::cuda {
 
 // A backend over config.gpus (>= 2) GPUs: devices 0 .. gpus-1 of this process. `model` holds the
 // seed's initialization (copied to every GPU).
-StatusOr<std::unique_ptr<TrainBackend>> CreateDataParallelBackend(const TrialConfig& config,
+StatusOr<std::unique_ptr<TrainBackend>> CreateDataParallelBackend(const config::TrialConfig& config,
                                                                   Gpt<float> model);
 
 // Whether this build has NCCL (else gpus > 1 is refused with FailedPrecondition).

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "ablate/cuda_status.h"
 #include "attention/cuda/fpa_cuda.h"
 #include "layers/cuda/layers_cuda.h"
 
@@ -17,11 +18,6 @@ namespace kk = ::ablate::kernels;
 using bf16 = __nv_bfloat16;
 
 constexpr int kTile = 64;  // kSageBq == kSageBkv
-
-Status CudaCheck(cudaError_t e, const std::string& what) {
-  if (e == cudaSuccess) return Status::Ok();
-  return Internal("CUDA " + what + ": " + cudaGetErrorString(e));
-}
 
 __device__ __forceinline__ float Scale127(float max_abs) {
   const float s = max_abs / 127.0f;
@@ -255,7 +251,7 @@ Status ShadowAttentionErrors(const LayerShadowInput& in, const kk::SageCudaOptio
   const size_t sage_bytes = kk::SageWorkspaceBytes(sub, opt);
   const size_t fpa_bytes = kc::FpaWorkspaceBytes(sub);
   if (!scratch->impl || scratch->impl->n < n || scratch->impl->sage_ws_bytes < sage_bytes) {
-    ABLATE_RETURN_IF_ERROR(CudaCheck(cudaStreamSynchronize(s), "sync"));
+    ABLATE_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(s), "sync"));
     auto im = std::make_unique<DiagScratch::Impl>();
     im->n = n;
     im->rows = rows;
@@ -285,7 +281,7 @@ Status ShadowAttentionErrors(const LayerShadowInput& in, const kk::SageCudaOptio
     scratch->impl = std::move(im);
   }
   DiagScratch::Impl& d = *scratch->impl;
-  ABLATE_RETURN_IF_ERROR(CudaCheck(cudaMemsetAsync(d.acc, 0, 36 * sizeof(double), s), "memset"));
+  ABLATE_RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(d.acc, 0, 36 * sizeof(double), s), "memset"));
   // The shadow pair: SageBwd (the model's options) and FPA on the same inputs.
   ABLATE_RETURN_IF_ERROR(kk::SageForwardCuda(sub, opt, in.q, in.k, in.v, d.o_s, d.lse_s, d.sage_ws,
                                              d.sage_ws_bytes, s));
@@ -313,7 +309,7 @@ Status ShadowAttentionErrors(const LayerShadowInput& in, const kk::SageCudaOptio
   dim3 grid(in.N, unsigned(BH));
   const size_t smem = size_t(in.D) * (3 * sizeof(float) + 2 * sizeof(int));
   PdsKernel<<<grid, 128, smem, s>>>(pp);
-  ABLATE_RETURN_IF_ERROR(CudaCheck(cudaGetLastError(), "diagnostics kernels"));
+  ABLATE_RETURN_IF_ERROR(CudaStatus(cudaGetLastError(), "diagnostics kernels"));
 
   // Max logit over the whole batch.
   ABLATE_RETURN_IF_ERROR(kc::InitMaxCuda(d.mx, s));
@@ -321,11 +317,11 @@ Status ShadowAttentionErrors(const LayerShadowInput& in, const kk::SageCudaOptio
                                                 float(1.0 / std::sqrt(double(in.D))), s));
   double acc[36];
   float mx = 0;
-  ABLATE_RETURN_IF_ERROR(CudaCheck(
+  ABLATE_RETURN_IF_ERROR(CudaStatus(
       cudaMemcpyAsync(acc, d.acc, sizeof acc, cudaMemcpyDeviceToHost, s), "read diagnostics"));
   ABLATE_RETURN_IF_ERROR(
-      CudaCheck(cudaMemcpyAsync(&mx, d.mx, sizeof mx, cudaMemcpyDeviceToHost, s), "read max"));
-  ABLATE_RETURN_IF_ERROR(CudaCheck(cudaStreamSynchronize(s), "diagnostics"));
+      CudaStatus(cudaMemcpyAsync(&mx, d.mx, sizeof mx, cudaMemcpyDeviceToHost, s), "read max"));
+  ABLATE_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(s), "diagnostics"));
   out->o = Stats(acc + 0);
   out->dq = Stats(acc + 6);
   out->dk = Stats(acc + 12);

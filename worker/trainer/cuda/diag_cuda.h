@@ -1,4 +1,4 @@
-// Attention diagnostics on the device (ALGORITHMS.md §3): one layer's SageBwd-vs-FPA shadow errors,
+// Attention diagnostics on the device (kernels/ALGORITHMS.md §3): one layer's SageBwd-vs-FPA shadow errors,
 // computed without leaving the GPU except for the final 6-number sums per tensor.
 //
 //   o, dq, dk, dv  the SageBwd CUDA kernels (forward + backward, the model's SageCudaOptions) against

@@ -9,6 +9,7 @@
 #include <limits>
 #include <string>
 
+#include "ablate/cuda_status.h"
 #include "attention/cuda/fpa_cuda.h"
 #include "attention/cuda/sagebwd_cuda.h"
 #include "layers/cuda/gemm_cuda.h"
@@ -23,11 +24,6 @@ namespace kc = ::ablate::kernels::cuda;
 namespace kk = ::ablate::kernels;
 using bf16 = __nv_bfloat16;
 using kc::OutType;
-
-Status CudaCheck(cudaError_t e, const std::string& what) {
-  if (e == cudaSuccess) return Status::Ok();
-  return Internal("CUDA " + what + ": " + cudaGetErrorString(e));
-}
 
 // Owns device allocations; frees them all on destruction.
 class DeviceArena {
@@ -158,25 +154,25 @@ StatusOr<std::unique_ptr<GptCuda>> GptCuda::Create(const Gpt<float>& model) {
     li.w_down = off(p + "w_down");
     g->layer_index_.push_back(li);
   }
-  ABLATE_RETURN_IF_ERROR(CudaCheck(cudaStreamCreateWithFlags(&g->stream_, cudaStreamNonBlocking),
+  ABLATE_RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&g->stream_, cudaStreamNonBlocking),
                                    "stream create"));
   const size_t P = g->num_params_;
-  ABLATE_RETURN_IF_ERROR(CudaCheck(cudaMalloc(&g->w_, P * sizeof(float)), "malloc weights"));
-  ABLATE_RETURN_IF_ERROR(CudaCheck(cudaMalloc(&g->g_, P * sizeof(float)), "malloc grads"));
-  ABLATE_RETURN_IF_ERROR(CudaCheck(cudaMalloc(&g->wb_, P * sizeof(bf16)), "malloc bf16 weights"));
-  ABLATE_RETURN_IF_ERROR(CudaCheck(cudaMalloc(&g->d_scalars_, 8 * sizeof(double)), "malloc"));
-  ABLATE_RETURN_IF_ERROR(CudaCheck(cudaMemset(g->d_scalars_, 0, 8 * sizeof(double)), "memset"));
+  ABLATE_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&g->w_, P * sizeof(float)), "malloc weights"));
+  ABLATE_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&g->g_, P * sizeof(float)), "malloc grads"));
+  ABLATE_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&g->wb_, P * sizeof(bf16)), "malloc bf16 weights"));
+  ABLATE_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&g->d_scalars_, 8 * sizeof(double)), "malloc"));
+  ABLATE_RETURN_IF_ERROR(CudaStatus(cudaMemset(g->d_scalars_, 0, 8 * sizeof(double)), "memset"));
   g->norm_scratch_floats_ = kc::SumSquaresScratch(P);
   ABLATE_RETURN_IF_ERROR(
-      CudaCheck(cudaMalloc(&g->norm_scratch_, g->norm_scratch_floats_ * sizeof(float)), "malloc"));
+      CudaStatus(cudaMalloc(&g->norm_scratch_, g->norm_scratch_floats_ * sizeof(float)), "malloc"));
   const size_t nr = size_t(c.seq_len) * (D / 2);
   std::vector<float> cs(nr), sn(nr);
   kk::RopeTables(cs.data(), sn.data(), c.seq_len, D);
-  ABLATE_RETURN_IF_ERROR(CudaCheck(cudaMalloc(&g->rope_cos_, nr * sizeof(float)), "malloc"));
-  ABLATE_RETURN_IF_ERROR(CudaCheck(cudaMalloc(&g->rope_sin_, nr * sizeof(float)), "malloc"));
-  ABLATE_RETURN_IF_ERROR(CudaCheck(
+  ABLATE_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&g->rope_cos_, nr * sizeof(float)), "malloc"));
+  ABLATE_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&g->rope_sin_, nr * sizeof(float)), "malloc"));
+  ABLATE_RETURN_IF_ERROR(CudaStatus(
       cudaMemcpy(g->rope_cos_, cs.data(), nr * sizeof(float), cudaMemcpyHostToDevice), "copy"));
-  ABLATE_RETURN_IF_ERROR(CudaCheck(
+  ABLATE_RETURN_IF_ERROR(CudaStatus(
       cudaMemcpy(g->rope_sin_, sn.data(), nr * sizeof(float), cudaMemcpyHostToDevice), "copy"));
   g->buf_ = std::make_unique<Buffers>();
   ABLATE_ASSIGN_OR_RETURN(g->buf_->gemm, kc::LtGemm::Create());
@@ -186,25 +182,25 @@ StatusOr<std::unique_ptr<GptCuda>> GptCuda::Create(const Gpt<float>& model) {
 }
 
 Status GptCuda::SetWeights(const float* host) {
-  ABLATE_RETURN_IF_ERROR(CudaCheck(
+  ABLATE_RETURN_IF_ERROR(CudaStatus(
       cudaMemcpyAsync(w_, host, num_params_ * sizeof(float), cudaMemcpyHostToDevice, stream_),
       "upload weights"));
   ABLATE_RETURN_IF_ERROR(WeightsUpdated());
-  return CudaCheck(cudaStreamSynchronize(stream_), "upload weights");
+  return CudaStatus(cudaStreamSynchronize(stream_), "upload weights");
 }
 
 Status GptCuda::GetWeights(float* host) {
-  ABLATE_RETURN_IF_ERROR(CudaCheck(
+  ABLATE_RETURN_IF_ERROR(CudaStatus(
       cudaMemcpyAsync(host, w_, num_params_ * sizeof(float), cudaMemcpyDeviceToHost, stream_),
       "download weights"));
-  return CudaCheck(cudaStreamSynchronize(stream_), "download weights");
+  return CudaStatus(cudaStreamSynchronize(stream_), "download weights");
 }
 
 Status GptCuda::GetGrads(float* host) {
-  ABLATE_RETURN_IF_ERROR(CudaCheck(
+  ABLATE_RETURN_IF_ERROR(CudaStatus(
       cudaMemcpyAsync(host, g_, num_params_ * sizeof(float), cudaMemcpyDeviceToHost, stream_),
       "download grads"));
-  return CudaCheck(cudaStreamSynchronize(stream_), "download grads");
+  return CudaStatus(cudaStreamSynchronize(stream_), "download grads");
 }
 
 Status GptCuda::WeightsUpdated(bool mirror_written) {
@@ -213,7 +209,7 @@ Status GptCuda::WeightsUpdated(bool mirror_written) {
 }
 
 Status GptCuda::ZeroGrad() {
-  return CudaCheck(cudaMemsetAsync(g_, 0, num_params_ * sizeof(float), stream_), "zero grads");
+  return CudaStatus(cudaMemsetAsync(g_, 0, num_params_ * sizeof(float), stream_), "zero grads");
 }
 
 Status GptCuda::EnsureCapacity(int B) {
@@ -223,7 +219,7 @@ Status GptCuda::EnsureCapacity(int B) {
     return InvalidArgument("device: cuda: micro_batch x heads = " +
                            std::to_string(int64_t(B) * cfg_.heads) + " exceeds 65535");
   }
-  ABLATE_RETURN_IF_ERROR(CudaCheck(cudaStreamSynchronize(stream_), "sync"));
+  ABLATE_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_), "sync"));
   b.arena.Clear();
   b.diag = DiagScratch();
   b.capacity = 0;
@@ -313,13 +309,13 @@ Status GptCuda::RunForward(const int32_t* inputs, const int32_t* targets, int B,
   cudaStream_t s = stream_;
   kc::LtGemm& gemm = *b.gemm;
 
-  RET(CudaCheck(cudaMemcpyAsync(b.inputs, inputs, N * sizeof(int32_t), cudaMemcpyHostToDevice, s),
+  RET(CudaStatus(cudaMemcpyAsync(b.inputs, inputs, N * sizeof(int32_t), cudaMemcpyHostToDevice, s),
                 "upload inputs"));
-  RET(CudaCheck(cudaMemcpyAsync(b.targets, targets, N * sizeof(int32_t), cudaMemcpyHostToDevice, s),
+  RET(CudaStatus(cudaMemcpyAsync(b.targets, targets, N * sizeof(int32_t), cudaMemcpyHostToDevice, s),
                 "upload targets"));
   if (training) {
     kc::BuildEncoderBackwardPlan(inputs, N, V, &b.enc);
-    RET(CudaCheck(cudaMemcpyAsync(b.enc_plan, b.enc.data.data(), b.enc.data.size() * sizeof(int32_t),
+    RET(CudaStatus(cudaMemcpyAsync(b.enc_plan, b.enc.data.data(), b.enc.data.size() * sizeof(int32_t),
                                   cudaMemcpyHostToDevice, s), "upload embedding plan"));
   }
   const kk::SageCudaOptions sopt = SageOpts(cfg_.sage);
@@ -393,22 +389,22 @@ Status GptCuda::Forward(const int32_t* inputs, const int32_t* targets, int B) {
 
 StatusOr<double> GptCuda::TakeLoss() {
   double v = 0;
-  RET(CudaCheck(cudaMemcpyAsync(&v, d_scalars_, sizeof(double), cudaMemcpyDeviceToHost, stream_),
+  RET(CudaStatus(cudaMemcpyAsync(&v, d_scalars_, sizeof(double), cudaMemcpyDeviceToHost, stream_),
                 "read loss"));
-  RET(CudaCheck(cudaMemsetAsync(d_scalars_, 0, sizeof(double), stream_), "reset loss"));
-  RET(CudaCheck(cudaStreamSynchronize(stream_), "read loss"));
+  RET(CudaStatus(cudaMemsetAsync(d_scalars_, 0, sizeof(double), stream_), "reset loss"));
+  RET(CudaStatus(cudaStreamSynchronize(stream_), "read loss"));
   return v;
 }
 
 StatusOr<double> GptCuda::Loss(const int32_t* inputs, const int32_t* targets, int B) {
   forward_pending_ = false;
   backward_done_ = false;
-  RET(CudaCheck(cudaMemsetAsync(d_scalars_ + 1, 0, sizeof(double), stream_), "reset"));
+  RET(CudaStatus(cudaMemsetAsync(d_scalars_ + 1, 0, sizeof(double), stream_), "reset"));
   RET(RunForward(inputs, targets, B, /*training=*/false, d_scalars_ + 1));
   double v = 0;
-  RET(CudaCheck(cudaMemcpyAsync(&v, d_scalars_ + 1, sizeof(double), cudaMemcpyDeviceToHost, stream_),
+  RET(CudaStatus(cudaMemcpyAsync(&v, d_scalars_ + 1, sizeof(double), cudaMemcpyDeviceToHost, stream_),
                 "read loss"));
-  RET(CudaCheck(cudaStreamSynchronize(stream_), "eval loss"));
+  RET(CudaStatus(cudaStreamSynchronize(stream_), "eval loss"));
   return v;
 }
 
@@ -506,9 +502,9 @@ StatusOr<double> GptCuda::GradNormAndClip(double max_norm) {
   RET(kc::SumSquaresCuda(d_ss, g_, num_params_, norm_scratch_, norm_scratch_floats_, stream_));
   RET(kc::ClipByNormCuda(g_, num_params_, d_ss, max_norm, stream_));
   double ss = 0;
-  RET(CudaCheck(cudaMemcpyAsync(&ss, d_ss, sizeof(double), cudaMemcpyDeviceToHost, stream_),
+  RET(CudaStatus(cudaMemcpyAsync(&ss, d_ss, sizeof(double), cudaMemcpyDeviceToHost, stream_),
                 "read grad norm"));
-  RET(CudaCheck(cudaStreamSynchronize(stream_), "grad norm"));
+  RET(CudaStatus(cudaStreamSynchronize(stream_), "grad norm"));
   return std::sqrt(ss);
 }
 

@@ -3,6 +3,8 @@
 
 #include <string>
 
+#include "ablate/cuda_status.h"
+
 #if ABLATE_HAVE_DEVICE_OPTIMIZER
 #include "trainer/optim/cuda/device_optimizer.h"
 #else
@@ -12,19 +14,10 @@ class DeviceOptimizer {};  // not built: the host path runs
 #endif
 
 namespace ablate::trainer::cuda {
-#if !ABLATE_HAVE_DEVICE_OPTIMIZER
-namespace {
-Status CudaCheck(cudaError_t e, const std::string& what) {  // (the host path's copies)
-  if (e == cudaSuccess) return Status::Ok();
-  return Internal("CUDA " + what + ": " + cudaGetErrorString(e));
-}
-}  // namespace
-#endif
-
 OptimizerBridge::~OptimizerBridge() = default;
 
 StatusOr<std::unique_ptr<OptimizerBridge>> OptimizerBridge::Create(
-    const OptimizerSection& cfg, const std::vector<ParamTensor>& params, size_t num_params,
+    const config::OptimizerSection& cfg, const std::vector<ParamTensor>& params, size_t num_params,
     cudaStream_t stream) {
   std::unique_ptr<OptimizerBridge> b(new OptimizerBridge());
   b->stream_ = stream;
@@ -57,15 +50,15 @@ Status OptimizerBridge::Step(float* d_weights, const float* d_grads, int64_t ste
   return device_->Step(d_weights, d_grads, step, lr_scale, p, stats);
 #else
   const size_t bytes = n_ * sizeof(float);
-  ABLATE_RETURN_IF_ERROR(CudaCheck(
+  ABLATE_RETURN_IF_ERROR(CudaStatus(
       cudaMemcpyAsync(hw_.data(), d_weights, bytes, cudaMemcpyDeviceToHost, stream_), "copy"));
-  ABLATE_RETURN_IF_ERROR(CudaCheck(
+  ABLATE_RETURN_IF_ERROR(CudaStatus(
       cudaMemcpyAsync(hg_.data(), d_grads, bytes, cudaMemcpyDeviceToHost, stream_), "copy"));
-  ABLATE_RETURN_IF_ERROR(CudaCheck(cudaStreamSynchronize(stream_), "optimizer copies"));
+  ABLATE_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_), "optimizer copies"));
   ABLATE_RETURN_IF_ERROR(host_->Step(hw_.data(), hg_.data(), step, lr_scale, p, stats));
-  ABLATE_RETURN_IF_ERROR(CudaCheck(
+  ABLATE_RETURN_IF_ERROR(CudaStatus(
       cudaMemcpyAsync(d_weights, hw_.data(), bytes, cudaMemcpyHostToDevice, stream_), "copy"));
-  return CudaCheck(cudaStreamSynchronize(stream_), "optimizer copies");
+  return CudaStatus(cudaStreamSynchronize(stream_), "optimizer copies");
 #endif
 }
 

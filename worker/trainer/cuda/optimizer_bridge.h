@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "ablate/status.h"
-#include "trainer/config/trial_config.h"
+#include "ablate/trial_config.h"
 #include "trainer/model/gpt.h"
 #include "trainer/optim/optimizer.h"
 
@@ -22,7 +22,7 @@ class DeviceOptimizer;
 
 class OptimizerBridge {
  public:
-  static StatusOr<std::unique_ptr<OptimizerBridge>> Create(const OptimizerSection& cfg,
+  static StatusOr<std::unique_ptr<OptimizerBridge>> Create(const config::OptimizerSection& cfg,
                                                            const std::vector<ParamTensor>& params,
                                                            size_t num_params, cudaStream_t stream);
   ~OptimizerBridge();

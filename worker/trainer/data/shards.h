@@ -1,4 +1,4 @@
-// llm.c token shards (ALGORITHMS.md §4): the format of llm.c's and modded-nanogpt's FineWeb data.
+// llm.c token shards (kernels/ALGORITHMS.md §4): the format of llm.c's and modded-nanogpt's FineWeb data.
 //
 // Layout of one .bin file, little-endian:
 //   header: (256,) int32 — header[0] = 20240520 (magic), header[1] = 1 (version),

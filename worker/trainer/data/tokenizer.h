@@ -1,4 +1,4 @@
-// Byte-level tokenizer: the honest offline default (ALGORITHMS.md §4). Every byte of the text is
+// Byte-level tokenizer: the honest offline default (kernels/ALGORITHMS.md §4). Every byte of the text is
 // one token, so the vocabulary is 256 and nothing is learned or stored. Losses measured with it are
 // in nats per byte and are not comparable with losses of a subword tokenizer (llm.c shards).
 //

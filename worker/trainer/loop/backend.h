@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "ablate/status.h"
-#include "trainer/config/trial_config.h"
+#include "ablate/trial_config.h"
 #include "trainer/model/gpt.h"
 #include "trainer/optim/optimizer.h"
 
@@ -64,7 +64,7 @@ class TrainBackend {
 // Builds a backend for `config` around the initialized CPU model (its weights are the seed's
 // initialization; a device backend copies them and may drop the model afterwards).
 using TrainBackendFactory = std::function<StatusOr<std::unique_ptr<TrainBackend>>(
-    const TrialConfig& config, Gpt<float> model)>;
+    const config::TrialConfig& config, Gpt<float> model)>;
 
 // Makes `device` (the trial config's device value, e.g. "cuda") available to RunTrial. Not
 // thread-safe; call from main before any RunTrial.

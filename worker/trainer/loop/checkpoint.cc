@@ -1,13 +1,11 @@
 #include "trainer/loop/checkpoint.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <sstream>
+
+#include "ablate/files.h"
 
 namespace ablate::trainer {
 namespace {
@@ -56,36 +54,7 @@ class Reader {
   size_t pos_ = 0;
 };
 
-Status WriteAll(int fd, const std::string& data, const std::string& path) {
-  size_t off = 0;
-  while (off < data.size()) {
-    ssize_t n = ::write(fd, data.data() + off, data.size() - off);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoToStatus(errno, "write " + path);
-    }
-    off += size_t(n);
-  }
-  return Status::Ok();
-}
-
 }  // namespace
-
-Status MakeDirs(const std::string& dir) {
-  if (dir.empty()) return Status::Ok();
-  std::string cur;
-  std::stringstream ss(dir);
-  std::string part;
-  if (dir[0] == '/') cur = "/";
-  while (std::getline(ss, part, '/')) {
-    if (part.empty()) continue;
-    cur += part + "/";
-    if (::mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST) {
-      return ErrnoToStatus(errno, "mkdir " + cur);
-    }
-  }
-  return Status::Ok();
-}
 
 Status WriteCheckpointAtomic(const std::string& path, const Checkpoint& ckpt) {
   std::string data(kMagic, sizeof kMagic);
@@ -100,26 +69,7 @@ Status WriteCheckpointAtomic(const std::string& path, const Checkpoint& ckpt) {
   }
   Put<uint64_t>(&data, Fnv1a(data));
 
-  std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoToStatus(errno, "create " + tmp);
-  Status st = WriteAll(fd, data, tmp);
-  if (st.ok() && ::fsync(fd) != 0) st = ErrnoToStatus(errno, "fsync " + tmp);
-  ::close(fd);
-  if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) st = ErrnoToStatus(errno, "rename " + tmp);
-  if (!st.ok()) {
-    ::unlink(tmp.c_str());
-    return st;
-  }
-  std::string dir = path.substr(0, path.find_last_of('/') == std::string::npos
-                                       ? 0
-                                       : path.find_last_of('/'));
-  int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);  // make the rename durable
-    ::close(dfd);
-  }
-  return Status::Ok();
+  return WriteFileAtomic(path, data);
 }
 
 StatusOr<Checkpoint> ReadCheckpoint(const std::string& path) {

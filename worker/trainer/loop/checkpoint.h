@@ -2,8 +2,8 @@
 //
 // Layout: "ABLATECK" | u32 version | u64 header length | header JSON | u64 section count |
 // sections (u64 length + bytes each: weights as float32, then the optimizer's state blob) |
-// u64 FNV-1a checksum of everything before it. Little-endian. Written atomically: a temporary file
-// in the same folder, fsync, rename, fsync of the folder; a crash leaves the old file or the new one.
+// u64 FNV-1a checksum of everything before it. Little-endian. Written atomically (WriteFileAtomic,
+// ablate/files.h): a crash leaves the old file or the new one.
 // Loading checks the magic, version, lengths and checksum and says which one failed.
 #pragma once
 
@@ -22,8 +22,5 @@ struct Checkpoint {
 
 Status WriteCheckpointAtomic(const std::string& path, const Checkpoint& ckpt);
 StatusOr<Checkpoint> ReadCheckpoint(const std::string& path);
-
-// Creates `dir` and its parents (mode 0755) if missing.
-Status MakeDirs(const std::string& dir);
 
 }  // namespace ablate::trainer

@@ -14,6 +14,7 @@
 #include <map>
 #include <sstream>
 
+#include "ablate/files.h"
 #include "trainer/data/dataset.h"
 #include "trainer/loop/backend.h"
 #include "trainer/loop/checkpoint.h"
@@ -54,7 +55,7 @@ std::pair<double, std::string> CpuPeakFlops(int threads) {
   return {peak, os.str()};
 }
 
-ModelConfig ToModelConfig(const TrialConfig& c, int vocab) {
+ModelConfig ToModelConfig(const config::TrialConfig& c, int vocab) {
   ModelConfig m;
   m.vocab_size = vocab;
   m.seq_len = c.model.seq_len;
@@ -206,7 +207,7 @@ void RegisterTrainBackend(const std::string& device, TrainBackendFactory factory
 
 bool HaveTrainBackend(const std::string& device) { return Registry().count(device) > 0; }
 
-StatusOr<RunResult> RunTrial(const TrialConfig& cfg, const RunOptions& options) {
+StatusOr<RunResult> RunTrial(const config::TrialConfig& cfg, const RunOptions& options) {
   // device: auto runs on the CPU here; ablate-train resolves auto to cuda when a GPU is visible.
   const bool on_cuda = cfg.device == "cuda";
   if (on_cuda && !HaveTrainBackend("cuda")) {
@@ -259,7 +260,7 @@ StatusOr<RunResult> RunTrial(const TrialConfig& cfg, const RunOptions& options) 
                           EvalBatches::Create(&data.val, cfg.model.seq_len, mb,
                                               cfg.data.eval_batches));
 
-  const std::string hash = ConfigHash(cfg);
+  const std::string hash = config::ConfigHash(cfg);
   const nlohmann::json config_json = ToJson(cfg);
   int start_step = 0;
   double last_val = NAN, best_val = NAN, last_train = NAN;

@@ -21,7 +21,7 @@
 #include <string>
 
 #include "ablate/status.h"
-#include "trainer/config/trial_config.h"
+#include "ablate/trial_config.h"
 
 namespace ablate::trainer {
 
@@ -43,6 +43,6 @@ struct RunResult {
   double final_val_loss = 0;
 };
 
-StatusOr<RunResult> RunTrial(const TrialConfig& config, const RunOptions& options);
+StatusOr<RunResult> RunTrial(const config::TrialConfig& config, const RunOptions& options);
 
 }  // namespace ablate::trainer

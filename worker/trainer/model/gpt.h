@@ -125,7 +125,7 @@ class Gpt {
   // that hold one layer's activations, so it leaves the last Forward/Backward state intact.
   T Loss(const int32_t* inputs, const int32_t* targets, int B);
 
-  // Attention diagnostics on the last Forward + Backward batch (ALGORITHMS.md §3). For each layer,
+  // Attention diagnostics on the last Forward + Backward batch (kernels/ALGORITHMS.md §3). For each layer,
   // on the q, k, v the layer's attention saw and the dO it received in Backward:
   //   o, dq, dk, dv, p, ds: SageBwd (config().sage, computed in T, exactly as the model's SageBwd
   //     path computes it) against exact attention computed in double, as kernels::ErrorStats
@@ -147,7 +147,7 @@ class Gpt {
   };
   StatusOr<std::vector<LayerDiagnostics>> AttentionDiagnostics(int max_batch = 1);
 
-  // Training FLOPs per token (forward + backward), the MFU numerator (ALGORITHMS.md §3):
+  // Training FLOPs per token (forward + backward), the MFU numerator (kernels/ALGORITHMS.md §3):
   //   6 * N_matmul + 6 * L * C * T
   // N_matmul = L * 12 C^2 + V C: the weights that take part in a matmul per token (wq, wk, wv, wo,
   // w_up, w_down and the head, counted once even when tied to wte). The embedding lookup, gains

@@ -89,7 +89,7 @@ struct Optimizer::Slot {
 
 Optimizer::~Optimizer() = default;
 
-StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const OptimizerSection& cfg,
+StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const config::OptimizerSection& cfg,
                                                        const std::vector<ParamTensor>& params,
                                                        size_t num_params) {
   std::unique_ptr<Optimizer> opt(new Optimizer());

@@ -1,4 +1,4 @@
-// The trainer's optimizers (ALGORITHMS.md §2) over one contiguous float32 parameter buffer.
+// The trainer's optimizers (kernels/ALGORITHMS.md §2) over one contiguous float32 parameter buffer.
 //
 // Groups (decided once from the parameter roles):
 //   spectral group  kind spectral: the 2-D hidden matrices (Q, K, V, attention out, MLP up/down, each
@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "ablate/status.h"
-#include "trainer/config/trial_config.h"
+#include "ablate/trial_config.h"
 #include "trainer/model/gpt.h"
 
 namespace ablate::trainer {
@@ -44,7 +44,7 @@ struct OptimizerStats {
 class Optimizer {
  public:
   // params: the model's tensors (roles decide the groups); num_params: the buffer length.
-  static StatusOr<std::unique_ptr<Optimizer>> Create(const OptimizerSection& cfg,
+  static StatusOr<std::unique_ptr<Optimizer>> Create(const config::OptimizerSection& cfg,
                                                      const std::vector<ParamTensor>& params,
                                                      size_t num_params);
   ~Optimizer();
@@ -66,7 +66,7 @@ class Optimizer {
  private:
   struct Slot;
   Optimizer() = default;
-  OptimizerSection cfg_;
+  config::OptimizerSection cfg_;
   std::vector<std::unique_ptr<Slot>> slots_;
   std::vector<float> scratch_;  // per-step work space, sized for the largest tensor
 };

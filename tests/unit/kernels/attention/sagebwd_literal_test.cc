@@ -1,4 +1,4 @@
-// The SageBwd emulator against a literal float64 transcription of ALGORITHMS.md §1.2 and the
+// The SageBwd emulator against a literal float64 transcription of kernels/ALGORITHMS.md §1.2 and the
 // attention_cpu.h contract. The transcription shares no code with the emulator and is written for
 // reading, not speed: whole-group quantization, integer products summed in double (exact), and a
 // backward that visits every block, fully masked ones included (they must contribute nothing).

@@ -61,7 +61,7 @@ class ApiTest : public ::testing::Test {
       store_->AppendMetrics(id, 1, 1, pts, [](const Status&, bool) {});
       TrialUpdate u;
       u.trial_id = id;
-      u.state = i < 30 ? "succeeded" : (i < 35 ? "running" : "failed");
+      u.state = i < 30 ? v1::SUCCEEDED : (i < 35 ? v1::RUNNING : v1::FAILED);
       u.attempts = 1;
       store_->UpdateTrial(u);
     }

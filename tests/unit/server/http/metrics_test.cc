@@ -6,9 +6,11 @@
 #include <cmath>
 #include <regex>
 
-#include "metrics/catalog.h"
+#include "ablate/metric_catalog.h"
 
 namespace ablate::server::metrics {
+
+namespace catalog = ::ablate::metrics;
 namespace {
 
 // The value of the series whose text line starts with `prefix` (name{labels}); NaN when absent.
@@ -25,29 +27,29 @@ double Value(const std::string& text, const std::string& prefix) {
 }
 
 TEST(Catalog, NamesFollowConventions) {
-  for (const auto& m : Catalog()) {
+  for (const auto& m : catalog::Catalog()) {
     std::string n(m.name);
     EXPECT_EQ(n.rfind("ablate_", 0), 0u) << n;
     bool total = n.size() > 6 && n.substr(n.size() - 6) == "_total";
-    EXPECT_EQ(total, m.type == MetricType::kCounter) << n;
-    if (m.type == MetricType::kHistogram) {
+    EXPECT_EQ(total, m.type == catalog::MetricType::kCounter) << n;
+    if (m.type == catalog::MetricType::kHistogram) {
       EXPECT_FALSE(m.buckets.empty()) << n;
       EXPECT_EQ(m.unit, "seconds") << n;
       EXPECT_NE(n.find("_seconds"), std::string::npos) << n;
     }
     EXPECT_FALSE(m.help.empty()) << n;
-    EXPECT_EQ(FindMetric(n), &m);
+    EXPECT_EQ(catalog::FindMetric(n), &m);
   }
-  EXPECT_EQ(FindMetric("ablate_nope"), nullptr);
+  EXPECT_EQ(catalog::FindMetric("ablate_nope"), nullptr);
 }
 
 TEST(CoordinatorMetrics, GaugesHistogramsAndGpuInfo) {
   char tmpl[] = "/tmp/ablate_metrics_XXXXXX";
   std::string dir = ::mkdtemp(tmpl);
-  double now = 1000;
+  FakeClock clock(0, 1000);
   Store::Options o;
   o.path = dir + "/db";
-  o.clock = [&now] { return now; };
+  o.clock = &clock;
   auto store = Store::Open(o);
   ASSERT_TRUE(store.ok());
   CoordinatorMetrics m(CoordinatorMetrics::Options{0});
@@ -72,13 +74,13 @@ TEST(CoordinatorMetrics, GaugesHistogramsAndGpuInfo) {
   (*store)->InsertAttempt(a);
   TrialUpdate u0;
   u0.trial_id = sub->inserted[0].id;
-  u0.state = "running";
+  u0.state = v1::RUNNING;
   u0.attempts = 1;
   u0.started_at = 1010;
   (*store)->UpdateTrial(u0);
   TrialUpdate u1;
   u1.trial_id = sub->inserted[1].id;
-  u1.state = "succeeded";
+  u1.state = v1::SUCCEEDED;
   u1.attempts = 1;
   u1.started_at = 1030;
   u1.finished_at = 1130;
@@ -108,7 +110,7 @@ TEST(CoordinatorMetrics, GaugesHistogramsAndGpuInfo) {
   // A second refresh observes nothing twice; trial 0 finishing removes its GPU series.
   TrialUpdate f0;
   f0.trial_id = sub->inserted[0].id;
-  f0.state = "failed";
+  f0.state = v1::FAILED;
   f0.finished_at = 1110;  // earlier than trial 1's finish, committed later: still observed
   (*store)->UpdateTrial(f0);
   ASSERT_TRUE((*store)->Flush().ok());

@@ -12,12 +12,6 @@
 namespace ablate::server {
 namespace {
 
-class FakeClock : public Clock {
- public:
-  double Now() const override { return t; }
-  double t = 1000;
-};
-
 class FakeLink : public WorkerLink {
  public:
   void Send(const v1::CoordinatorMessage& m) override {
@@ -126,7 +120,7 @@ class SchedulerTest : public ::testing::Test {
   std::string State(int64_t trial_id) {
     EXPECT_TRUE(store_->Flush().ok());
     auto t = store_->GetTrial(trial_id);
-    return t.ok() ? t->trial.state : "?";
+    return t.ok() ? std::string(TrialStateName(t->trial.state)) : "?";
   }
 
   std::string dir_;
@@ -186,7 +180,7 @@ TEST_F(SchedulerTest, LeaseExpiryRequeuesAndFencesTheOldAttempt) {
   auto a1 = l1->Of(MC::kAssign)[0].assign();
   sched_->Disconnect("w1", l1.get());
   auto l2 = Connect("w2", 1);
-  clock_.t += 31;
+  clock_.AdvanceSeconds(31);
   sched_->Tick();
   ASSERT_TRUE(WaitFor([&] { return l2->Count(MC::kAssign) == 1; }));
   auto a2 = l2->Of(MC::kAssign)[0].assign();
@@ -225,10 +219,10 @@ TEST_F(SchedulerTest, ACutOffWorkerGetsNoTrialsUntilHeardFromAgain) {
   auto l1 = Connect("w1", 1);
   ASSERT_TRUE(WaitFor([&] { return l1->Count(MC::kAssign) == 1; }));
   auto a1 = l1->Of(MC::kAssign)[0].assign();
-  clock_.t += 31;  // no heartbeat from w1 for a whole lease
+  clock_.AdvanceSeconds(31);  // no heartbeat from w1 for a whole lease
   sched_->Tick();
   EXPECT_EQ(l1->Count(MC::kCancel), 1u);  // fenced
-  clock_.t += 5;  // past the retry backoff
+  clock_.AdvanceSeconds(5);  // past the retry backoff
   sched_->Tick();
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_EQ(l1->Count(MC::kAssign), 1u);
@@ -257,7 +251,7 @@ TEST_F(SchedulerTest, FailuresRetryUpToMaxAttemptsAndConfigErrorsDoNot) {
   sched_->OnEvent("w1", Event(other, v1::TrialEvent::FINISHED, 1));
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_EQ(link->Count(MC::kAssign), 2u);  // still backing off
-  clock_.t += 1.5;
+  clock_.AdvanceSeconds(1.5);
   sched_->Tick();
   ASSERT_TRUE(WaitFor([&] { return link->Count(MC::kAssign) == 3; }));
   auto a2 = link->Of(MC::kAssign)[2].assign();
@@ -279,7 +273,7 @@ TEST_F(SchedulerTest, AStaleAttemptReportDoesNotHideTheLossOfTheCurrentOne) {
   ASSERT_TRUE(WaitFor([&] { return link->Count(MC::kAssign) == 1; }));
   auto a1 = link->Of(MC::kAssign)[0].assign();
   sched_->OnEvent("w1", Event(a1, v1::TrialEvent::FAILED, 1, "", 1));
-  clock_.t += 1.5;  // past the retry's backoff
+  clock_.AdvanceSeconds(1.5);  // past the retry's backoff
   sched_->Tick();
   ASSERT_TRUE(WaitFor([&] { return link->Count(MC::kAssign) == 2; }));
   ASSERT_EQ(link->Of(MC::kAssign)[1].assign().attempt(), 2);
@@ -293,7 +287,7 @@ TEST_F(SchedulerTest, AStaleAttemptReportDoesNotHideTheLossOfTheCurrentOne) {
   EXPECT_EQ(reg.stop(0).attempt(), 1);
   ASSERT_TRUE(store_->Flush().ok());
   EXPECT_EQ((*store_->GetAttempts(a1.trial_id()))[1].state, "lost");
-  clock_.t += 10;  // past the lost attempt's backoff, well inside the 30 s lease
+  clock_.AdvanceSeconds(10);  // past the lost attempt's backoff, well inside the 30 s lease
   sched_->Tick();
   ASSERT_TRUE(WaitFor([&] { return l2->Count(MC::kAssign) == 1; }));
   EXPECT_EQ(l2->Of(MC::kAssign)[0].assign().attempt(), 3);
@@ -322,7 +316,7 @@ TEST_F(SchedulerTest, QuarantineAfterRepeatedFailuresOfDifferentTrials) {
   auto workers = sched_->Workers();
   ASSERT_EQ(workers.size(), 1u);
   EXPECT_EQ(workers[0].state(), "quarantined");
-  clock_.t += 601;
+  clock_.AdvanceSeconds(601);
   sched_->Tick();
   ASSERT_TRUE(WaitFor([&] { return link->Count(MC::kAssign) == 4; }));
 }
@@ -346,7 +340,7 @@ TEST_F(SchedulerTest, CancelRunningSendsCancelAndEnds) {
   // it before.
   TrialUpdate unrelated;
   unrelated.trial_id = 999999;
-  unrelated.state = "queued";
+  unrelated.state = v1::QUEUED;
   store_->UpdateTrial(unrelated);
   // Retry brings canceled trials back; --failed only would not.
   auto none = sched_->Retry(sweep, true);

@@ -14,7 +14,6 @@
 namespace ablate::server {
 namespace {
 
-using testing::FakeClock;
 using testing::MakeTrial;
 using testing::OpenOrDie;
 using testing::OptionsFor;
@@ -142,7 +141,7 @@ TEST_F(StoreTest, SubmitSweepInsertsAndResubmitAddsOnlyMissing) {
   EXPECT_NE(first->inserted[0].id, first->inserted[1].id);
   EXPECT_EQ(first->inserted[1].sweep_id, first->sweep_id);
   EXPECT_EQ(first->inserted[1].order_key, 5);
-  EXPECT_DOUBLE_EQ(first->inserted[0].created_at, clock_.now);
+  EXPECT_DOUBLE_EQ(first->inserted[0].created_at, clock_.UnixSeconds());
 
   sweep.priority = 7;
   trials.push_back(MakeTrial("c", {{"attention.kind", "sagebwd"}, {"seed", "0"}}));
@@ -194,7 +193,7 @@ TEST_F(StoreTest, GetSweepByNameOrIdAndListSweeps) {
   EXPECT_NE(missing.status().message().find("nope"), std::string::npos);
 
   ASSERT_TRUE(DoneSync([&](Store::Done d) {
-                store_->UpdateTrial({.trial_id = a.inserted[0].id, .state = "running"}, d);
+                store_->UpdateTrial({.trial_id = a.inserted[0].id, .state = v1::RUNNING}, d);
               }).ok());
   auto all = store_->ListSweeps();
   ASSERT_TRUE(all.ok());
@@ -213,7 +212,7 @@ TEST_F(StoreTest, UpdateTrialWritesOnlySetFields) {
   const int64_t id = s.inserted[0].id;
   TrialUpdate u;
   u.trial_id = id;
-  u.state = "running";
+  u.state = v1::RUNNING;
   u.attempts = 1;
   u.started_at = 100.5;
   ASSERT_TRUE(DoneSync([&](Store::Done d) { store_->UpdateTrial(u, d); }).ok());
@@ -225,7 +224,7 @@ TEST_F(StoreTest, UpdateTrialWritesOnlySetFields) {
   ASSERT_TRUE(DoneSync([&](Store::Done d) { store_->UpdateTrial(v, d); }).ok());
   auto t = store_->GetTrial(id);
   ASSERT_TRUE(t.ok()) << t.status().ToString();
-  EXPECT_EQ(t->trial.state, "running");
+  EXPECT_EQ(t->trial.state, v1::RUNNING);
   EXPECT_EQ(t->trial.attempts, 1);
   EXPECT_DOUBLE_EQ(t->trial.started_at, 100.5);
   EXPECT_EQ(t->trial.finished_at, 0);
@@ -239,9 +238,11 @@ TEST_F(StoreTest, UpdateTrialWritesOnlySetFields) {
   EXPECT_EQ(missing.code(), StatusCode::kNotFound);
   EXPECT_NE(missing.message().find("999"), std::string::npos);
   Status bad =
-      DoneSync([&](Store::Done d) { store_->UpdateTrial({.trial_id = id, .state = "runing"}, d); });
+      DoneSync([&](Store::Done d) {
+        store_->UpdateTrial({.trial_id = id, .state = v1::TRIAL_STATE_UNSPECIFIED}, d);
+      });
   EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(bad.message().find("'runing'"), std::string::npos);
+  EXPECT_NE(bad.message().find("unspecified"), std::string::npos);
   EXPECT_EQ(store_->GetTrial(424242).status().code(), StatusCode::kNotFound);
 }
 
@@ -314,21 +315,21 @@ TEST_F(StoreTest, StartAttemptIsAllOrNothing) {
   a.worker_id = "w1";
   TrialUpdate u;
   u.trial_id = id;
-  u.state = "running";
+  u.state = v1::RUNNING;
   u.attempts = 1;
   ASSERT_TRUE(DoneSync([&](Store::Done d) { store_->StartAttempt(a, u, d); }).ok());
-  EXPECT_EQ(store_->GetTrial(id)->trial.state, "running");
+  EXPECT_EQ(store_->GetTrial(id)->trial.state, v1::RUNNING);
   ASSERT_EQ(store_->GetAttempts(id)->size(), 1u);
   // The attempt exists already: the trial is not touched either.
-  u.state = "queued";
+  u.state = v1::QUEUED;
   u.attempts = 5;
   EXPECT_EQ(DoneSync([&](Store::Done d) { store_->StartAttempt(a, u, d); }).code(),
             StatusCode::kAlreadyExists);
-  EXPECT_EQ(store_->GetTrial(id)->trial.state, "running");
+  EXPECT_EQ(store_->GetTrial(id)->trial.state, v1::RUNNING);
   EXPECT_EQ(store_->GetTrial(id)->trial.attempts, 1);
-  // The trial update fails (an unknown state): the attempt is not inserted either.
+  // The trial update fails (no state): the attempt is not inserted either.
   a.attempt = 2;
-  u.state = "exploded";
+  u.state = v1::TRIAL_STATE_UNSPECIFIED;
   EXPECT_EQ(DoneSync([&](Store::Done d) { store_->StartAttempt(a, u, d); }).code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(store_->GetAttempts(id)->size(), 1u);
@@ -376,7 +377,7 @@ TEST_F(StoreTest, WorkerUpsertRoundTrip) {
 
 TEST_F(StoreTest, EventsAreStoredWithTheClock) {
   auto s = Submit(*store_, "s", 1);
-  clock_.now = 1234.5;
+  clock_.SetUnixSeconds(1234.5);
   store_->AddEvent("trial_failed", s.sweep_id, s.inserted[0].id, 1, "w1", "exit code 1");
   store_->AddEvent("sweep_submitted", s.sweep_id, 0, 0, "", "");
   ASSERT_TRUE(store_->Flush().ok());
@@ -516,8 +517,8 @@ TEST_F(StoreTest, FlushWaitsForEverythingAndReportsTheFirstError) {
     store_->AppendMetrics(id, 1, i, {{i, "loss", 1.0 / i}},
                           [&](const Status& st, bool) { done += st.ok() ? 1 : 0; });
   }
-  store_->UpdateTrial({.trial_id = 31337, .state = "failed"});  // no callback: Flush reports it
-  store_->UpdateTrial({.trial_id = 31338, .state = "failed"});
+  store_->UpdateTrial({.trial_id = 31337, .state = v1::FAILED});  // no callback: Flush reports it
+  store_->UpdateTrial({.trial_id = 31338, .state = v1::FAILED});
   Status f = store_->Flush();
   EXPECT_EQ(done.load(), 200);  // every earlier callback ran before Flush returned
   EXPECT_EQ(f.code(), StatusCode::kNotFound);
@@ -814,8 +815,8 @@ TEST_F(StoreTest, LoadStateAfterReopen) {
   auto a = Submit(*store_, "a", 3, {"seed"});
   auto b = Submit(*store_, "b", 1);
   const int64_t t0 = a.inserted[0].id, t1 = a.inserted[1].id, t2 = a.inserted[2].id;
-  store_->UpdateTrial({.trial_id = t0, .state = "running", .attempts = 2});
-  store_->UpdateTrial({.trial_id = t1, .state = "succeeded", .attempts = 1});
+  store_->UpdateTrial({.trial_id = t0, .state = v1::RUNNING, .attempts = 2});
+  store_->UpdateTrial({.trial_id = t1, .state = v1::SUCCEEDED, .attempts = 1});
   store_->InsertAttempt({.trial_id = t0, .attempt = 1, .worker_id = "w1", .state = "lost"});
   store_->InsertAttempt({.trial_id = t0, .attempt = 2, .worker_id = "w2", .gpu_indices = {1}});
   store_->InsertAttempt({.trial_id = t1, .attempt = 1, .worker_id = "w1", .state = "succeeded"});
@@ -832,7 +833,7 @@ TEST_F(StoreTest, LoadStateAfterReopen) {
   EXPECT_EQ(st->sweeps[0].axes, std::vector<std::string>{"seed"});
   ASSERT_EQ(st->trials.size(), 3u);  // t0 running, t2 queued, b's queued; t1 succeeded is not
   EXPECT_EQ(st->trials[0].id, t0);
-  EXPECT_EQ(st->trials[0].state, "running");
+  EXPECT_EQ(st->trials[0].state, v1::RUNNING);
   EXPECT_EQ(st->trials[0].attempts, 2);
   EXPECT_EQ(st->trials[1].id, t2);
   EXPECT_EQ(st->trials[2].id, b.inserted[0].id);

@@ -31,15 +31,10 @@ class TempDir {
   std::filesystem::path path_;
 };
 
-// A fake wall clock: tests set and advance it.
-struct FakeClock {
-  double now = 1.7e9;
-};
-
 inline Store::Options OptionsFor(const std::string& path, FakeClock* clock = nullptr) {
   Store::Options o;
   o.path = path;
-  if (clock != nullptr) o.clock = [clock] { return clock->now; };
+  o.clock = clock;
   return o;
 }
 

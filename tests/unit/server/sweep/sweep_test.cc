@@ -10,7 +10,7 @@
 namespace ablate::server {
 namespace {
 
-// The example of DESIGN.md, "Sweep spec", verbatim.
+// The example of docs/design.md, "Sweep spec", verbatim.
 constexpr const char* kDesignSpec = R"(name: qknorm-vs-tokens-per-step
 base:
   seed: 0
@@ -74,7 +74,7 @@ std::string Join(const std::vector<std::string>& v) {
   return out;
 }
 
-// ---- The DESIGN.md example ----------------------------------------------------------------------
+// ---- The docs/design.md example ----------------------------------------------------------------------
 
 TEST(SweepDesignExample, ExpandsTo64TrialsAndTheExcludeMatchesNothing) {
   // 2 x 2 x 2 x 4 = 32 grid points x 2 seeds. The exclude entry asks for smooth_k = false, but
@@ -103,8 +103,8 @@ TEST(SweepDesignExample, ExpandsTo64TrialsAndTheExcludeMatchesNothing) {
     std::string p;
     for (const auto& [k, v] : t.axes) p += k + "=" + v + " ";
     points.insert(p);
-    EXPECT_EQ(t.config_hash, trainer::ConfigHash(t.config));
-    EXPECT_EQ(t.config_json, trainer::ToJson(t.config).dump());
+    EXPECT_EQ(t.config_hash, config::ConfigHash(t.config));
+    EXPECT_EQ(t.config_json, config::ToJson(t.config).dump());
     EXPECT_EQ(t.config.gpus, 1);
     EXPECT_EQ(t.config.device, "auto");
     EXPECT_EQ(t.config.name, "qknorm-vs-tokens-per-step");

@@ -73,7 +73,7 @@ class WorkerAgentTest : public ::testing::Test {
 
   void Start(AgentOptions o) {
     agent_ = std::make_unique<Agent>(std::move(o),
-                                     AgentEnv{connector_.get(), RealSpawner(), RealClock()});
+                                     AgentEnv{connector_.get(), RealSpawner(), SystemClock()});
     run_ = std::async(std::launch::async, [this] { return agent_->Run(); });
   }
 

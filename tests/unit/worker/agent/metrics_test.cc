@@ -16,13 +16,13 @@
 #include <future>
 
 #include "fake_coordinator.h"
-#include "metrics/catalog.h"
+#include "ablate/metric_catalog.h"
 #include "test_util.h"
 
 namespace ablate::agent {
 namespace {
 
-namespace catalog = ::ablate::server::metrics;
+namespace catalog = ::ablate::metrics;
 using testing::kToken;
 
 // The text exposition format, parsed back: HELP and TYPE per family, samples with their labels.
@@ -397,7 +397,7 @@ TEST(AgentMetricsSnapshot, FollowsARunningTrialAndCountsItsEnd) {
   a.set_config_json(R"({"mode": "ok", "steps": 40, "sleep": 0.05})");
   a.set_cpu_slots(1);
   coord.Assign(a);
-  Agent agent(o, AgentEnv{connector->get(), RealSpawner(), RealClock()});
+  Agent agent(o, AgentEnv{connector->get(), RealSpawner(), SystemClock()});
   WorkerMetrics metrics({"w1", "test", {}, 2});
   auto run = std::async(std::launch::async, [&] { return agent.Run(); });
 

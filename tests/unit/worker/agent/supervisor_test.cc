@@ -64,7 +64,7 @@ class WorkerSupervisorTest : public ::testing::Test {
 
   // Runs a supervisor to its end on this thread.
   std::vector<v1::TrialEvent> RunMode(const std::string& mode, SupervisorOptions opt = {}) {
-    Supervisor sup(Spec(mode), RealSpawner(), RealClock(), &sink_, opt);
+    Supervisor sup(Spec(mode), RealSpawner(), SystemClock(), &sink_, opt);
     sup.Run();
     non_json_ = sup.non_json_lines();
     return sink_.events();
@@ -150,7 +150,7 @@ TEST_F(WorkerSupervisorTest, KilledBySignal) {
 TEST_F(WorkerSupervisorTest, UnstartableTrainerIsFailedWithTheErrnoText) {
   SpawnSpec spec = Spec("ok");
   spec.program = dir_.path() + "/no-such-trainer";
-  Supervisor sup(spec, RealSpawner(), RealClock(), &sink_);
+  Supervisor sup(spec, RealSpawner(), SystemClock(), &sink_);
   sup.Run();
   auto ev = sink_.events();
   ASSERT_EQ(ev.size(), 1u);
@@ -163,7 +163,7 @@ TEST_F(WorkerSupervisorTest, UnstartableTrainerIsFailedWithTheErrnoText) {
   testing::WriteAll(dir_.path() + "/plain-file", "#!/bin/sh\n");
   spec.program = dir_.path() + "/plain-file";
   RecordingSink sink2;
-  Supervisor sup2(spec, RealSpawner(), RealClock(), &sink2);
+  Supervisor sup2(spec, RealSpawner(), SystemClock(), &sink2);
   sup2.Run();
   ASSERT_EQ(sink2.num_events(), 1u);
   EXPECT_NE(sink2.events()[0].reason().find("Permission denied"), std::string::npos)
@@ -171,7 +171,7 @@ TEST_F(WorkerSupervisorTest, UnstartableTrainerIsFailedWithTheErrnoText) {
 }
 
 TEST_F(WorkerSupervisorTest, CancelKillsTheWholeProcessGroup) {
-  Supervisor sup(Spec("sleep"), RealSpawner(), RealClock(), &sink_);
+  Supervisor sup(Spec("sleep"), RealSpawner(), SystemClock(), &sink_);
   std::thread t([&] { sup.Run(); });
   // Wait until the trainer has printed its step (so its grandchild exists).
   ASSERT_TRUE(WaitFor([&] { return !sink_.points().empty() && GrandchildPid() > 0; }, 5000));
@@ -233,7 +233,7 @@ TEST_F(WorkerSupervisorTest, GrandchildHoldingStdoutDoesNotHangTheAttempt) {
 }
 
 TEST_F(WorkerSupervisorTest, KillByTheWorkerIsFailed) {
-  Supervisor sup(Spec("sleep"), RealSpawner(), RealClock(), &sink_);
+  Supervisor sup(Spec("sleep"), RealSpawner(), SystemClock(), &sink_);
   std::thread t([&] { sup.Run(); });
   ASSERT_TRUE(WaitFor([&] { return !sink_.points().empty(); }, 5000));
   sup.Kill();
@@ -246,7 +246,7 @@ TEST_F(WorkerSupervisorTest, KillByTheWorkerIsFailed) {
 }
 
 TEST_F(WorkerSupervisorTest, CancelBeforeStartNeverSpawns) {
-  Supervisor sup(Spec("ok"), RealSpawner(), RealClock(), &sink_);
+  Supervisor sup(Spec("ok"), RealSpawner(), SystemClock(), &sink_);
   sup.Cancel("canceled early");
   sup.Run();
   auto ev = sink_.events();
@@ -270,7 +270,7 @@ TEST_F(WorkerSupervisorTest, OverlongLineIsDroppedAndCounted) {
   spec.args.clear();
   SupervisorOptions opt;
   opt.max_line_bytes = 1000;
-  Supervisor sup(spec, RealSpawner(), RealClock(), &sink_, opt);
+  Supervisor sup(spec, RealSpawner(), SystemClock(), &sink_, opt);
   sup.Run();
   EXPECT_EQ(sup.non_json_lines(), 1);
   EXPECT_EQ(sup.json_lines(), 3);

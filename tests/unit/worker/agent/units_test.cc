@@ -649,19 +649,5 @@ TEST(WorkerUtil, SignalNames) {
   EXPECT_EQ(SignalName(63), "SIG63");
 }
 
-TEST(WorkerUtil, WriteFileAtomicAndMakeDirs) {
-  TempDir dir;
-  const std::string deep = dir.path() + "/a/b/c";
-  ASSERT_TRUE(MakeDirs(deep).ok());
-  ASSERT_TRUE(MakeDirs(deep).ok());  // idempotent
-  ASSERT_TRUE(WriteFileAtomic(deep + "/f", "one").ok());
-  ASSERT_TRUE(WriteFileAtomic(deep + "/f", "two").ok());
-  EXPECT_EQ(ReadAll(deep + "/f"), "two");
-  EXPECT_FALSE(FileExists(deep + "/f.tmp"));
-  EXPECT_FALSE(MakeDirs(deep + "/f/g").ok());  // a file is in the way
-  auto missing = ReadFile(deep + "/nope");
-  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
-}
-
 }  // namespace
 }  // namespace ablate::agent

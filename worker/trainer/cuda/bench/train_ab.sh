@@ -4,7 +4,7 @@
 #   worker/trainer/cuda/bench/train_ab.sh OUT_DIR STEPS RUNS NAME=ABLATE_TRAIN:KIND [NAME=...]
 # KIND is the attention kind (fpa | sagebwd). The first variant is the reference: prints a
 # markdown table of median tokens/s (steps after the first 5) per run, each variant's ratio to
-# the reference per run, and the means. Example (session 17, docs/gpu/2026-11-27-h200-s17/):
+# the reference per run, and the means. Example (an earlier run:):
 #   train_ab.sh /tmp/ab 30 3 fpa=new/ablate-train:fpa before=old/ablate-train:sagebwd \
 #     after=new/ablate-train:sagebwd
 set -euo pipefail

@@ -9,15 +9,10 @@
 #include <cstdint>
 #include <string>
 
+#include "ablate/cuda_status.h"
 #include "ablate/status.h"
 
 namespace ablate::trainer::cuda {
-
-inline Status CudaStatus(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return Status::Ok();
-  return Internal(std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) +
-                  ")");
-}
 
 inline Status BlasStatus(cublasStatus_t s, const char* what) {
   if (s == CUBLAS_STATUS_SUCCESS) return Status::Ok();

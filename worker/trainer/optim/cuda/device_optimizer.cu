@@ -337,7 +337,7 @@ struct HostSlot {
 };
 
 struct DeviceOptimizer::Impl {
-  OptimizerSection cfg;
+  config::OptimizerSection cfg;
   cudaStream_t stream = nullptr;
   std::vector<HostSlot> slots;
   size_t num_params = 0;
@@ -378,7 +378,7 @@ DeviceOptimizer::DeviceOptimizer(std::unique_ptr<Impl> impl) : impl_(std::move(i
 DeviceOptimizer::~DeviceOptimizer() = default;
 
 StatusOr<std::unique_ptr<DeviceOptimizer>> DeviceOptimizer::Create(
-    const OptimizerSection& cfg, const std::vector<ParamTensor>& params, size_t num_params,
+    const config::OptimizerSection& cfg, const std::vector<ParamTensor>& params, size_t num_params,
     cudaStream_t stream) {
   if (cfg.state_bits != 8 && cfg.state_bits != 32)
     return InvalidArgument("optimizer (cuda): state_bits must be 8 or 32, got " +

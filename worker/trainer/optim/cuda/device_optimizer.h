@@ -13,7 +13,7 @@
 //                   coupled Newton chain for dyadic p, cuSOLVER syevd for general p), an apply
 //                   kernel does W <- W (1 - lr wd) - lr s Psi_p(U) (s = sqrt(max(1, rows/cols)) at
 //                   p = 0).
-// Psi_p is not bitwise equal to the CPU (GEMM summation order); tests/gpu/optim states the bounds.
+// Psi_p is not bitwise equal to the CPU (GEMM summation order); tests/gpu/worker/trainer/optim states the bounds.
 // TF32 (optimizer.tf32): the spectral GEMMs use TF32 tensor cores; psi_route then ends in "+tf32".
 //
 // Synchronization: Step enqueues everything on the stream given at Create and returns without
@@ -41,7 +41,7 @@
 #include <vector>
 
 #include "ablate/status.h"
-#include "trainer/config/trial_config.h"
+#include "ablate/trial_config.h"
 #include "trainer/model/gpt.h"
 #include "trainer/optim/optimizer.h"
 
@@ -52,7 +52,7 @@ class DeviceOptimizer {
   // params: the model's tensors (roles decide the groups, as on the CPU); num_params: the length of
   // the flat weight/gradient buffers. stream: where every kernel runs (may be 0, the legacy default
   // stream). Allocates all state and work space now (zeroed state).
-  static StatusOr<std::unique_ptr<DeviceOptimizer>> Create(const OptimizerSection& cfg,
+  static StatusOr<std::unique_ptr<DeviceOptimizer>> Create(const config::OptimizerSection& cfg,
                                                            const std::vector<ParamTensor>& params,
                                                            size_t num_params, cudaStream_t stream);
   ~DeviceOptimizer();

@@ -1,5 +1,5 @@
 // Psi_p on the GPU, batched over same-shape matrices: the device twin of kernels/spectral/
-// spectral_cpu.h (ALGORITHMS.md §2.2), same routes, coefficients, iteration counts and chain.
+// spectral_cpu.h (kernels/ALGORITHMS.md §2.2), same routes, coefficients, iteration counts and chain.
 //
 // A plan serves a fixed list of groups; group g holds `count` row-major (m, n) fp32 matrices back
 // to back in device memory. Routes (chosen from p and PsiOptions exactly as kernels::Psi does):

@@ -1,0 +1,181 @@
+#include <yaml-cpp/yaml.h>
+
+#include <gtest/gtest.h>
+
+#include "ablate/trial_config.h"
+
+namespace ablate::config {
+namespace {
+
+TEST(TrialConfig, EmptyDocumentGivesDefaults) {
+  auto c = ParseTrialConfig("", "t.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->attention.kind, "sagebwd");
+  EXPECT_EQ(c->model.d_model, 256);
+  EXPECT_EQ(c->train.tokens_per_step, 16384);
+  EXPECT_EQ(c->accumulation_steps(), 16384 / (16 * 256));
+}
+
+TEST(TrialConfig, DesignExampleParses) {
+  const char* text = R"(
+seed: 3
+data:      {corpus: brown, val_fraction: 0.05}
+model:     {seq_len: 256, layers: 4, d_model: 256, heads: 4, mlp: gelu, tie_embeddings: true}
+attention: {kind: sagebwd, qk_norm: true, smooth_k: true, smooth_q: false}
+optimizer: {kind: spectral, family: rms, p: 0.5, lr: 1.0e-2, lr_vector: 3.0e-4, newton_iters: 15, state_bits: 32}
+train:     {steps: 500, tokens_per_step: 16384, micro_batch: 16, warmup: 50, schedule: cosine,
+            grad_clip: 1.0, eval_every: 50, diagnostics_every: 50, checkpoint_every: 100}
+device: auto
+)";
+  auto c = ParseTrialConfig(text, "t.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->seed, 3u);
+  EXPECT_DOUBLE_EQ(c->optimizer.p, 0.5);
+  EXPECT_EQ(c->train.checkpoint_every, 100);
+}
+
+TEST(TrialConfig, UnknownKeyNamesLineAndSuggests) {
+  auto c = ParseTrialConfig("model:\n  layers: 2\n  d_modle: 64\n", "x.yaml");
+  ASSERT_FALSE(c.ok());
+  const std::string& m = c.status().message();
+  EXPECT_NE(m.find("x.yaml:3:3"), std::string::npos) << m;
+  EXPECT_NE(m.find("model.d_modle"), std::string::npos) << m;
+  EXPECT_NE(m.find("did you mean 'd_model'"), std::string::npos) << m;
+}
+
+TEST(TrialConfig, UnknownSectionSuggests) {
+  auto c = ParseTrialConfig("optimiser: {p: 0}\n", "x.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("did you mean 'optimizer'"), std::string::npos)
+      << c.status().message();
+}
+
+TEST(TrialConfig, BadValuesNameKeyAndExpectation) {
+  struct Case {
+    const char* yaml;
+    const char* want;
+  } cases[] = {
+      {"optimizer: {p: 2}\n", "x.yaml:1:16: optimizer.p: expected a number in [-1, 1], got 2"},
+      {"attention: {kind: int4}\n", "attention.kind: expected one of fpa | sagebwd"},
+      {"attention: {kind: sagebdw}\n", "did you mean 'sagebwd'"},
+      {"model: {layers: two}\n", "model.layers: expected an integer, got 'two'"},
+      {"model: {tie_embeddings: maybe}\n", "expected true or false"},
+      {"model: [1, 2]\n", "model: expected a mapping"},
+      {"model: {d_model: 100, heads: 3}\n", "model.heads: heads (3) must divide d_model (100)"},
+      {"train: {tokens_per_step: 1000}\n", "train.tokens_per_step: tokens_per_step (1000) must be "
+                                           "divisible by micro_batch x seq_len"},
+      {"optimizer: {state_bits: 16}\n", "optimizer.state_bits: expected 8 or 32"},
+      {"optimizer: {p: 0.5, psi_method: newton_schulz}\n", "newton_schulz computes only p = 0"},
+      {"train: {steps: 10, warmup: 20}\n", "warmup (20) cannot exceed steps (10)"},
+      {"[1, 2]\n", "expected a mapping of config keys"},
+      {"model: {layers: 2\n", "invalid YAML"},
+  };
+  for (const auto& tc : cases) {
+    auto c = ParseTrialConfig(tc.yaml, "x.yaml");
+    ASSERT_FALSE(c.ok()) << tc.yaml;
+    EXPECT_NE(c.status().message().find(tc.want), std::string::npos)
+        << "yaml: " << tc.yaml << "\nmessage: " << c.status().message();
+  }
+}
+
+TEST(TrialConfig, InvalidUtf8IsAnErrorNotACrash) {
+  // Found by fuzz_trial_config: invalid bytes in a string field made ToJson().dump() throw.
+  auto c = ParseTrialConfig("name: \"a\\x9e\"\ndata: {corpus: \"\xd4\xd4\"}\n", "u.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("UTF-8"), std::string::npos) << c.status().message();
+}
+
+TEST(TrialConfig, CrossFieldErrorPointsAtTheKeyLine) {
+  auto c = ParseTrialConfig("model:\n  d_model: 100\n  heads: 3\n", "y.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message().rfind("y.yaml:3:10: model.heads", 0), 0u) << c.status().message();
+}
+
+// Past kMaxAccumulationSteps micro-batches per step the count wrapped around an int: the run
+// "succeeded" with a negative count, or stopped at step 1 reported as diverged.
+TEST(TrialConfig, TokensPerStepBeyondTheMicroBatchLimitIsRefused) {
+  auto c = ParseTrialConfig(
+      "model: {seq_len: 256}\ntrain: {micro_batch: 2, tokens_per_step: 1099511627776}\n", "t.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message().rfind("t.yaml:2:42: train.tokens_per_step", 0), 0u)
+      << c.status().message();
+  EXPECT_NE(c.status().message().find("2147483648 micro-batches"), std::string::npos)
+      << c.status().message();
+  auto ok = ParseTrialConfig(
+      "model: {seq_len: 256}\ntrain: {micro_batch: 2, tokens_per_step: 536870912}\n", "t.yaml");
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  EXPECT_EQ(ok->accumulation_steps(), 1 << 20);
+}
+
+// A folder opened as a stream reads nothing, which parsed as the empty config: the default run.
+TEST(TrialConfig, AFolderIsNoConfig) {
+  auto c = LoadTrialConfig("/tmp");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message(),
+            "cannot read config /tmp: not a regular file (it is a directory)");
+}
+
+// yaml-cpp keeps the last of two equal keys, and stops after the first document: both silently
+// dropped what the user wrote.
+TEST(TrialConfig, AKeyGivenTwiceOrASecondDocumentIsAnError) {
+  auto twice = ParseTrialConfig("model: {layers: 2, layers: 3}\n", "t.yaml");
+  ASSERT_FALSE(twice.ok());
+  EXPECT_EQ(twice.status().message(),
+            "t.yaml:1:20: model.layers: key given twice (first at t.yaml:1:9)");
+  auto dotted = ParseTrialConfig("data: {corpus: a.txt}\ndata.corpus: b.txt\n", "t.yaml");
+  ASSERT_FALSE(dotted.ok());
+  EXPECT_EQ(dotted.status().message(),
+            "t.yaml:2:1: data.corpus: key given twice (first at t.yaml:1:8)");
+  auto second = ParseTrialConfig("seed: 1\n---\nseed: 2\n", "t.yaml");
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().message(),
+            "t.yaml:3:1: a second YAML document (after '---'); a file holds one");
+  EXPECT_TRUE(ParseTrialConfig("seed: 1\n---\n", "t.yaml").ok());  // an empty one is harmless
+  EXPECT_TRUE(ParseTrialConfig("%YAML 1.2\n--- # the start\nseed: 1\n...\n# end\n", "t.yaml").ok());
+  auto after_end = ParseTrialConfig("seed: 1\n...\nseed: 2\n", "t.yaml");
+  ASSERT_FALSE(after_end.ok());
+  EXPECT_EQ(after_end.status().message(),
+            "t.yaml:3:1: a second YAML document (after '---'); a file holds one");
+  // fuzz_trial_config found this one: YAML::LoadAll looped on it for good (yaml-cpp 0.7), so this
+  // call did not come back (the test's failure is ctest's timeout).
+  const std::string looped =
+      "# The README\xd4\xd4\xd4mizer: {kind: spectral}ari:tn\n   , {steps: 200, schedule: "
+      "\xd4\xd4\xd4\xd4";
+  auto r = ParseTrialConfig(looped, "t.yaml");
+  EXPECT_EQ(r.status().message().find("second YAML document"), std::string::npos);
+}
+
+TEST(TrialConfig, HashIsCanonicalAndIgnoresName) {
+  auto a = ParseTrialConfig("name: a\nmodel: {layers: 2, d_model: 64}\n", "a");
+  auto b = ParseTrialConfig("model: {d_model: 64, layers: 2}\nname: b\n", "b");
+  auto c = ParseTrialConfig("model: {d_model: 64, layers: 3}\n", "c");
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  EXPECT_EQ(ConfigHash(*a), ConfigHash(*b));
+  EXPECT_NE(ConfigHash(*a), ConfigHash(*c));
+  EXPECT_EQ(ConfigHash(*a).size(), 16u);
+  // Writing a default explicitly is the same config.
+  auto d = ParseTrialConfig("model: {d_model: 64, layers: 2, heads: 4}\n", "d");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(ConfigHash(*a), ConfigHash(*d));
+}
+
+TEST(TrialConfig, JsonRoundTripsThroughYaml) {
+  auto a = ParseTrialConfig("optimizer: {p: 0.25, family: momentum}\ntrain: {steps: 7, warmup: 1}\n",
+                            "a");
+  ASSERT_TRUE(a.ok());
+  auto b = ParseTrialConfig(ToJson(*a).dump(), "json");
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(ToJson(*a), ToJson(*b));
+}
+
+TEST(TrialConfig, SetFieldAppliesSweepAxes) {
+  TrialConfig c;
+  ASSERT_TRUE(SetField(&c, "attention.kind", YAML::Load("fpa"), "grid").ok());
+  EXPECT_EQ(c.attention.kind, "fpa");
+  Status st = SetField(&c, "attention.knd", YAML::Load("fpa"), "spec.yaml:4:3");
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("did you mean 'attention.kind'"), std::string::npos) << st.message();
+}
+
+}  // namespace
+}  // namespace ablate::config
