@@ -96,10 +96,9 @@ StatusOr<std::string> FindTrainer(const std::string& flag, const std::string& se
   std::vector<std::string> tried;
   if (!self_exe.empty()) {
     const std::string dir = DirName(self_exe);
-    for (const std::string& c : {dir + "/ablate-train", dir + "/../trainer/ablate-train"}) {
-      tried.push_back(c);
-      if (IsExecutableFile(c)) return c;
-    }
+    const std::string c = dir + "/ablate-train";
+    tried.push_back(c);
+    if (IsExecutableFile(c)) return c;
   }
   std::stringstream in(path_env);
   std::string dir;
