@@ -21,10 +21,12 @@ namespace ablate::cli {
 namespace {
 
 constexpr const char* kFooter = R"(Environment:
-  ABLATE_COORDINATOR   coordinator address when --coordinator is not given (default 127.0.0.1:7070)
+  ABLATE_COORDINATOR   coordinator address when --coordinator is not given
   ABLATE_TOKEN_FILE    token file when --token-file is not given
-  ABLATE_DATA_DIR      the coordinator's data directory: its token file is <dir>/token
-                       (default ~/.ablate/token)
+  ABLATE_DATA_DIR      the coordinator's data directory (ablated --data-dir): its address is read
+                       from <dir>/ablated.addr and its token from <dir>/token when neither the
+                       flags nor the two variables above give them (defaults: 127.0.0.1:7070,
+                       ~/.ablate/token)
   ABLATE_TLS_CA        CA certificate for TLS when --tls-ca is not given
 Exit codes:
   0 ok   1 other error   2 usage error, invalid argument or spec   3 not found
@@ -51,7 +53,8 @@ int RunCli(const std::vector<std::string>& args, const Io& io, const EnvLookup& 
   // The last of a repeated global flag wins, so an alias with defaults can be overridden.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--coordinator", flags.coordinator,
-                 "Coordinator address HOST:PORT (else $ABLATE_COORDINATOR, else 127.0.0.1:7070)");
+                 "Coordinator address HOST:PORT (else $ABLATE_COORDINATOR, "
+                 "$ABLATE_DATA_DIR/ablated.addr, 127.0.0.1:7070)");
   app.add_option(
       "--token-file", flags.token_file,
       "Bearer token file (else $ABLATE_TOKEN_FILE, $ABLATE_DATA_DIR/token, ~/.ablate/token)");

@@ -2,7 +2,8 @@
 // outcome to an exit code (exit_codes.h).
 //
 // Global flags (accepted before or after the subcommand; when repeated, the last wins):
-//   --coordinator HOST:PORT  else $ABLATE_COORDINATOR, else 127.0.0.1:7070
+//   --coordinator HOST:PORT  else $ABLATE_COORDINATOR, $ABLATE_DATA_DIR/ablated.addr (the
+//                            address ablated wrote in its data dir), 127.0.0.1:7070
 //   --token-file F           else $ABLATE_TOKEN_FILE, $ABLATE_DATA_DIR/token, ~/.ablate/token
 //   --timeout SECONDS        deadline of each unary call (default 30)
 //   --tls-ca F               TLS, trusting this CA certificate (else $ABLATE_TLS_CA; else none)

@@ -1,12 +1,9 @@
 #include "client.h"
 
 #include <grpcpp/grpcpp.h>
-#include <pwd.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -52,14 +49,6 @@ StatusCode FromGrpcCode(grpc::StatusCode code) {
   }
 }
 
-std::string HomeDir(const EnvLookup& env) {
-  if (auto home = env("HOME"); home && !home->empty()) return *home;
-  if (const passwd* pw = ::getpwuid(::getuid()); pw && pw->pw_dir) return pw->pw_dir;
-  return ".";
-}
-
-std::string NonEmpty(const std::optional<std::string>& v) { return v ? *v : std::string(); }
-
 constexpr double kMaxTimeoutS = 365 * 86400.0;
 
 std::string FormatSeconds(double s) {
@@ -70,69 +59,21 @@ std::string FormatSeconds(double s) {
 
 }  // namespace
 
-EnvLookup ProcessEnv() {
-  return [](const std::string& name) -> std::optional<std::string> {
-    const char* v = std::getenv(name.c_str());
-    if (v == nullptr) return std::nullopt;
-    return std::string(v);
-  };
-}
-
 StatusOr<ClientOptions> ResolveClientOptions(const GlobalFlags& flags, const EnvLookup& env) {
+  EndpointFlags endpoint_flags;
+  endpoint_flags.coordinator = flags.coordinator;
+  endpoint_flags.token_file = flags.token_file;
+  ABLATE_ASSIGN_OR_RETURN(Endpoint endpoint, ResolveEndpoint(endpoint_flags, env));
   ClientOptions o;
-  // An empty environment variable counts as unset (the usual shell idiom `VAR= ablate ...`); an
-  // empty flag is a mistake and is reported.
-  if (flags.coordinator) {
-    o.coordinator = *flags.coordinator;
-    o.coordinator_source = "--coordinator";
-  } else if (std::string v = NonEmpty(env("ABLATE_COORDINATOR")); !v.empty()) {
-    o.coordinator = v;
-    o.coordinator_source = "$ABLATE_COORDINATOR";
-  } else {
-    o.coordinator = kDefaultCoordinator;
-    o.coordinator_source = "default";
-  }
-  if (o.coordinator.empty()) {
-    return InvalidArgument(o.coordinator_source +
-                           ": empty coordinator address (expected HOST:PORT)");
-  }
-  // Anything with a scheme ("unix:", "dns:", "ipv4:") is passed to gRPC as is; otherwise require
-  // HOST:PORT, since gRPC would silently pick port 443 for a bare host name.
-  const bool has_scheme =
-      o.coordinator.find(":/") != std::string::npos || o.coordinator.rfind("unix:", 0) == 0;
-  if (!has_scheme) {
-    const size_t colon = o.coordinator.rfind(':');
-    const std::string port = colon == std::string::npos ? "" : o.coordinator.substr(colon + 1);
-    if (colon == std::string::npos || colon == 0 || port.empty() ||
-        port.find_first_not_of("0123456789") != std::string::npos) {
-      return InvalidArgument(o.coordinator_source + ": '" + o.coordinator +
-                             "' is not HOST:PORT (for example 127.0.0.1:7070)");
-    }
-    if (port.size() > 5 || std::stoi(port) < 1 || std::stoi(port) > 65535) {
-      return InvalidArgument(o.coordinator_source + ": '" + o.coordinator + "': port " + port +
-                             " is not in 1..65535");
-    }
-  }
-
-  if (flags.token_file) {
-    o.token_file = *flags.token_file;
-    o.token_source = "--token-file";
-  } else if (std::string v = NonEmpty(env("ABLATE_TOKEN_FILE")); !v.empty()) {
-    o.token_file = v;
-    o.token_source = "$ABLATE_TOKEN_FILE";
-  } else if (std::string v = NonEmpty(env("ABLATE_DATA_DIR")); !v.empty()) {
-    o.token_file = v + "/token";
-    o.token_source = "$ABLATE_DATA_DIR";
-  } else {
-    o.token_file = HomeDir(env) + "/.ablate/token";
-    o.token_source = "default";
-  }
-  if (o.token_file.empty()) return InvalidArgument("--token-file: empty path");
+  o.coordinator = endpoint.coordinator;
+  o.coordinator_source = endpoint.coordinator_source;
+  o.token_file = endpoint.token_file;
+  o.token_source = endpoint.token_source;
 
   if (flags.tls_ca_file) {
     o.tls_ca_file = *flags.tls_ca_file;
   } else {
-    o.tls_ca_file = NonEmpty(env("ABLATE_TLS_CA"));
+    o.tls_ca_file = env("ABLATE_TLS_CA").value_or("");
   }
 
   if (!(flags.timeout_s > 0) || !std::isfinite(flags.timeout_s)) {
@@ -148,12 +89,8 @@ StatusOr<ClientOptions> ResolveClientOptions(const GlobalFlags& flags, const Env
 }
 
 StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
-  std::string where = options.token_file;
-  if (options.token_source == "default") {
-    where += " (the default location)";
-  } else if (options.token_source != "--token-file") {
-    where += " (from " + options.token_source + ")";
-  }
+  const std::string where = DescribeTokenFile(Endpoint{
+      options.coordinator, options.coordinator_source, options.token_file, options.token_source});
   StatusOr<std::string> token = ReadToken(options.token_file);
   if (!token.ok()) {
     const std::string hint =
@@ -230,8 +167,11 @@ Status Client::FromGrpc(const grpc::Status& status) const {
                               (options_.coordinator_source == "default"
                                    ? " (the default address)"
                                    : " (from " + options_.coordinator_source + ")") +
-                              ": ablated may not be running there; start it, or point "
-                              "--coordinator / $ABLATE_COORDINATOR at it" +
+                              ": ablated may not be running there" +
+                              (options_.coordinator_source.rfind("$ABLATE_DATA_DIR", 0) == 0
+                                   ? " (it leaves that file behind when it stops)"
+                                   : "") +
+                              "; start it, or point --coordinator / $ABLATE_COORDINATOR at it" +
                               (msg.empty() ? "" : " [" + msg + "]"));
     case StatusCode::kDeadlineExceeded:
       return Status(code, "the coordinator at " + addr + " did not answer within " +

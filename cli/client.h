@@ -1,10 +1,10 @@
 // The CLI's connection to the coordinator's ControlService.
 //
-// Address: --coordinator, else $ABLATE_COORDINATOR, else 127.0.0.1:7070.
-// Token file: --token-file, else $ABLATE_TOKEN_FILE, else $ABLATE_DATA_DIR/token, else
-// ~/.ablate/token (the coordinator's default data directory). The CLI never creates a token: a
-// missing or unreadable token file is UNAUTHENTICATED (exit 5) naming the file and where its path
-// came from.
+// Address and token file: ResolveEndpoint (ablate/endpoint.h, shared with ablate-worker):
+// --coordinator, else $ABLATE_COORDINATOR, else $ABLATE_DATA_DIR/ablated.addr, else 127.0.0.1:7070;
+// --token-file, else $ABLATE_TOKEN_FILE, else $ABLATE_DATA_DIR/token, else ~/.ablate/token. The CLI
+// never creates a token: a missing or unreadable token file is UNAUTHENTICATED (exit 5) naming the
+// file and where its path came from.
 // Every call carries the metadata `authorization: Bearer <token>`; unary calls get a deadline of
 // --timeout seconds (default 30); Watch streams have none.
 //
@@ -16,16 +16,12 @@
 #include <optional>
 #include <string>
 
+#include "ablate/endpoint.h"
 #include "ablate/status.h"
 #include "proto/ablate.grpc.pb.h"
 
 namespace ablate::cli {
 
-// Looks up an environment variable (std::getenv in the binary, a map in tests).
-using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;
-EnvLookup ProcessEnv();
-
-inline constexpr const char* kDefaultCoordinator = "127.0.0.1:7070";
 inline constexpr double kDefaultTimeoutS = 30;
 
 // The global flags as given on the command line (unset: not given).
@@ -38,7 +34,8 @@ struct GlobalFlags {
 
 struct ClientOptions {
   std::string coordinator;         // HOST:PORT (or any gRPC target, e.g. unix:/path)
-  std::string coordinator_source;  // "--coordinator", "$ABLATE_COORDINATOR" or "default"
+  // "--coordinator", "$ABLATE_COORDINATOR", "$ABLATE_DATA_DIR/ablated.addr" or "default"
+  std::string coordinator_source;
   std::string token_file;
   std::string token_source;  // "--token-file", "$ABLATE_TOKEN_FILE", "$ABLATE_DATA_DIR", "default"
   std::string tls_ca_file;   // empty: plaintext; else TLS with this root certificate (PEM)
@@ -46,7 +43,8 @@ struct ClientOptions {
 };
 
 // Applies the precedence rules above. InvalidArgument for an empty address, an address without a
-// port, or a timeout that is not positive.
+// port, or a timeout that is not positive; Unavailable when $ABLATE_DATA_DIR has no ablated.addr
+// (ResolveEndpoint).
 StatusOr<ClientOptions> ResolveClientOptions(const GlobalFlags& flags, const EnvLookup& env);
 
 class Client {

@@ -23,5 +23,5 @@ int main(int argc, char** argv) {
         .count();
   };
   return ablate::cli::RunCli(std::vector<std::string>(argv + 1, argv + argc), io,
-                             ablate::cli::ProcessEnv());
+                             ablate::ProcessEnv());
 }

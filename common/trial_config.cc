@@ -331,6 +331,7 @@ Status ApplyMap(const YAML::Node& map, const std::string& prefix, const std::str
     if (!st.ok()) {
       return InvalidArgument(MarkString(file, value.Mark()) + ": " + path + ": " + st.message());
     }
+    if (path == "train.warmup") config->train.warmup_given = true;
     if (sources) sources->locations.emplace_back(path, MarkString(file, value.Mark()));
   }
   return Status::Ok();
@@ -345,6 +346,7 @@ Status Check(bool ok, const SourceMap& src, const std::string& path, const std::
 
 void Normalize(TrialConfig* c) {
   if (c->optimizer.p_schedule == "constant") c->optimizer.p_end = c->optimizer.p;
+  if (!c->train.warmup_given) c->train.warmup = std::min(kDefaultWarmup, c->train.steps / 10);
 }
 
 int TrialConfig::accumulation_steps() const {
@@ -388,6 +390,7 @@ Status SetField(TrialConfig* config, const std::string& path, const YAML::Node& 
   }
   Status st = field->set(*config, value);
   if (!st.ok()) return InvalidArgument(where + ": " + path + ": " + st.message());
+  if (path == "train.warmup") config->train.warmup_given = true;
   return Status::Ok();
 }
 

@@ -4,7 +4,7 @@
 #
 #   deploy/bundle.sh [OPTIONS] BUILD_DIR OUT_DIR [BINARY...]
 #
-# BINARY paths are relative to BUILD_DIR (default: the four programs ablated, ablate-worker,
+# BINARY paths are relative to BUILD_DIR (default: the four programs in bin/: ablated, ablate-worker,
 # ablate-train, ablate).
 #
 # Folder mode (the default): OUT_DIR/bin gets the programs, OUT_DIR/lib every library `ldd` lists,
@@ -73,7 +73,7 @@ build="${positional[0]}"
 out="${positional[1]}"
 bins=("${positional[@]:2}")
 if ((${#bins[@]} == 0)); then
-  bins=(server/ablated worker/agent/ablate-worker worker/trainer/ablate-train cli/ablate)
+  bins=(bin/ablated bin/ablate-worker bin/ablate-train bin/ablate)
 fi
 [[ -d "$build" ]] || die "build folder $build does not exist"
 for b in "${bins[@]}"; do

@@ -3,7 +3,7 @@
 one and all cores. Runs the real binary on the brown corpus and prints a markdown table (also written
 to docs/bench/cpu_train.md with the machine it ran on).
 
-Usage: scripts/bench_cpu_train.py [--binary build/worker/trainer/ablate-train] [--steps 6] [--quick]
+Usage: scripts/bench_cpu_train.py [--binary build/bin/ablate-train] [--steps 6] [--quick]
 """
 import argparse, json, os, platform, statistics, subprocess, sys, tempfile, time
 
@@ -49,7 +49,7 @@ device: cpu
 def main():
     ap = argparse.ArgumentParser()
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    ap.add_argument("--binary", default=os.path.join(root, "build/worker/trainer/ablate-train"))
+    ap.add_argument("--binary", default=os.path.join(root, "build/bin/ablate-train"))
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--quick", action="store_true", help="only the S size")
     ap.add_argument("--write", default=os.path.join(root, "docs/bench/cpu_train.md"))

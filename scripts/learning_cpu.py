@@ -4,7 +4,7 @@ sagebwd attention with AdamW, the spectral RMS family at p = 0 and p = 1/2, and 
 family, p = 0). Prints a markdown table (written to docs/learning_cpu.md) with the final validation
 loss beside the unigram entropy of the training split (the loss of the best context-free model).
 
-Usage: scripts/learning_cpu.py [--binary build/worker/trainer/ablate-train] [--steps 200]
+Usage: scripts/learning_cpu.py [--binary build/bin/ablate-train] [--steps 200]
 """
 import argparse, json, os, subprocess, sys, tempfile, time
 
@@ -19,7 +19,7 @@ OPTIMIZERS = {
 def main():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     ap = argparse.ArgumentParser()
-    ap.add_argument("--binary", default=os.path.join(root, "build/worker/trainer/ablate-train"))
+    ap.add_argument("--binary", default=os.path.join(root, "build/bin/ablate-train"))
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--write", default=os.path.join(root, "docs/learning_cpu.md"))
     a = ap.parse_args()

@@ -143,6 +143,7 @@ Table SweepsTable(const v1::ListSweepsResponse& resp) {
   }
   t.AddColumn("progress", "", Column::Show::kTextOnly).align = Column::Align::kRight;
   t.AddColumn("progress_pct", "progress_pct", Column::Show::kMachineOnly);
+  t.AddColumn("waiting_reason", "waiting_reason", Column::Show::kMachineOnly);
   for (const v1::SweepInfo& s : resp.sweeps()) {
     std::vector<Cell> row{Cell::Int(s.sweep_id()), Cell::Text(s.name()), Cell::Int(s.total())};
     for (const char* state : {"queued", "running", "succeeded", "failed", "diverged", "canceled"}) {
@@ -152,6 +153,7 @@ Table SweepsTable(const v1::ListSweepsResponse& resp) {
     row.push_back(Cell::Text(FormatPercent(fraction)));
     // Floored like the text: 100 only when every trial has finished.
     row.push_back(Cell::Int(static_cast<int64_t>(std::floor(fraction * 100 + 1e-9))));
+    row.push_back(s.waiting_reason().empty() ? Cell() : Cell::Text(s.waiting_reason()));
     t.AddRow(std::move(row));
   }
   return t;
@@ -207,6 +209,13 @@ Status ShowStatus(Client& client, const StatusOptions& options, const Io& io) {
     if (resp.sweeps().empty() && options.format == Format::kTable) {
       *io.err << "no sweeps yet; submit one with: ablate submit SPEC.yaml\n";
     }
+    if (options.format == Format::kTable) {
+      for (const v1::SweepInfo& s : resp.sweeps()) {
+        if (!s.waiting_reason().empty()) {
+          *io.out << "sweep " << s.name() << " is waiting: " << s.waiting_reason() << "\n";
+        }
+      }
+    }
     return Status::Ok();
   }
   ABLATE_ASSIGN_OR_RETURN(Target target, ParseTarget(*options.target));
@@ -229,7 +238,9 @@ Status ShowStatus(Client& client, const StatusOptions& options, const Io& io) {
             << " failed, " << StateCount(s, "diverged") << " diverged, "
             << StateCount(s, "canceled") << " canceled ("
             << FormatPercent(s.total() > 0 ? double(FinishedCount(s)) / s.total() : 0)
-            << " done)\n\n";
+            << " done)\n";
+    if (!s.waiting_reason().empty()) *io.out << "waiting: " << s.waiting_reason() << "\n";
+    *io.out << "\n";
   }
   *io.out << Render(TrialsTable(s, resp.trials()), options.format);
   return Status::Ok();

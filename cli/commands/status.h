@@ -3,6 +3,9 @@
 // No argument: every sweep with its state counts and progress. SWEEP (a name or sweep:ID): its
 // trials, one row each: id, one column per axis, state, attempt, worker, step/total, loss,
 // val_loss, reason. trial:ID: one trial's state, attempts and latest metrics.
+// A sweep whose queued trials no connected worker can take (SweepInfo.waiting_reason) says why:
+// a "waiting: ..." line under the sweep's header (SWEEP), a "sweep NAME is waiting: ..." line
+// under the table and the waiting_reason field of the JSON and CSV formats (no argument).
 #pragma once
 
 #include <optional>

@@ -102,8 +102,10 @@ std::string CountsText(const v1::SweepInfo& s) {
   return out.empty() ? "no trials" : out;
 }
 
-std::string EtaText(const v1::SweepInfo& s, std::optional<double> eta_s) {
+// `reason`: whether to spell out the waiting reason (the terminal frame gives it its own line).
+std::string EtaText(const v1::SweepInfo& s, std::optional<double> eta_s, bool reason = true) {
   if (s.finished()) return "done";
+  if (!s.waiting_reason().empty()) return reason ? "waiting: " + s.waiting_reason() : "waiting";
   return "ETA " + (eta_s ? FormatDuration(*eta_s) : std::string("-"));
 }
 
@@ -190,9 +192,12 @@ std::vector<std::string> WatchFrame(const v1::SweepSnapshot& snap, std::optional
   std::vector<std::string> lines;
   lines.push_back("sweep " + s.name() + " (id " + std::to_string(s.sweep_id()) + ")  " +
                   ProgressBar(p.fraction(), kOverallBar, unicode) + " " +
-                  FormatPercent(p.fraction()) + "  " + EtaText(s, eta_s));
+                  FormatPercent(p.fraction()) + "  " + EtaText(s, eta_s, /*reason=*/false));
   lines.push_back("  " + std::to_string(p.finished_trials) + "/" + std::to_string(p.total_trials) +
                   " trials finished · " + CountsText(s));
+  if (!s.finished() && !s.waiting_reason().empty()) {
+    lines.push_back("  waiting: " + s.waiting_reason());
+  }
   std::vector<const v1::TrialSummary*> running;
   for (const v1::TrialSummary& t : snap.trials()) {
     if (t.state() == v1::RUNNING) running.push_back(&t);

@@ -6,7 +6,9 @@
 // val_loss). Off a terminal: one compact, timestamped line whenever the counts or the progress
 // percentage change. Then a summary, with the reason of every failed or canceled trial.
 // The ETA comes from the rate of finished steps (every trial's step counts), or of finished trials
-// when the trials' step totals are unknown, measured over the last five minutes.
+// when the trials' step totals are unknown, measured over the last five minutes. When no connected
+// worker can take the sweep's queued trials (SweepInfo.waiting_reason: none is connected, or they
+// lack the GPUs or CPU slots the trials need), that reason is shown instead of the ETA.
 // If the stream breaks after it delivered a snapshot (the coordinator restarted), watch reconnects
 // for up to --timeout seconds before giving up with UNAVAILABLE.
 // Exit: 0 when every trial succeeded or diverged, 7 (kExitWatchFailures) when some failed or were
@@ -46,12 +48,14 @@ struct SweepProgress {
 };
 SweepProgress ComputeProgress(const v1::SweepSnapshot& snapshot);
 
-// The terminal frame: a header line, a counts line, then the running trials as a table (trial,
+// The terminal frame: a header line (with "waiting" instead of the ETA when the sweep has a
+// waiting_reason, given on its own "waiting: ..." line after the counts), a counts line, then the
+// running trials as a table (trial,
 // bar, step/total, loss, val_loss, worker, axis values; at most `max_trial_lines` rows, then
 // "… and K more running"); each line cut to `width` - 1 columns.
 std::vector<std::string> WatchFrame(const v1::SweepSnapshot& snapshot, std::optional<double> eta_s,
                                     int width, int max_trial_lines, bool unicode);
-// The compact off-terminal line (no timestamp): progress, counts, ETA.
+// The compact off-terminal line (no timestamp): progress, counts, ETA (or "waiting: <reason>").
 std::string WatchLine(const v1::SweepSnapshot& snapshot, std::optional<double> eta_s);
 
 // Turns successive frames into the bytes that overwrite the previous frame in place.

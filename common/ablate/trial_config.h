@@ -76,11 +76,16 @@ struct OptimizerSection {
   bool tf32 = false;
 };
 
+inline constexpr int kDefaultWarmup = 50;
+
 struct TrainSection {
   int steps = 500;
   int64_t tokens_per_step = 16384;
   int micro_batch = 16;
-  int warmup = 50;
+  // Not given: min(kDefaultWarmup, steps / 10), set by Normalize, so a short run is not all
+  // warm-up (and steps < 50 is no error); given, it is kept as is (Validate: at most steps).
+  int warmup = kDefaultWarmup;
+  bool warmup_given = false;        // train.warmup was set (ApplyYaml / SetField); not a config key
   std::string schedule = "cosine";  // cosine | linear | wsd | constant
   double min_lr_ratio = 0.0;        // the schedule's floor, as a fraction of the peak
   double decay_fraction = 0.2;      // wsd: the share of steps spent decaying
@@ -141,7 +146,8 @@ Status SetField(TrialConfig* config, const std::string& path, const YAML::Node& 
                 const std::string& where);
 
 // Fills derived keys so equal computations have equal configs (and hashes): with a constant p
-// schedule, p_end = p. Call after every key is applied and before Validate / ConfigHash.
+// schedule, p_end = p; without a given train.warmup, warmup = min(kDefaultWarmup, steps / 10).
+// Call after every key is applied and before Validate / ConfigHash.
 void Normalize(TrialConfig* config);
 
 // Cross-field and range validation of a complete config; errors name the key and its location.

@@ -23,7 +23,9 @@ const char* const kSortColumns[] = {"id", "state", "step", "loss", "val_loss", "
 json Num(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 json Time(double t) { return t > 0 ? json(t) : json(nullptr); }
 
-json SweepJson(const SweepSummary& s) {
+// `waiting_reason`: Scheduler::WaitingReason ("" without a scheduler, or when a worker can run
+// the queued trials).
+json SweepJson(const SweepSummary& s, const std::string& waiting_reason) {
   json counts = json::object();
   int active = 0, done = 0;
   for (v1::TrialState state : kTrialStates) {
@@ -44,7 +46,8 @@ json SweepJson(const SweepSummary& s) {
           {"counts", counts},
           {"total", s.total},
           {"done", done},
-          {"finished", active == 0}};
+          {"finished", active == 0},
+          {"waiting_reason", active == 0 ? std::string() : waiting_reason}};
 }
 
 json TrialJson(const TrialStatus& t) {
@@ -323,6 +326,10 @@ HttpResponse Api::Handle(const HttpRequest& r) const {
   return Route(r);
 }
 
+std::string Api::WaitingReason(int64_t sweep_id) const {
+  return scheduler_ ? scheduler_->WaitingReason(sweep_id) : std::string();
+}
+
 HttpResponse Api::Route(const HttpRequest& r) const {
   const std::vector<std::string> seg = Segments(r.path);  // seg[0] == "api"
   const size_t n = seg.size();
@@ -330,7 +337,7 @@ HttpResponse Api::Route(const HttpRequest& r) const {
     auto sweeps = store_->ListSweeps();
     if (!sweeps.ok()) return FromStatus(sweeps.status());
     json out = json::array();
-    for (const auto& s : *sweeps) out.push_back(SweepJson(s));
+    for (const auto& s : *sweeps) out.push_back(SweepJson(s, WaitingReason(s.sweep.id)));
     return Json({{"sweeps", out}});
   }
   if (n >= 3 && seg[1] == "sweeps") {
@@ -338,7 +345,7 @@ HttpResponse Api::Route(const HttpRequest& r) const {
     if (!sweep.ok()) return FromStatus(sweep.status());
     const int64_t id = sweep->sweep.id;
     if (n == 3) {
-      json j = SweepJson(*sweep);
+      json j = SweepJson(*sweep, WaitingReason(id));
       j["spec_yaml"] = sweep->sweep.spec_yaml;
       return Json(j);
     }

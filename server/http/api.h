@@ -8,7 +8,9 @@
 // ApiOptions::metrics_public. Static files (the dashboard's code, no data) need no token.
 //
 // Routes (GET only; other methods get 405; every error is JSON {"error": "..."}):
-//   /api/sweeps                          sweeps with counts by state
+//   /api/sweeps                          sweeps with counts by state, and waiting_reason: why
+//                                        no connected worker can take the queued trials ("":
+//                                        one can; Scheduler::WaitingReason)
 //   /api/sweeps/{id|name}                one sweep (+ axes, spec YAML, progress)
 //   /api/sweeps/{id|name}/trials         ?offset=0&limit=100(<=1000)&sort=id&order=asc|desc
 //                                        &state=running,failed&axis.<name>=<value>
@@ -97,6 +99,8 @@ class Api {
 
  private:
   HttpResponse Route(const HttpRequest& request) const;
+  // The scheduler's reason why no worker can take the sweep's queued trials ("" without one).
+  std::string WaitingReason(int64_t sweep_id) const;
 
   Store* store_;
   const Scheduler* scheduler_;

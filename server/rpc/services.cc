@@ -18,7 +18,8 @@ namespace {
 constexpr size_t kMaxSpecBytes = 1 << 20;
 constexpr size_t kMaxQueryBytes = 64 << 10;
 
-void FillSweep(const SweepSummary& s, v1::SweepInfo* out) {
+// `waiting_reason`: Scheduler::WaitingReason of the sweep (the store knows no workers).
+void FillSweep(const SweepSummary& s, const std::string& waiting_reason, v1::SweepInfo* out) {
   out->set_sweep_id(s.sweep.id);
   out->set_name(s.sweep.name);
   out->set_priority(s.sweep.priority);
@@ -32,6 +33,7 @@ void FillSweep(const SweepSummary& s, v1::SweepInfo* out) {
   out->set_total(s.total);
   out->set_finished(active == 0);
   for (const auto& a : s.sweep.axes) out->add_axes(a);
+  if (active > 0) out->set_waiting_reason(waiting_reason);
 }
 
 void FillTrial(const TrialStatus& t, v1::TrialSummary* out) {
@@ -289,7 +291,9 @@ grpc::Status ControlServiceImpl::ListSweeps(grpc::ServerContext* ctx, const v1::
                                             v1::ListSweepsResponse* resp) {
   ABLATE_AUTH(ctx);
   ABLATE_GRPC_ASSIGN(auto sweeps, store_->ListSweeps());
-  for (const auto& s : sweeps) FillSweep(s, resp->add_sweeps());
+  for (const auto& s : sweeps) {
+    FillSweep(s, scheduler_->WaitingReason(s.sweep.id), resp->add_sweeps());
+  }
   return grpc::Status::OK;
 }
 
@@ -298,7 +302,7 @@ grpc::Status ControlServiceImpl::GetSweep(grpc::ServerContext* ctx, const v1::Ge
   ABLATE_AUTH(ctx);
   ABLATE_GRPC_ASSIGN(SweepSummary s, store_->GetSweep(req->sweep()));
   ABLATE_GRPC_ASSIGN(auto trials, store_->GetTrials(s.sweep.id));
-  FillSweep(s, resp->mutable_sweep());
+  FillSweep(s, scheduler_->WaitingReason(s.sweep.id), resp->mutable_sweep());
   for (const auto& t : trials) FillTrial(t, resp->add_trials());
   return grpc::Status::OK;
 }
@@ -457,7 +461,7 @@ grpc::Status ControlServiceImpl::Watch(grpc::ServerContext* ctx, const v1::Watch
     ABLATE_GRPC_ASSIGN(SweepSummary s, store_->GetSweep(std::to_string(sweep_id)));
     ABLATE_GRPC_ASSIGN(auto trials, store_->GetTrials(sweep_id));
     v1::SweepSnapshot snap;
-    FillSweep(s, snap.mutable_sweep());
+    FillSweep(s, scheduler_->WaitingReason(sweep_id), snap.mutable_sweep());
     for (const auto& t : trials) FillTrial(t, snap.add_trials());
     std::string bytes = snap.SerializeAsString();
     auto now = std::chrono::steady_clock::now();

@@ -833,6 +833,52 @@ std::vector<v1::WorkerInfo> Scheduler::Workers() const {
   return out;
 }
 
+std::string Scheduler::WaitingReason(int64_t sweep_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto sw = sweeps_.find(sweep_id);
+  if (sw == sweeps_.end() || sw->second->queue.empty()) return "";
+  // A sweep's trials share their resources (resources: in the spec): the first one speaks for all.
+  auto first = trials_.find(sw->second->queue.begin()->second);
+  if (first == trials_.end()) return "";
+  const TrialState& t = *first->second;
+  const double now = clock_->UnixSeconds();
+  int connected = 0, max_gpus = 0, max_slots = 0;
+  std::vector<const WorkerState*> taking;
+  for (const auto& [id, w] : workers_) {
+    if (!w->link || w->silent) continue;
+    ++connected;
+    if (w->draining || w->quarantined_until > now) continue;
+    max_gpus = std::max(max_gpus, int(w->gpus.size()));
+    // As TryPlaceLocked: a worker with GPUs takes CPU trials only with --cpu-slots.
+    if (w->gpus.empty() || w->cpu_slots > 0) max_slots = std::max(max_slots, w->cpu_slots);
+    taking.push_back(w.get());
+  }
+  if (connected == 0) return "no worker is connected; start an ablate-worker";
+  if (taking.empty()) {
+    return "no connected worker takes new trials (" + std::to_string(connected) +
+           (connected == 1 ? " is" : " are") + " draining or quarantined)";
+  }
+  if (t.gpus > 0) {
+    const std::string need = "the queued trials need " + std::to_string(t.gpus) +
+                             (t.gpus == 1 ? " GPU" : " GPUs") + " each";
+    if (max_gpus == 0) return need + "; the connected workers have only CPU slots";
+    if (max_gpus < t.gpus) {
+      return need + "; the connected workers have at most " + std::to_string(max_gpus);
+    }
+    return "";
+  }
+  const int slots = std::max(1, t.cpu_slots);
+  if (max_slots == 0) {
+    return "the queued trials run on CPU slots; the connected workers have only GPUs (start one "
+           "with --cpu-slots N)";
+  }
+  if (max_slots < slots) {
+    return "the queued trials need " + std::to_string(slots) +
+           " CPU slots each; the connected workers have at most " + std::to_string(max_slots);
+  }
+  return "";
+}
+
 Scheduler::Counters Scheduler::counters() const {
   std::lock_guard<std::mutex> lock(mu_);
   return counters_;

@@ -106,6 +106,13 @@ class Scheduler {
   // Snapshot of the workers for ListWorkers (memory is fresher than the store for liveness).
   std::vector<v1::WorkerInfo> Workers() const;
 
+  // Why no connected worker can take the sweep's queued trials, or "" when nothing is queued or
+  // some worker that takes new trials has the capacity for them (free or not): no worker is
+  // connected; every connected one is draining or quarantined; the trials need GPUs and the
+  // workers have only CPU slots, or fewer GPUs than a trial needs; CPU trials and the workers have
+  // no CPU slots, or fewer than a trial needs. For SweepInfo.waiting_reason (CLI, dashboard).
+  std::string WaitingReason(int64_t sweep_id) const;
+
   struct Counters {
     int64_t assignments = 0;
     int64_t retries = 0;

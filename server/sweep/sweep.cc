@@ -528,20 +528,21 @@ Status ReadSpec(const YAML::Node& root, Spec* spec) {
 
   // resources (before base: the device rule and config.gpus depend on it)
   YAML::Node res = get("resources");
-  bool cpu_slots_given = false;
+  bool cpu_slots_given = false, gpus_given = false;
+  YAML::Node slots_node;
   if (present(res)) {
     if (!res.IsMap()) {
       return Error(Loc(file, res.Mark()), "resources",
                    "expected a mapping such as {gpus: 1}, got " + Describe(res));
     }
     const std::vector<std::string> known = {"gpus", "cpu_slots"};
-    YAML::Node slots_node;
     for (auto it = res.begin(); it != res.end(); ++it) {
       std::string where = Loc(file, it->first.Mark());
       if (!it->first.IsScalar()) return Error(where, "resources", "a key must be a plain name");
       std::string key = it->first.Scalar();
       if (key == "gpus") {
         ABLATE_RETURN_IF_ERROR(ReadInt(it->second, file, "resources.gpus", 0, 1024, &spec->gpus));
+        gpus_given = true;
       } else if (key == "cpu_slots") {
         ABLATE_RETURN_IF_ERROR(
             ReadInt(it->second, file, "resources.cpu_slots", 1, 1024, &spec->cpu_slots));
@@ -553,13 +554,7 @@ Status ReadSpec(const YAML::Node& root, Spec* spec) {
             "unknown resource" + Hint(SuggestKeys(key, known)) + "; known: gpus, cpu_slots");
       }
     }
-    if (cpu_slots_given && spec->gpus > 0) {
-      return Error(Loc(file, slots_node.Mark()), "resources.cpu_slots",
-                   "only CPU trials (gpus: 0) take CPU slots; this sweep asks for " +
-                       std::to_string(spec->gpus) + " GPU(s) per trial");
-    }
   }
-  if (spec->gpus == 0 && !cpu_slots_given) spec->cpu_slots = 1;
 
   // base
   YAML::Node base = get("base");
@@ -585,6 +580,14 @@ Status ReadSpec(const YAML::Node& root, Spec* spec) {
                    "set GPUs per trial with resources: {gpus: N} (0 for CPU trials), not in base");
     }
   }
+  // A base that asks for the CPU without resources.gpus is a CPU trial (it holds no GPU).
+  if (!gpus_given && spec->base.device == "cpu") spec->gpus = 0;
+  if (cpu_slots_given && spec->gpus > 0) {
+    return Error(Loc(file, slots_node.Mark()), "resources.cpu_slots",
+                 "only CPU trials (gpus: 0) take CPU slots; this sweep asks for " +
+                     std::to_string(spec->gpus) + " GPU(s) per trial");
+  }
+  if (spec->gpus == 0 && !cpu_slots_given) spec->cpu_slots = 1;
   if (spec->base.name.empty()) spec->base.name = spec->name;
   spec->full_sources.file = file;
   for (const auto& k : config::KnownKeys()) {

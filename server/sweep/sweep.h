@@ -7,7 +7,7 @@
 //   exclude: [{attention.kind: fpa, attention.smooth_k: false}]      # drop matching points
 //   seeds: [0, 1]                   # a seed axis (overrides base.seed); default: no seed axis
 //   order: random                   # random (the default; seeded by the sweep name) | grid
-//   resources: {gpus: 1}            # per trial; gpus: 0 means a CPU trial (cpu_slots: 1)
+//   resources: {gpus: 1}            # per trial; gpus: 0 (or base.device: cpu) means a CPU trial
 //   max_attempts: 3                 # 1..100
 //   priority: 0                     # higher runs first
 //
@@ -30,10 +30,11 @@
 //   value when the key is an axis, otherwise the base config's value. Exclusion happens BEFORE
 //   validation, so an entry can remove combinations that would be invalid. An entry that can match
 //   no point is not an error (it is reported in ExpandedSweep::warnings).
-// - resources: {gpus: N (default 1), cpu_slots: M}. gpus >= 1: a GPU trial, config.gpus = N,
-//   cpu_slots 0 (cpu_slots may not be given). gpus 0: a CPU trial taking cpu_slots (default 1)
-//   worker slots; config.gpus = 1 (one rank). A point with device: cuda and gpus 0, or device: cpu
-//   with gpus >= 1 (it would hold GPUs it never uses), is an error; device: auto with gpus 0
+// - resources: {gpus: N (default 1; 0 when base.device is cpu), cpu_slots: M}. gpus >= 1: a GPU
+//   trial, config.gpus = N, cpu_slots 0 (cpu_slots may not be given). gpus 0: a CPU trial taking
+//   cpu_slots (default 1) worker slots; config.gpus = 1 (one rank). A point with device: cuda and
+//   gpus 0, or device: cpu with gpus >= 1 (it would hold GPUs it never uses; a device axis with
+//   cpu among its values needs resources: {gpus: 0}), is an error; device: auto with gpus 0
 //   resolves to device: cpu.
 //
 // Expansion: the points of `grid` (cartesian product, axes in spec order, the last axis varying

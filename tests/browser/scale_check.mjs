@@ -4,7 +4,7 @@
 // first table, curves, ablation table, sort, next page, axis filter, 1,000-row page.
 //
 //   node tests/browser/scale_check.mjs --bench build/server/http/ablate-http-bench \
-//        --ablated build/server/ablated --source-dir . [--trials 10000] [--points 1000] [--out DIR]
+//        --ablated build/bin/ablated --source-dir . [--trials 10000] [--points 1000] [--out DIR]
 // Prints the timings and the dashboard URL; screenshot: OUT/dashboard-scale.png. With --serve it
 // keeps ablated running for a look by hand (Ctrl-C stops it).
 import {spawn, execFileSync} from 'node:child_process';

@@ -325,5 +325,78 @@ TEST(Coordinator, ALongWatchIntervalDoesNotHoldUpShutdown) {
   EXPECT_EQ(code, 0) << ReadFile(dir + "/ablated.log");
 }
 
+// A first run's path: a coordinator of its own, sweeps submitted before any worker is connected,
+// and every CLI call and the worker given nothing but ABLATE_DATA_DIR (the address comes from its
+// ablated.addr, the token from its token file).
+//   - status (JSON and table) says why the queued trials wait: no worker is connected;
+//   - a device: cpu sweep without resources is a CPU trial: a CPU-only worker runs it;
+//   - a GPU sweep then says the connected workers have only CPU slots.
+TEST(Coordinator, StatusSaysWhyQueuedTrialsWaitAndTheDataDirAloneIsEnough) {
+  const std::string dir = TempDir();
+  ::mkdir((dir + "/coord").c_str(), 0700);
+  Proc coordinator = Spawn({ABLATED_BIN, "--data-dir", dir + "/coord", "--grpc", "127.0.0.1:0",
+                            "--heartbeat-seconds", "0.5"},
+                           dir + "/ablated.log");
+  ASSERT_FALSE(WaitForFile(dir + "/coord/ablated.addr", seconds(10)).empty())
+      << ReadFile(dir + "/ablated.log");
+  const std::vector<std::string> env = {"ABLATE_DATA_DIR=" + dir + "/coord",
+                                        "ABLATE_COORDINATOR=", "ABLATE_TOKEN_FILE="};
+  auto cli = [&](std::vector<std::string> args, seconds timeout = seconds(60)) {
+    args.insert(args.begin(), ABLATE_CLI_BIN);
+    return ::ablate::testing::Run(args, dir, env, timeout);
+  };
+  auto waiting = [&]() {
+    std::map<std::string, std::string> out;
+    Output o = cli({"status", "--format", "json"});
+    EXPECT_EQ(o.code, 0) << o.out;
+    json j = json::parse(o.out, nullptr, false);
+    if (!j.is_array()) {
+      ADD_FAILURE() << o.out;
+      return out;
+    }
+    for (const auto& s : j) {
+      out[s["name"]] =
+          s["waiting_reason"].is_string() ? s["waiting_reason"].get<std::string>() : "";
+    }
+    return out;
+  };
+  std::ofstream(dir + "/corpus.txt") << Corpus();
+  const std::string model =
+      "  data: {corpus: " + dir + "/corpus.txt}\n" +
+      "  model: {seq_len: 32, layers: 1, d_model: 32, heads: 2}\n" +
+      "  train: {steps: 5, tokens_per_step: 256, micro_batch: 8, threads: 1}\n";
+  std::ofstream(dir + "/oncpu.yaml") << "name: oncpu\nbase:\n  device: cpu\n" << model;
+  std::ofstream(dir + "/ongpu.yaml") << "name: ongpu\nbase:\n" << model << "resources: {gpus: 1}\n";
+  for (const char* spec : {"/oncpu.yaml", "/ongpu.yaml"}) {
+    Output o = cli({"submit", dir + spec});
+    ASSERT_EQ(o.code, 0) << o.out;
+  }
+  auto reasons = waiting();
+  EXPECT_EQ(reasons["oncpu"], "no worker is connected; start an ablate-worker");
+  EXPECT_EQ(reasons["ongpu"], "no worker is connected; start an ablate-worker");
+  Output table = cli({"status", "oncpu"});
+  EXPECT_EQ(table.code, 0) << table.out;
+  EXPECT_NE(table.out.find("waiting: no worker is connected"), std::string::npos) << table.out;
+
+  Proc worker = Spawn({ABLATE_WORKER_BIN, "--gpus", "none", "--cpu-slots", "1", "--work-dir",
+                       dir + "/w", "--trainer", ABLATE_TRAIN_BIN, "--data-root", dir},
+                      dir + "/worker.log", env);
+  Output watch = cli({"watch", "oncpu"}, seconds(120));
+  EXPECT_EQ(watch.code, 0) << watch.out << ReadFile(dir + "/worker.log");
+  reasons = waiting();
+  EXPECT_EQ(reasons["oncpu"], "");
+  EXPECT_EQ(reasons["ongpu"],
+            "the queued trials need 1 GPU each; the connected workers have only CPU slots");
+  Output workers = cli({"workers", "--format", "json"});
+  ASSERT_EQ(workers.code, 0) << workers.out;
+  EXPECT_EQ(json::parse(workers.out, nullptr, false).size(), 1u) << workers.out;
+
+  Kill(worker, SIGKILL);
+  Wait(worker, seconds(5));
+  Kill(coordinator, SIGTERM);
+  if (Wait(coordinator, seconds(15)) == 999)
+    Kill(coordinator, SIGKILL), Wait(coordinator, seconds(5));
+}
+
 }  // namespace
 }  // namespace ablate::testing

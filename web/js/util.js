@@ -166,6 +166,15 @@ export async function mapLimit(items, limit, fn) {
   return out;
 }
 
+// Why no connected worker can take a sweep's queued trials (the API's waiting_reason), or null
+// when nothing waits for that: a visible notice, e.g. "Waiting: no worker is connected; ...".
+export function waitingNotice(sweep, attrs = {}) {
+  if (!sweep?.waiting_reason || (sweep.counts?.queued ?? 0) === 0) return null;
+  return h(
+      'div', {class: 'notice', role: 'status', ...attrs}, h('b', {}, 'Waiting: '),
+      sweep.waiting_reason);
+}
+
 export function errorBox(err) {
   return h('div', {class: 'error', role: 'alert'}, String(err?.message || err));
 }

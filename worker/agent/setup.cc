@@ -18,6 +18,7 @@
 #include <sstream>
 #include <thread>
 
+#include "ablate/endpoint.h"
 #include "ablate/token.h"
 #include "agent/agent.h"
 #include "agent/gpus.h"
@@ -96,10 +97,9 @@ StatusOr<std::string> FindTrainer(const std::string& flag, const std::string& se
   std::vector<std::string> tried;
   if (!self_exe.empty()) {
     const std::string dir = DirName(self_exe);
-    for (const std::string& c : {dir + "/ablate-train", dir + "/../trainer/ablate-train"}) {
-      tried.push_back(c);
-      if (IsExecutableFile(c)) return c;
-    }
+    const std::string c = dir + "/ablate-train";
+    tried.push_back(c);
+    if (IsExecutableFile(c)) return c;
   }
   std::stringstream in(path_env);
   std::string dir;
@@ -118,20 +118,20 @@ int WorkerMain(int argc, char** argv) {
   CLI::App app{
       "ablate-worker: the per-node agent. Registers with the coordinator, runs assigned "
       "trials as ablate-train processes and reports their metrics."};
-  const char* env_coord = std::getenv("ABLATE_COORDINATOR");
   const char* env_work = std::getenv("ABLATE_WORK_DIR");
-  std::string coordinator = env_coord && *env_coord ? env_coord : "127.0.0.1:7070";
-  std::string token_file, gpus_flag = "all", trainer_flag, worker_id_flag;
+  EndpointFlags endpoint_flags;  // unset: ResolveEndpoint (ablate/endpoint.h), as the CLI does
+  std::string gpus_flag = "all", trainer_flag, worker_id_flag;
   std::string work_dir = env_work && *env_work ? env_work : "./ablate-worker";
   std::string tls_ca, tls_cert, tls_key;
   int cpu_slots = -1;
   int keepalive_ms = 30000;
   bool drain = false;
-  app.add_option("--coordinator", coordinator,
-                 "coordinator gRPC address HOST:PORT (default: $ABLATE_COORDINATOR or "
-                 "127.0.0.1:7070)");
-  app.add_option("--token-file", token_file, "file holding the coordinator's bearer token")
-      ->required();
+  app.add_option("--coordinator", endpoint_flags.coordinator,
+                 "coordinator gRPC address HOST:PORT (default: $ABLATE_COORDINATOR, else "
+                 "$ABLATE_DATA_DIR/ablated.addr, else 127.0.0.1:7070)");
+  app.add_option("--token-file", endpoint_flags.token_file,
+                 "file holding the coordinator's bearer token (default: $ABLATE_TOKEN_FILE, else "
+                 "$ABLATE_DATA_DIR/token, else ~/.ablate/token)");
   app.add_option("--gpus", gpus_flag, "GPUs to use: all, none, or indices such as 0,1");
   app.add_option("--cpu-slots", cpu_slots,
                  "concurrent CPU trials (default 1 when the worker has no GPU, else 0)");
@@ -177,8 +177,17 @@ int WorkerMain(int argc, char** argv) {
     return code;
   };
 
-  auto token = ReadToken(token_file);
-  if (!token.ok()) return fail(2, "--token-file: " + token.status().message());
+  auto resolved = ResolveEndpoint(endpoint_flags, ProcessEnv());
+  if (!resolved.ok()) return fail(2, resolved.status().message());
+  const std::string& coordinator = resolved->coordinator;
+  auto token = ReadToken(resolved->token_file);
+  if (!token.ok()) {
+    const std::string& from = resolved->token_source;
+    return fail(2, (from == "default" ? std::string("the default token file (no --token-file, "
+                                                    "$ABLATE_TOKEN_FILE or $ABLATE_DATA_DIR given)")
+                                      : from) +
+                       ": " + token.status().message());
+  }
   auto sel = ParseGpuFlag(gpus_flag);
   if (!sel.ok()) return fail(2, sel.status().message());
   if (cpu_slots < -1 || cpu_slots > 4096) {

@@ -16,7 +16,7 @@ StatusOr<std::string> LoadOrCreateWorkerId(const std::string& work_dir,
                                            const std::string& hostname);
 
 // The trainer executable: `flag` when given (it must be an executable file), else `ablate-train`
-// next to `self_exe`, else in the build tree's ../trainer/ folder, else the first one on
+// next to `self_exe` (both are in build/bin/ and in a bundle's bin/), else the first one on
 // `path_env` (a PATH-style list). NotFound with every place tried.
 StatusOr<std::string> FindTrainer(const std::string& flag, const std::string& self_exe,
                                   const std::string& path_env);

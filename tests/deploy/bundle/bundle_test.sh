@@ -135,7 +135,7 @@ build="$(cd "$build" && pwd)"
 [[ "$(id -u)" -eq 0 ]] || { echo "skip: needs root (chroot, mount, mknod)"; exit 77; }
 command -v unshare >/dev/null && command -v ip >/dev/null || { echo "skip: needs unshare and ip"; exit 77; }
 unshare --mount --net --pid --fork true 2>/dev/null || { echo "skip: unshare does not work here"; exit 77; }
-for p in server/ablated worker/agent/ablate-worker worker/trainer/ablate-train cli/ablate; do
+for p in bin/ablated bin/ablate-worker bin/ablate-train bin/ablate; do
   [[ -x "$build/$p" ]] || fail "$build/$p is not built"
 done
 

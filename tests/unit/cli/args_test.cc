@@ -37,6 +37,8 @@ TEST(ResolveClientOptions, Defaults) {
   EXPECT_EQ(o->tls_ca_file, "");
 }
 
+// The rules themselves are ResolveEndpoint's (tests/unit/common/endpoint_test.cc); these check
+// that the CLI applies them.
 TEST(ResolveClientOptions, EnvironmentBeatsDefaults) {
   auto o = ResolveClientOptions(GlobalFlags(), MapEnv({{"HOME", "/home/r"},
                                                        {"ABLATE_COORDINATOR", "coord:9000"},
@@ -50,6 +52,7 @@ TEST(ResolveClientOptions, EnvironmentBeatsDefaults) {
   EXPECT_EQ(o->tls_ca_file, "/etc/ca.pem");
   // $ABLATE_TOKEN_FILE beats $ABLATE_DATA_DIR.
   o = ResolveClientOptions(GlobalFlags(), MapEnv({{"ABLATE_TOKEN_FILE", "/t/tok"},
+                                                  {"ABLATE_COORDINATOR", "coord:9000"},
                                                   {"ABLATE_DATA_DIR", "/var/lib/ablate"}}));
   ASSERT_TRUE(o.ok());
   EXPECT_EQ(o->token_file, "/t/tok");
@@ -246,10 +249,28 @@ TEST(RunCli, BadReferencesAreUsageErrorsEvenWithoutAToken) {
 }
 
 TEST(RunCli, MissingTokenFileExitsFiveAndNamesIt) {
-  CliResult r = RunArgs({"workers"}, {{"ABLATE_DATA_DIR", "/nonexistent-data"}});
+  CliResult r = RunArgs({"workers"}, {{"ABLATE_DATA_DIR", "/nonexistent-data"},
+                                      {"ABLATE_COORDINATOR", "127.0.0.1:1"}});
   EXPECT_EQ(r.code, kExitAuth);
   EXPECT_NE(r.err.find("/nonexistent-data/token"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("$ABLATE_DATA_DIR"), std::string::npos) << r.err;
+}
+
+// $ABLATE_DATA_DIR alone: the address comes from its ablated.addr. Without that file the
+// coordinator has not started there (exit 4, naming the file); with it, the CLI dials the address
+// written there (nothing listens on port 1 here) and says where the address came from.
+TEST_F(TokenFile, TheDataDirAloneNamesTheCoordinator) {
+  CliResult r = RunArgs({"workers"}, {{"ABLATE_DATA_DIR", dir_}});
+  EXPECT_EQ(r.code, kExitUnavailable) << r.err;
+  EXPECT_NE(r.err.find(dir_ + "/ablated.addr does not exist"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("no coordinator has started"), std::string::npos) << r.err;
+  std::ofstream(dir_ + "/ablated.addr") << "127.0.0.1:1\n";
+  r = RunArgs({"workers"}, {{"ABLATE_DATA_DIR", dir_}});
+  std::remove((dir_ + "/ablated.addr").c_str());
+  EXPECT_EQ(r.code, kExitUnavailable) << r.err;  // the token was read from the data dir
+  EXPECT_NE(r.err.find("127.0.0.1:1 (from $ABLATE_DATA_DIR/ablated.addr)"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("it leaves that file behind when it stops"), std::string::npos) << r.err;
 }
 
 TEST_F(TokenFile, TokenReadableByOthersIsRefused) {

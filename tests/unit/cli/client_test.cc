@@ -169,7 +169,8 @@ TEST_F(CliTest, SubmitDryRunOfThousandsOfTrialsAndTheServersWarnings) {
   for (int i = 0; i < 4000; ++i) {
     v1::TrialSummary* t = fake_.submit.add_trials();
     (*t->mutable_axes())["seed"] = std::to_string(i);
-    t->set_config_hash("h" + std::to_string(i));
+    // Appended, not "h" + std::to_string(i): GCC 12 warns (-Wrestrict, a false positive) there.
+    t->set_config_hash(std::string("h").append(std::to_string(i)));
     t->set_config_json(config);
   }
   fake_.submit.add_warnings("exclude[0] matches no point");
@@ -217,9 +218,33 @@ TEST_F(CliTest, StatusListsSweeps) {
             " 1  pgrid      4       0        0          4       0         0         0      100%\n");
   r = Ablate({"status", "--format", "csv"});
   EXPECT_EQ(r.out,
-            "id,name,total,queued,running,succeeded,failed,diverged,canceled,progress_pct\r\n"
-            "1,pgrid,4,0,0,4,0,0,0,100\r\n");
+            "id,name,total,queued,running,succeeded,failed,diverged,canceled,progress_pct,"
+            "waiting_reason\r\n"
+            "1,pgrid,4,0,0,4,0,0,0,100,\r\n");
   ExpectAuthenticated();
+}
+
+// A sweep whose queued trials no connected worker can take says why: a line under the sweeps
+// table, waiting_reason in the machine formats, and a line under one sweep's header.
+TEST_F(CliTest, StatusSaysWhyQueuedTrialsWait) {
+  const std::string why = "no worker is connected; start an ablate-worker";
+  v1::SweepInfo* s = fake_.sweeps.add_sweeps();
+  s->set_sweep_id(2);
+  s->set_name("idle");
+  s->set_total(3);
+  (*s->mutable_counts())["queued"] = 3;
+  s->set_waiting_reason(why);
+  CliResult r = Ablate({"status"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("\nsweep idle is waiting: " + why + "\n"), std::string::npos) << r.out;
+  r = Ablate({"status", "--format", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)[0]["waiting_reason"], why) << r.out;
+
+  *fake_.sweep.mutable_sweep() = *s;
+  r = Ablate({"status", "idle"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("(0% done)\nwaiting: " + why + "\n\n"), std::string::npos) << r.out;
 }
 
 TEST_F(CliTest, StatusOfOneSweepListsItsTrials) {

@@ -275,6 +275,27 @@ TEST(Watch, CompactLine) {
   EXPECT_EQ(WatchLine(snap, 5.0).substr(WatchLine(snap, 5.0).size() - 4), "done");
 }
 
+// With no connected worker able to take the queued trials, the reason replaces the ETA that
+// could never come ("ETA -" for ever): on its own line in the frame, inline in the compact line.
+TEST(Watch, TheWaitingReasonReplacesTheEta) {
+  v1::SweepSnapshot snap = Snapshot();
+  snap.mutable_sweep()->set_waiting_reason("no worker is connected; start an ablate-worker");
+  std::vector<std::string> lines = WatchFrame(snap, std::nullopt, 200, 10, /*unicode=*/false);
+  ASSERT_EQ(lines.size(), 6u);
+  EXPECT_EQ(lines[0], "sweep pgrid (id 4)  [#############-----------------] 43%  waiting");
+  EXPECT_EQ(lines[1], "  1/4 trials finished · 2 running · 1 queued · 1 succeeded");
+  EXPECT_EQ(lines[2], "  waiting: no worker is connected; start an ablate-worker");
+  EXPECT_EQ(lines[3], "  trial  progress        step    loss  val_loss  worker  p");
+  EXPECT_EQ(WatchLine(snap, 30.0),
+            "sweep pgrid: 43% · 1/4 finished · 2 running · 1 queued · 1 succeeded · waiting: no "
+            "worker is connected; start an ablate-worker");
+  snap.mutable_sweep()->set_finished(true);
+  lines = WatchFrame(snap, std::nullopt, 200, 10, false);
+  EXPECT_EQ(lines[0].substr(lines[0].size() - 6), "  done");
+  EXPECT_EQ(lines[2].find("waiting"), std::string::npos);
+  EXPECT_EQ(WatchLine(snap, 5.0).substr(WatchLine(snap, 5.0).size() - 4), "done");
+}
+
 TEST(Watch, RedrawMovesUpOverThePreviousFrame) {
   Redrawer r;
   EXPECT_EQ(r.Draw({"a", "b"}), "\x1b[2Ka\n\x1b[2Kb\n\x1b[J");

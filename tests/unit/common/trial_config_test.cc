@@ -177,5 +177,47 @@ TEST(TrialConfig, SetFieldAppliesSweepAxes) {
   EXPECT_NE(st.message().find("did you mean 'attention.kind'"), std::string::npos) << st.message();
 }
 
+// train.warmup's default is min(50, steps / 10): a short run without it is valid and not all
+// warm-up; a given warmup is kept (one past steps stays an error).
+TEST(TrialConfig, DefaultWarmupFitsShortRuns) {
+  for (const auto& [steps, warmup] :
+       std::vector<std::pair<int, int>>{{500, 50}, {5000, 50}, {200, 20}, {20, 2}, {5, 0}}) {
+    auto c = ParseTrialConfig("train: {steps: " + std::to_string(steps) + "}\n", "t.yaml");
+    ASSERT_TRUE(c.ok()) << steps << ": " << c.status().ToString();
+    EXPECT_EQ(c->train.warmup, warmup) << steps;
+  }
+  auto defaults = ParseTrialConfig("", "t.yaml");
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_EQ(defaults->train.warmup, 50);  // the default run (500 steps) is unchanged
+
+  auto given = ParseTrialConfig("train: {steps: 20, warmup: 15}\n", "t.yaml");
+  ASSERT_TRUE(given.ok()) << given.status().ToString();
+  EXPECT_EQ(given->train.warmup, 15);
+  given = ParseTrialConfig("train: {steps: 100, warmup: 50}\n", "t.yaml");
+  ASSERT_TRUE(given.ok()) << given.status().ToString();
+  EXPECT_EQ(given->train.warmup, 50);  // an explicit 50 is not the default
+  auto too_long = ParseTrialConfig("train: {steps: 10, warmup: 20}\n", "t.yaml");
+  ASSERT_FALSE(too_long.ok());
+  EXPECT_NE(too_long.status().message().find("warmup (20) cannot exceed steps (10)"),
+            std::string::npos);
+
+  // The resolved value is part of the config: its JSON (what the worker receives) keeps it.
+  auto short_run = ParseTrialConfig("train: {steps: 30}\n", "t.yaml");
+  ASSERT_TRUE(short_run.ok());
+  auto again = ParseTrialConfig(ToJson(*short_run).dump(), "json");
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->train.warmup, 3);
+  EXPECT_EQ(ConfigHash(*again), ConfigHash(*short_run));
+
+  // Sweep axes (SetField) count as given; Normalize resolves an absent one after every axis.
+  TrialConfig c;
+  ASSERT_TRUE(SetField(&c, "train.steps", YAML::Load("40"), "grid").ok());
+  Normalize(&c);
+  EXPECT_EQ(c.train.warmup, 4);
+  ASSERT_TRUE(SetField(&c, "train.warmup", YAML::Load("7"), "grid").ok());
+  Normalize(&c);
+  EXPECT_EQ(c.train.warmup, 7);
+}
+
 }  // namespace
 }  // namespace ablate::config

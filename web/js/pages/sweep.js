@@ -1,14 +1,15 @@
-// #/sweeps/{id}: header (counts, progress, spec), the ablation table, filters shared by the curves,
+// #/sweeps/{id}: header (counts, progress, a notice when no connected worker can take the queued
+// trials, spec), the ablation table, filters shared by the curves,
 // the trial table and the diagnostics. Live: events of this sweep refetch (debounced) what they
 // change; while trials run, the table refreshes every 5 s and the charts every 15 s (a step's
 // metrics produce no event).
 import {api} from '../api.js';
 import {getState, setState} from '../route.js';
-import {h, replace, stateCounts, progressBar, fmtTime, debounce, errorBox, STATES, axisCompare} from '../util.js';
-import {resultsView} from '../views/results.js';
-import {trialsView} from '../views/trials.js';
+import {axisCompare, debounce, errorBox, fmtTime, h, progressBar, replace, stateCounts, STATES, waitingNotice} from '../util.js';
 import {curvesView} from '../views/curves.js';
 import {diagnosticsView} from '../views/diagnostics.js';
+import {resultsView} from '../views/results.js';
+import {trialsView} from '../views/trials.js';
 
 // Metrics the trainer reports once (start and final lines): not curves.
 const ONCE = new Set(['params', 'vocab_size', 'train_tokens', 'val_tokens', 'unigram_entropy',
@@ -79,19 +80,28 @@ export function sweepPage(main, [ref]) {
   const renderHeader = () => {
     const specOpen = header.querySelector('details')?.open;  // keep what the reader opened
     const finished = (sweep.counts.queued ?? 0) + (sweep.counts.running ?? 0) === 0;
-    replace(header,
-        h('nav', {class: 'crumbs', 'aria-label': 'breadcrumb'}, h('a', {href: '#/'}, 'Sweeps'), ' / ', sweep.name),
+    replace(
+        header,
+        h('nav', {class: 'crumbs', 'aria-label': 'breadcrumb'}, h('a', {href: '#/'}, 'Sweeps'),
+          ' / ', sweep.name),
         h('div', {class: 'title-row'},
-            h('h1', {}, sweep.name, h('span', {class: 'muted id'}, ` #${sweep.id}`)),
-            h('span', {class: finished ? 'muted' : 'active', id: 'sweep-status'}, finished ? 'finished' : 'active')),
-        h('div', {class: 'meta'},
-            h('span', {}, `${sweep.total} trials`), h('span', {}, `axes: ${sweep.axes.join(' × ') || '-'}`),
-            h('span', {}, sweep.gpus ? `${sweep.gpus} GPU(s) per trial` : `${sweep.cpu_slots || 1} CPU slot(s) per trial`),
-            h('span', {}, `max attempts ${sweep.max_attempts}`), h('span', {}, `priority ${sweep.priority}`),
-            h('span', {}, `created ${fmtTime(sweep.created_at)}`)),
-        h('div', {class: 'sweep-progress', id: 'sweep-counts'}, stateCounts(sweep.counts, {all: true}),
-            progressBar(sweep.counts, sweep.total)),
-        sweep.spec_yaml ? h('details', {open: specOpen}, h('summary', {}, 'sweep spec'), h('pre', {class: 'code'}, sweep.spec_yaml)) : null);
+          h('h1', {}, sweep.name, h('span', {class: 'muted id'}, ` #${sweep.id}`)),
+          h('span', {class: finished ? 'muted' : 'active', id: 'sweep-status'},
+            finished ? 'finished' : 'active')),
+        h('div', {class: 'meta'}, h('span', {}, `${sweep.total} trials`),
+          h('span', {}, `axes: ${sweep.axes.join(' × ') || '-'}`),
+          h('span', {},
+            sweep.gpus ? `${sweep.gpus} GPU(s) per trial` :
+                         `${sweep.cpu_slots || 1} CPU slot(s) per trial`),
+          h('span', {}, `max attempts ${sweep.max_attempts}`),
+          h('span', {}, `priority ${sweep.priority}`),
+          h('span', {}, `created ${fmtTime(sweep.created_at)}`)),
+        h('div', {class: 'sweep-progress', id: 'sweep-counts'},
+          stateCounts(sweep.counts, {all: true}), progressBar(sweep.counts, sweep.total)),
+        waitingNotice(sweep, {id: 'sweep-waiting'}),
+        sweep.spec_yaml ? h('details', {open: specOpen}, h('summary', {}, 'sweep spec'),
+                            h('pre', {class: 'code'}, sweep.spec_yaml)) :
+                          null);
   };
 
   const renderFilters = () => {
@@ -243,6 +253,9 @@ export function sweepPage(main, [ref]) {
           refreshAll();
           refreshCharts();
         }
+      } else if (type === 'worker') {
+        // A worker came or went: whether the queued trials can run (waiting_reason) may change.
+        refreshAll();
       } else if (data.sweep_id === sweep.id) {
         if (type === 'sweep') loadAxisValues().then(renderFilters).catch(() => {});
         refreshAll();

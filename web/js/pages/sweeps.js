@@ -1,6 +1,7 @@
-// #/ : every sweep with its counts by state and progress; live through 'changed' events.
+// #/ : every sweep with its counts by state and progress, and a notice on a sweep whose queued
+// trials no connected worker can take; live through 'changed' and 'worker' events.
 import {api} from '../api.js';
-import {h, replace, stateCounts, progressBar, fmtTime, debounce, errorBox} from '../util.js';
+import {debounce, errorBox, fmtTime, h, progressBar, replace, stateCounts, waitingNotice} from '../util.js';
 
 export function sweepsPage(main) {
   const body = h('div', {}, h('p', {class: 'muted'}, 'loading…'));
@@ -14,15 +15,21 @@ export function sweepsPage(main) {
           h('p', {class: 'muted'}, 'Submit one: ', h('code', {}, 'ablate submit examples/sweeps/quick.yaml'))));
       return;
     }
-    const rows = [...sweeps].sort((a, b) => b.id - a.id).map((s) => h('tr', {dataset: {sweep: s.id}},
-        h('td', {class: 'num'}, String(s.id)),
-        h('th', {scope: 'row'}, h('a', {href: `#/sweeps/${s.id}`}, s.name)),
-        h('td', {}, s.finished ? h('span', {class: 'muted'}, 'finished') : h('span', {class: 'active'}, 'active')),
-        h('td', {class: 'counts-cell'}, stateCounts(s.counts)),
-        h('td', {class: 'progress-cell'}, progressBar(s.counts, s.total)),
-        h('td', {class: 'num'}, String(s.total)),
-        h('td', {class: 'muted'}, (s.axes || []).join(' × ') || '-'),
-        h('td', {class: 'muted nowrap'}, fmtTime(s.created_at))));
+    const rows = [...sweeps]
+                     .sort((a, b) => b.id - a.id)
+                     .map(
+                         (s) => h(
+                             'tr', {dataset: {sweep: s.id}}, h('td', {class: 'num'}, String(s.id)),
+                             h('th', {scope: 'row'}, h('a', {href: `#/sweeps/${s.id}`}, s.name)),
+                             h('td', {},
+                               s.finished ? h('span', {class: 'muted'}, 'finished') :
+                                            h('span', {class: 'active'}, 'active')),
+                             h('td', {class: 'counts-cell'}, stateCounts(s.counts),
+                               waitingNotice(s, {dataset: {waiting: s.id}})),
+                             h('td', {class: 'progress-cell'}, progressBar(s.counts, s.total)),
+                             h('td', {class: 'num'}, String(s.total)),
+                             h('td', {class: 'muted'}, (s.axes || []).join(' × ') || '-'),
+                             h('td', {class: 'muted nowrap'}, fmtTime(s.created_at))));
     replace(body, h('table', {class: 'data', id: 'sweeps-table'},
         h('thead', {}, h('tr', {}, ['id', 'name', 'status', 'trials by state', 'progress', 'trials',
           'axes', 'created'].map((c) => h('th', {scope: 'col'}, c)))),
@@ -59,7 +66,8 @@ export function sweepsPage(main) {
         }
         if (unknown || (data.sweeps || []).length !== sweeps.length) refetch();
         else render();
-      } else if (type === 'sweep') {
+      } else if (type === 'sweep' || type === 'worker') {
+        // A new sweep, or a worker that came or went (waiting_reason may change).
         refetch();
       }
     },

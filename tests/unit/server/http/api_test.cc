@@ -160,6 +160,38 @@ TEST_F(ApiTest, SweepsAndSweep) {
   EXPECT_NE(json::parse(r.body)["error"].get<std::string>().find("nope"), std::string::npos);
 }
 
+// The dashboard's notice: waiting_reason comes from the scheduler (no worker connected here), and
+// is empty once nothing is queued; without a scheduler it is empty.
+TEST_F(ApiTest, SweepsSayWhyQueuedTrialsWait) {
+  EXPECT_EQ(GetJson("/api/sweeps")["sweeps"][0]["waiting_reason"], "");  // no scheduler
+  Scheduler scheduler(store_.get(), SystemClock(), SchedulerOptions());
+  ASSERT_TRUE(scheduler.Recover().ok());
+  SweepRecord sw;
+  sw.name = "idle";
+  sw.axes = {"i"};
+  TrialRecord t;
+  t.config_hash = "idle0";
+  t.config_json = "{}";
+  t.axes = {{"i", "0"}};
+  t.gpus = 1;
+  auto sub = scheduler.Submit(sw, {t});
+  ASSERT_TRUE(sub.ok()) << sub.status().ToString();
+  ApiOptions opt;
+  opt.token = "secret-token";
+  api_ = std::make_unique<Api>(store_.get(), &scheduler, &metrics_, opt);
+  json j = GetJson("/api/sweeps");
+  ASSERT_EQ(j["sweeps"].size(), 2u);
+  for (const auto& s : j["sweeps"]) {
+    EXPECT_EQ(s["waiting_reason"], s["name"] == "idle"
+                                       ? "no worker is connected; start an ablate-worker"
+                                       : "")
+        << s.dump();
+  }
+  EXPECT_EQ(GetJson("/api/sweeps/idle")["waiting_reason"],
+            "no worker is connected; start an ablate-worker");
+  api_.reset();
+}
+
 TEST_F(ApiTest, TrialsPaginate) {
   json j = GetJson(Trials(), {{"limit", "15"}, {"offset", "30"}});
   EXPECT_EQ(j["total"], 40);

@@ -64,13 +64,13 @@ class SchedulerTest : public ::testing::Test {
     Open();
   }
   int64_t Submit(const std::string& name, int n, int gpus = 0, int priority = 0,
-                 int max_attempts = 3) {
+                 int max_attempts = 3, int cpu_slots = 1) {
     SweepRecord s;
     s.name = name;
     s.priority = priority;
     s.max_attempts = max_attempts;
     s.gpus = gpus;
-    s.cpu_slots = gpus == 0 ? 1 : 0;
+    s.cpu_slots = gpus == 0 ? cpu_slots : 0;
     s.axes = {"i"};
     std::vector<TrialRecord> trials;
     for (int i = 0; i < n; ++i) {
@@ -365,6 +365,54 @@ TEST_F(SchedulerTest, GpuPlacementKeepsMultiGpuTrialsOnOneWorker) {
   int gpus_on_w2 = 0;
   for (const auto& m : w2->Of(MC::kAssign)) gpus_on_w2 += m.assign().gpu_indices_size();
   EXPECT_LE(gpus_on_w2, 2);
+}
+
+// Why no connected worker can take a sweep's queued trials: said for none connected, all
+// draining, GPU trials on CPU-only workers or on too few GPUs, CPU trials on GPU-only workers or on
+// too few slots; nothing when some worker has the capacity (even if it is busy) or nothing waits.
+TEST_F(SchedulerTest, WaitingReasonSaysWhyNoConnectedWorkerCanTakeTheQueuedTrials) {
+  const int64_t cpu = Submit("cpu", 3);
+  const int64_t gpu = Submit("gpu", 2, /*gpus=*/2);
+  const int64_t wide = Submit("wide", 1, /*gpus=*/0, 0, 3, /*cpu_slots=*/4);
+  EXPECT_EQ(sched_->WaitingReason(cpu), "no worker is connected; start an ablate-worker");
+  EXPECT_EQ(sched_->WaitingReason(gpu), "no worker is connected; start an ablate-worker");
+  EXPECT_EQ(sched_->WaitingReason(12345), "");  // no such sweep
+
+  auto c1 = Connect("c1", 2);  // CPU only, two slots: takes two of "cpu"'s trials
+  ASSERT_TRUE(WaitFor([&] { return c1->Count(MC::kAssign) == 2; }));
+  EXPECT_EQ(sched_->WaitingReason(cpu), "");  // one queued trial waits for a free slot: normal
+  EXPECT_EQ(sched_->WaitingReason(gpu),
+            "the queued trials need 2 GPUs each; the connected workers have only CPU slots");
+  EXPECT_EQ(sched_->WaitingReason(wide),
+            "the queued trials need 4 CPU slots each; the connected workers have at most 2");
+
+  auto g1 = Connect("g1", 0, 1);  // one GPU, no CPU slots
+  EXPECT_EQ(sched_->WaitingReason(gpu),
+            "the queued trials need 2 GPUs each; the connected workers have at most 1");
+  sched_->Disconnect("c1", c1.get());
+  EXPECT_EQ(sched_->WaitingReason(cpu),
+            "the queued trials run on CPU slots; the connected workers have only GPUs (start one "
+            "with --cpu-slots N)");
+  auto g2 = Connect("g2", 0, 2);
+  ASSERT_TRUE(WaitFor([&] { return g2->Count(MC::kAssign) == 1; }));
+  EXPECT_EQ(sched_->WaitingReason(gpu), "");  // the other trial waits for g2's GPUs
+
+  sched_->Disconnect("g1", g1.get());
+  sched_->Disconnect("g2", g2.get());
+  auto link = std::make_shared<FakeLink>();
+  v1::Register reg;
+  reg.set_worker_id("d1");
+  reg.set_cpu_slots(8);
+  reg.set_draining(true);
+  sched_->Register(reg, link);
+  EXPECT_EQ(sched_->WaitingReason(wide),
+            "no connected worker takes new trials (1 is draining or quarantined)");
+  reg.set_draining(false);
+  sched_->Register(reg, link);
+  ASSERT_TRUE(WaitFor([&] { return link->Count(MC::kAssign) >= 1; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_EQ(sched_->WaitingReason(wide), "");
+  EXPECT_EQ(sched_->WaitingReason(cpu), "");
 }
 
 TEST_F(SchedulerTest, PriorityFirstThenFairnessAcrossSweeps) {

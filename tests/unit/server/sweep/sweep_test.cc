@@ -385,6 +385,17 @@ resources: {gpus: 2}
   ExpandedSweep def = MustExpand("name: d\n");
   EXPECT_EQ(def.gpus, 1);
   EXPECT_EQ(def.trials.size(), 1u);
+
+  // device: cpu without resources.gpus is a CPU trial (no GPU held, one CPU slot, or as given);
+  // an explicit resources.gpus >= 1 with it stays an error (SweepErrors).
+  ExpandedSweep on_cpu = MustExpand("name: c\nbase: {device: cpu}\n");
+  EXPECT_EQ(on_cpu.gpus, 0);
+  EXPECT_EQ(on_cpu.cpu_slots, 1);
+  EXPECT_EQ(on_cpu.trials[0].config.device, "cpu");
+  EXPECT_EQ(on_cpu.trials[0].config.gpus, 1);  // one rank
+  ExpandedSweep slots = MustExpand("name: c\nbase: {device: cpu}\nresources: {cpu_slots: 3}\n");
+  EXPECT_EQ(slots.gpus, 0);
+  EXPECT_EQ(slots.cpu_slots, 3);
 }
 
 TEST(SweepSettings, MaxAttemptsAndPriority) {
@@ -628,7 +639,7 @@ order: grid
   EXPECT_EQ(ErrorOf(std::string(kBase) + "grid: {device: [cpu, cuda]}\n"),
             "s.yaml:7:22: grid.device[1]: device cuda needs GPUs, but resources.gpus is 0 (CPU "
             "trials); set resources: {gpus: 1} or device: cpu (point: device=cuda)");
-  EXPECT_EQ(ErrorOf("name: x\nbase: {device: cpu}\n"),
+  EXPECT_EQ(ErrorOf("name: x\nbase: {device: cpu}\nresources: {gpus: 1}\n"),
             "s.yaml:2:16: base.device: device cpu with resources.gpus 1 would hold GPUs it never "
             "uses; CPU trials take resources: {gpus: 0}");
 }

@@ -37,6 +37,12 @@ class WorkerMainTest : public ::testing::Test {
     token_ = dir_.path() + "/token";
     testing::WriteAll(token_, std::string(testing::kToken) + "\n");
     ::chmod(token_.c_str(), 0600);
+    // Empty counts as unset: whatever the test runner's environment holds does not leak in, and
+    // the default token file (~/.ablate/token) is one that does not exist.
+    env_ = {{"ABLATE_COORDINATOR", "127.0.0.1:" + std::to_string(port_)},
+            {"ABLATE_TOKEN_FILE", ""},
+            {"ABLATE_DATA_DIR", ""},
+            {"HOME", dir_.path() + "/home"}};
   }
   void TearDown() override {
     if (child_ && !child_->TryWait()) child_->SignalGroup(SIGKILL);
@@ -49,7 +55,7 @@ class WorkerMainTest : public ::testing::Test {
     spec.program = ABLATE_WORKER_BIN;
     spec.args = std::move(args);
     spec.stderr_path = dir_.path() + "/worker.log";
-    spec.env = {{"ABLATE_COORDINATOR", "127.0.0.1:" + std::to_string(port_)}};
+    spec.env = env_;
     auto c = RealSpawner()->Spawn(spec);
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     child_ = std::move(*c);
@@ -83,6 +89,7 @@ class WorkerMainTest : public ::testing::Test {
   int port_ = 0;
   std::unique_ptr<grpc::Server> server_;
   std::string trainer_, token_;
+  std::vector<std::pair<std::string, std::string>> env_;  // ablate-worker's, on top of ours
   std::unique_ptr<ChildProcess> child_;
 };
 
@@ -93,7 +100,10 @@ TEST_F(WorkerMainTest, BadCommandLinesExitWithCode2AndSayWhy) {
     std::string message;
   };
   const std::vector<Case> cases = {
-      {{"--gpus", "none"}, "--token-file is required"},
+      {{"--gpus", "none"},
+       "the default token file (no --token-file, $ABLATE_TOKEN_FILE or $ABLATE_DATA_DIR given): "
+       "token file " +
+           dir_.path() + "/home/.ablate/token"},
       {{"--token-file", dir_.path() + "/missing"},
        "--token-file: token file " + dir_.path() + "/missing"},
       {{"--token-file", token_, "--gpus", "0,x"}, "--gpus: 'x' is not a GPU index"},
@@ -191,6 +201,60 @@ TEST_F(WorkerMainTest, SigtermDrainsAndASecondOneKillsTheTrials) {
   ASSERT_NE(e, nullptr) << ReadAll(dir_.path() + "/worker.log");
   EXPECT_EQ(e->kind(), v1::TrialEvent::FAILED);
   EXPECT_EQ(e->reason(), "worker stopped: killed by signal 9 (SIGKILL)");
+}
+
+// Like the CLI (ablate/endpoint.h): $ABLATE_TOKEN_FILE and $ABLATE_DATA_DIR (its token and the
+// address in its ablated.addr) stand in for the flags, which win over them.
+TEST_F(WorkerMainTest, TheEnvironmentGivesTheCoordinatorAndTheToken) {
+  const std::string work = dir_.path() + "/work";
+  const std::vector<std::string> args = {"--gpus", "none",      "--work-dir",
+                                         work,     "--trainer", trainer_};
+  // Starts the worker with env_, waits for its registration (the address and token were right),
+  // then drains it.
+  auto registers = [&](size_t n) {
+    ::unlink((dir_.path() + "/worker.log").c_str());
+    Launch(args);
+    EXPECT_TRUE(coord_.WaitUntil([&] { return coord_.registers().size() == n; }))
+        << ReadAll(dir_.path() + "/worker.log");
+    ::kill(child_->pid(), SIGTERM);
+    auto st = Wait(10000);
+    EXPECT_TRUE(st.has_value() && st->code == 0) << ReadAll(dir_.path() + "/worker.log");
+    return ReadAll(dir_.path() + "/worker.log");
+  };
+  env_ = {{"ABLATE_COORDINATOR", "127.0.0.1:" + std::to_string(port_)},
+          {"ABLATE_TOKEN_FILE", token_},
+          {"ABLATE_DATA_DIR", ""}};
+  registers(1);
+
+  // The data dir alone: ablated.addr names the fake coordinator, the token is <dir>/token.
+  const std::string data = dir_.path() + "/coordinator";
+  ASSERT_TRUE(MakeDirs(data).ok());
+  testing::WriteAll(data + "/token", std::string(testing::kToken) + "\n");
+  ::chmod((data + "/token").c_str(), 0600);
+  testing::WriteAll(data + "/ablated.addr", "127.0.0.1:" + std::to_string(port_) + "\n");
+  env_ = {{"ABLATE_COORDINATOR", ""}, {"ABLATE_TOKEN_FILE", ""}, {"ABLATE_DATA_DIR", data}};
+  const std::string log = registers(2);
+  EXPECT_NE(log.find("coordinator 127.0.0.1:" + std::to_string(port_)), std::string::npos) << log;
+
+  // A flag beats the environment; a missing file is named with where its path came from.
+  std::vector<std::string> flagged = args;
+  flagged.insert(flagged.end(), {"--token-file", dir_.path() + "/nope"});
+  auto [code, err] = RunToEnd(flagged);
+  EXPECT_EQ(code, 2);
+  EXPECT_NE(err.find("--token-file: token file " + dir_.path() + "/nope"), std::string::npos)
+      << err;
+  env_ = {{"ABLATE_COORDINATOR", "127.0.0.1:" + std::to_string(port_)},
+          {"ABLATE_TOKEN_FILE", dir_.path() + "/missing"}};
+  std::tie(code, err) = RunToEnd(args);
+  EXPECT_EQ(code, 2);
+  EXPECT_NE(err.find("$ABLATE_TOKEN_FILE: token file " + dir_.path() + "/missing"),
+            std::string::npos)
+      << err;
+  std::remove((data + "/ablated.addr").c_str());
+  env_ = {{"ABLATE_COORDINATOR", ""}, {"ABLATE_TOKEN_FILE", ""}, {"ABLATE_DATA_DIR", data}};
+  std::tie(code, err) = RunToEnd(args);
+  EXPECT_EQ(code, 2);
+  EXPECT_NE(err.find(data + "/ablated.addr does not exist"), std::string::npos) << err;
 }
 
 TEST_F(WorkerMainTest, DrainFlagResendsAndExitsKeepingTheWorkerId) {

@@ -567,7 +567,6 @@ TEST(WorkerSetup, FindTrainer) {
   };
   ASSERT_TRUE(MakeDirs(dir.path() + "/bin").ok());
   ASSERT_TRUE(MakeDirs(dir.path() + "/build/worker/agent").ok());
-  ASSERT_TRUE(MakeDirs(dir.path() + "/build/worker/trainer").ok());
   ASSERT_TRUE(MakeDirs(dir.path() + "/path1").ok());
 
   auto missing = FindTrainer(dir.path() + "/nope", "", "");
@@ -590,13 +589,7 @@ TEST(WorkerSetup, FindTrainer) {
       FindTrainer("", dir.path() + "/bin/ablate-worker", "/nonexistent:" + dir.path() + "/path1");
   ASSERT_TRUE(on_path.ok());
   EXPECT_EQ(*on_path, dir.path() + "/path1/ablate-train");
-  // The build tree (worker/agent/ablate-worker → worker/trainer/ablate-train) beats PATH.
-  make_exe(dir.path() + "/build/worker/trainer/ablate-train");
-  auto tree =
-      FindTrainer("", dir.path() + "/build/worker/agent/ablate-worker", dir.path() + "/path1");
-  ASSERT_TRUE(tree.ok());
-  EXPECT_EQ(*tree, dir.path() + "/build/worker/agent/../trainer/ablate-train");
-  // Next to the worker beats everything else.
+  // Next to the worker (build/bin/, a bundle's bin/) beats PATH.
   make_exe(dir.path() + "/bin/ablate-train");
   auto next = FindTrainer("", dir.path() + "/bin/ablate-worker", dir.path() + "/path1");
   ASSERT_TRUE(next.ok());
