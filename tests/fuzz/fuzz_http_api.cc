@@ -41,7 +41,7 @@ struct World {
     Store::Options so;
     so.path = dir + "/ablate.db";
     store = Store::Open(so).value();
-    scheduler = std::make_unique<Scheduler>(store.get(), SystemClock(), SchedulerOptions{});
+    scheduler = std::make_unique<Scheduler>(store.get(), ablate::SystemClock(), SchedulerOptions{});
     (void)scheduler->Recover();
     SweepRecord s;
     s.name = "fuzz";
