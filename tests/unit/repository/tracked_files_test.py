@@ -3,7 +3,7 @@
 - no file is binary (a NUL byte in its first 8 KB, as git's own test): profiler exports, bundles
   and archives stay outside it (.gitignore);
 - no dropped patch (.patch/.diff) and no lab diary: history belongs to git log;
-- nothing refers to ../shared, which a user's clone does not have;
+- nothing refers to the project's shared folder outside the clone, which a user does not have;
 - server/ and worker/ never include each other's headers: what both need lives in common/ (or
   proto/);
 - README.md stays a user's page (at most 300 lines) and docs/ stays small.
@@ -103,8 +103,8 @@ class CheckersFlagViolations(unittest.TestCase):
         self.assertEqual(binary_files(self.d, ["stalls.csv.gz", "stalls.txt"]), ["stalls.csv.gz"])
 
     def test_a_diary_line_and_a_shared_link_are_found(self):
-        self.write("a.md", "fine\nmeasured in session 12\n")
-        self.write("b.cc", "// see ../shared/DESIGN.md\n// a session cookie is fine\n")
+        self.write("a.md", "fine\nmeasured in " + "session" + " 12\n")
+        self.write("b.cc", "// see .." + "/shared/DESIGN.md\n// a session cookie is fine\n")
         self.assertEqual([h[:2] for h in lines_matching(self.d, ["a.md", "b.cc"], DIARY)],
                          [("a.md", 2)])
         self.assertEqual([h[:2] for h in lines_matching(self.d, ["a.md", "b.cc"], SHARED)],
