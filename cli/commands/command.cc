@@ -3,8 +3,6 @@
 #include <CLI/CLI.hpp>
 #include <charconv>
 
-#include "proto/trial_state.h"
-
 namespace ablate::cli {
 namespace {
 
@@ -68,8 +66,6 @@ StatusOr<int64_t> ParseTrialRef(std::string_view arg) {
   return InvalidArgument("'" + std::string(arg) +
                          "': expected a trial id (a positive integer or trial:ID)");
 }
-
-std::string StateName(v1::TrialState state) { return std::string(TrialStateName(state)); }
 
 int StateCount(const v1::SweepInfo& sweep, const std::string& state) {
   auto it = sweep.counts().find(state);

@@ -16,6 +16,7 @@
 #include "client.h"
 #include "io.h"
 #include "proto/ablate.pb.h"
+#include "proto/trial_state.h"
 #include "render/table.h"
 
 namespace CLI {
@@ -51,8 +52,6 @@ StatusOr<std::string> ParseSweepRef(std::string_view arg);
 // An argument that must name a trial (a positive integer or "trial:ID").
 StatusOr<int64_t> ParseTrialRef(std::string_view arg);
 
-// "queued", "running", ... ("unknown" for TRIAL_STATE_UNSPECIFIED).
-std::string StateName(v1::TrialState state);
 // The state counts of a sweep, by SweepInfo.counts (absent: 0).
 int StateCount(const v1::SweepInfo& sweep, const std::string& state);
 // Trials that are no longer queued or running.

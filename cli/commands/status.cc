@@ -30,7 +30,7 @@ Status ShowTrial(Client& client, int64_t trial_id, const StatusOptions& options,
     nlohmann::ordered_json j;
     j["trial_id"] = t.trial_id();
     j["sweep"] = resp.sweep_name();
-    j["state"] = StateName(t.state());
+    j["state"] = std::string(TrialStateName(t.state()));
     j["attempt"] = t.attempt();
     // Absent values are null, as in every other listing (cli/README.md).
     auto text_or_null = [](const std::string& v) {
@@ -93,7 +93,7 @@ Status ShowTrial(Client& client, int64_t trial_id, const StatusOptions& options,
   std::string axes;
   for (const auto& [k, v] : SortedAxes(t)) axes += (axes.empty() ? "" : " ") + k + "=" + v;
   *io.out << "trial " << t.trial_id() << " of sweep " << resp.sweep_name() << ": "
-          << StateName(t.state()) << (t.reason().empty() ? "" : " (" + t.reason() + ")") << "\n"
+          << TrialStateName(t.state()) << (t.reason().empty() ? "" : " (" + t.reason() + ")") << "\n"
           << "  axes     " << (axes.empty() ? "-" : axes) << "\n"
           << "  hash     " << t.config_hash() << "\n"
           << "  step     " << t.step() << "/" << t.total_steps() << "   loss "
@@ -180,7 +180,7 @@ Table TrialsTable(const v1::SweepInfo& sweep,
       auto it = tr.axes().find(axis);
       row.push_back(it == tr.axes().end() ? Cell() : Cell::Text(it->second));
     }
-    row.push_back(Cell::Text(StateName(tr.state())));
+    row.push_back(Cell::Text(std::string(TrialStateName(tr.state()))));
     row.push_back(tr.attempt() > 0 ? Cell::Int(tr.attempt()) : Cell());
     row.push_back(tr.worker_id().empty() ? Cell() : Cell::Text(tr.worker_id()));
     row.push_back(

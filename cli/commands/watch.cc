@@ -147,7 +147,7 @@ void PrintSummary(const v1::SweepSnapshot& snap, const Io& io) {
     }
     ++listed;
     const std::string reason = t.reason().substr(0, t.reason().find('\n'));
-    *io.out << "  trial " << t.trial_id() << " " << StateName(t.state())
+    *io.out << "  trial " << t.trial_id() << " " << TrialStateName(t.state())
             << (t.attempt() > 0 ? " (attempt " + std::to_string(t.attempt()) + ")" : "")
             << (reason.empty() ? "" : ": " + reason) << "\n";
   }

@@ -115,7 +115,9 @@ CREATE INDEX IF NOT EXISTS events_by_trial ON events(trial_id) WHERE trial_id IS
 CREATE INDEX IF NOT EXISTS events_by_sweep ON events(sweep_id) WHERE sweep_id IS NOT NULL;
 )sql";
 
-bool ValidTrialState(v1::TrialState s) { return ParseTrialState(TrialStateName(s)).has_value(); }
+bool ValidTrialState(v1::TrialState s) {
+  return s != v1::TRIAL_STATE_UNSPECIFIED && v1::TrialState_IsValid(s);
+}
 bool ValidAttemptState(const std::string& s) {
   for (const char* v : {"running", "succeeded", "failed", "diverged", "lost", "canceled"}) {
     if (s == v) return true;

@@ -495,7 +495,7 @@ std::vector<v1::SweepSnapshot> Stages(v1::TrialState last) {
     s.mutable_sweep()->add_axes("seed");
     for (auto [state, step, id] : {std::tuple{a, sa, 1}, std::tuple{b, sb, 2}}) {
       *s.add_trials() = Trial(id, state, step, 100, {{"seed", std::to_string(id)}}, 3.0);
-      (*s.mutable_sweep()->mutable_counts())[StateName(state)] += 1;
+      (*s.mutable_sweep()->mutable_counts())[std::string(TrialStateName(state))] += 1;
     }
     const bool done =
         (a != v1::QUEUED && a != v1::RUNNING) && (b != v1::QUEUED && b != v1::RUNNING);
