@@ -17,17 +17,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "attention/attention.h"
+
 namespace ablate::kernels {
 
-struct AttnShape {
-  int B = 1;   // batch
-  int H = 1;   // heads
-  int N = 1;   // sequence length (queries = keys)
-  int D = 64;  // head dimension
-  bool causal = true;
-  int64_t numel() const { return int64_t(B) * H * N * D; }
-  int64_t rows() const { return int64_t(B) * H * N; }
-};
 
 // ----------------------------------------------------------------------------------------------
 // FPA: exact attention. The reference of everything else.
@@ -76,22 +69,6 @@ void FpaBackward(const AttnShape& s, const T* q, const T* k, const T* v, const T
 // forward) and reads only lse and kmean from SageSaved; opt must equal the forward's.
 // ----------------------------------------------------------------------------------------------
 
-struct SageOptions {
-  int bq = 128;           // Q tile rows (forward and backward)
-  int bkv = 64;           // K/V tile rows
-  // K / V quantization group (keys, a multiple of bkv; 0 = bkv): one scale per group for K^ and
-  // V^, and the forward's K tile (its online-softmax step and P~ row scales span the group). The
-  // backward keeps bkv-key blocks (its P / dS scales) and reads the group's scales.
-  int kv_group = 0;
-  bool smooth_k = true;   // subtract the per-(b,h) mean of K over tokens before quantizing
-  bool smooth_q = false;  // subtract the per-Q-tile mean of Q and add its bias back
-  bool int8_dp = false;   // also quantize dP = dO V^T (to measure the paper's dS/dP claim)
-  // With smooth_k, add tau * rowsum(dS) (x) kbar to dQ (kernels/ALGORITHMS.md §1.2). Measured: when K has a
-  // large mean this term multiplies the forward's quantization error (rows of the emulated dS do not
-  // sum to 0) by |kbar|: dQ rel. L2 0.114 with it vs 0.018 without at a sigma-8 key offset. A switch
-  // so the trade-off can be measured; on by default as the contract says.
-  bool dq_kmean_correction = true;
-};
 
 // What the forward pass saves for the backward pass (the kernel saves the same things).
 template <typename T>
@@ -110,11 +87,11 @@ struct SageDebug {
 };
 
 template <typename T>
-void SageForward(const AttnShape& s, const SageOptions& opt, const T* q, const T* k, const T* v,
+void SageForward(const AttnShape& s, const AttnOptions& opt, const T* q, const T* k, const T* v,
                  T* o, SageSaved<T>* saved);
 
 template <typename T>
-void SageBackward(const AttnShape& s, const SageOptions& opt, const T* q, const T* k, const T* v,
+void SageBackward(const AttnShape& s, const AttnOptions& opt, const T* q, const T* k, const T* v,
                   const T* o, const T* do_, const SageSaved<T>& saved, T* dq, T* dk, T* dv,
                   SageDebug<T>* debug = nullptr);
 

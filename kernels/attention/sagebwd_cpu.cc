@@ -94,9 +94,9 @@ T Dot(const T* a, const T* b, int n) {
   return acc;
 }
 
-int KvGroup(const SageOptions& opt) { return opt.kv_group == 0 ? opt.bkv : opt.kv_group; }
+int KvGroup(const AttnOptions& opt) { return opt.kv_group == 0 ? opt.bkv : opt.kv_group; }
 
-void CheckOptions(const AttnShape& s, const SageOptions& opt) {
+void CheckOptions(const AttnShape& s, const AttnOptions& opt) {
   if (opt.bq < 1 || opt.bkv < 1 || s.N < 1 || s.D < 1 || opt.kv_group < 0 ||
       KvGroup(opt) % opt.bkv != 0) {
     std::fprintf(stderr,
@@ -114,7 +114,7 @@ struct Geometry {
   int N, D, bq, bkv, kvg, ntq, ntk, nkg;
   bool causal;
   T tau;
-  Geometry(const AttnShape& s, const SageOptions& opt, bool forward)
+  Geometry(const AttnShape& s, const AttnOptions& opt, bool forward)
       : N(s.N), D(s.D), bq(opt.bq), bkv(forward ? KvGroup(opt) : opt.bkv), kvg(KvGroup(opt)),
         causal(s.causal) {
     ntq = (N + bq - 1) / bq;
@@ -218,7 +218,7 @@ void BlockLogits(const Geometry<T>& g, int i, int j, const QInt* qh_tile, T sq,
 
 // One forward task: Q tile i of one (b, h). q, k, o: this head's (N, D); lse: its (N).
 template <typename T>
-void ForwardQTile(const Geometry<T>& g, const SageOptions& opt, const T* q, const T* k,
+void ForwardQTile(const Geometry<T>& g, const AttnOptions& opt, const T* q, const T* k,
                   const QuantKV<T>& kv, int i, T* o, T* lse) {
   const int N = g.N, D = g.D, r0 = i * g.bq, nr = g.QRows(i);
   const T inf = std::numeric_limits<T>::infinity();
@@ -269,7 +269,7 @@ void ForwardQTile(const Geometry<T>& g, const SageOptions& opt, const T* q, cons
 
 // The whole backward of one (b, h); every pointer is this head's slice.
 template <typename T>
-void BackwardHead(const Geometry<T>& g, const SageOptions& opt, const T* q, const T* k, const T* v,
+void BackwardHead(const Geometry<T>& g, const AttnOptions& opt, const T* q, const T* k, const T* v,
                   const T* o, const T* do_, const T* lse, const T* kbar, T* dq, T* dk, T* dv,
                   T* dbg_p, T* dbg_ds) {
   const int N = g.N, D = g.D;
@@ -425,7 +425,7 @@ void BackwardHead(const Geometry<T>& g, const SageOptions& opt, const T* q, cons
 }  // namespace
 
 template <typename T>
-void SageForward(const AttnShape& s, const SageOptions& opt, const T* q, const T* k, const T* v,
+void SageForward(const AttnShape& s, const AttnOptions& opt, const T* q, const T* k, const T* v,
                  T* o, SageSaved<T>* saved) {
   CheckOptions(s, opt);
   const Geometry<T> g(s, opt, /*forward=*/true);
@@ -451,7 +451,7 @@ void SageForward(const AttnShape& s, const SageOptions& opt, const T* q, const T
 }
 
 template <typename T>
-void SageBackward(const AttnShape& s, const SageOptions& opt, const T* q, const T* k, const T* v,
+void SageBackward(const AttnShape& s, const AttnOptions& opt, const T* q, const T* k, const T* v,
                   const T* o, const T* do_, const SageSaved<T>& saved, T* dq, T* dk, T* dv,
                   SageDebug<T>* debug) {
   CheckOptions(s, opt);
@@ -473,9 +473,9 @@ void SageBackward(const AttnShape& s, const SageOptions& opt, const T* q, const 
 }
 
 #define ABLATE_INSTANTIATE_SAGE(T)                                                                 \
-  template void SageForward<T>(const AttnShape&, const SageOptions&, const T*, const T*, const T*, \
+  template void SageForward<T>(const AttnShape&, const AttnOptions&, const T*, const T*, const T*, \
                                T*, SageSaved<T>*);                                                 \
-  template void SageBackward<T>(const AttnShape&, const SageOptions&, const T*, const T*,          \
+  template void SageBackward<T>(const AttnShape&, const AttnOptions&, const T*, const T*,          \
                                 const T*, const T*, const T*, const SageSaved<T>&, T*, T*, T*,     \
                                 SageDebug<T>*);
 ABLATE_INSTANTIATE_SAGE(float)

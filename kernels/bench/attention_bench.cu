@@ -1,5 +1,4 @@
-// ablate-attention-bench: times the CUDA attention kernels (FPA, and SageBwd when its header is
-// present) forward, backward and forward+backward on the shapes of kernels/bench/README.md.
+// ablate-attention-bench: times the CUDA attention kernels (FPA and SageBwd) forward, backward and forward+backward on the shapes of kernels/bench/README.md.
 //
 // Timing: CUDA events around each iteration on one stream, `--warmup` untimed iterations, the
 // median of `--iters` (>= 20) timed ones, enqueued back to back (--sync-each: the host waits for
@@ -12,13 +11,8 @@
 // Output: a markdown table on stdout and a JSON file (--json, default attention_bench.json):
 //   {"device": ..., "results": [{"impl", "B", "H", "N", "D", "causal", "pass", "ms", "tflops"}]}
 // Usage: ablate-attention-bench [--json PATH] [--iters N] [--warmup N] [--impl fpa|sage|all]
-//          [--shape B,H,N,D] [--causal yes|no] [--sage-bwd-variant N] [--sage-fwd-variant N]
-//          [--sage-lpt-heads N] [--fpa-lpt-heads N] [--sync-each]
-// --shape / --causal restrict the run to one shape / one masking (for a profiler such as ncu);
-// --sage-bwd-variant / --sage-fwd-variant run a compiled-in SageBwd backward / forward lab
-// variant instead of production; --sage-lpt-heads N groups the causal grids' longest-first order
-// by N heads (SageCudaOptions::lpt_heads; 0, the default: production's choice); --fpa-lpt-heads
-// N the same for FPA's (FpaCudaOptions::lpt_heads; 1: head by head, FPA's order earlier).
+//          [--shape B,H,N,D] [--causal yes|no] [--sync-each]
+// --shape / --causal restrict the run to one shape / one masking (for a profiler such as ncu).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -32,14 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "attention/cuda/fpa_cuda.h"
-
-#if __has_include("attention/cuda/sagebwd_cuda.h") && !defined(ABLATE_BENCH_NO_SAGE)
-#include "attention/cuda/sagebwd_cuda.h"
-#define ABLATE_BENCH_HAVE_SAGE 1
-#else
-#define ABLATE_BENCH_HAVE_SAGE 0
-#endif
+#include "attention/cuda/attention_cuda.h"
 
 namespace {
 
@@ -123,91 +110,17 @@ double TimeMs(const std::function<void()>& fn, int warmup, int iters, cudaStream
 
 }  // namespace
 
-#ifdef ABLATE_SAGE_TRACE
-// Lab timeline of the warp-specialized SageBwd kernels (SageTraceSet): one forward and one
-// backward, per-CTA phase means and the gap between a CTA's end and the next start on its SM;
-// then the backward's phase clocks: SM cycles per Q tile of one consumer thread, by phase.
-template <typename F, typename B>
-void TraceSage(F fwd, B bwd, cudaStream_t stream) {
-  constexpr size_t kCtas = 1 << 16, kWords = 3 * kCtas * 8;
-  unsigned long long* buf = nullptr;
-  CHECK_CUDA(cudaMalloc(&buf, kWords * 8));
-  CHECK_CUDA(cudaMemsetAsync(buf, 0, kWords * 8, stream));
-  CheckStatus(ablate::kernels::SageTraceSet(buf), "trace on");
-  fwd();
-  bwd();
-  CHECK_CUDA(cudaStreamSynchronize(stream));
-  CheckStatus(ablate::kernels::SageTraceSet(nullptr), "trace off");
-  std::vector<unsigned long long> h(kWords);
-  CHECK_CUDA(cudaMemcpy(h.data(), buf, kWords * 8, cudaMemcpyDeviceToHost));
-  CHECK_CUDA(cudaFree(buf));
-  for (int kind = 0; kind < 2; ++kind) {
-    const unsigned long long* r = h.data() + kind * kCtas * 8;
-    std::vector<int> ctas;
-    for (size_t c = 0; c < kCtas; ++c) {
-      if (r[c * 8] != 0 && r[c * 8 + 6] != 0) ctas.push_back(int(c));
-    }
-    if (ctas.empty()) continue;
-    unsigned long long t0 = ~0ull, t1 = 0;
-    double d[7] = {0};
-    for (int c : ctas) {
-      const unsigned long long* x = r + c * 8;
-      t0 = std::min(t0, x[0]);
-      t1 = std::max(t1, x[6]);
-      for (int k = 1; k < 7; ++k) d[k] += x[k] ? double(x[k]) - double(x[0]) : 0.0;
-    }
-    std::map<unsigned long long, std::vector<std::pair<unsigned long long, unsigned long long>>> sm;
-    for (int c : ctas) sm[r[c * 8 + 7]].push_back({r[c * 8], r[c * 8 + 6]});
-    double gap = 0, first = 0;
-    int ngap = 0;
-    for (auto& [id, v] : sm) {
-      std::sort(v.begin(), v.end());
-      first += double(v[0].first - t0);
-      for (size_t i = 1; i < v.size(); ++i, ++ngap) gap += double(v[i].first) - double(v[i - 1].second);
-    }
-    const double n = double(ctas.size());
-    std::printf("trace %s: %zu CTAs on %zu SMs, span %.1f us; per CTA (us from entry): 1 %.2f 2 %.2f "
-                "3 %.2f 4 %.2f 5 %.2f 6 %.2f; loop (5-4) %.2f, tail (6-5) %.2f; end -> next start "
-                "on the SM %.2f us; first start after launch %.2f us\n",
-                kind ? "bwd" : "fwd", ctas.size(), sm.size(), (t1 - t0) / 1e3, d[1] / n / 1e3,
-                d[2] / n / 1e3, d[3] / n / 1e3, d[4] / n / 1e3, d[5] / n / 1e3, d[6] / n / 1e3,
-                (d[5] - d[4]) / n / 1e3, (d[6] - d[5]) / n / 1e3, ngap ? gap / ngap / 1e3 : 0.0,
-                first / sm.size() / 1e3);
-  }
-  const unsigned long long* ph = h.data() + 2 * kCtas * 8;
-  double cyc[7] = {0}, tiles = 0;
-  for (size_t c = 0; c < kCtas; ++c) {
-    for (int k = 0; k < 7; ++k) cyc[k] += double(ph[c * 8 + k]);
-    tiles += double(ph[c * 8 + 7]);
-  }
-  if (tiles > 0) {
-    static const char* kNames[7] = {"loop top", "phase-1 wait", "P, dS", "statistics",
-                                    "pair barrier + column scales", "codes + pair barrier",
-                                    "phase 2"};
-    double total = 0;
-    for (double x : cyc) total += x;
-    std::printf("trace bwd phases: %.0f Q tiles, %.0f SM cycles per tile (one consumer thread)\n",
-                tiles, total / tiles);
-    for (int k = 0; k < 7; ++k) {
-      std::printf("  %-30s %7.0f cycles  %5.1f%%\n", kNames[k], cyc[k] / tiles,
-                  100.0 * cyc[k] / total);
-    }
-  }
-}
-#endif
 
 int main(int argc, char** argv) {
   std::string json_path = "attention_bench.json", impl = "all";
-  int iters = 30, warmup = 5, sage_bwd_variant = -1, sage_fwd_variant = -1, sage_lpt_heads = 0;
-  int fpa_lpt_heads = 0;
+  int iters = 30, warmup = 5;
   int only_causal = -1;  // -1: both, 0: non-causal only, 1: causal only
   bool sync_each = false;
   struct Sh { int B, H, N, D; };
   std::vector<Sh> shapes = {{4, 16, 2048, 128}, {2, 16, 8192, 128}, {8, 16, 1024, 64}};
   const char* usage =
       "usage: %s [--json PATH] [--iters N>=20] [--warmup N] [--impl fpa|sage|all] "
-      "[--shape B,H,N,D] [--causal yes|no] [--sage-bwd-variant N] [--sage-fwd-variant N] "
-      "[--sage-lpt-heads N] [--fpa-lpt-heads N] [--sync-each]\n";
+      "[--shape B,H,N,D] [--causal yes|no] [--sync-each]\n";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -221,10 +134,6 @@ int main(int argc, char** argv) {
     else if (a == "--iters") iters = std::max(20, std::atoi(next().c_str()));
     else if (a == "--warmup") warmup = std::max(1, std::atoi(next().c_str()));
     else if (a == "--impl") impl = next();
-    else if (a == "--sage-bwd-variant") sage_bwd_variant = std::atoi(next().c_str());
-    else if (a == "--sage-fwd-variant") sage_fwd_variant = std::atoi(next().c_str());
-    else if (a == "--sage-lpt-heads") sage_lpt_heads = std::atoi(next().c_str());
-    else if (a == "--fpa-lpt-heads") fpa_lpt_heads = std::atoi(next().c_str());
     else if (a == "--sync-each") sync_each = true;
     else if (a == "--causal") {
       const std::string c = next();
@@ -249,11 +158,6 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-#if !ABLATE_BENCH_HAVE_SAGE
-  (void)sage_bwd_variant;
-  (void)sage_fwd_variant;
-  (void)sage_lpt_heads;
-#endif
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
     std::fprintf(stderr, "no CUDA device\n");
@@ -280,14 +184,9 @@ int main(int argc, char** argv) {
       float* lse;
       for (bf16** p : {&q, &k, &v, &o, &dO, &dq, &dk, &dv}) CHECK_CUDA(cudaMalloc(p, numel * 2));
       CHECK_CUDA(cudaMalloc(&lse, rows * 4));
-      size_t ws_bytes = ablate::kernels::cuda::FpaWorkspaceBytes(s);
-#if ABLATE_BENCH_HAVE_SAGE
-      ablate::kernels::SageCudaOptions sopt;
-      sopt.bwd_variant = sage_bwd_variant;
-      sopt.fwd_variant = sage_fwd_variant;
-      sopt.lpt_heads = sage_lpt_heads;
-      ws_bytes = std::max(ws_bytes, ablate::kernels::SageWorkspaceBytes(s, sopt));
-#endif
+      size_t ws_bytes = ablate::kernels::FpaWorkspaceBytes(s);
+      const ablate::kernels::AttnOptions sopt;
+      ws_bytes = std::max(ws_bytes, ablate::kernels::SageWorkspaceBytes(s));
       void* ws;
       CHECK_CUDA(cudaMalloc(&ws, ws_bytes));
       uint32_t seed = 1;
@@ -302,15 +201,13 @@ int main(int argc, char** argv) {
       };
 
       if (impl == "all" || impl == "fpa") {
-        namespace c = ablate::kernels::cuda;
-        c::FpaCudaOptions fopt;
-        fopt.lpt_heads = fpa_lpt_heads;
+        namespace c = ablate::kernels;
         auto fwd = [&] {
-          CheckStatus(c::FpaForwardCuda(s, q, k, v, o, lse, ws, ws_bytes, stream, fopt), "fpa fwd");
+          CheckStatus(c::FpaForwardCuda(s, q, k, v, o, lse, stream), "fpa fwd");
         };
         auto bwd = [&] {
           CheckStatus(
-              c::FpaBackwardCuda(s, q, k, v, o, lse, dO, dq, dk, dv, ws, ws_bytes, stream, fopt),
+              c::FpaBackwardCuda(s, q, k, v, o, lse, dO, dq, dk, dv, ws, ws_bytes, stream),
               "fpa bwd");
         };
         add("fpa", "fwd", TimeMs(fwd, warmup, iters, stream, sync_each), ff);
@@ -319,14 +216,13 @@ int main(int argc, char** argv) {
         add("fpa", "fwd+bwd", TimeMs([&] { fwd(); bwd(); }, warmup, iters, stream, sync_each),
             3.5 * ff);
       }
-#if ABLATE_BENCH_HAVE_SAGE
       if (impl == "all" || impl == "sage") {
         namespace kk = ablate::kernels;
         auto fwd = [&] {
           CheckStatus(kk::SageForwardCuda(s, sopt, q, k, v, o, lse, ws, ws_bytes, stream), "sage fwd");
         };
         auto bwd = [&] {
-          CheckStatus(kk::SageBackwardCuda(s, sopt, q, k, v, o, dO, lse, dq, dk, dv, ws, ws_bytes, stream),
+          CheckStatus(kk::SageBackwardCuda(s, sopt, q, k, v, o, lse, dO, dq, dk, dv, ws, ws_bytes, stream),
                       "sage bwd");
         };
         add("sagebwd", "fwd", TimeMs(fwd, warmup, iters, stream, sync_each), ff);
@@ -334,11 +230,7 @@ int main(int argc, char** argv) {
         add("sagebwd", "bwd", TimeMs(bwd, warmup, iters, stream, sync_each), 2.5 * ff);
         add("sagebwd", "fwd+bwd", TimeMs([&] { fwd(); bwd(); }, warmup, iters, stream, sync_each),
             3.5 * ff);
-#ifdef ABLATE_SAGE_TRACE
-        if (std::getenv("SAGE_TRACE") != nullptr) TraceSage(fwd, bwd, stream);
-#endif
       }
-#endif
       CHECK_CUDA(cudaStreamSynchronize(stream));
       for (void* p : {(void*)q, (void*)k, (void*)v, (void*)o, (void*)dO, (void*)dq, (void*)dk,
                       (void*)dv, (void*)lse, ws}) {

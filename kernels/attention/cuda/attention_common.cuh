@@ -1,4 +1,4 @@
-// Shared device pieces of the attention kernels (fpa.cu, sagebwd.cu), sm_80+ instructions
+// Shared device pieces of the attention kernels (fpa_*.cu, sage_*.cu), sm_80+ instructions
 // (cp.async, ldmatrix, mma.sync) plus sm_90's griddepcontrol; built for sm_90a.
 //
 // Contents (namespace ablate::kernels::cuda):
@@ -20,7 +20,7 @@
 //            ApplyMask (a predicate on (row, col) sets masked accumulator entries to -inf)
 //   grids:   LptBlock (causal grids longest-first in groups of heads), LptGrid / LptHeadsAuto /
 //            ResidentCtas (host: a launch's grid and group size, the CTAs resident at a time),
-//            CheckLptHeads (the group size's validation), CheckGridLimits (B * H, N)
+//            CheckGridLimits (B * H, N)
 //
 // Fragment layouts (PTX ISA "Matrix Fragments for mma.m16n8k16 / m16n8k32"). Throughout,
 //   g = lane / 4 (the "group", 0..7), t = lane % 4 (thread in group, 0..3).
@@ -338,7 +338,7 @@ __device__ __forceinline__ void AccToBf16A(uint32_t (&a)[NT / 2][4], const float
 // 4-byte writes when row0 % 8 == 0); after a barrier over the writers, StoreTileRows copies rows
 // 0 .. nrows - 1 to dst (row stride ld elements) with 16-byte loads and stores, a warp covering
 // whole rows. The accumulator layout's own 4-byte stores write 16 bytes of each of eight rows
-// per warp instruction: ~5 us per CTA for SageBwd's d128 dK / dV (lab timeline, sagebwd.cu).
+// per warp instruction: ~5 us per CTA for SageBwd's d128 dK / dV (lab timeline, sage_*.cu).
 template <typename TILE, int NT>
 __device__ __forceinline__ void StageAccBf16(char* s, int row0, int col0, int lane,
                                              const float (&acc)[NT][4], float mul0, float mul1) {
@@ -464,7 +464,7 @@ StatusOr<int64_t> ResidentCtas(Kernel kernel, int threads, size_t smem) {
   cache.emplace(key, resident);
   return resident;
 }
-// LptBlock's group size in production (SageCudaOptions::lpt_heads, FpaCudaOptions::lpt_heads 0)
+// LptBlock's group size in production (the kernels' lpt_heads parameter 0)
 // for a causal grid of nb blocks per head whose kernel runs `resident` CTAs at a time on the GPU:
 // 16 heads, or more where the last group would not carry two waves of its heaviest block's work
 // (a causal head's nb blocks carry ~nb^2 / 2 block units against its heaviest block's nb, so a
@@ -490,13 +490,6 @@ StatusOr<dim3> LptGrid(bool lpt, int bh, int nb, Kernel kernel, int threads, siz
     ABLATE_ASSIGN_OR_RETURN(*lpt_heads, LptHeadsAuto(kernel, threads, smem, nb));
   }
   return dim3(bh, nb);
-}
-// InvalidArgument for a negative lpt_heads (SageCudaOptions, FpaCudaOptions), from `who`'s
-// launcher before any launch.
-inline Status CheckLptHeads(int lpt_heads, const std::string& who) {
-  if (lpt_heads >= 0) return Status::Ok();
-  return InvalidArgument(who + ": lpt_heads must be >= 0 (0: production's choice), got " +
-                         std::to_string(lpt_heads));
 }
 
 // The launch grids' limits on a shape (InvalidArgument naming `who`, before any launch): B * H

@@ -1,5 +1,5 @@
 // SageBwd group scales (kernels/ALGORITHMS.md §1.2: s = max|X| / 127, an all-zero group s = 1) and their
-// reciprocals, as device functions shared by the SageBwd kernels (sagebwd.cu) and the GPU test
+// reciprocals, as device functions shared by the SageBwd kernels (sage_*.cu) and the GPU test
 // that checks the branch-free forms against the IEEE operations on every input
 // (tests/gpu/kernels/attention/sage_scale_gpu_test.cu).
 #pragma once

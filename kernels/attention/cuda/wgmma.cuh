@@ -1,7 +1,7 @@
 // Hopper warpgroup MMA (wgmma, sm_90a) building blocks for the attention kernels: operand tiles in
 // shared memory in the layout the hardware reads, their matrix descriptors, and the m64n64 int8 /
 // bf16 instructions with the fences they need, used by the SageBwd v6 forward and v7 backward
-// (sagebwd.cu) and the FPA v5 forward (fpa.cu); tests/gpu/kernels/attention/wgmma_gpu_test checks every piece against
+// (sage_*.cu) and the FPA forward (fpa_forward.cu); tests/gpu/kernels/attention/wgmma_gpu_test checks every piece against
 // a CPU GEMM.
 //
 // Contents (namespace ablate::kernels::cuda::wgmma):

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "ablate/cuda_status.h"
-#include "attention/cuda/fpa_cuda.h"
+#include "attention/cuda/attention_cuda.h"
 #include "layers/cuda/layers_cuda.h"
 
 namespace ablate::trainer::cuda {
@@ -243,13 +243,13 @@ DiagScratch::~DiagScratch() = default;
 DiagScratch::DiagScratch(DiagScratch&&) noexcept = default;
 DiagScratch& DiagScratch::operator=(DiagScratch&&) noexcept = default;
 
-Status ShadowAttentionErrors(const LayerShadowInput& in, const kk::SageCudaOptions& opt,
+Status ShadowAttentionErrors(const LayerShadowInput& in, const kk::AttnOptions& opt,
                              DiagScratch* scratch, LayerShadowErrors* out, cudaStream_t s) {
   const kk::AttnShape sub{in.nb, in.H, in.N, in.D, /*causal=*/true};
   const int64_t n = sub.numel(), rows = sub.rows(), BH = int64_t(in.nb) * in.H;
   const int ntq = (in.N + kTile - 1) / kTile;
-  const size_t sage_bytes = kk::SageWorkspaceBytes(sub, opt);
-  const size_t fpa_bytes = kc::FpaWorkspaceBytes(sub);
+  const size_t sage_bytes = kk::SageWorkspaceBytes(sub);
+  const size_t fpa_bytes = kk::FpaWorkspaceBytes(sub);
   if (!scratch->impl || scratch->impl->n < n || scratch->impl->sage_ws_bytes < sage_bytes) {
     ABLATE_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(s), "sync"));
     auto im = std::make_unique<DiagScratch::Impl>();
@@ -285,10 +285,10 @@ Status ShadowAttentionErrors(const LayerShadowInput& in, const kk::SageCudaOptio
   // The shadow pair: SageBwd (the model's options) and FPA on the same inputs.
   ABLATE_RETURN_IF_ERROR(kk::SageForwardCuda(sub, opt, in.q, in.k, in.v, d.o_s, d.lse_s, d.sage_ws,
                                              d.sage_ws_bytes, s));
-  ABLATE_RETURN_IF_ERROR(kk::SageBackwardCuda(sub, opt, in.q, in.k, in.v, d.o_s, in.dout, d.lse_s,
+  ABLATE_RETURN_IF_ERROR(kk::SageBackwardCuda(sub, opt, in.q, in.k, in.v, d.o_s, d.lse_s, in.dout,
                                               d.dq_s, d.dk_s, d.dv_s, d.sage_ws, d.sage_ws_bytes, s));
-  ABLATE_RETURN_IF_ERROR(kc::FpaForwardCuda(sub, in.q, in.k, in.v, d.o_f, d.lse_f, nullptr, 0, s));
-  ABLATE_RETURN_IF_ERROR(kc::FpaBackwardCuda(sub, in.q, in.k, in.v, d.o_f, d.lse_f, in.dout, d.dq_f,
+  ABLATE_RETURN_IF_ERROR(kk::FpaForwardCuda(sub, in.q, in.k, in.v, d.o_f, d.lse_f, s));
+  ABLATE_RETURN_IF_ERROR(kk::FpaBackwardCuda(sub, in.q, in.k, in.v, d.o_f, d.lse_f, in.dout, d.dq_f,
                                              d.dk_f, d.dv_f, d.fpa_ws, d.fpa_ws_bytes, s));
   ABLATE_RETURN_IF_ERROR((kc::CompareAccumulateCuda<bf16, bf16>(d.acc + 0, d.o_s, d.o_f, n, s)));
   ABLATE_RETURN_IF_ERROR((kc::CompareAccumulateCuda<bf16, bf16>(d.acc + 6, d.dq_s, d.dq_f, n, s)));

@@ -1,7 +1,7 @@
 // Attention diagnostics on the device (kernels/ALGORITHMS.md §3): one layer's SageBwd-vs-FPA shadow errors,
 // computed without leaving the GPU except for the final 6-number sums per tensor.
 //
-//   o, dq, dk, dv  the SageBwd CUDA kernels (forward + backward, the model's SageCudaOptions) against
+//   o, dq, dk, dv  the SageBwd CUDA kernels (forward + backward, the model's AttnOptions) against
 //                  the FPA CUDA kernels on the same q, k, v and dO (x = sage, y = fpa).
 //   p, ds          the backward's P and dS, (B, H, T, T) causal, never materialized: one kernel
 //                  recomputes, per (query, key) pair, the SageBwd emulator's values (the int8
@@ -20,7 +20,7 @@
 
 #include "ablate/status.h"
 #include "attention/attention_cpu.h"
-#include "attention/cuda/sagebwd_cuda.h"
+#include "attention/cuda/attention_cuda.h"
 
 namespace ablate::trainer::cuda {
 
@@ -47,7 +47,7 @@ struct LayerShadowErrors {
 };
 
 // Synchronizes `stream` at the end.
-Status ShadowAttentionErrors(const LayerShadowInput& in, const kernels::SageCudaOptions& opt,
+Status ShadowAttentionErrors(const LayerShadowInput& in, const kernels::AttnOptions& opt,
                              DiagScratch* scratch, LayerShadowErrors* out, cudaStream_t stream);
 
 }  // namespace ablate::trainer::cuda

@@ -10,8 +10,7 @@
 #include <string>
 
 #include "ablate/cuda_status.h"
-#include "attention/cuda/fpa_cuda.h"
-#include "attention/cuda/sagebwd_cuda.h"
+#include "attention/cuda/attention_cuda.h"
 #include "layers/cuda/gemm_cuda.h"
 #include "layers/cuda/layers_cuda.h"
 #include "layers/layers_cpu.h"
@@ -55,8 +54,10 @@ class DeviceArena {
   std::vector<void*> ptrs_;
 };
 
-kk::SageCudaOptions SageOpts(const kk::SageOptions& o) {
-  kk::SageCudaOptions s;
+// The model's attention options as the GPU kernels take them: its switches; the tiles are the
+// kernels' own (attention_cuda.h: bq / bkv / kv_group configure the CPU emulator only).
+kk::AttnOptions SageOpts(const kk::AttnOptions& o) {
+  kk::AttnOptions s;
   s.smooth_k = o.smooth_k;
   s.smooth_q = o.smooth_q;
   s.int8_dp = o.int8_dp;
@@ -227,9 +228,9 @@ Status GptCuda::EnsureCapacity(int B) {
   const size_t N = size_t(B) * Tn, NC = N * C, NH = N * H;
   const bool fpa = cfg_.attention == AttentionKind::kFpa;
   const kk::AttnShape shape{B, int(H), int(Tn), head_dim_, true};
-  const kk::SageCudaOptions sopt = SageOpts(cfg_.sage);
-  b.sage_ws_bytes = fpa ? 0 : kk::SageWorkspaceBytes(shape, sopt);
-  b.fpa_ws_bytes = kc::FpaWorkspaceBytes(shape);
+  const kk::AttnOptions sopt = SageOpts(cfg_.sage);
+  b.sage_ws_bytes = fpa ? 0 : kk::SageWorkspaceBytes(shape);
+  b.fpa_ws_bytes = kk::FpaWorkspaceBytes(shape);
   b.rms_scratch_floats = std::max({kc::RmsNormBackwardScratch(int64_t(N), int(C)),
                                    kc::RmsNormBackwardFusedScratch(int64_t(N), int(C)),
                                    kc::QkvNormRopeBackwardScratch(B, int(Tn), int(H), head_dim_),
@@ -318,7 +319,7 @@ Status GptCuda::RunForward(const int32_t* inputs, const int32_t* targets, int B,
     RET(CudaStatus(cudaMemcpyAsync(b.enc_plan, b.enc.data.data(), b.enc.data.size() * sizeof(int32_t),
                                   cudaMemcpyHostToDevice, s), "upload embedding plan"));
   }
-  const kk::SageCudaOptions sopt = SageOpts(cfg_.sage);
+  const kk::AttnOptions sopt = SageOpts(cfg_.sage);
   const int k_rows_per_part = kk::SageKMeanParts(Tn).rows_per_part;  // with b.k_parts
 
   RET(kc::EncoderForwardCuda(b.res[0], b.inputs, w + wte_, N, C, s));
@@ -337,7 +338,7 @@ Status GptCuda::RunForward(const int32_t* inputs, const int32_t* targets, int B,
         cfg_.qk_norm ? w + li.k_gain : nullptr, rope_cos_, rope_sin_, B, Tn, H, D, s, b.k_parts,
         k_rows_per_part));
     if (cfg_.attention == AttentionKind::kFpa) {
-      RET(kc::FpaForwardCuda(shape, la.q, la.k, la.v, la.o, la.lse, nullptr, 0, s));
+      RET(kk::FpaForwardCuda(shape, la.q, la.k, la.v, la.o, la.lse, s));
     } else {
       RET(kk::SageForwardCuda(shape, sopt, la.q, la.k, la.v, la.o, la.lse, la.sage_ws,
                               b.sage_ws_bytes, s, b.k_parts));
@@ -422,7 +423,7 @@ Status GptCuda::Backward(float grad_scale) {
   const kk::AttnShape shape{B, H, Tn, D, /*causal=*/true};
   cudaStream_t s = stream_;
   kc::LtGemm& gemm = *b.gemm;
-  const kk::SageCudaOptions sopt = SageOpts(cfg_.sage);
+  const kk::AttnOptions sopt = SageOpts(cfg_.sage);
   float* rs = b.rms_scratch;
   const size_t rsn = b.rms_scratch_floats;
 
@@ -476,10 +477,10 @@ Status GptCuda::Backward(float grad_scale) {
     RET(gemm.BackwardWeight(g + li.wo, b.dres_bf, la.atty, N, C, C, 1.f, 1.f, s));
     RET(kc::HeadsMergeBackwardCuda<bf16>(la.dout_att, b.datty, B, Tn, H, D, s));
     if (cfg_.attention == AttentionKind::kFpa) {
-      RET(kc::FpaBackwardCuda(shape, la.q, la.k, la.v, la.o, la.lse, la.dout_att, b.dq, b.dk,
+      RET(kk::FpaBackwardCuda(shape, la.q, la.k, la.v, la.o, la.lse, la.dout_att, b.dq, b.dk,
                               b.dv, b.fpa_ws, b.fpa_ws_bytes, s));
     } else {
-      RET(kk::SageBackwardCuda(shape, sopt, la.q, la.k, la.v, la.o, la.dout_att, la.lse, b.dq,
+      RET(kk::SageBackwardCuda(shape, sopt, la.q, la.k, la.v, la.o, la.lse, la.dout_att, b.dq,
                                b.dk, b.dv, la.sage_ws, b.sage_ws_bytes, s));
     }
     const bool qn = cfg_.qk_norm;
@@ -516,7 +517,7 @@ StatusOr<std::vector<GptCuda::LayerDiagnostics>> GptCuda::AttentionDiagnostics(i
   Buffers& b = *buf_;
   const int B = last_b_, nb = std::min(B, max_batch);
   const int Tn = cfg_.seq_len, H = cfg_.heads, D = head_dim_;
-  const kk::SageCudaOptions sopt = SageOpts(cfg_.sage);
+  const kk::AttnOptions sopt = SageOpts(cfg_.sage);
   std::vector<float> gains;
   if (cfg_.qk_norm) {
     gains.resize(num_params_);

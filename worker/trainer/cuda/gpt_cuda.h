@@ -1,7 +1,7 @@
 // The GPT model on the GPU: the device twin of trainer::Gpt (worker/trainer/model/gpt.h), same
 // architecture, same parameter layout (taken from a CPU Gpt<float>), same weights (copied from it),
 // forward and hand-written backward with the layers of kernels/layers/cuda and the attention
-// kernels of kernels/attention/cuda (fpa, or SageBwd with every SageCudaOptions switch).
+// kernels of kernels/attention/cuda (fpa, or SageBwd with every AttnOptions switch).
 //
 // Precision (documented choice, the llm.c recipe):
 //   * fp32: master weights and gradients (one flat buffer each, the CPU layout), the residual

@@ -6,7 +6,7 @@
 #include "ablate/cuda_status.h"
 
 #if ABLATE_HAVE_DEVICE_OPTIMIZER
-#include "trainer/optim/cuda/device_optimizer.h"
+#include "trainer/cuda/device_optimizer.h"
 #else
 namespace ablate::trainer::cuda {
 class DeviceOptimizer {};  // not built: the host path runs

@@ -1,5 +1,5 @@
-// The optimizer of the CUDA backend: trainer::cuda::DeviceOptimizer (worker/trainer/optim/cuda) when
-// it is built, else the CPU trainer::Optimizer driven through host copies of the weights and
+// The optimizer of the CUDA backend: trainer::cuda::DeviceOptimizer (device_optimizer.h) when it
+// is built, else the CPU trainer::Optimizer driven through host copies of the weights and
 // gradients (correct and format-compatible, but it moves 2 x 4 bytes per parameter over PCIe each
 // step). uses_device() says which one runs; the start line reports it.
 // Thread safety: not thread-safe.

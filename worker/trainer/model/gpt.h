@@ -65,7 +65,7 @@ struct ModelConfig {
   bool tie_embeddings = true;
   bool qk_norm = true;
   AttentionKind attention = AttentionKind::kSageBwd;
-  kernels::SageOptions sage;  // tiles and smoothing of the SageBwd emulator (and diagnostics)
+  kernels::AttnOptions sage;  // tiles and smoothing of the SageBwd emulator (and diagnostics)
   float init_std = 0.02f;
 };
 

@@ -1,11 +1,10 @@
 #include "trainer/optim/optimizer.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
+#include "optim/optim_cpu.h"
 #include "quant/quant_cpu.h"
 #include "spectral/spectral_cpu.h"
 
@@ -135,8 +134,7 @@ StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const config::OptimizerSe
 Status Optimizer::Step(float* weights, const float* grads, int64_t step, double lr_scale, double p,
                        OptimizerStats* stats) {
   const auto& c = cfg_;
-  const double bc1 = 1.0 - std::pow(c.beta1, double(step));
-  const double bc2 = 1.0 - std::pow(c.beta2, double(step));
+  const kernels::AdamScalars adam = kernels::MakeAdamScalars(c.beta1, c.beta2, c.eps, step);
   const bool momentum_family = c.kind == "spectral" && c.family == "momentum";
   kernels::PsiOptions popt;
   popt.method = ParseMethod(c.psi_method);
@@ -156,26 +154,15 @@ Status Optimizer::Step(float* weights, const float* grads, int64_t step, double 
     float* buf1 = buf0 + n;
     float* dir = buf1 + n;   // the direction fed to Psi
     float* upd = dir + n;    // Psi's output
-    const float lr = float(s.lr * lr_scale);
-    const float decay = (s.matrix && c.weight_decay > 0) ? float(1.0 - lr * c.weight_decay) : 1.0f;
-    const float b1 = float(c.beta1), b2 = float(c.beta2), eps = float(c.eps);
-    const float ib1 = float(1.0 / bc1), ib2 = float(1.0 / bc2);
+    const float lr = kernels::StepLr(s.lr, lr_scale);
+    const float decay = kernels::DecayFactor(s.matrix, c.weight_decay, lr);
 
     if (!s.spectral) {  // AdamW
       float* m = s.states[0].Open(buf0);
       float* v = s.states[1].Open(buf1);
-      double sq = 0;
-#pragma omp parallel for reduction(+ : sq) schedule(static)
-      for (int64_t i = 0; i < n; ++i) {
-        m[i] = b1 * m[i] + (1 - b1) * g[i];
-        v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
-        float u = lr * (m[i] * ib1) / (std::sqrt(v[i] * ib2) + eps);
-        w[i] = w[i] * decay - u;
-        sq += double(u) * u;
-      }
+      sq_adam += kernels::AdamWUpdate(w, m, v, g, n, adam, lr, decay);
       s.states[0].Close(m);
       s.states[1].Close(v);
-      sq_adam += sq;
       n_adam += n;
       continue;
     }
@@ -185,21 +172,12 @@ Status Optimizer::Step(float* weights, const float* grads, int64_t step, double 
       const float mu = float(c.momentum);
       const bool ema = c.momentum_kind == "ema";
       const float gain = ema ? 1 - mu : 1.0f;
-#pragma omp parallel for schedule(static)
-      for (int64_t i = 0; i < n; ++i) {
-        B[i] = mu * B[i] + gain * g[i];
-        dir[i] = c.nesterov ? gain * g[i] + mu * B[i] : B[i];
-      }
+      kernels::MomentumDirection(dir, B, g, n, mu, gain, c.nesterov);
       s.states[0].Close(B);
     } else {  // rms family: the Adam direction, never written back into m or v
       float* m = s.states[0].Open(buf0);
       float* v = s.states[1].Open(buf1);
-#pragma omp parallel for schedule(static)
-      for (int64_t i = 0; i < n; ++i) {
-        m[i] = b1 * m[i] + (1 - b1) * g[i];
-        v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
-        dir[i] = (m[i] * ib1) / (std::sqrt(v[i] * ib2) + eps);
-      }
+      kernels::RmsDirection(dir, m, v, g, n, adam);
       s.states[0].Close(m);
       s.states[1].Close(v);
     }
@@ -209,16 +187,8 @@ Status Optimizer::Step(float* weights, const float* grads, int64_t step, double 
     if (!st.ok()) return st.WithPrefix("optimizer: Psi_p of " + s.t.name);
     residual = std::max(residual, ps.newton_residual);
     route = kernels::PsiMethodName(ps.used);
-    const float scale =
-        p == 0 ? float(lr * std::sqrt(std::max(1.0, double(s.t.rows) / s.t.cols))) : lr;
-    double sq = 0;
-#pragma omp parallel for reduction(+ : sq) schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-      float u = scale * upd[i];
-      w[i] = w[i] * decay - u;
-      sq += double(u) * u;
-    }
-    sq_spec += sq;
+    const float scale = kernels::SpectralScale(lr, p, s.t.rows, s.t.cols);
+    sq_spec += kernels::ApplySpectralUpdate(w, upd, n, scale, decay);
     n_spec += n;
   }
   if (stats) {

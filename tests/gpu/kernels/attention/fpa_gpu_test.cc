@@ -22,10 +22,12 @@
 
 #include "ablate/bf16.h"
 #include "attention/attention_cpu.h"
-#include "attention/cuda/fpa_cuda.h"
+#include "attention/cuda/attention_cuda.h"
 
-namespace ablate::kernels::cuda {
+namespace ablate::kernels {
 namespace {
+
+using bf16 = __nv_bfloat16;
 
 #define CUDA_OK(expr)                                                                 \
   do {                                                                                \
@@ -151,7 +153,7 @@ TEST_P(FpaGpu, MatchesFloat64Reference) {
   CUDA_OK(cudaMemset(lse.p, 0xFF, rows * sizeof(float)));
   CUDA_OK(cudaMemset(ws.p, 0xFF, ws_bytes));
 
-  const Status fs = FpaForwardCuda(s, q.p, k.p, v.p, o.p, lse.p, nullptr, 0, nullptr);
+  const Status fs = FpaForwardCuda(s, q.p, k.p, v.p, o.p, lse.p, nullptr);
   ASSERT_TRUE(fs.ok()) << fs.ToString();
   CUDA_OK(cudaDeviceSynchronize());
   const Status bs = FpaBackwardCuda(s, q.p, k.p, v.p, o.p, lse.p, dO.p, dq.p, dk.p, dv.p, ws.p,
@@ -211,83 +213,6 @@ INSTANTIATE_TEST_SUITE_P(Shapes, FpaGpu, ::testing::ValuesIn(Cases()),
                            return std::string(buf);
                          });
 
-// The causal grids' order (FpaCudaOptions::lpt_heads: longest-first in groups of heads) moves
-// work between CTAs, not its arithmetic: O, lse, dK and dV bit for bit against head by head
-// (lpt_heads 1, the order earlier), dQ to the order of its fp32 atomic adds.
-TEST(FpaGpuGrid, LptHeadGroupsReorderOnly) {
-  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
-  for (int d : {64, 128}) {
-    for (int n : {1000, 4100}) {
-      AttnShape s;
-      s.B = 1;
-      s.H = 7;
-      s.N = n;
-      s.D = d;
-      s.causal = true;
-      const size_t numel = size_t(s.numel()), rows = size_t(s.rows()), nb = numel * sizeof(bf16);
-      std::mt19937_64 rng(77 + n + d);
-      std::normal_distribution<float> nd(0.f, 1.f);
-      DevBuf<bf16> in[4] = {DevBuf<bf16>(numel), DevBuf<bf16>(numel), DevBuf<bf16>(numel),
-                            DevBuf<bf16>(numel)};  // q, k, v, dO
-      for (auto& b : in) {
-        std::vector<float> x(numel);
-        for (auto& v : x) v = nd(rng);
-        ASSERT_TRUE(b.p) << "cudaMalloc failed";
-        CUDA_OK(cudaMemcpy(b.p, ToBf16(x).data(), nb, cudaMemcpyHostToDevice));
-      }
-      struct Out {
-        std::vector<bf16> o, dq, dk, dv;
-        std::vector<float> lse;
-      };
-      auto run = [&](int lpt_heads, Out* out) {
-        DevBuf<bf16> o(numel), dq(numel), dk(numel), dv(numel);
-        DevBuf<float> lse(rows);
-        const size_t ws_bytes = FpaWorkspaceBytes(s);
-        DevBuf<char> ws(ws_bytes);
-        ASSERT_TRUE(o.p && dq.p && dk.p && dv.p && lse.p && ws.p) << "cudaMalloc failed";
-        FpaCudaOptions opt;
-        opt.lpt_heads = lpt_heads;
-        const Status fs = FpaForwardCuda(s, in[0].p, in[1].p, in[2].p, o.p, lse.p, nullptr, 0,
-                                         nullptr, opt);
-        ASSERT_TRUE(fs.ok()) << fs.ToString();
-        const Status bs = FpaBackwardCuda(s, in[0].p, in[1].p, in[2].p, o.p, lse.p, in[3].p, dq.p,
-                                          dk.p, dv.p, ws.p, ws_bytes, nullptr, opt);
-        ASSERT_TRUE(bs.ok()) << bs.ToString();
-        CUDA_OK(cudaDeviceSynchronize());
-        for (auto [dst, src] : {std::pair{&out->o, &o}, std::pair{&out->dq, &dq},
-                                std::pair{&out->dk, &dk}, std::pair{&out->dv, &dv}}) {
-          dst->resize(numel);
-          CUDA_OK(cudaMemcpy(dst->data(), src->p, nb, cudaMemcpyDeviceToHost));
-        }
-        out->lse.resize(rows);
-        CUDA_OK(cudaMemcpy(out->lse.data(), lse.p, rows * sizeof(float), cudaMemcpyDeviceToHost));
-      };
-      Out ref;
-      run(1, &ref);
-      if (::testing::Test::HasFatalFailure()) return;
-      for (int g : {2, 3, 7, 0}) {
-        Out r;
-        run(g, &r);
-        if (::testing::Test::HasFatalFailure()) return;
-        const std::string what =
-            "N " + std::to_string(n) + " D " + std::to_string(d) + " lpt_heads " + std::to_string(g);
-        auto same_bits = [](const std::vector<bf16>& a, const std::vector<bf16>& b) {
-          return std::memcmp(a.data(), b.data(), a.size() * sizeof(bf16)) == 0;
-        };
-        EXPECT_TRUE(same_bits(r.o, ref.o)) << "O " << what;
-        EXPECT_TRUE(same_bits(r.dk, ref.dk)) << "dK " << what;
-        EXPECT_TRUE(same_bits(r.dv, ref.dv)) << "dV " << what;
-        EXPECT_EQ(std::memcmp(r.lse.data(), ref.lse.data(), rows * sizeof(float)), 0)
-            << "lse " << what;
-        const std::vector<double> got_dq = Bf16ToDouble(r.dq), ref_dq = Bf16ToDouble(ref.dq);
-        const ErrorStats dq = CompareTensors(got_dq.data(), ref_dq.data(), int64_t(numel));
-        EXPECT_LE(dq.rel_l2, 1e-3) << "dQ " << what;
-        EXPECT_GE(dq.cosine, 0.999999) << "dQ " << what;
-      }
-    }
-  }
-}
-
 // Runs without a GPU: validation happens before any CUDA call.
 TEST(FpaCudaArgs, RejectsBadArguments) {
   AttnShape s;
@@ -297,15 +222,15 @@ TEST(FpaCudaArgs, RejectsBadArguments) {
   s.D = 96;
   auto* fake = reinterpret_cast<bf16*>(uintptr_t(256));
   auto* fake_f = reinterpret_cast<float*>(uintptr_t(256));
-  Status st = FpaForwardCuda(s, fake, fake, fake, fake, fake_f, nullptr, 0, nullptr);
+  Status st = FpaForwardCuda(s, fake, fake, fake, fake, fake_f, nullptr);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
   EXPECT_NE(st.message().find("head dim"), std::string::npos) << st.ToString();
   s.D = 64;
   s.N = 0;
-  st = FpaForwardCuda(s, fake, fake, fake, fake, fake_f, nullptr, 0, nullptr);
+  st = FpaForwardCuda(s, fake, fake, fake, fake, fake_f, nullptr);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
   s.N = 16;
-  st = FpaForwardCuda(s, nullptr, fake, fake, fake, fake_f, nullptr, 0, nullptr);
+  st = FpaForwardCuda(s, nullptr, fake, fake, fake, fake_f, nullptr);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
   st = FpaBackwardCuda(s, fake, fake, fake, fake, fake_f, fake, fake, fake, fake, fake,
                        FpaWorkspaceBytes(s) - 1, nullptr);
@@ -314,7 +239,7 @@ TEST(FpaCudaArgs, RejectsBadArguments) {
   EXPECT_EQ(FpaWorkspaceBytes(s), size_t(256 /*16*64*4 -> 4096*/ * 16 + 256));
   // B * H and the 64-row tile count sit in a grid dimension of at most 65535 blocks.
   AttnShape wide{256, 256, 16, 64, true};
-  st = FpaForwardCuda(wide, fake, fake, fake, fake, fake_f, nullptr, 0, nullptr);
+  st = FpaForwardCuda(wide, fake, fake, fake, fake, fake_f, nullptr);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
   EXPECT_NE(st.message().find("B*H must be <= 65535, got 65536"), std::string::npos)
       << st.ToString();
@@ -323,16 +248,7 @@ TEST(FpaCudaArgs, RejectsBadArguments) {
                        FpaWorkspaceBytes(longest), nullptr);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
   EXPECT_NE(st.message().find("N must be <= 4194240"), std::string::npos) << st.ToString();
-  FpaCudaOptions neg;
-  neg.lpt_heads = -1;
-  st = FpaForwardCuda(s, fake, fake, fake, fake, fake_f, nullptr, 0, nullptr, neg);
-  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
-  EXPECT_NE(st.message().find("lpt_heads"), std::string::npos) << st.ToString();
-  st = FpaBackwardCuda(s, fake, fake, fake, fake, fake_f, fake, fake, fake, fake, fake,
-                       FpaWorkspaceBytes(s), nullptr, neg);
-  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
-  EXPECT_NE(st.message().find("lpt_heads"), std::string::npos) << st.ToString();
 }
 
 }  // namespace
-}  // namespace ablate::kernels::cuda
+}  // namespace ablate::kernels

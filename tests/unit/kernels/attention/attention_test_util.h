@@ -64,7 +64,7 @@ std::vector<T> Cast(const std::vector<double>& x) {
 
 // Runs the SageBwd emulator in T. Outputs start as NaN so that an unwritten element shows.
 template <typename T>
-Result RunSage(const Inputs& in, const SageOptions& opt, SageDebug<T>* debug = nullptr,
+Result RunSage(const Inputs& in, const AttnOptions& opt, SageDebug<T>* debug = nullptr,
                SageSaved<T>* saved_out = nullptr) {
   const AttnShape& s = in.s;
   const T nan = std::numeric_limits<T>::quiet_NaN();

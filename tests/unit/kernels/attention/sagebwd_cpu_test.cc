@@ -59,7 +59,7 @@ TEST_P(SageAccuracyTest, MatchesExactAttention) {
   const AttnShape s{.B = 1, .H = 1, .N = c.n, .D = c.d, .causal = c.causal};
   const Inputs in = MakeInputs(s, 1.0, 100 + c.n + c.d + c.causal);
   const Result ref = RunFpa(in);
-  const SageOptions opt;  // kernel defaults: bq 128, bkv 64, K-smoothing
+  const AttnOptions opt;  // kernel defaults: bq 128, bkv 64, K-smoothing
   char tag[64];
   std::snprintf(tag, sizeof tag, "N=%d D=%d %s", c.n, c.d, c.causal ? "causal" : "full");
   const Result rd = RunSage<double>(in, opt);
@@ -99,7 +99,7 @@ TEST(SageSigmaTest, ErrorsGrowWithSigma) {
   std::printf("sigma | cos o    dq       dk       dv      | relL2 o  dq      dk      dv\n");
   for (double sigma : sigmas) {
     const Inputs in = MakeInputs(s, sigma, 200);
-    const Report r = Compare(RunSage<double>(in, SageOptions{}), RunFpa(in));
+    const Report r = Compare(RunSage<double>(in, AttnOptions{}), RunFpa(in));
     std::printf("%5.0f | %.5f  %.5f  %.5f  %.5f | %.4f  %.4f  %.4f  %.4f\n", sigma, r.o.cosine,
                 r.dq.cosine, r.dk.cosine, r.dv.cosine, r.o.rel_l2, r.dq.rel_l2, r.dk.rel_l2,
                 r.dv.rel_l2);
@@ -121,9 +121,9 @@ TEST(SageOptionsTest, HugeAndTinyTilesStayAccurate) {
   const AttnShape s{.B = 1, .H = 2, .N = 300, .D = 64, .causal = true};
   const Inputs in = MakeInputs(s, 1.0, 300);
   const Result ref = RunFpa(in);
-  SageOptions huge;
+  AttnOptions huge;
   huge.bq = huge.bkv = 512;  // one tile covers the sequence
-  SageOptions tiny;
+  AttnOptions tiny;
   tiny.bq = 16;
   tiny.bkv = 8;
   const Report rh = Compare(RunSage<double>(in, huge), ref);
@@ -143,12 +143,12 @@ TEST(SageOptionsTest, KvGroupsOfTwoTiles) {
   for (bool causal : {false, true}) {
     const AttnShape s{.B = 1, .H = 2, .N = 1000, .D = 128, .causal = causal};
     const Inputs in = MakeInputs(s, 1.0, 310 + causal);
-    SageOptions base;
+    AttnOptions base;
     base.bq = 64;
     base.bkv = 64;
-    SageOptions same = base;
+    AttnOptions same = base;
     same.kv_group = 64;
-    SageOptions pair = base;
+    AttnOptions pair = base;
     pair.kv_group = 128;
     const Result rb = RunSage<double>(in, base), rs = RunSage<double>(in, same);
     EXPECT_EQ(rb.o, rs.o);
@@ -167,7 +167,7 @@ TEST(SageOptionsTest, KvGroupsOfTwoTiles) {
     // The d128 production backward (SageBwdKeyBlock): 128-key blocks, so dS^ for dQ has one
     // scale per query row over 128 keys. The forward and the per-key-column quantities (dV, dK)
     // are those of 64-key blocks exactly; dQ changes and keeps the published accuracy.
-    SageOptions pair_bwd = pair;
+    AttnOptions pair_bwd = pair;
     pair_bwd.bkv = 128;
     const Result rq = RunSage<double>(in, pair_bwd);
     EXPECT_EQ(rq.o, rp.o);
@@ -191,7 +191,7 @@ TEST(SageOptionsTest, KSmoothingRemovesKeyOffset) {
     for (int d = 0; d < s.D; ++d) in.k[n * s.D + d] += offset[d];
   }
   const Result ref = RunFpa(in);
-  SageOptions on, off;
+  AttnOptions on, off;
   off.smooth_k = false;
   SageDebug<double> dbg;
   SageSaved<double> saved;
@@ -233,7 +233,7 @@ TEST(SageOptionsTest, LseIsInTheSmoothedDomain) {
   for (int64_t x = 0; x < s.numel(); ++x) in.k[x] += 0.5 * ((x % s.D) % 3);  // nonzero mean
   const Result ref = RunFpa(in);
   SageSaved<double> saved;
-  const Result r = RunSage<double>(in, SageOptions{}, nullptr, &saved);
+  const Result r = RunSage<double>(in, AttnOptions{}, nullptr, &saved);
   const double tau = 1.0 / std::sqrt(double(s.D));
   double worst = 0;
   for (int bh = 0; bh < s.B * s.H; ++bh) {
@@ -266,12 +266,12 @@ TEST(SageOptionsTest, QSmoothingIsAccurateAndItsBiasMatters) {
     for (int d = 0; d < s.D; ++d) in.q[n * s.D + d] += offset[d];
   }
   const Result ref = RunFpa(in);
-  SageOptions sq;
+  AttnOptions sq;
   sq.smooth_q = true;
   const Report r_sq = Compare(RunSage<double>(in, sq), ref);
   PrintReport("query offset, smooth_q on", r_sq);
   ExpectPublishedAccuracy(r_sq);
-  const Report r_plain = Compare(RunSage<double>(in, SageOptions{}), ref);
+  const Report r_plain = Compare(RunSage<double>(in, AttnOptions{}), ref);
   PrintReport("query offset, smooth_q off", r_plain);
   ExpectPublishedAccuracy(r_plain);
 
@@ -286,7 +286,7 @@ TEST(SageOptionsTest, QSmoothingIsAccurateAndItsBiasMatters) {
       for (int r = 0; r < rows; ++r) no_bias.q[(t * bq + r) * s.D + d] -= mu;
     }
   }
-  const Result rn = RunSage<double>(no_bias, SageOptions{});
+  const Result rn = RunSage<double>(no_bias, AttnOptions{});
   const Report r_nb = Compare(rn, ref);
   PrintReport("query offset, smoothed without bias", r_nb);
   EXPECT_GT(r_nb.o.rel_l2, 0.1);
@@ -301,7 +301,7 @@ TEST(SageOptionsTest, Int8DpDegradesDs) {
   std::vector<double> p_ref, ds_ref;
   FpaIntermediates<double>(s, in.q.data(), in.k.data(), in.v.data(), ref.o.data(), ref.lse.data(),
                            in.dout.data(), &p_ref, &ds_ref);
-  SageOptions bf16_dp, int8_dp;
+  AttnOptions bf16_dp, int8_dp;
   int8_dp.int8_dp = true;
   SageDebug<double> dbg_bf16, dbg_int8;
   const Report r_bf16 = Compare(RunSage<double>(in, bf16_dp, &dbg_bf16), ref);
@@ -328,7 +328,7 @@ TEST(SageDebugTest, CapturesPAndDs) {
   FpaIntermediates<double>(s, in.q.data(), in.k.data(), in.v.data(), ref.o.data(), ref.lse.data(),
                            in.dout.data(), &p_ref, &ds_ref);
   SageDebug<double> dbg;
-  RunSage<double>(in, SageOptions{}, &dbg);
+  RunSage<double>(in, AttnOptions{}, &dbg);
   const int64_t nn = int64_t(s.B) * s.H * s.N * s.N;
   ASSERT_EQ(int64_t(dbg.p.size()), nn);
   ASSERT_EQ(int64_t(dbg.ds.size()), nn);
@@ -359,7 +359,7 @@ TEST(SageEdgeTest, RaggedTilesAndMaskedBlocks) {
     for (auto [bq, bkv] : {std::pair{32, 16}, std::pair{16, 32}, std::pair{77, 5}}) {
       const AttnShape s{.B = 2, .H = 2, .N = 77, .D = 64, .causal = causal};
       const Inputs in = MakeInputs(s, 1.0, 800 + bq);
-      SageOptions opt;
+      AttnOptions opt;
       opt.bq = bq;
       opt.bkv = bkv;
       const Result r = RunSage<double>(in, opt);
@@ -386,7 +386,7 @@ TEST(SageEdgeTest, AllZeroSmoothedKeys) {
   const Result ref = RunFpa(in);
   SageDebug<double> dbg;
   SageSaved<double> saved;
-  const Result r = RunSage<double>(in, SageOptions{}, &dbg, &saved);
+  const Result r = RunSage<double>(in, AttnOptions{}, &dbg, &saved);
   ASSERT_TRUE(AllFinite(r));
   const Report e = Compare(r, ref);
   // The exact dQ is zero here, so only o, dk and dv have a meaningful relative error.
@@ -412,7 +412,7 @@ TEST(SageEdgeTest, AllZeroSmoothedKeys) {
 TEST(SageEdgeTest, ZeroTilesWithoutSmoothing) {
   const AttnShape s{.B = 1, .H = 1, .N = 256, .D = 64, .causal = true};
   Inputs in = MakeInputs(s, 1.0, 1000);
-  SageOptions opt;
+  AttnOptions opt;
   opt.smooth_k = false;
   for (int n = opt.bkv; n < 2 * opt.bkv; ++n) {
     for (int d = 0; d < s.D; ++d) {
@@ -436,7 +436,7 @@ TEST(SageEdgeTest, ZeroUpstreamGradient) {
   Inputs in = MakeInputs(s, 1.0, 1100);
   std::fill(in.dout.begin(), in.dout.end(), 0.0);
   for (bool int8_dp : {false, true}) {
-    SageOptions opt;
+    AttnOptions opt;
     opt.int8_dp = int8_dp;
     opt.smooth_q = true;
     const Result r = RunSage<float>(in, opt);
@@ -457,7 +457,7 @@ TEST(SageFloatTest, FloatMatchesDouble) {
   const AttnShape s{.B = 2, .H = 2, .N = 333, .D = 64, .causal = true};
   const Inputs in = MakeInputs(s, 1.0, 1200);
   for (bool smooth_q : {false, true}) {
-    SageOptions opt;
+    AttnOptions opt;
     opt.smooth_q = smooth_q;
     const Result rd = RunSage<double>(in, opt);
     const Result rf = RunSage<float>(in, opt);
@@ -476,7 +476,7 @@ TEST(SageFloatTest, FloatMatchesDouble) {
 TEST(SageDeterminismTest, IndependentOfThreadCount) {
   const AttnShape s{.B = 2, .H = 3, .N = 200, .D = 64, .causal = true};
   const Inputs in = MakeInputs(s, 1.0, 1300);
-  SageOptions opt;
+  AttnOptions opt;
   opt.smooth_q = true;
   const int saved_threads = omp_get_max_threads();
   omp_set_num_threads(1);

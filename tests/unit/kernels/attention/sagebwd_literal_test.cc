@@ -55,7 +55,7 @@ struct HeadResult {
   Vec o, lse, dq, dk, dv;
 };
 
-HeadResult LiteralHead(int N, int D, bool causal, const SageOptions& opt, const double* q,
+HeadResult LiteralHead(int N, int D, bool causal, const AttnOptions& opt, const double* q,
                        const double* k, const double* v, const double* dout) {
   const double tau = 1.0 / std::sqrt(double(D));
   const int bq = opt.bq, bkv = opt.bkv;
@@ -231,7 +231,7 @@ class SageLiteralTest : public ::testing::TestWithParam<LiteralCase> {};
 TEST_P(SageLiteralTest, EmulatorMatchesLiteralTranscription) {
   const LiteralCase c = GetParam();
   const AttnShape s{.B = 1, .H = 2, .N = 77, .D = 16, .causal = c.causal};
-  SageOptions opt;
+  AttnOptions opt;
   opt.bq = c.bq;
   opt.bkv = c.bkv;
   opt.smooth_k = c.smooth_k;

@@ -77,8 +77,8 @@ class GpuSuiteTest(unittest.TestCase):
 
     def test_default_list_is_every_gpu_test_binary(self):
         names = ["fpa_gpu_test", "sagebwd_gpu_test", "wgmma_gpu_test", "sage_scale_gpu_test",
-                 "layers_gpu_test", "gpt_cuda_test", "train_cuda_test", "optim_gpu_test",
-                 "data_parallel_test"]
+                 "layers_gpu_test", "spectral_gpu_test", "gpt_cuda_test", "train_cuda_test",
+                 "optim_gpu_test", "data_parallel_test"]
         for n in names:
             self.fake(n, 1, 0)
         r = self.run_tool(self.bin, os.path.join(self.d, "out"))

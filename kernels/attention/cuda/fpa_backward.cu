@@ -1,0 +1,449 @@
+// FPA on the GPU: the backward (FlashAttention-2 structure on mma.sync m16n8k16) and its
+// launcher; the host API is attention_cuda.h, the numerics kernels/ALGORITHMS.md §1.1.
+// (1) preprocess: D = rowsum(dO o O) fp32, zero the fp32 dQ accumulator; (2) main: grid
+// (ceil(N/128), B*H) (causal: longest-first across heads), 8 warps, one CTA per 128-row K/V tile
+// (resident in shared memory), Q / dO tiles of 64 rows (+ their lse, D) double-buffered with
+// cp.async; per Q tile S^T, dP^T -> P^T, dS^T in shared memory; dV += P^T dO, dK += dS^T Q in
+// registers; dQ_tile = dS K added to the fp32 accumulator with float2 atomics; (3) postprocess:
+// dq = bf16(tau * dQ_acc). dK is scaled by tau at the store. Queries past N get lse = +inf
+// (P = 0) and are never stored.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "attention/cuda/fpa_common.cuh"
+
+namespace ablate::kernels::fpa {
+namespace {
+
+struct BwdParams {
+  const bf16* q;
+  const bf16* k;
+  const bf16* v;
+  const bf16* do_;
+  const float* lse;
+  const float* dvec;  // (B, H, N) rowsum(dO o O)
+  float* dq_acc;      // (B, H, N, D) fp32, zeroed by FpaBwdPreprocessKernel; unscaled sum of dS K
+  bf16* dk;
+  bf16* dv;
+  int N;
+  float scale_log2;
+  float tau;
+  int lpt_heads;  // causal: heads per longest-first group (LptBlock)
+};
+
+// Stores a warp's 16 x (8*NT) fp32 accumulator rows (row0 + g, row0 + g + 8) as bf16 (times
+// `mul`) into a row-major (rows, D) global matrix; rows >= n_rows are skipped.
+
+// Dv[row] = sum_d dO[row][d] * O[row][d] (fp32), one warp per row; zeroes the row of the fp32
+// dQ accumulator.
+template <int D>
+__global__ void __launch_bounds__(256) FpaBwdPreprocessKernel(const bf16* o, const bf16* do_,
+                                                              float* dvec, float* dq_acc,
+                                                              int64_t rows) {
+  GridDepLaunchDependents();  // the main kernel (pdl) waits for this grid's completion
+  const int64_t row = int64_t(blockIdx.x) * 8 + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (row >= rows) return;
+  constexpr int kPer = D / 32;  // 2 or 4 elements per lane
+  float* zrow = dq_acc + row * D + lane * kPer;
+  if constexpr (kPer == 4) {
+    *reinterpret_cast<float4*>(zrow) = make_float4(0.f, 0.f, 0.f, 0.f);
+  } else {
+    *reinterpret_cast<float2*>(zrow) = make_float2(0.f, 0.f);
+  }
+  const bf16* orow = o + row * D + lane * kPer;
+  const bf16* drow = do_ + row * D + lane * kPer;
+  float acc = 0.f;
+#pragma unroll
+  for (int i = 0; i < kPer; i += 2) {
+    const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(orow + i));
+    const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(drow + i));
+    acc = fmaf(a.x, b.x, fmaf(a.y, b.y, acc));
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (lane == 0) dvec[row] = acc;
+}
+
+// dq[i] = bf16(tau * dq_acc[i]), 4 elements per thread.
+__global__ void __launch_bounds__(256) FpaBwdPostprocessKernel(const float* dq_acc, bf16* dq,
+                                                               int64_t n4, float tau) {
+  GridDepWait();  // dq_acc: the main kernel (pdl)
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n4) return;
+  const float4 a = reinterpret_cast<const float4*>(dq_acc)[i];
+  uint2 out;
+  out.x = PackBf16x2(a.x * tau, a.y * tau);
+  out.y = PackBf16x2(a.z * tau, a.w * tau);
+  reinterpret_cast<uint2*>(dq)[i] = out;
+}
+
+// ----------------------------------------------------------------------------------------------
+// The backward: 8 warps, 128 keys per CTA, Q tiles of 64, P^T and dS^T through shared memory.
+// ----------------------------------------------------------------------------------------------
+//
+// Each Q tile (64 queries) runs three phases with a different warp layout each (w = warp 0..7):
+//   (1) S^T = K Q^T, dP^T = V dO^T (128 x 64): warp w owns key rows 32*(w%4)..+31 x query
+//       columns 32*(w/4)..+31; P^T and dS^T = P^T o (dP^T - D) are written to shared memory (bf16).
+//   -- __syncthreads --
+//   (2) dV += P^T dO, dK += dS^T Q (128 x D): warp w owns key rows 32*(w%4)..+31 x head columns
+//       (D/2)*(w/4)..; accumulators stay in registers across Q tiles.
+//   (3) dQ_tile = dS K (64 x D), contracting over the 128 keys: warp w owns query rows
+//       32*(w%2)..+31 x head columns (D/4)*(w/2)..; added to the fp32 accumulator with
+//       float2 atomics (sm_90 red.global.add.v2.f32), one pass per (Q tile, K tile).
+// The warp tiles (32 x 32 / 32 x D/2 / 32 x D/4) cut shared-memory operand traffic per MMA to
+// ~60% of 16 key rows x a 32-query tile per warp at D = 128. The Q tile's lse and D vectors are
+// staged in shared memory with cp.async alongside Q / dO.
+
+// 4-byte cp.async (.ca) with zero fill when !valid (src must still be a mapped address).
+__device__ __forceinline__ void CpAsync4(uint32_t dst, const void* src, bool valid) {
+  const int src_size = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_size));
+}
+
+template <int D>
+struct BwdConfig {
+  static_assert(D == 64 || D == 128, "head dim 64 or 128");
+  static constexpr int kWarps = 8;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kBkv = 128;
+  static constexpr int kBq = 64;
+  using KTile = Bf16Tile<kBkv, D>;
+  using QTile = Bf16Tile<kBq, D>;
+  using PTile = Bf16Tile<kBkv, kBq>;  // P^T / dS^T: key rows x query columns
+  // K, V, 2 stages x (Q, dO), P^T, dS^T, 2 stages x (lse, D) of the Q tile (fp32).
+  static constexpr int kRowVecBytes = kBq * 4;
+  static constexpr int kSmem =
+      2 * KTile::kBytes + 4 * QTile::kBytes + 2 * PTile::kBytes + 4 * kRowVecBytes;
+  static_assert(kSmem <= 227 * 1024, "backward v2 shared memory exceeds sm_90's 227 KB");
+  static_assert(kBkv == 4 * 32 && kBq == 2 * 32, "warp layouts assume 4 x 2 warps of 32 x 32");
+};
+
+template <int D, bool kCausal>
+__global__ void __launch_bounds__(256, 1) FpaBackwardKernel(BwdParams p) {
+  GridDepLaunchDependents();  // the postprocess launch waits for this grid's completion
+  using Cfg = BwdConfig<D>;
+  constexpr int kThr = Cfg::kThreads;
+  constexpr int kBkv = Cfg::kBkv, kBq = Cfg::kBq;
+  using KTile = typename Cfg::KTile;
+  using QTile = typename Cfg::QTile;
+  using PTile = typename Cfg::PTile;
+  constexpr int kDH = D / 2;         // phase 2 head columns per warp
+  constexpr int kDN2 = kDH / 8;      // ... as n-blocks
+  constexpr int kDQ = D / 4;         // phase 3 head columns per warp
+  constexpr int kDN3 = kDQ / 8;
+
+  extern __shared__ __align__(128) char smem[];
+  char* ks = smem;
+  char* vs = ks + KTile::kBytes;
+  char* qs = vs + KTile::kBytes;        // 2 stages of QTile::kBytes
+  char* dos = qs + 2 * QTile::kBytes;   // 2 stages
+  char* ps = dos + 2 * QTile::kBytes;   // P^T
+  char* dss = ps + PTile::kBytes;       // dS^T
+  float* lse_s = reinterpret_cast<float*>(dss + PTile::kBytes);  // 2 stages of kBq
+  float* dv_s = lse_s + 2 * kBq;                                 // 2 stages of kBq
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int N = p.N;
+  // Causal: grid (BH, K tiles), key block 0 (which every query sees) the heaviest, longest-first
+  // in groups of heads (LptBlock); else grid (K tiles, BH).
+  int jb = int(blockIdx.x), bh = int(blockIdx.y);
+  if constexpr (kCausal) LptBlock(p.lpt_heads, jb, bh);
+  const int kv0 = jb * kBkv;
+  const int64_t head = int64_t(bh) * N * D;
+  const bf16* q = p.q + head;
+  const bf16* dO = p.do_ + head;
+  const float* lse = p.lse + int64_t(bh) * N;
+  const float* dvec = p.dvec + int64_t(bh) * N;
+  float* dq_acc = p.dq_acc + head;
+  // lse and D of Q tile `qt` into stage `st` (4-byte cp.async, zero past N; the readers select
+  // +inf / 0 there). Threads 0..kBq-1 copy lse, kBq..2kBq-1 copy D.
+  auto load_rowvecs = [&](int st, int qt, int tid_) {
+    if (tid_ < 2 * kBq) {
+      const int i = tid_ % kBq, row = qt * kBq + i;
+      const bool valid = row < p.N;
+      const float* src = tid_ < kBq ? lse : dvec;
+      float* dst = (tid_ < kBq ? lse_s : dv_s) + st * kBq + i;
+      CpAsync4(SmemAddr(dst), valid ? src + row : src, valid);
+    }
+  };
+
+  // Causal: query rows < kv0 see none of these keys (kv0 is a multiple of kBq).
+  const int qt_begin = kCausal ? kv0 / kBq : 0;
+  const int qt_end = CeilDiv(N, kBq);
+
+  LoadTileAsync<KTile, kThr>(ks, p.k + head, kv0, N, tid);
+  LoadTileAsync<KTile, kThr>(vs, p.v + head, kv0, N, tid);
+  LoadTileAsync<QTile, kThr>(qs, q, qt_begin * kBq, N, tid);
+  LoadTileAsync<QTile, kThr>(dos, dO, qt_begin * kBq, N, tid);
+  // Launched as a dependent of the preprocess launch (pdl): K, V, Q, dO above are older; D and
+  // the zeroed dQ accumulator are its.
+  GridDepWait();
+  load_rowvecs(0, qt_begin, tid);
+  CpAsyncCommit();
+
+  // Warp layouts.
+  const int kr = 32 * (warp & 3);        // phases 1, 2: key rows (CTA-local)
+  const int qc = 32 * (warp >> 2);       // phase 1: query columns (tile-local)
+  const int dc2 = kDH * (warp >> 2);     // phase 2: head columns
+  const int qr3 = 32 * (warp & 1);       // phase 3: query rows (tile-local)
+  const int dc3 = kDQ * (warp >> 1);     // phase 3: head columns
+
+  float dk[2][kDN2][4], dv[2][kDN2][4];
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi) {
+    ZeroAcc(dk[mi]);
+    ZeroAcc(dv[mi]);
+  }
+  const uint32_t kb = SmemAddr(ks), vb = SmemAddr(vs), pb = SmemAddr(ps), dsb = SmemAddr(dss);
+  const int kw = kv0 + kr;  // first key row of this warp (phases 1, 2)
+
+  for (int it = qt_begin; it < qt_end; ++it) {
+    const int buf = (it - qt_begin) & 1;
+    CpAsyncWait<0>();
+    __syncthreads();  // Q/dO tile visible; every warp is done with the previous tile's phases 2-3
+    if (it + 1 < qt_end) {
+      LoadTileAsync<QTile, kThr>(qs + (buf ^ 1) * QTile::kBytes, q, (it + 1) * kBq, N, tid);
+      LoadTileAsync<QTile, kThr>(dos + (buf ^ 1) * QTile::kBytes, dO, (it + 1) * kBq, N, tid);
+      load_rowvecs(buf ^ 1, it + 1, tid);
+    }
+    CpAsyncCommit();
+    const uint32_t qb = SmemAddr(qs + buf * QTile::kBytes), dob = SmemAddr(dos + buf * QTile::kBytes);
+    const int q0 = it * kBq;
+    const int qw = q0 + qc;  // first query column of this warp (phase 1)
+
+    // ---- Phase 1: S^T, dP^T (32 keys x 32 queries per warp).
+    {
+      float s[2][4][4], dp[2][4][4];
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) {
+        ZeroAcc(s[mi]);
+        ZeroAcc(dp[mi]);
+      }
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t bq[2][4], bd[2][4];
+#pragma unroll
+        for (int np = 0; np < 2; ++np) {
+          LoadBFrag2<QTile>(bq[np], qb, qc + 16 * np, 16 * kk, lane);
+          LoadBFrag2<QTile>(bd[np], dob, qc + 16 * np, 16 * kk, lane);
+        }
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi) {
+          uint32_t a[4];
+          LoadAFrag<KTile>(a, kb, kr + 16 * mi, 16 * kk, lane);
+#pragma unroll
+          for (int np = 0; np < 2; ++np) {
+            MmaBf16(s[mi][2 * np], a, bq[np][0], bq[np][1]);
+            MmaBf16(s[mi][2 * np + 1], a, bq[np][2], bq[np][3]);
+          }
+          LoadAFrag<KTile>(a, vb, kr + 16 * mi, 16 * kk, lane);
+#pragma unroll
+          for (int np = 0; np < 2; ++np) {
+            MmaBf16(dp[mi][2 * np], a, bd[np][0], bd[np][1]);
+            MmaBf16(dp[mi][2 * np + 1], a, bd[np][2], bd[np][3]);
+          }
+        }
+      }
+      const bool need_mask = (kw + 32 > N) || (kCausal && kw + 31 > qw);
+      if (need_mask) {
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi) {
+          // Rows are keys, columns are queries here.
+          ApplyMask(s[mi], kw + 16 * mi, qw, lane,
+                    [N](int key, int qry) { return key >= N || (kCausal && key > qry); });
+        }
+      }
+      // P^T, dS^T = P^T o (dP^T - D) -> shared memory (bf16).
+#pragma unroll
+      for (int nb = 0; nb < 4; ++nb) {
+        float l2[2], dc[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int col = qw + nb * 8 + 2 * t + e;
+          const int i = buf * kBq + qc + nb * 8 + 2 * t + e;
+          l2[e] = col < N ? lse_s[i] * kLog2e : INFINITY;  // +inf: P = 0 past N
+          dc[e] = col < N ? dv_s[i] : 0.f;
+        }
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi) {
+          float pv[4], dsv[4];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            pv[e] = FastExp2(fmaf(s[mi][nb][e], p.scale_log2, -l2[e & 1]));
+            dsv[e] = pv[e] * (dp[mi][nb][e] - dc[e & 1]);
+          }
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int off = PTile::ByteOffset(kr + 16 * mi + g + 8 * h, (qc + nb * 8 + 2 * t) * 2);
+            *reinterpret_cast<uint32_t*>(ps + off) = PackBf16x2(pv[2 * h], pv[2 * h + 1]);
+            *reinterpret_cast<uint32_t*>(dss + off) = PackBf16x2(dsv[2 * h], dsv[2 * h + 1]);
+          }
+        }
+      }
+    }
+    __syncthreads();  // P^T, dS^T complete
+
+    // ---- Phase 2: dV += P^T dO, dK += dS^T Q (32 keys x D/2 per warp, contracting 64 queries).
+#pragma unroll
+    for (int kk = 0; kk < kBq / 16; ++kk) {
+      uint32_t pa[2][4], da[2][4];
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) {
+        LoadAFrag<PTile>(pa[mi], pb, kr + 16 * mi, 16 * kk, lane);
+        LoadAFrag<PTile>(da[mi], dsb, kr + 16 * mi, 16 * kk, lane);
+      }
+#pragma unroll
+      for (int np = 0; np < kDN2 / 2; ++np) {
+        uint32_t b[4];
+        LoadBFrag2Trans<QTile>(b, dob, 16 * kk, dc2 + 16 * np, lane);
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi) {
+          MmaBf16(dv[mi][2 * np], pa[mi], b[0], b[1]);
+          MmaBf16(dv[mi][2 * np + 1], pa[mi], b[2], b[3]);
+        }
+        LoadBFrag2Trans<QTile>(b, qb, 16 * kk, dc2 + 16 * np, lane);
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi) {
+          MmaBf16(dk[mi][2 * np], da[mi], b[0], b[1]);
+          MmaBf16(dk[mi][2 * np + 1], da[mi], b[2], b[3]);
+        }
+      }
+    }
+
+    // ---- Phase 3: dQ_tile = dS K (32 queries x D/4 per warp, contracting the 128 keys).
+    {
+      float acc[2][kDN3][4];
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) ZeroAcc(acc[mi]);
+      // Causal: keys past the tile's last query give dS = 0; skip those 16-key steps.
+      const int kk_end = kCausal ? min(kBkv / 16, CeilDiv(q0 + kBq - kv0, 16)) : kBkv / 16;
+#pragma unroll
+      for (int kk = 0; kk < kBkv / 16; ++kk) {
+        if (kk >= kk_end) break;
+        uint32_t a[2][4];
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi) {
+          LoadAFragTrans<PTile>(a[mi], dsb, 16 * kk, qr3 + 16 * mi, lane);
+        }
+#pragma unroll
+        for (int np = 0; np < kDN3 / 2; ++np) {
+          uint32_t b[4];
+          LoadBFrag2Trans<KTile>(b, kb, 16 * kk, dc3 + 16 * np, lane);
+#pragma unroll
+          for (int mi = 0; mi < 2; ++mi) {
+            MmaBf16(acc[mi][2 * np], a[mi], b[0], b[1]);
+            MmaBf16(acc[mi][2 * np + 1], a[mi], b[2], b[3]);
+          }
+        }
+      }
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = q0 + qr3 + 16 * mi + g + 8 * h;
+          if (row >= N) continue;
+          float* dst = dq_acc + int64_t(row) * D + dc3 + 2 * t;
+#pragma unroll
+          for (int nb = 0; nb < kDN3; ++nb) {
+            atomicAdd(reinterpret_cast<float2*>(dst + nb * 8),
+                      make_float2(acc[mi][nb][2 * h], acc[mi][nb][2 * h + 1]));
+          }
+        }
+      }
+    }
+  }
+  CpAsyncWait<0>();
+
+  // dV and dK through the K and V tiles (free once every warp is past phase 3) and 16-byte row
+  // stores (StageAccBf16).
+  __syncthreads();
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi) {
+    StageAccBf16<KTile>(vs, kr + 16 * mi, dc2, lane, dv[mi], 1.f, 1.f);
+    StageAccBf16<KTile>(ks, kr + 16 * mi, dc2, lane, dk[mi], p.tau, p.tau);
+  }
+  __syncthreads();
+  const int nr = min(kBkv, N - kv0);
+  StoreTileRows<KTile>(vs, p.dv + head + int64_t(kv0) * D, D, nr, tid, kThr);
+  StoreTileRows<KTile>(ks, p.dk + head + int64_t(kv0) * D, D, nr, tid, kThr);
+}
+
+template <int D, bool kCausal>
+Status LaunchBackward(const AttnShape& s, BwdParams p, const bf16* o, bf16* dq,
+                      cudaStream_t stream) {
+  const int64_t rows = s.rows();
+  FpaBwdPreprocessKernel<D><<<unsigned((rows + 7) / 8), 256, 0, stream>>>(
+      o, p.do_, const_cast<float*>(p.dvec), p.dq_acc, rows);
+  ABLATE_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "FpaBackwardCuda: preprocess launch");
+  using Cfg2 = BwdConfig<D>;
+  auto kernel = FpaBackwardKernel<D, kCausal>;
+  ABLATE_CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg2::kSmem),
+      "FpaBackwardCuda: cudaFuncSetAttribute");
+  // The main and postprocess launches are programmatic dependents of the one before each.
+  ABLATE_ASSIGN_OR_RETURN(const dim3 grid,
+                          LptGrid(kCausal, s.B * s.H, CeilDiv(s.N, Cfg2::kBkv), kernel,
+                                  Cfg2::kThreads, Cfg2::kSmem, &p.lpt_heads));
+  ABLATE_CUDA_RETURN_IF_ERROR(
+      LaunchKernel(kernel, grid, dim3(Cfg2::kThreads), Cfg2::kSmem, stream, /*pdl=*/true, p),
+      "FpaBackwardCuda: main launch");
+  const int64_t n4 = s.numel() / 4;  // D is a multiple of 4
+  return CudaStatus(LaunchKernel(FpaBwdPostprocessKernel, dim3(unsigned((n4 + 255) / 256)),
+                                 dim3(256), 0, stream, /*pdl=*/true, p.dq_acc, dq, n4, p.tau),
+                    "FpaBackwardCuda: postprocess launch");
+}
+
+constexpr size_t kAlign = 256;
+
+}  // namespace
+}  // namespace ablate::kernels::fpa
+
+namespace ablate::kernels {
+
+using bf16 = __nv_bfloat16;
+
+size_t FpaWorkspaceBytes(const AttnShape& s) {
+  if (s.B < 1 || s.H < 1 || s.N < 1 || s.D < 1) return 0;
+  return size_t(cuda::RoundUp(s.numel() * int64_t(sizeof(float)), fpa::kAlign)) +
+         size_t(cuda::RoundUp(s.rows() * int64_t(sizeof(float)), fpa::kAlign));
+}
+
+Status FpaBackwardCuda(const AttnShape& s, const bf16* q, const bf16* k, const bf16* v,
+                       const bf16* o, const float* lse, const bf16* do_, bf16* dq, bf16* dk,
+                       bf16* dv, void* workspace, size_t ws_bytes, cudaStream_t stream) {
+  using namespace fpa;
+  constexpr const char* kWho = "FpaBackwardCuda";
+  ABLATE_RETURN_IF_ERROR(CheckShared(s, q, k, v, o, kWho));
+  ABLATE_RETURN_IF_ERROR(CheckPtr(do_, "do", kWho));
+  ABLATE_RETURN_IF_ERROR(CheckPtr(dq, "dq", kWho));
+  ABLATE_RETURN_IF_ERROR(CheckPtr(dk, "dk", kWho));
+  ABLATE_RETURN_IF_ERROR(CheckPtr(dv, "dv", kWho));
+  ABLATE_RETURN_IF_ERROR(CheckPtr(workspace, "workspace", kWho));
+  if (lse == nullptr) return InvalidArgument("FpaBackwardCuda: lse is null");
+  const size_t need = FpaWorkspaceBytes(s);
+  if (ws_bytes < need) {
+    return InvalidArgument("FpaBackwardCuda: workspace has " + std::to_string(ws_bytes) +
+                           " bytes, needs " + std::to_string(need) + " (FpaWorkspaceBytes)");
+  }
+  float* dq_acc = static_cast<float*>(workspace);
+  float* dvec = reinterpret_cast<float*>(static_cast<char*>(workspace) +
+                                         cuda::RoundUp(s.numel() * int64_t(sizeof(float)), fpa::kAlign));
+  const float tau = 1.f / std::sqrt(float(s.D));
+  const BwdParams p{q, k, v, do_, lse, dvec, dq_acc, dk, dv, s.N, tau * kLog2e, tau, 0};
+  if (s.D == 64) {
+    return s.causal ? LaunchBackward<64, true>(s, p, o, dq, stream)
+                    : LaunchBackward<64, false>(s, p, o, dq, stream);
+  }
+  return s.causal ? LaunchBackward<128, true>(s, p, o, dq, stream)
+                  : LaunchBackward<128, false>(s, p, o, dq, stream);
+}
+
+
+}  // namespace ablate::kernels
