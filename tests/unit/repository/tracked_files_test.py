@@ -6,7 +6,10 @@
 - nothing refers to the project's shared folder outside the clone, which a user does not have;
 - server/ and worker/ never include each other's headers: what both need lives in common/ (or
   proto/);
-- README.md stays a user's page (at most 300 lines) and docs/ stays small.
+- README.md stays a user's page (at most 300 lines) and docs/ stays small;
+- no source file is over 1,500 lines (one role per file), and the production kernels carry no
+  lab: no numbered variants, environment switches or trace macros (the names below), and kernels/
+  does not reach into worker/ or server/.
 Each rule has a case that shows the checker flags a violation."""
 import gzip
 import os
@@ -21,6 +24,28 @@ TEXT_SUFFIXES = (".md", ".cc", ".h", ".cu", ".cuh", ".txt", ".sh", ".py", ".js",
 DIARY = re.compile(r"\bsession \d+|\bsessions? \d+[-–]\d+|\bcall \d+\b", re.IGNORECASE)
 SHARED = re.compile(r"\.\./shared\b|/work/shared\b")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
+SOURCE_SUFFIXES = (".cc", ".h", ".cu", ".cuh")
+MAX_SOURCE_LINES = 1500
+# The lab knobs that production kernel sources must not hold (built from parts, so that this
+# file does not hold them either).
+LAB = re.compile("|".join(["FPA_FWD" + "_VARIANT", "kBwd" + "Base", r"\bfwd" + "_variant",
+                           r"\bbwd" + "_variant", "SAGE" + "_TRACE", "SAGE" + "_PHASE",
+                           r"\w+_" + r"LAB\b"]))
+
+
+def long_sources(root, paths):
+    """(path, lines) of the source files over MAX_SOURCE_LINES lines."""
+    out = []
+    for p in paths:
+        if p.endswith(SOURCE_SUFFIXES) and os.path.isfile(os.path.join(root, p)):
+            n = len(read(root, p).splitlines())
+            if n > MAX_SOURCE_LINES:
+                out.append((p, n))
+    return out
+
+
+def kernel_sources(paths):
+    return [p for p in paths if p.startswith("kernels/") and p.endswith(SOURCE_SUFFIXES)]
 
 
 def binary_files(root, paths):
@@ -119,6 +144,16 @@ class CheckersFlagViolations(unittest.TestCase):
                           ("worker/agent/m.cc", "metrics/catalog.h")])
 
 
+    def test_a_long_source_and_a_lab_knob_are_found(self):
+        self.write("kernels/a.cu", "x\n" * (MAX_SOURCE_LINES + 1))
+        self.write("kernels/b.cu", "int v = opt." + "fwd_variant;\n#ifdef ABLATE_SAGE" + "_TRACE\n")
+        self.write("kernels/c.cu", "int head_dim = 64;\n")
+        paths = ["kernels/a.cu", "kernels/b.cu", "kernels/c.cu"]
+        self.assertEqual(long_sources(self.d, paths), [("kernels/a.cu", MAX_SOURCE_LINES + 1)])
+        self.assertEqual([h[:2] for h in lines_matching(self.d, kernel_sources(paths), LAB)],
+                         [("kernels/b.cu", 1), ("kernels/b.cu", 2)])
+
+
 class TrackedFilesTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -149,6 +184,18 @@ class TrackedFilesTest(unittest.TestCase):
 
     def test_server_and_worker_do_not_include_each_other(self):
         self.assertEqual(cross_includes(ROOT, self.paths), [])
+
+    def test_no_source_file_is_over_the_limit(self):
+        self.assertEqual(long_sources(ROOT, self.paths), [])
+
+    def test_kernels_carry_no_lab(self):
+        self.assertEqual(lines_matching(ROOT, kernel_sources(self.paths), LAB), [])
+
+    def test_kernels_do_not_include_worker_or_server(self):
+        bad = [(p, inc) for p in kernel_sources(self.paths)
+               for inc in INCLUDE.findall(read(ROOT, p))
+               if inc.split("/", 1)[0] in ("trainer", "agent", "store", "scheduler", "rpc")]
+        self.assertEqual(bad, [])
 
     def test_readme_and_docs_stay_small(self):
         self.assertLessEqual(len(read(ROOT, "README.md").splitlines()), 300)

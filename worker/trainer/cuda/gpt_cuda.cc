@@ -226,9 +226,9 @@ Status GptCuda::EnsureCapacity(int B) {
   b.capacity = 0;
   const size_t Tn = cfg_.seq_len, C = cfg_.d_model, V = cfg_.vocab_size, H = cfg_.heads;
   const size_t N = size_t(B) * Tn, NC = N * C, NH = N * H;
-  const bool fpa = cfg_.attention == AttentionKind::kFpa;
+  const bool fpa = cfg_.attention.kind == kernels::AttnKind::kFpa;
   const kk::AttnShape shape{B, int(H), int(Tn), head_dim_, true};
-  const kk::AttnOptions sopt = SageOpts(cfg_.sage);
+  const kk::AttnOptions sopt = SageOpts(cfg_.attention);
   b.sage_ws_bytes = fpa ? 0 : kk::SageWorkspaceBytes(shape);
   b.fpa_ws_bytes = kk::FpaWorkspaceBytes(shape);
   b.rms_scratch_floats = std::max({kc::RmsNormBackwardScratch(int64_t(N), int(C)),
@@ -319,7 +319,7 @@ Status GptCuda::RunForward(const int32_t* inputs, const int32_t* targets, int B,
     RET(CudaStatus(cudaMemcpyAsync(b.enc_plan, b.enc.data.data(), b.enc.data.size() * sizeof(int32_t),
                                   cudaMemcpyHostToDevice, s), "upload embedding plan"));
   }
-  const kk::AttnOptions sopt = SageOpts(cfg_.sage);
+  const kk::AttnOptions sopt = SageOpts(cfg_.attention);
   const int k_rows_per_part = kk::SageKMeanParts(Tn).rows_per_part;  // with b.k_parts
 
   RET(kc::EncoderForwardCuda(b.res[0], b.inputs, w + wte_, N, C, s));
@@ -337,7 +337,7 @@ Status GptCuda::RunForward(const int32_t* inputs, const int32_t* targets, int B,
         la.q, la.k, la.v, la.q_rstd, la.k_rstd, la.qkv, cfg_.qk_norm ? w + li.q_gain : nullptr,
         cfg_.qk_norm ? w + li.k_gain : nullptr, rope_cos_, rope_sin_, B, Tn, H, D, s, b.k_parts,
         k_rows_per_part));
-    if (cfg_.attention == AttentionKind::kFpa) {
+    if (cfg_.attention.kind == kernels::AttnKind::kFpa) {
       RET(kk::FpaForwardCuda(shape, la.q, la.k, la.v, la.o, la.lse, s));
     } else {
       RET(kk::SageForwardCuda(shape, sopt, la.q, la.k, la.v, la.o, la.lse, la.sage_ws,
@@ -423,7 +423,7 @@ Status GptCuda::Backward(float grad_scale) {
   const kk::AttnShape shape{B, H, Tn, D, /*causal=*/true};
   cudaStream_t s = stream_;
   kc::LtGemm& gemm = *b.gemm;
-  const kk::AttnOptions sopt = SageOpts(cfg_.sage);
+  const kk::AttnOptions sopt = SageOpts(cfg_.attention);
   float* rs = b.rms_scratch;
   const size_t rsn = b.rms_scratch_floats;
 
@@ -476,7 +476,7 @@ Status GptCuda::Backward(float grad_scale) {
     RET(gemm.BackwardData(b.datty, OutType::kBF16, b.dres_bf, wb + li.wo, N, C, C, 1.f, 0.f, s));
     RET(gemm.BackwardWeight(g + li.wo, b.dres_bf, la.atty, N, C, C, 1.f, 1.f, s));
     RET(kc::HeadsMergeBackwardCuda<bf16>(la.dout_att, b.datty, B, Tn, H, D, s));
-    if (cfg_.attention == AttentionKind::kFpa) {
+    if (cfg_.attention.kind == kernels::AttnKind::kFpa) {
       RET(kk::FpaBackwardCuda(shape, la.q, la.k, la.v, la.o, la.lse, la.dout_att, b.dq, b.dk,
                               b.dv, b.fpa_ws, b.fpa_ws_bytes, s));
     } else {
@@ -517,7 +517,7 @@ StatusOr<std::vector<GptCuda::LayerDiagnostics>> GptCuda::AttentionDiagnostics(i
   Buffers& b = *buf_;
   const int B = last_b_, nb = std::min(B, max_batch);
   const int Tn = cfg_.seq_len, H = cfg_.heads, D = head_dim_;
-  const kk::AttnOptions sopt = SageOpts(cfg_.sage);
+  const kk::AttnOptions sopt = SageOpts(cfg_.attention);
   std::vector<float> gains;
   if (cfg_.qk_norm) {
     gains.resize(num_params_);

@@ -65,13 +65,13 @@ ModelConfig ToModelConfig(const config::TrialConfig& c, int vocab) {
   m.mlp = c.model.mlp == "relu2" ? MlpKind::kRelu2 : MlpKind::kGelu;
   m.tie_embeddings = c.model.tie_embeddings;
   m.qk_norm = c.attention.qk_norm;
-  m.attention = c.attention.kind == "fpa" ? AttentionKind::kFpa : AttentionKind::kSageBwd;
-  m.sage.bq = c.attention.block_q;
-  m.sage.bkv = c.attention.block_kv;
-  m.sage.smooth_k = c.attention.smooth_k;
-  m.sage.smooth_q = c.attention.smooth_q;
-  m.sage.int8_dp = c.attention.int8_dp;
-  m.sage.dq_kmean_correction = c.attention.dq_correction;
+  m.attention.kind = c.attention.kind == "fpa" ? kernels::AttnKind::kFpa : kernels::AttnKind::kSageBwd;
+  m.attention.bq = c.attention.block_q;
+  m.attention.bkv = c.attention.block_kv;
+  m.attention.smooth_k = c.attention.smooth_k;
+  m.attention.smooth_q = c.attention.smooth_q;
+  m.attention.int8_dp = c.attention.int8_dp;
+  m.attention.dq_kmean_correction = c.attention.dq_correction;
   m.init_std = float(c.model.init_std);
   return m;
 }

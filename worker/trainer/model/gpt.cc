@@ -117,9 +117,9 @@ StatusOr<Gpt<T>> Gpt<T>::Create(const ModelConfig& c) {
     return InvalidArgument("model: head size d_model/heads = " + std::to_string(D) +
                            " must be even (RoPE rotates pairs)");
   }
-  if (c.sage.bq <= 0 || c.sage.bkv <= 0) {
+  if (c.attention.bq <= 0 || c.attention.bkv <= 0) {
     return InvalidArgument("attention: SageBwd tiles must be positive, got bq " +
-                           std::to_string(c.sage.bq) + ", bkv " + std::to_string(c.sage.bkv));
+                           std::to_string(c.attention.bq) + ", bkv " + std::to_string(c.attention.bkv));
   }
   if (!(c.init_std > 0) || !std::isfinite(c.init_std)) {
     return InvalidArgument("model.init_std: must be a positive number");
@@ -207,7 +207,7 @@ void Gpt<T>::EnsureCapacity(Acts* a, int B) {
   if (B <= a->capacity) return;
   const size_t Tn = cfg_.seq_len, C = cfg_.d_model, V = cfg_.vocab_size, H = cfg_.heads;
   const size_t N = size_t(B) * Tn, NC = N * C, NH = N * H;
-  const bool fpa = cfg_.attention == AttentionKind::kFpa;
+  const bool fpa = cfg_.attention.kind == kernels::AttnKind::kFpa;
   const int L = cfg_.layers;
   a->layers.resize(a->training ? L : 1);
   for (LayerActs& la : a->layers) {
@@ -281,10 +281,10 @@ T Gpt<T>::RunForward(const int32_t* inputs, const int32_t* targets, int B, Acts*
     }
     k::RopeForward(la.q.data(), la.q.data(), rope_cos_.data(), rope_sin_.data(), BH, Tn, D);
     k::RopeForward(la.k.data(), la.k.data(), rope_cos_.data(), rope_sin_.data(), BH, Tn, D);
-    if (cfg_.attention == AttentionKind::kFpa) {
+    if (cfg_.attention.kind == kernels::AttnKind::kFpa) {
       k::FpaForward(shape, la.q.data(), la.k.data(), la.v.data(), la.o.data(), la.lse.data());
     } else {
-      k::SageForward(shape, cfg_.sage, la.q.data(), la.k.data(), la.v.data(), la.o.data(),
+      k::SageForward(shape, cfg_.attention, la.q.data(), la.k.data(), la.v.data(), la.o.data(),
                      &la.sage);
     }
     k::HeadsMergeForward(la.atty.data(), la.o.data(), B, Tn, H, D);
@@ -384,11 +384,11 @@ void Gpt<T>::Backward(T grad_scale) {
     k::MatmulBackward(a->datty.data(), g + li.wo, dres, la.atty.data(), w + li.wo, N, C, C);
     Zero(la.dout_att, NC);
     k::HeadsMergeBackward(la.dout_att.data(), a->datty.data(), B, Tn, H, D);
-    if (cfg_.attention == AttentionKind::kFpa) {
+    if (cfg_.attention.kind == kernels::AttnKind::kFpa) {
       k::FpaBackward(shape, la.q.data(), la.k.data(), la.v.data(), la.o.data(), la.lse.data(),
                      la.dout_att.data(), a->dq.data(), a->dk.data(), a->dv.data());
     } else {
-      k::SageBackward(shape, cfg_.sage, la.q.data(), la.k.data(), la.v.data(), la.o.data(),
+      k::SageBackward(shape, cfg_.attention, la.q.data(), la.k.data(), la.v.data(), la.o.data(),
                       la.dout_att.data(), la.sage, a->dq.data(), a->dk.data(), a->dv.data());
     }
     // RoPE backward lands in dq_n/dk_n when QK-norm follows, else directly in dq_raw/dk_raw.
@@ -450,8 +450,8 @@ StatusOr<std::vector<typename Gpt<T>::LayerDiagnostics>> Gpt<T>::AttentionDiagno
     // The first nb sequences are the leading nb*H*T*D elements of the (B, H, T, D) tensors.
     kernels::SageSaved<T> saved;
     kernels::SageDebug<T> dbg;
-    k::SageForward(sub, cfg_.sage, q, kk, v, o_s.data(), &saved);
-    k::SageBackward(sub, cfg_.sage, q, kk, v, o_s.data(), dO, saved, dq_s.data(), dk_s.data(),
+    k::SageForward(sub, cfg_.attention, q, kk, v, o_s.data(), &saved);
+    k::SageBackward(sub, cfg_.attention, q, kk, v, o_s.data(), dO, saved, dq_s.data(), dk_s.data(),
                     dv_s.data(), &dbg);
     for (int64_t i = 0; i < n; ++i) {
       q_d[i] = q[i];

@@ -52,7 +52,6 @@
 
 namespace ablate::trainer {
 
-enum class AttentionKind { kFpa, kSageBwd };
 enum class MlpKind { kGelu, kRelu2 };
 
 struct ModelConfig {
@@ -64,8 +63,10 @@ struct ModelConfig {
   MlpKind mlp = MlpKind::kGelu;
   bool tie_embeddings = true;
   bool qk_norm = true;
-  AttentionKind attention = AttentionKind::kSageBwd;
-  kernels::AttnOptions sage;  // tiles and smoothing of the SageBwd emulator (and diagnostics)
+  // The attention kind and its options, as the kernels take them (attention/attention.h): the
+  // trial config's attention section (train_loop.cc) down to the CPU functions and the GPU
+  // launchers. bq / bkv are the CPU emulator's tiles; the GPU kernels run their own.
+  kernels::AttnOptions attention;
   float init_std = 0.02f;
 };
 
@@ -127,7 +128,7 @@ class Gpt {
 
   // Attention diagnostics on the last Forward + Backward batch (kernels/ALGORITHMS.md §3). For each layer,
   // on the q, k, v the layer's attention saw and the dO it received in Backward:
-  //   o, dq, dk, dv, p, ds: SageBwd (config().sage, computed in T, exactly as the model's SageBwd
+  //   o, dq, dk, dv, p, ds: SageBwd (config().attention, computed in T, exactly as the model's SageBwd
   //     path computes it) against exact attention computed in double, as kernels::ErrorStats
   //     (x = sage, y = exact). P and dS are the backward pass's (B, H, T, T) intermediates
   //     (kernels::SageDebug vs kernels::FpaIntermediates). Computed on the first

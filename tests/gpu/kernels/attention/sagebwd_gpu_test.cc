@@ -235,7 +235,7 @@ void ShiftKMean(Inputs* in, int d) {
   }
 }
 
-// Byte offsets of the workspace regions the tests read, from the layout sagebwd_cuda.h documents
+// Byte offsets of the workspace regions the tests read, from the layout attention_cuda.h documents
 // (each region 256-byte aligned, in order: eight int8 code regions of BH x Np x D, then the f32
 // scales sq, sk, sv, sdo of BH x Np / 64 each, then kbar).
 struct WsLayout {
@@ -417,7 +417,7 @@ TEST(SageBwdGpu, RepeatedBackward) {
 }
 
 // K-smoothing's mean (the K-mean launch's double partial sums over up to 16 row ranges, added up
-// by the quantization launch's K tiles): the workspace's kbar (sagebwd_cuda.h: after the eight
+// by the quantization launch's K tiles): the workspace's kbar (attention_cuda.h: after the eight
 // int8 regions and the four scale arrays) must be the exact mean rounded to float, since double
 // sums of bf16 values are exact here, in any order. Lengths cover one part, a tail, several
 // parts with a short last one and the 16-part cap; d128 runs with 128-key groups (production)

@@ -17,16 +17,16 @@ namespace {
 
 using namespace ::ablate::gputest;  // NOLINT
 
-ModelConfig Tiny(AttentionKind att) {
+ModelConfig Tiny(kernels::AttnKind att) {
   ModelConfig c;
   c.vocab_size = 96;
   c.seq_len = 64;
   c.layers = 2;
   c.d_model = 128;
   c.heads = 2;
-  c.attention = att;
-  c.sage.bq = 64;
-  c.sage.bkv = 64;
+  c.attention.kind = att;
+  c.attention.bq = 64;
+  c.attention.bkv = 64;
   c.init_std = 0.05f;  // larger than the default so the attention is not uniform at init
   return c;
 }
@@ -89,12 +89,12 @@ Compared CompareWithCpu(const ModelConfig& c, int B, double min_cos, double max_
 
 TEST(GptCuda, FpaMatchesCpuDouble) {
   SKIP_WITHOUT_GPU();
-  CompareWithCpu(Tiny(AttentionKind::kFpa), 3, 0.995, 0.08);
+  CompareWithCpu(Tiny(kernels::AttnKind::kFpa), 3, 0.995, 0.08);
 }
 
 TEST(GptCuda, FpaRelu2UntiedNoQkNormAccumulated) {
   SKIP_WITHOUT_GPU();
-  ModelConfig c = Tiny(AttentionKind::kFpa);
+  ModelConfig c = Tiny(kernels::AttnKind::kFpa);
   c.mlp = MlpKind::kRelu2;
   c.tie_embeddings = false;
   c.qk_norm = false;
@@ -103,17 +103,17 @@ TEST(GptCuda, FpaRelu2UntiedNoQkNormAccumulated) {
 
 TEST(GptCuda, SageBwdMatchesCpuEmulator) {
   SKIP_WITHOUT_GPU();
-  CompareWithCpu(Tiny(AttentionKind::kSageBwd), 3, 0.99, 0.15);
-  ModelConfig c = Tiny(AttentionKind::kSageBwd);
-  c.sage.smooth_q = true;
-  c.sage.int8_dp = true;
-  c.sage.dq_kmean_correction = false;
+  CompareWithCpu(Tiny(kernels::AttnKind::kSageBwd), 3, 0.99, 0.15);
+  ModelConfig c = Tiny(kernels::AttnKind::kSageBwd);
+  c.attention.smooth_q = true;
+  c.attention.int8_dp = true;
+  c.attention.dq_kmean_correction = false;
   CompareWithCpu(c, 2, 0.99, 0.15);
 }
 
 TEST(GptCuda, LossEqualsForwardAndRejectsBadHeadSize) {
   SKIP_WITHOUT_GPU();
-  ModelConfig c = Tiny(AttentionKind::kFpa);
+  ModelConfig c = Tiny(kernels::AttnKind::kFpa);
   auto f = Gpt<float>::Create(c);
   ASSERT_TRUE(f.ok());
   f->Init(3);
@@ -137,7 +137,7 @@ TEST(GptCuda, LossEqualsForwardAndRejectsBadHeadSize) {
 // float64 exact) on the same model and batch: same metrics, close values.
 TEST(GptCuda, DiagnosticsAgreeWithCpu) {
   SKIP_WITHOUT_GPU();
-  ModelConfig c = Tiny(AttentionKind::kSageBwd);
+  ModelConfig c = Tiny(kernels::AttnKind::kSageBwd);
   auto f = Gpt<float>::Create(c);
   ASSERT_TRUE(f.ok());
   f->Init(11);

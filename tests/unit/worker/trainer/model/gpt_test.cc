@@ -24,7 +24,7 @@ ModelConfig TinyConfig() {
   c.layers = 2;
   c.d_model = 16;
   c.heads = 2;
-  c.attention = AttentionKind::kFpa;
+  c.attention.kind = kernels::AttnKind::kFpa;
   return c;
 }
 
@@ -66,7 +66,7 @@ TEST(GptCreateTest, RejectsBadConfigs) {
   EXPECT_TRUE(bad([](ModelConfig& c) { c.layers = 0; }));
   EXPECT_TRUE(bad([](ModelConfig& c) { c.vocab_size = -1; }));
   EXPECT_TRUE(bad([](ModelConfig& c) { c.seq_len = 0; }));
-  EXPECT_TRUE(bad([](ModelConfig& c) { c.sage.bkv = 0; }));
+  EXPECT_TRUE(bad([](ModelConfig& c) { c.attention.bkv = 0; }));
   EXPECT_TRUE(bad([](ModelConfig& c) { c.init_std = 0; }));
   EXPECT_TRUE(Gpt<float>::Create(TinyConfig()).ok());
 }
@@ -275,7 +275,7 @@ TEST(GptTest, FloatAgreesWithDouble) {
     c.qk_norm = qkn;
     c.tie_embeddings = !qkn;
     c.mlp = qkn ? MlpKind::kGelu : MlpKind::kRelu2;
-    c.attention = AttentionKind::kFpa;
+    c.attention.kind = kernels::AttnKind::kFpa;
     c.init_std = 0.1f;
     Gpt<double> gd = MakeModel<double>(c, 5);
     Gpt<float> gf = MakeModel<float>(c, 5);
@@ -300,10 +300,10 @@ TEST(GptTest, DeterministicAndLossMatchesForward) {
   c.seq_len = 16;
   c.d_model = 32;
   c.heads = 2;
-  for (AttentionKind kind : {AttentionKind::kFpa, AttentionKind::kSageBwd}) {
-    c.attention = kind;
-    c.sage.bq = 8;
-    c.sage.bkv = 4;
+  for (kernels::AttnKind kind : {kernels::AttnKind::kFpa, kernels::AttnKind::kSageBwd}) {
+    c.attention.kind = kind;
+    c.attention.bq = 8;
+    c.attention.bkv = 4;
     Gpt<float> g = MakeModel<float>(c, 21);
     const int B = 4;
     const auto in = RandomTokens(size_t(B) * c.seq_len, c.vocab_size, 22);
@@ -345,9 +345,9 @@ TEST(GptTest, IndependentOfOpenMpThreadCount) {
   ModelConfig c = TinyConfig();
   c.seq_len = 32;
   c.d_model = 32;
-  c.sage.bq = 16;
-  c.sage.bkv = 8;
-  c.attention = AttentionKind::kSageBwd;
+  c.attention.bq = 16;
+  c.attention.bkv = 8;
+  c.attention.kind = kernels::AttnKind::kSageBwd;
   Gpt<float> g = MakeModel<float>(c, 61);
   const int B = 3;
   const auto in = RandomTokens(size_t(B) * c.seq_len, c.vocab_size, 62);
@@ -378,12 +378,12 @@ TEST(GptTest, SageModelCloseToFpa) {
   c.layers = 2;
   c.d_model = 64;
   c.heads = 2;
-  c.sage.bq = 32;
-  c.sage.bkv = 16;
+  c.attention.bq = 32;
+  c.attention.bkv = 16;
   c.init_std = 0.1f;
-  c.attention = AttentionKind::kSageBwd;
+  c.attention.kind = kernels::AttnKind::kSageBwd;
   Gpt<float> sage = MakeModel<float>(c, 31);
-  c.attention = AttentionKind::kFpa;
+  c.attention.kind = kernels::AttnKind::kFpa;
   Gpt<float> fpa = MakeModel<float>(c, 31);
   const int B = 2;
   const auto in = RandomTokens(size_t(B) * c.seq_len, c.vocab_size, 32);
@@ -412,9 +412,9 @@ TEST(GptTest, AttentionDiagnostics) {
     c.d_model = 64;
     c.heads = 2;
     c.qk_norm = qkn;
-    c.sage.bq = 32;
-    c.sage.bkv = 16;
-    c.attention = AttentionKind::kSageBwd;
+    c.attention.bq = 32;
+    c.attention.bkv = 16;
+    c.attention.kind = kernels::AttnKind::kSageBwd;
     Gpt<float> g = MakeModel<float>(c, 41);
     const int B = 3;
     const auto in = RandomTokens(size_t(B) * c.seq_len, c.vocab_size, 42);
@@ -476,7 +476,7 @@ TEST(GptTest, MaxLogitMatchesNaiveRecomputation) {
   c.d_model = 32;
   c.heads = 2;
   c.qk_norm = false;
-  c.attention = AttentionKind::kFpa;
+  c.attention.kind = kernels::AttnKind::kFpa;
   c.init_std = 0.2f;
   Gpt<float> g = MakeModel<float>(c, 51);
   const int B = 2, Tn = c.seq_len, C = c.d_model, H = c.heads, D = C / H;
