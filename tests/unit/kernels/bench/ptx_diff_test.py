@@ -112,6 +112,36 @@ class PtxDiffTest(unittest.TestCase):
             self.assertNotIn(".debug_str", body)
             self.assertNotIn(".loc", body)
 
+    def test_a_map_matches_renamed_kernels_across_files_and_namespaces(self):
+        def entry(name, body):
+            return (f".visible .entry {name}(\n\t.param .u64 {name}_param_0\n)\n{{\n"
+                    f"\tld.param.u64 %rd1, [{name}_param_0];\n{body}\n\tret;\n}}\n")
+        base = self.write(".version 8.8\n" + entry("_Z7KernelAv", "\tadd.s32 %r1, %r2, 1;") +
+                          entry("_Z7KernelBv", "\tmul.lo.s32 %r3, %r4, 2;") +
+                          entry("_Z7KernelLv", "\tsub.s32 %r3, %r4, 2;"))
+        new_dir = tempfile.mkdtemp()
+        self.addCleanup(lambda: [os.remove(os.path.join(new_dir, f)) for f in os.listdir(new_dir)]
+                        and os.rmdir(new_dir))
+        # KernelA renamed and moved into a namespace of another file; KernelB moved unchanged;
+        # KernelL (a lab variant) removed.
+        with open(os.path.join(new_dir, "forward.ptx"), "w") as f:
+            f.write(entry("_ZN3fwd7KernelFEv", "\tadd.s32 %r1, %r2, 1;"))
+        with open(os.path.join(new_dir, "backward.ptx"), "w") as f:
+            f.write(entry("_ZN3bwd7KernelBEv", "\tmul.lo.s32 %r3, %r4, 2;"))
+        names = self.write("KernelA() => KernelF()  # the rename\n")
+        removed = self.write("KernelL()\n")
+        r = subprocess.run([sys.executable, TOOL, base, new_dir, "--map", names, "--removed",
+                            removed], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("KernelA() => KernelF(): same", r.stdout)
+        self.assertIn("KernelB(): same", r.stdout)
+        self.assertIn("KernelL(): removed (listed)", r.stdout)
+        # Without the list the removal is a difference, and a wrong map is one too.
+        r = subprocess.run([sys.executable, TOOL, base, new_dir, "--map", names],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 1, r.stdout)
+        self.assertIn("KernelL(): only in base", r.stdout)
+
 
 if __name__ == "__main__":
     unittest.main()
