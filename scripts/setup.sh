@@ -7,7 +7,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 packages=(
   build-essential cmake ninja-build pkg-config git ca-certificates
-  libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
+  libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libboost-dev
   libopenblas-dev liblapacke-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libsqlite3-dev
   libgtest-dev libgmock-dev
