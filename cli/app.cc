@@ -9,6 +9,7 @@
 #include "commands/command.h"
 #include "commands/logs.h"
 #include "commands/query.h"
+#include "commands/compare.h"
 #include "commands/results.h"
 #include "commands/retry.h"
 #include "commands/status.h"
@@ -66,6 +67,7 @@ int RunCli(const std::vector<std::string>& args, const Io& io, const EnvLookup& 
   AddStatusCommand(app, &selected);
   AddWatchCommand(app, &selected);
   AddResultsCommand(app, &selected);
+  AddCompareCommand(app, &selected);
   AddQueryCommand(app, &selected);
   AddCancelCommand(app, &selected);
   AddRetryCommand(app, &selected);

@@ -4,10 +4,12 @@
 #include <cmath>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <thread>
 
 #include "ablate/token.h"
+#include "analysis/compare.h"
 #include "sweep/sweep.h"
 #include "proto/trial_state.h"
 
@@ -368,6 +370,79 @@ grpc::Status ControlServiceImpl::Retry(grpc::ServerContext* ctx, const v1::Retry
   ABLATE_GRPC_ASSIGN(int64_t sweep_id, ResolveSweep(store_, req->sweep()));
   ABLATE_GRPC_ASSIGN(int n, scheduler_->Retry(sweep_id, req->failed_only()));
   resp->set_requeued(n);
+  return grpc::Status::OK;
+}
+
+grpc::Status ControlServiceImpl::Compare(grpc::ServerContext* ctx, const v1::CompareRequest* req,
+                                         v1::CompareResponse* resp) {
+  ABLATE_AUTH(ctx);
+  ABLATE_GRPC_ASSIGN(SweepSummary s, store_->GetSweep(req->sweep()));
+  const std::string metric = req->metric().empty() ? "final_val_loss" : req->metric();
+  ABLATE_GRPC_ASSIGN(std::vector<TrialStatus> trials, store_->GetTrials(s.sweep.id));
+  ABLATE_GRPC_ASSIGN(auto values, store_->LatestValues(s.sweep.id, metric));
+  std::map<int64_t, double> value_of(values.begin(), values.end());
+  std::vector<analysis::TrialValue> in;
+  in.reserve(trials.size());
+  for (const TrialStatus& t : trials) {
+    analysis::TrialValue v;
+    for (const auto& [k, val] : t.trial.axes) v.axes[k] = val;
+    auto seed = v.axes.find("seed");
+    v.seed = seed == v.axes.end() ? "" : seed->second;
+    auto it = value_of.find(t.trial.id);
+    switch (t.trial.state) {
+      case v1::SUCCEEDED:
+        v.outcome = it != value_of.end() && std::isfinite(it->second) ? analysis::Outcome::kOk
+                                                                        : analysis::Outcome::kFailed;
+        if (v.outcome == analysis::Outcome::kOk) v.value = it->second;
+        break;
+      case v1::DIVERGED:
+        v.outcome = analysis::Outcome::kDiverged;
+        break;
+      case v1::FAILED:
+      case v1::CANCELED:
+        v.outcome = analysis::Outcome::kFailed;
+        break;
+      default:
+        v.outcome = analysis::Outcome::kMissing;
+    }
+    in.push_back(std::move(v));
+  }
+  analysis::CompareSpec spec;
+  spec.factor = req->factor();
+  spec.baseline = req->baseline();
+  spec.by.assign(req->by().begin(), req->by().end());
+  ABLATE_GRPC_ASSIGN(analysis::CompareResult r, analysis::Compare(in, spec));
+  resp->set_metric(metric);
+  resp->set_factor(spec.factor);
+  resp->set_baseline(r.baseline);
+  for (const auto& b : spec.by) resp->add_by(b);
+  for (const auto& l : r.levels) resp->add_levels(l);
+  for (const analysis::ComparisonRow& c : r.rows) {
+    v1::CompareRow* row = resp->add_rows();
+    for (const auto& k : c.cell) row->add_cell(k);
+    row->set_value(c.value);
+    row->set_baseline(c.baseline);
+    row->set_test(c.test.test);
+    row->set_n(c.test.n);
+    row->set_mean(c.mean);
+    row->set_baseline_mean(c.baseline_mean);
+    row->set_delta(c.test.delta);
+    row->set_has_interval(c.test.has_interval);
+    row->set_ci_low(c.test.ci_low);
+    row->set_ci_high(c.test.ci_high);
+    row->set_p_value(c.test.p_value);
+    row->set_p_permutation(c.paired ? c.test.p_permutation : 1.0);
+    row->set_p_adjusted(c.p_adjusted);
+    row->set_seeds(c.level_count.seeds);
+    row->set_diverged(c.level_count.diverged);
+    row->set_failed(c.level_count.failed);
+    row->set_missing(c.level_count.missing);
+    row->set_baseline_seeds(c.baseline_count.seeds);
+    row->set_baseline_diverged(c.baseline_count.diverged);
+    row->set_baseline_failed(c.baseline_count.failed);
+    row->set_baseline_missing(c.baseline_count.missing);
+    row->set_left_out(c.left_out);
+  }
   return grpc::Status::OK;
 }
 

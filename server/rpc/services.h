@@ -58,6 +58,8 @@ class ControlServiceImpl final : public v1::ControlService::Service {
   grpc::Status Retry(grpc::ServerContext*, const v1::RetryRequest*, v1::RetryResponse*) override;
   grpc::Status Results(grpc::ServerContext*, const v1::ResultsRequest*,
                        v1::ResultsResponse*) override;
+  grpc::Status Compare(grpc::ServerContext*, const v1::CompareRequest*,
+                       v1::CompareResponse*) override;
   grpc::Status Query(grpc::ServerContext*, const v1::QueryRequest*, v1::QueryResponse*) override;
   grpc::Status ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,
                            v1::ListWorkersResponse*) override;

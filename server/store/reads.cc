@@ -211,6 +211,25 @@ StatusOr<std::vector<Point>> Store::GetLatestMetrics(int64_t trial_id) {
   return out;
 }
 
+StatusOr<std::vector<std::pair<int64_t, double>>> Store::LatestValues(
+    int64_t sweep_id, const std::string& metric) {
+  auto db = impl_->pool.Borrow();
+  ABLATE_ASSIGN_OR_RETURN(
+      Stmt st, db->Prepare("SELECT l.trial_id, l.value FROM latest_metrics l JOIN trials t ON "
+                           "t.id = l.trial_id WHERE t.sweep_id = ?1 AND l.name = ?2 "
+                           "ORDER BY l.trial_id"));
+  st.Bind(1, sweep_id);
+  st.Bind(2, metric);
+  std::vector<std::pair<int64_t, double>> out;
+  const std::string what = "latest '" + metric + "' of sweep " + std::to_string(sweep_id);
+  for (;;) {
+    ABLATE_ASSIGN_OR_RETURN(bool row, st.Step(what));
+    if (!row) break;
+    if (!st.IsNull(1)) out.emplace_back(st.Int(0), st.Real(1));
+  }
+  return out;
+}
+
 StatusOr<std::vector<WorkerRecord>> Store::ListWorkers() {
   auto db = impl_->pool.Borrow();
   ABLATE_ASSIGN_OR_RETURN(Stmt st, db->Prepare("SELECT " WORKER_COLS " FROM workers ORDER BY id"));

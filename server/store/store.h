@@ -300,6 +300,10 @@ class Store {
   // message names it and lists the sweep's axes).
   StatusOr<std::vector<ResultRow>> Results(int64_t sweep_id, const std::string& metric,
                                            const std::vector<std::string>& by);
+  // The latest value of `metric` of every trial of the sweep that has one: (trial id, value),
+  // by trial id. (The comparison of arms reads these beside GetTrials' axes and states.)
+  StatusOr<std::vector<std::pair<int64_t, double>>> LatestValues(int64_t sweep_id,
+                                                                 const std::string& metric);
   // Read-only SQL: a separate connection opened read-only (SQLITE_OPEN_READONLY), an authorizer
   // that allows only SELECT and reads (no ATTACH, no PRAGMA, no functions that load
   // extensions), a time limit (progress handler) and a row limit (max_rows, 0 = the option's).
