@@ -205,6 +205,80 @@ TEST_F(Cluster, SweepRunsToCompletionAndMetricsMatchTheTrainers) {
   EXPECT_EQ(json::parse(ws.out).size(), 2u) << ws.out;
 }
 
+// compare, on a real CPU sweep with four seeds: a learning rate 100x too small is found (its
+// interval excludes 0 after Holm), a factor without any effect on training (how often
+// checkpoints are written) is not; the figures equal an independent computation from SQLite.
+TEST_F(Cluster, CompareFindsALargeEffectAndNotANullOne) {
+  std::string spec = WriteSpec("lrgrid", SmallBase(20) +
+                                             "grid:\n"
+                                             "  optimizer.lr: [0.0001, 0.01]\n"
+                                             "  train.checkpoint_every: [10, 20]\n"
+                                             "seeds: [0, 1, 2, 3]\n"
+                                             "order: grid\n");
+  Output sub = Cli({"submit", spec});
+  ASSERT_EQ(sub.code, 0) << sub.out;
+  Output watch = Cli({"watch", "lrgrid"}, seconds(400));
+  ASSERT_EQ(watch.code, 0) << watch.out << ReadFile(*dir_ + "/worker0.log");
+
+  // By hand from the database: per seed, the mean over checkpoint_every of each lr's
+  // final_val_loss, then the paired differences (0.01 - 0.0001).
+  // (axes_json holds each value as the sweep spells it: 0.0001 is "1e-04".)
+  auto value = [&](const std::string& lr, const std::string& ck, int seed) {
+    auto r = Sql("SELECT l.value FROM latest_metrics l JOIN trials t ON t.id = l.trial_id "
+                 "WHERE l.name = 'final_val_loss' AND t.sweep_id = (SELECT id FROM sweeps WHERE "
+                 "name = 'lrgrid') AND json_extract(t.axes_json, '$.\"optimizer.lr\"') = '" + lr +
+                 "' AND json_extract(t.axes_json, '$.\"train.checkpoint_every\"') = '" + ck +
+                 "' AND json_extract(t.axes_json, '$.seed') = '" + std::to_string(seed) + "'");
+    EXPECT_EQ(r.size(), 1u) << lr << " " << ck << " " << seed;
+    return r.empty() ? 0.0 : std::stod(r[0][0]);
+  };
+  double d[4], mean = 0;
+  for (int s = 0; s < 4; ++s) {
+    d[s] = (value("0.01", "10", s) + value("0.01", "20", s)) / 2 -
+           (value("1e-04", "10", s) + value("1e-04", "20", s)) / 2;
+    mean += d[s] / 4;
+  }
+  double ss = 0;
+  for (double x : d) ss += (x - mean) * (x - mean);
+  const double half = 3.1824463 * std::sqrt(ss / 3) / 2;  // t_{0.975, 3} x se
+
+  Output lr = Cli({"compare", "lrgrid", "--factor", "optimizer.lr", "--format", "json"});
+  ASSERT_EQ(lr.code, 0) << lr.out;
+  json rows = json::parse(lr.out);
+  ASSERT_EQ(rows.size(), 1u) << lr.out;
+  const json& row = rows[0];
+  EXPECT_EQ(row["value"], "0.01");
+  EXPECT_EQ(row["baseline"], "1e-04");  // the sweep's canonical spelling of 0.0001
+  EXPECT_EQ(row["n"], 4);
+  EXPECT_EQ(row["test"], "paired-t");
+  EXPECT_NEAR(row["delta"].get<double>(), mean, 1e-9);
+  EXPECT_NEAR(row["ci_low"].get<double>(), mean - half, 1e-6);
+  EXPECT_NEAR(row["ci_high"].get<double>(), mean + half, 1e-6);
+  EXPECT_LT(row["ci_high"].get<double>(), 0.0) << lr.out;  // the larger lr learns: lower loss
+  EXPECT_LT(row["p_adjusted"].get<double>(), 0.05) << lr.out;
+  EXPECT_EQ(row["diverged"], 0);
+  EXPECT_EQ(row["left_out"], 0);
+
+  Output ck = Cli({"compare", "lrgrid", "--factor", "train.checkpoint_every", "--format", "json"});
+  ASSERT_EQ(ck.code, 0) << ck.out;
+  json crow = json::parse(ck.out).at(0);
+  EXPECT_LE(crow["ci_low"].get<double>(), 0.0) << ck.out;
+  EXPECT_GE(crow["ci_high"].get<double>(), 0.0) << ck.out;
+  EXPECT_GE(crow["p_adjusted"].get<double>(), 0.05) << ck.out;
+  EXPECT_NE(crow["verdict"].get<std::string>().find("difference"), std::string::npos) << ck.out;
+
+  // The text table says what it tested and never reads a direction into an interval with 0.
+  Output text = Cli({"compare", "lrgrid", "--factor", "train.checkpoint_every"});
+  ASSERT_EQ(text.code, 0) << text.out;
+  EXPECT_NE(text.out.find("paired by seed"), std::string::npos) << text.out;
+  EXPECT_EQ(text.out.find("lower"), std::string::npos) << text.out;
+  EXPECT_EQ(text.out.find("higher"), std::string::npos) << text.out;
+  // A factor that is not an axis: a clear error naming the axes.
+  Output bad = Cli({"compare", "lrgrid", "--factor", "optimizer.beta"});
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.out.find("optimizer.lr"), std::string::npos) << bad.out;
+}
+
 TEST_F(Cluster, BadSpecsQueueNothing) {
   int64_t before = Sql("SELECT count(*) FROM trials").empty()
                        ? 0
