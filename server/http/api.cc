@@ -7,6 +7,8 @@
 #include <sstream>
 
 #include "ablate/token.h"
+#include "analysis/compare.h"
+#include "analysis/sweep_values.h"
 #include "http/downsample.h"
 #include "http/static_files.h"
 #include "ablate/metric_catalog.h"
@@ -364,6 +366,49 @@ HttpResponse Api::Route(const HttpRequest& r) const {
                    {"sort", q->sort},
                    {"order", q->descending ? "desc" : "asc"},
                    {"trials", list}});
+    }
+    if (n == 4 && seg[3] == "compare") {  // ?factor=K&baseline=V&metric=M&by=K,K
+      const std::string metric = Param(r, "metric", "final_val_loss");
+      analysis::CompareSpec spec;
+      spec.factor = Param(r, "factor", "");
+      spec.baseline = Param(r, "baseline", "");
+      for (auto [it, end] = r.params.equal_range("by"); it != end; ++it) {
+        for (auto& a : SplitCommas(it->second)) spec.by.push_back(a);
+      }
+      auto in = analysis::SweepValues(*store_, id, metric);
+      if (!in.ok()) return FromStatus(in.status());
+      auto cmp = analysis::Compare(*in, spec);
+      if (!cmp.ok()) return FromStatus(cmp.status());
+      json rows = json::array();
+      for (const analysis::ComparisonRow& c : cmp->rows) {
+        const bool has = c.test.test != "none";
+        auto ci = [&](double v) { return c.test.has_interval ? Num(v) : json(nullptr); };
+        rows.push_back({{"cell", c.cell},
+                        {"value", c.value},
+                        {"baseline", c.baseline},
+                        {"test", c.test.test},
+                        {"n", c.test.n},
+                        {"mean", has ? Num(c.mean) : json(nullptr)},
+                        {"baseline_mean", has ? Num(c.baseline_mean) : json(nullptr)},
+                        {"delta", has ? Num(c.test.delta) : json(nullptr)},
+                        {"ci_low", ci(c.test.ci_low)},
+                        {"ci_high", ci(c.test.ci_high)},
+                        {"p_value", Num(c.test.p_value)},
+                        {"p_permutation", c.paired ? Num(c.test.p_permutation) : json(nullptr)},
+                        {"p_adjusted", Num(c.p_adjusted)},
+                        {"seeds", c.level_count.seeds},
+                        {"diverged", c.level_count.diverged},
+                        {"failed", c.level_count.failed},
+                        {"missing", c.level_count.missing},
+                        {"baseline_seeds", c.baseline_count.seeds},
+                        {"baseline_diverged", c.baseline_count.diverged},
+                        {"baseline_failed", c.baseline_count.failed},
+                        {"baseline_missing", c.baseline_count.missing},
+                        {"left_out", c.left_out}});
+      }
+      return Json({{"sweep_id", id}, {"metric", metric}, {"factor", spec.factor},
+                   {"baseline", cmp->baseline}, {"by", spec.by}, {"levels", cmp->levels},
+                   {"adjustment", "holm"}, {"rows", rows}});
     }
     if (n == 4 && seg[3] == "results") {
       std::string metric = Param(r, "metric", "final_val_loss");

@@ -10,6 +10,7 @@
 
 #include "ablate/token.h"
 #include "analysis/compare.h"
+#include "analysis/sweep_values.h"
 #include "sweep/sweep.h"
 #include "proto/trial_state.h"
 
@@ -378,35 +379,8 @@ grpc::Status ControlServiceImpl::Compare(grpc::ServerContext* ctx, const v1::Com
   ABLATE_AUTH(ctx);
   ABLATE_GRPC_ASSIGN(SweepSummary s, store_->GetSweep(req->sweep()));
   const std::string metric = req->metric().empty() ? "final_val_loss" : req->metric();
-  ABLATE_GRPC_ASSIGN(std::vector<TrialStatus> trials, store_->GetTrials(s.sweep.id));
-  ABLATE_GRPC_ASSIGN(auto values, store_->LatestValues(s.sweep.id, metric));
-  std::map<int64_t, double> value_of(values.begin(), values.end());
-  std::vector<analysis::TrialValue> in;
-  in.reserve(trials.size());
-  for (const TrialStatus& t : trials) {
-    analysis::TrialValue v;
-    for (const auto& [k, val] : t.trial.axes) v.axes[k] = val;
-    auto seed = v.axes.find("seed");
-    v.seed = seed == v.axes.end() ? "" : seed->second;
-    auto it = value_of.find(t.trial.id);
-    switch (t.trial.state) {
-      case v1::SUCCEEDED:
-        v.outcome = it != value_of.end() && std::isfinite(it->second) ? analysis::Outcome::kOk
-                                                                        : analysis::Outcome::kFailed;
-        if (v.outcome == analysis::Outcome::kOk) v.value = it->second;
-        break;
-      case v1::DIVERGED:
-        v.outcome = analysis::Outcome::kDiverged;
-        break;
-      case v1::FAILED:
-      case v1::CANCELED:
-        v.outcome = analysis::Outcome::kFailed;
-        break;
-      default:
-        v.outcome = analysis::Outcome::kMissing;
-    }
-    in.push_back(std::move(v));
-  }
+  ABLATE_GRPC_ASSIGN(std::vector<analysis::TrialValue> in,
+                     analysis::SweepValues(*store_, s.sweep.id, metric));
   analysis::CompareSpec spec;
   spec.factor = req->factor();
   spec.baseline = req->baseline();

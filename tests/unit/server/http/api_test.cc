@@ -271,6 +271,34 @@ TEST_F(ApiTest, TrialDetailSeriesResults) {
   EXPECT_NE(bad.body.find("colour"), std::string::npos);
 }
 
+// compare: kind b against a, paired by seed. Seeds 0-2 are complete (b - a = 1.0 on each, no
+// spread); seed 3 has running and failed trials on both sides: counted, left out.
+TEST_F(ApiTest, CompareByHand) {
+  json c = GetJson("/api/sweeps/demo/compare", {{"factor", "kind"}});
+  EXPECT_EQ(c["baseline"], "a");
+  EXPECT_EQ(c["adjustment"], "holm");
+  ASSERT_EQ(c["rows"].size(), 1u) << c.dump();
+  const json& r = c["rows"][0];
+  EXPECT_EQ(r["value"], "b");
+  EXPECT_EQ(r["test"], "paired-t");
+  EXPECT_EQ(r["n"], 3);
+  EXPECT_EQ(r["delta"], 1.0);
+  EXPECT_EQ(r["ci_low"], 1.0);
+  EXPECT_EQ(r["ci_high"], 1.0);
+  EXPECT_EQ(r["p_value"], 0.0);
+  EXPECT_EQ(r["seeds"], 4);
+  EXPECT_EQ(r["failed"], 1);
+  EXPECT_EQ(r["baseline_failed"], 1);
+  EXPECT_EQ(r["left_out"], 2);
+  // by p: one comparison per p, Holm over the five.
+  json byp = GetJson("/api/sweeps/demo/compare", {{"factor", "kind"}, {"by", "p"}});
+  EXPECT_EQ(byp["rows"].size(), 5u);
+  auto bad = Get("/api/sweeps/demo/compare", {{"factor", "colour"}});
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(bad.body.find("kind, p, seed"), std::string::npos) << bad.body;
+  EXPECT_EQ(Get("/api/sweeps/nope/compare", {{"factor", "kind"}}).status, 404);
+}
+
 TEST_F(ApiTest, StaticFilesAndRoutes) {
   auto r = Get("/", {}, false);
   EXPECT_EQ(r.body, "<html>dashboard</html>");
