@@ -24,6 +24,15 @@ TrialValue T(const std::string& lr, const std::string& width, int seed, double v
   return t;
 }
 
+CompareSpec Spec(const std::string& factor, const std::string& baseline = "",
+                 std::vector<std::string> by = {}) {
+  CompareSpec s;
+  s.factor = factor;
+  s.baseline = baseline;
+  s.by = std::move(by);
+  return s;
+}
+
 // Four seeds, two widths (a nuisance axis), lr 0.1 better than 0.001 by about 1.
 std::vector<TrialValue> LargeEffect() {
   std::vector<TrialValue> v;
@@ -77,7 +86,7 @@ TEST(CompareTest, NoEffectIsNotSeparated) {
     v.push_back(T("0.001", "1", s, a[s]));
     v.push_back(T("0.1", "1", s, b[s]));
   }
-  auto r = Compare(v, {.factor = "optimizer.lr"});
+  auto r = Compare(v, Spec("optimizer.lr"));
   ASSERT_TRUE(r.ok());
   const ComparisonRow& row = r->rows[0];
   ASSERT_TRUE(row.test.has_interval);
@@ -91,7 +100,7 @@ TEST(CompareTest, DivergedAndFailedSeedsAreCountedAndLeftOut) {
   v.push_back(T("0.1", "3", 1, 0, Outcome::kDiverged));  // seed 1 of lr 0.1 diverged once
   v.push_back(T("0.001", "3", 2, 0, Outcome::kFailed));  // seed 2 of the baseline failed
   v.push_back(T("0.1", "3", 3, 0, Outcome::kMissing));   // seed 3 still running
-  auto r = Compare(v, {.factor = "optimizer.lr"});
+  auto r = Compare(v, Spec("optimizer.lr"));
   ASSERT_TRUE(r.ok());
   const ComparisonRow& row = r->rows[0];
   EXPECT_EQ(row.level_count.diverged, 1);
@@ -106,7 +115,7 @@ TEST(CompareTest, UnmatchedSeedsAreComparedUnpaired) {
   std::vector<TrialValue> v;
   for (int s = 0; s < 3; ++s) v.push_back(T("0.001", "1", s, 3.0 + 0.1 * s));
   for (int s = 10; s < 13; ++s) v.push_back(T("0.1", "1", s, 2.0 + 0.1 * (s - 10)));
-  auto r = Compare(v, {.factor = "optimizer.lr"});
+  auto r = Compare(v, Spec("optimizer.lr"));
   ASSERT_TRUE(r.ok());
   const ComparisonRow& row = r->rows[0];
   EXPECT_FALSE(row.paired);
@@ -126,7 +135,7 @@ TEST(CompareTest, CellsOfByAreComparedApartAndHolmSpansTheCall) {
       v.push_back(T("1.0", "1", s, 3.0 + 0.02 * s, Outcome::kOk, kind));
     }
   }
-  auto r = Compare(v, {.factor = "optimizer.lr", .by = {"attention.kind"}});
+  auto r = Compare(v, Spec("optimizer.lr", "", {"attention.kind"}));
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ASSERT_EQ(r->rows.size(), 4u);
   EXPECT_EQ(r->rows[0].cell, std::vector<std::string>{"fpa"});
@@ -143,18 +152,18 @@ TEST(CompareTest, CellsOfByAreComparedApartAndHolmSpansTheCall) {
 
 TEST(CompareTest, ErrorsNameWhatIsWrong) {
   const std::vector<TrialValue> v = LargeEffect();
-  auto bad = Compare(v, {.factor = "optimizer.beta"});
+  auto bad = Compare(v, Spec("optimizer.beta"));
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().ToString().find("'optimizer.beta' is not an axis"), std::string::npos);
   EXPECT_NE(bad.status().ToString().find("optimizer.lr"), std::string::npos);  // lists the axes
-  auto base = Compare(v, {.factor = "optimizer.lr", .baseline = "0.5"});
+  auto base = Compare(v, Spec("optimizer.lr", "0.5"));
   ASSERT_FALSE(base.ok());
   EXPECT_NE(base.status().ToString().find("levels: 0.001, 0.1"), std::string::npos)
       << base.status().ToString();
-  auto twice = Compare(v, {.factor = "optimizer.lr", .by = {"optimizer.lr"}});
+  auto twice = Compare(v, Spec("optimizer.lr", "", {"optimizer.lr"}));
   ASSERT_FALSE(twice.ok());
-  EXPECT_FALSE(Compare(v, {.factor = "seed"}).ok());
-  auto by = Compare(v, {.factor = "optimizer.lr", .by = {"model.depth"}});
+  EXPECT_FALSE(Compare(v, Spec("seed")).ok());
+  auto by = Compare(v, Spec("optimizer.lr", "", {"model.depth"}));
   ASSERT_FALSE(by.ok());
   EXPECT_NE(by.status().ToString().find("'model.depth'"), std::string::npos);
 }
