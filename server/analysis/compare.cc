@@ -2,18 +2,10 @@
 #include "analysis/compare.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <set>
 
 namespace ablate::analysis {
 namespace {
-
-bool AsNumber(const std::string& s, double* out) {
-  if (s.empty()) return false;
-  char* end = nullptr;
-  *out = std::strtod(s.c_str(), &end);
-  return end == s.c_str() + s.size();
-}
 
 struct KeyLess {
   bool operator()(const std::vector<std::string>& a, const std::vector<std::string>& b) const {
@@ -57,14 +49,6 @@ std::string Join(const std::set<std::string, ValueLess>& names) {
 }
 
 }  // namespace
-
-bool AxisValueLess(const std::string& a, const std::string& b) {
-  double x = 0, y = 0;
-  const bool na = AsNumber(a, &x), nb = AsNumber(b, &y);
-  if (na && nb) return x < y || (x == y && a < b);
-  if (na != nb) return na;
-  return a < b;
-}
 
 StatusOr<CompareResult> Compare(const std::vector<TrialValue>& trials, const CompareSpec& spec) {
   std::set<std::string, ValueLess> axes;

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "ablate/axis_value.h"
 #include "ablate/stats.h"
 #include "ablate/status.h"
 
@@ -73,7 +74,7 @@ struct CompareResult {
 // name the known axes / levels).
 StatusOr<CompareResult> Compare(const std::vector<TrialValue>& trials, const CompareSpec& spec);
 
-// Sorts axis values as the results table does: numbers numerically, before any text.
-bool AxisValueLess(const std::string& a, const std::string& b);
+// Levels and cells sort by ablate::AxisValueLess (ablate/axis_value.h), as the results table does.
+using ::ablate::AxisValueLess;
 
 }  // namespace ablate::analysis

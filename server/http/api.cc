@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "ablate/axis_value.h"
 #include "ablate/token.h"
 #include "analysis/compare.h"
 #include "analysis/sweep_values.h"
@@ -125,15 +126,8 @@ std::vector<std::string> SplitCommas(const std::string& s) {
   return out;
 }
 
-// Axis values are text; numbers compare numerically, the rest lexically, numbers first.
-bool AxisLess(const std::string& a, const std::string& b) {
-  char *ea = nullptr, *eb = nullptr;
-  double x = std::strtod(a.c_str(), &ea), y = std::strtod(b.c_str(), &eb);
-  bool na = !a.empty() && *ea == '\0', nb = !b.empty() && *eb == '\0';
-  if (na && nb) return x < y;
-  if (na != nb) return na;
-  return a < b;
-}
+// Axis values are text: ablate/axis_value.h orders them.
+using ::ablate::AxisValueLess;
 
 const std::string* AxisOf(const TrialStatus& t, const std::string& name) {
   for (const auto& [k, v] : t.trial.axes) {
@@ -177,7 +171,7 @@ int Compare(const TrialStatus& a, const TrialStatus& b, const std::string& sort,
   *missing_a = !x;
   *missing_b = !y;
   if (!x || !y) return 0;
-  return AxisLess(*x, *y) ? -1 : (AxisLess(*y, *x) ? 1 : 0);
+  return AxisValueLess(*x, *y) ? -1 : (AxisValueLess(*y, *x) ? 1 : 0);
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 #pragma once
 
 #include "store/store.h"
+
+#include "ablate/axis_value.h"
 #include <algorithm>
 #include <atomic>
 #include <cctype>
@@ -22,6 +24,8 @@
 #include "store/query.h"
 #include "store/sqlite_util.h"
 #include "store/store.h"
+
+#include "ablate/axis_value.h"
 
 namespace ablate::server {
 namespace store_internal {
@@ -158,24 +162,10 @@ inline WorkerRecord ReadWorker(const Stmt& st) {
   return r;
 }
 
-// Orders result keys: numbers numerically (8192 before 16384), otherwise as text.
-inline bool ParseNumber(const std::string& s, double* out) {
-  if (s.empty()) return false;
-  char* end = nullptr;
-  *out = std::strtod(s.c_str(), &end);
-  return end == s.c_str() + s.size();
-}
+// Orders result keys: each key by AxisValueLess (ablate/axis_value.h), then the shorter first.
 struct KeyLess {
   bool operator()(const std::vector<std::string>& a, const std::vector<std::string>& b) const {
-    for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-      if (a[i] == b[i]) continue;
-      double x, y;
-      bool nx = ParseNumber(a[i], &x), ny = ParseNumber(b[i], &y);
-      if (nx && ny && x != y) return x < y;
-      if (nx != ny) return nx;  // numbers before text
-      return a[i] < b[i];
-    }
-    return a.size() < b.size();
+    return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end(), AxisValueLess);
   }
 };
 
