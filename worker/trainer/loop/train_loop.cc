@@ -264,6 +264,7 @@ StatusOr<RunResult> RunTrial(const config::TrialConfig& cfg, const RunOptions& o
   const nlohmann::json config_json = ToJson(cfg);
   int start_step = 0;
   double last_val = NAN, best_val = NAN, last_train = NAN;
+  double prior_train_s = 0;  // wall time of the attempts before the resumed checkpoint
 
   if (!options.resume_path.empty()) {
     ABLATE_ASSIGN_OR_RETURN(Checkpoint ck, ReadCheckpoint(options.resume_path));
@@ -292,6 +293,8 @@ StatusOr<RunResult> RunTrial(const config::TrialConfig& cfg, const RunOptions& o
     last_val = num(h["loop"]["last_val_loss"]);
     best_val = num(h["loop"]["best_val_loss"]);
     last_train = num(h["loop"]["last_train_loss"]);
+    // Older checkpoints lack it: the time before the checkpoint is then unknown and counted as 0.
+    prior_train_s = h["loop"].value("train_time_s", 0.0);
   }
 
   const std::string ckpt_dir = options.out_dir.empty() ? "" : options.out_dir + "/checkpoints";
@@ -361,7 +364,8 @@ StatusOr<RunResult> RunTrial(const config::TrialConfig& cfg, const RunOptions& o
                  {"loop",
                   {{"last_val_loss", num(last_val)},
                    {"best_val_loss", num(best_val)},
-                   {"last_train_loss", num(last_train)}}}};
+                   {"last_train_loss", num(last_train)},
+                   {"train_time_s", prior_train_s + Seconds(run_start, Clock::now())}}}};
     ABLATE_ASSIGN_OR_RETURN(std::string weights, backend->SaveWeights());
     ABLATE_ASSIGN_OR_RETURN(std::string opt_state, backend->SaveOptimizer());
     ck.sections.push_back(std::move(weights));
@@ -435,7 +439,8 @@ StatusOr<RunResult> RunTrial(const config::TrialConfig& cfg, const RunOptions& o
                            {"tokens", int64_t(step) * tokens_per_step},
                            {"tokens_per_s", tps},
                            {"mfu", flops_per_token * tps / peak},
-                           {"step_time_s", dt}};
+                           {"step_time_s", dt},
+                           {"train_time_s", prior_train_s + Seconds(run_start, Clock::now())}};
     if (cfg.optimizer.kind == "spectral") {
       line["p"] = p;
       line["update_rms_spectral"] = os.update_rms_spectral;
