@@ -6,7 +6,8 @@ namespace ablate::server {
 
 namespace store_internal {
 
-// The schema (store.h and the README document it). Every statement is idempotent.
+// The schema at version 1 (store.h and the README document it; kMigrations below take it to
+// kSchemaVersion). Every statement is idempotent.
 //
 // Layout choices (measured with ablate-store-bench --layouts, see the README):
 // - metrics is a WITHOUT ROWID table clustered on (trial_id, name, step, attempt): one B-tree
@@ -115,6 +116,27 @@ CREATE INDEX IF NOT EXISTS events_by_trial ON events(trial_id) WHERE trial_id IS
 CREATE INDEX IF NOT EXISTS events_by_sweep ON events(sweep_id) WHERE sweep_id IS NOT NULL;
 )sql";
 
+// The steps from version 1 (kSchema) to kSchemaVersion, in order. A step only adds (tables,
+// columns with defaults, indexes), so every row stored before it keeps its values. Never edit a
+// released step: add the next one, bump kSchemaVersion, and extend the upgrade test
+// (tests/unit/server/store/migration_test.cc), which opens a database written by version 1.
+struct Migration {
+  int version;
+  const char* sql;
+};
+constexpr Migration kMigrations[] = {
+    // 2: provenance (the build that ran each attempt), annotations, archived sweeps.
+    {2, R"sql(
+ALTER TABLE attempts ADD COLUMN build_version TEXT NOT NULL DEFAULT '';
+ALTER TABLE attempts ADD COLUMN build_commit TEXT NOT NULL DEFAULT '';
+ALTER TABLE attempts ADD COLUMN numerics_version TEXT NOT NULL DEFAULT '';
+ALTER TABLE trials ADD COLUMN tags_json TEXT NOT NULL DEFAULT '[]';
+ALTER TABLE trials ADD COLUMN note TEXT NOT NULL DEFAULT '';
+ALTER TABLE sweeps ADD COLUMN archived INTEGER NOT NULL DEFAULT 0;
+)sql"},
+};
+static_assert(kMigrations[std::size(kMigrations) - 1].version == kSchemaVersion);
+
 bool ValidTrialState(v1::TrialState s) {
   return s != v1::TRIAL_STATE_UNSPECIFIED && v1::TrialState_IsValid(s);
 }
@@ -164,6 +186,18 @@ StatusOr<std::unique_ptr<Db>> OpenWriter(const Store::Options& opt) {
     }
     if (version == 0) {
       ABLATE_RETURN_IF_ERROR(db->Exec("INSERT INTO schema_version(version) VALUES(1)"));
+      version = 1;
+    }
+    // Upgrade in place, inside the same transaction: a database is at one version or the next,
+    // never between them. A new database takes the same steps (so every step runs in every test).
+    for (const Migration& m : kMigrations) {
+      if (m.version <= version) continue;
+      ABLATE_RETURN_IF_ERROR(db->Exec(m.sql).WithPrefix("schema step to version " +
+                                                        std::to_string(m.version)));
+      ABLATE_RETURN_IF_ERROR(db->Exec(("UPDATE schema_version SET version = " +
+                                       std::to_string(m.version))
+                                          .c_str()));
+      version = m.version;
     }
     return db->Exec("COMMIT");
   }();

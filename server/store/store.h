@@ -18,15 +18,18 @@
 //
 // Schema (a public interface: `ablate query` reads it; documented in the README):
 //   sweeps(id INTEGER PK, name TEXT UNIQUE, spec_yaml, priority, max_attempts, gpus, cpu_slots,
-//          axes_json (JSON array of axis names, spec order), created_at REAL unix s)
+//          axes_json (JSON array of axis names, spec order), created_at REAL unix s,
+//          archived INTEGER 0|1)
 //   trials(id INTEGER PK, sweep_id, config_hash, config_json, axes_json (JSON object axis -> value
 //          as text), state TEXT (queued|running|succeeded|failed|diverged|canceled), priority,
 //          order_key (position in the sweep's seeded order), gpus, cpu_slots, attempts (count of
 //          attempts made), max_attempts, total_steps, checkpoint_path, checkpoint_step, reason,
-//          created_at, started_at, finished_at (NULL until set); UNIQUE(sweep_id, config_hash))
+//          created_at, started_at, finished_at (NULL until set), tags_json (JSON array), note;
+//          UNIQUE(sweep_id, config_hash))
 //   attempts(trial_id, attempt, worker_id, gpus_json, cpu_slots, state TEXT (running|succeeded|
 //          failed|diverged|lost|canceled), started_at, ended_at, exit_code, reason, log_tail,
-//          checkpoint_path, checkpoint_step; PK(trial_id, attempt))
+//          checkpoint_path, checkpoint_step, build_version, build_commit, numerics_version;
+//          PK(trial_id, attempt))
 //   metrics(trial_id, attempt, step, name TEXT, value REAL;       -- every point, exactly once
 //          PK(trial_id, name, step, attempt), WITHOUT ROWID)     -- (a repeated point replaces)
 //   metric_batches(trial_id, attempt, seq, points; PK the first three)  -- dedup of reports
@@ -34,7 +37,8 @@
 //   workers(id TEXT PK, hostname, gpus_json, cpu_slots, state, registered_at, last_seen_at,
 //          failures, quarantined INTEGER, draining INTEGER)
 //   events(id INTEGER PK, time REAL, kind TEXT, sweep_id, trial_id, attempt, worker_id, message)
-//   schema_version(version)
+//   schema_version(version)  -- one row; the store upgrades an older database in place when it
+//          opens it (schema.cc, kMigrations: one transaction, only additions)
 // NaN values are stored as NULL (SQLite has no NaN) and read back as NaN; +-Inf are stored as is.
 //
 // Thread safety: every method may be called from any thread. Writes are applied in the order they
@@ -71,6 +75,7 @@ struct SweepRecord {
   int cpu_slots = 0;  // per trial (CPU trials: 1)
   std::vector<std::string> axes;
   double created_at = 0;
+  bool archived = false;  // hidden from listings unless asked for; kept whole (ArchiveSweep)
 };
 
 struct TrialRecord {
@@ -91,6 +96,8 @@ struct TrialRecord {
   int64_t checkpoint_step = 0;
   std::string reason;
   double created_at = 0, started_at = 0, finished_at = 0;
+  std::vector<std::string> tags;  // the user's annotations (AnnotateTrial); sorted, distinct
+  std::string note;
 };
 
 struct AttemptRecord {
@@ -106,6 +113,10 @@ struct AttemptRecord {
   std::string log_tail;
   std::string checkpoint_path;
   int64_t checkpoint_step = 0;
+  // The build of the trainer that ran the attempt ("" until its start line is reported): the
+  // release version, the source commit, and the numerics version of the kernels and the training
+  // math (kernels/numerics_version.h), which changes whenever results may change.
+  std::string build_version, build_commit, numerics_version;
 };
 
 struct WorkerRecord {
@@ -151,6 +162,14 @@ struct AttemptUpdate {
   std::optional<std::string> log_tail;
   std::optional<std::string> checkpoint_path;
   std::optional<int64_t> checkpoint_step;
+  std::optional<std::string> build_version, build_commit, numerics_version;
+};
+
+// An annotation of a trial: tags added and removed, and the note replaced when set.
+struct TrialAnnotation {
+  int64_t trial_id = 0;
+  std::vector<std::string> add_tags, remove_tags;
+  std::optional<std::string> note;
 };
 
 // ---- Read results -------------------------------------------------------------------------------
@@ -258,6 +277,11 @@ class Store {
   void StartAttempt(const AttemptRecord& attempt, const TrialUpdate& update, Done done = nullptr);
   void UpdateAttempt(const AttemptUpdate& update, Done done = nullptr);
   void UpsertWorker(const WorkerRecord& worker, Done done = nullptr);
+  // Synchronous. Tags are 1..64 characters of [A-Za-z0-9._:/-]; a note at most 4 KiB of UTF-8.
+  // Returns the trial's tags and note after the change. Errors: NotFound, InvalidArgument.
+  StatusOr<TrialRecord> AnnotateTrial(const TrialAnnotation& annotation);
+  // Synchronous: hides (or shows again) a sweep in listings; its trials and metrics stay.
+  Status ArchiveSweep(int64_t sweep_id, bool archived);
   void AddEvent(const std::string& kind, int64_t sweep_id, int64_t trial_id, int attempt,
                 const std::string& worker_id, const std::string& message);
 
@@ -281,6 +305,7 @@ class Store {
 
   // ---- Reads (synchronous, any thread) ----------------------------------------------------------
   StatusOr<LoadedState> LoadState();
+  // Every sweep, archived ones too (SweepRecord::archived says which; listings filter).
   StatusOr<std::vector<SweepSummary>> ListSweeps();
   // By name, or by numeric id when `name_or_id` is all digits. NotFound with the name otherwise.
   StatusOr<SweepSummary> GetSweep(const std::string& name_or_id);

@@ -5,7 +5,6 @@
 
 #include "store/store.h"
 
-#include "ablate/axis_value.h"
 #include <algorithm>
 #include <atomic>
 #include <cctype>
@@ -19,13 +18,14 @@
 #include <limits>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
 #include <unordered_map>
 #include "store/query.h"
 #include "store/sqlite_util.h"
-#include "store/store.h"
 
 #include "ablate/axis_value.h"
+#include "ablate/utf8.h"
 
 namespace ablate::server {
 namespace store_internal {
@@ -34,7 +34,7 @@ using sqlite::Db;
 using sqlite::Stmt;
 using Json = nlohmann::json;
 
-constexpr int kSchemaVersion = 1;
+constexpr int kSchemaVersion = 2;
 inline const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 
@@ -80,7 +80,7 @@ inline std::vector<int> IntsFromJson(const std::string& text) {
 // ---- Row readers (column lists and readers kept side by side) -----------------------------------
 
 #define SWEEP_COLS \
-  "id, name, spec_yaml, priority, max_attempts, gpus, cpu_slots, axes_json, created_at"
+  "id, name, spec_yaml, priority, max_attempts, gpus, cpu_slots, axes_json, created_at, archived"
 inline SweepRecord ReadSweep(const Stmt& st) {
   SweepRecord r;
   r.id = st.Int(0);
@@ -92,13 +92,14 @@ inline SweepRecord ReadSweep(const Stmt& st) {
   r.cpu_slots = static_cast<int>(st.Int(6));
   r.axes = NamesFromJson(st.Text(7));
   r.created_at = ReadTime(st, 8);
+  r.archived = st.Int(9) != 0;
   return r;
 }
 
 #define TRIAL_COLS                                                                             \
   "id, sweep_id, config_hash, config_json, axes_json, state, priority, order_key, gpus, "      \
   "cpu_slots, attempts, max_attempts, total_steps, checkpoint_path, checkpoint_step, reason, " \
-  "created_at, started_at, finished_at"
+  "created_at, started_at, finished_at, tags_json, note"
 inline TrialRecord ReadTrial(const Stmt& st) {
   TrialRecord r;
   r.id = st.Int(0);
@@ -120,12 +121,15 @@ inline TrialRecord ReadTrial(const Stmt& st) {
   r.created_at = ReadTime(st, 16);
   r.started_at = ReadTime(st, 17);
   r.finished_at = ReadTime(st, 18);
+  r.tags = NamesFromJson(st.Text(19));
+  r.note = st.Text(20);
   return r;
 }
 
 #define ATTEMPT_COLS                                                                  \
   "trial_id, attempt, worker_id, gpus_json, cpu_slots, state, started_at, ended_at, " \
-  "exit_code, reason, log_tail, checkpoint_path, checkpoint_step"
+  "exit_code, reason, log_tail, checkpoint_path, checkpoint_step, build_version, build_commit, " \
+  "numerics_version"
 inline AttemptRecord ReadAttempt(const Stmt& st) {
   AttemptRecord r;
   r.trial_id = st.Int(0);
@@ -141,6 +145,9 @@ inline AttemptRecord ReadAttempt(const Stmt& st) {
   r.log_tail = st.Text(10);
   r.checkpoint_path = st.Text(11);
   r.checkpoint_step = st.Int(12);
+  r.build_version = st.Text(13);
+  r.build_commit = st.Text(14);
+  r.numerics_version = st.Text(15);
   return r;
 }
 
@@ -420,6 +427,16 @@ struct Store::Impl {
   std::atomic<int64_t> commits{0}, ops{0}, points{0}, duplicates{0}, queue_depth{0};
 
   bool OnWriterThread() const { return std::this_thread::get_id() == writer_id; }
+
+  // Applies `apply` on the writer thread and waits for its commit (the synchronous writes; never
+  // from the writer thread itself).
+  Status RunSync(std::function<Status(Writer&)> apply) {
+    auto promise = std::make_shared<std::promise<Status>>();
+    auto future = promise->get_future();
+    Enqueue(std::make_unique<FnOp>(std::move(apply),
+                                   [promise](const Status& s) { promise->set_value(s); }));
+    return future.get();
+  }
 
   void Enqueue(std::unique_ptr<Op> op) {
     {

@@ -177,10 +177,14 @@ void Store::UpdateAttempt(const AttemptUpdate& u, Done done) {
             "ended_at = CASE WHEN ?4 IS NULL THEN ended_at ELSE nullif(?4, 0) END, "
             "exit_code = coalesce(?5, exit_code), reason = coalesce(?6, reason), "
             "log_tail = coalesce(?7, log_tail), checkpoint_path = coalesce(?8, checkpoint_path), "
-            "checkpoint_step = coalesce(?9, checkpoint_step) WHERE trial_id = ?1 AND attempt = "
-            "?2"));
+            "checkpoint_step = coalesce(?9, checkpoint_step), "
+            "build_version = coalesce(?10, build_version), "
+            "build_commit = coalesce(?11, build_commit), "
+            "numerics_version = coalesce(?12, numerics_version) "
+            "WHERE trial_id = ?1 AND attempt = ?2"));
     st.BindAll(u.trial_id, u.attempt, u.state, u.ended_at, u.exit_code, u.reason, u.log_tail,
-               u.checkpoint_path, u.checkpoint_step);
+               u.checkpoint_path, u.checkpoint_step, u.build_version, u.build_commit,
+               u.numerics_version);
     ABLATE_RETURN_IF_ERROR(st.Run(what));
     if (w.Changes() == 0) return NotFound(what + ": no such attempt");
     return Status::Ok();
@@ -208,6 +212,75 @@ void Store::UpsertWorker(const WorkerRecord& wr, Done done) {
     return st.Run(what);
   };
   impl_->Enqueue(std::make_unique<FnOp>(std::move(apply), std::move(done)));
+}
+
+namespace {
+
+Status CheckTag(const std::string& tag) {
+  const bool ok = !tag.empty() && tag.size() <= 64 &&
+                  std::all_of(tag.begin(), tag.end(), [](unsigned char c) {
+                    return std::isalnum(c) || std::strchr("._:/-", c) != nullptr;
+                  });
+  if (ok) return Status::Ok();
+  return InvalidArgument("tag '" + SanitizeUtf8(tag.substr(0, 80)) +
+                         "': a tag is 1..64 characters of letters, digits and . _ : / -");
+}
+
+}  // namespace
+
+StatusOr<TrialRecord> Store::AnnotateTrial(const TrialAnnotation& a) {
+  if (impl_->OnWriterThread()) {
+    return FailedPrecondition("store: AnnotateTrial called from a done callback (writer thread)");
+  }
+  for (const auto* list : {&a.add_tags, &a.remove_tags}) {
+    for (const std::string& t : *list) ABLATE_RETURN_IF_ERROR(CheckTag(t));
+  }
+  if (a.note && a.note->size() > 4096) {
+    return InvalidArgument("note: " + std::to_string(a.note->size()) +
+                           " bytes; a note is at most 4096");
+  }
+  if (a.note && InvalidUtf8At(*a.note) != std::string::npos) {
+    return InvalidArgument("note: not valid UTF-8 (at byte " +
+                           std::to_string(InvalidUtf8At(*a.note)) + ")");
+  }
+  auto out = std::make_shared<TrialRecord>();
+  Status s = impl_->RunSync([a, out](Writer& w) -> Status {
+    const std::string what = "annotate trial " + std::to_string(a.trial_id);
+    ABLATE_ASSIGN_OR_RETURN(Stmt rd, w.db().Prepare("SELECT tags_json, note FROM trials WHERE "
+                                                    "id = ?1"));
+    rd.Bind(1, a.trial_id);
+    ABLATE_ASSIGN_OR_RETURN(bool row, rd.Step(what));
+    if (!row) return NotFound(what + ": no such trial");
+    std::vector<std::string> v = NamesFromJson(rd.Text(0));
+    std::set<std::string> tags(v.begin(), v.end());
+    out->note = a.note ? *a.note : rd.Text(1);
+    rd.Reset();
+    for (const auto& t : a.add_tags) tags.insert(t);
+    for (const auto& t : a.remove_tags) tags.erase(t);
+    out->tags.assign(tags.begin(), tags.end());
+    out->id = a.trial_id;
+    ABLATE_ASSIGN_OR_RETURN(Stmt up, w.db().Prepare("UPDATE trials SET tags_json = ?2, note = ?3 "
+                                                    "WHERE id = ?1"));
+    up.BindAll(a.trial_id, Json(out->tags).dump(), out->note);
+    return up.Run(what);
+  });
+  if (!s.ok()) return s;
+  return std::move(*out);
+}
+
+Status Store::ArchiveSweep(int64_t sweep_id, bool archived) {
+  if (impl_->OnWriterThread()) {
+    return FailedPrecondition("store: ArchiveSweep called from a done callback (writer thread)");
+  }
+  return impl_->RunSync([sweep_id, archived](Writer& w) -> Status {
+    const std::string what = "archive sweep " + std::to_string(sweep_id);
+    ABLATE_ASSIGN_OR_RETURN(Stmt st,
+                            w.db().Prepare("UPDATE sweeps SET archived = ?2 WHERE id = ?1"));
+    st.BindAll(sweep_id, archived ? 1 : 0);
+    ABLATE_RETURN_IF_ERROR(st.Run(what));
+    if (w.Changes() == 0) return NotFound(what + ": no such sweep");
+    return Status::Ok();
+  });
 }
 
 void Store::AddEvent(const std::string& kind, int64_t sweep_id, int64_t trial_id, int attempt,
