@@ -5,8 +5,11 @@
 #include <memory>
 #include <sstream>
 
+#include "commands/annotate.h"
+#include "commands/archive.h"
 #include "commands/cancel.h"
 #include "commands/command.h"
+#include "commands/export.h"
 #include "commands/logs.h"
 #include "commands/query.h"
 #include "commands/compare.h"
@@ -68,11 +71,14 @@ int RunCli(const std::vector<std::string>& args, const Io& io, const EnvLookup& 
   AddWatchCommand(app, &selected);
   AddResultsCommand(app, &selected);
   AddCompareCommand(app, &selected);
+  AddExportCommand(app, &selected);
   AddQueryCommand(app, &selected);
   AddCancelCommand(app, &selected);
   AddRetryCommand(app, &selected);
   AddWorkersCommand(app, &selected);
   AddLogsCommand(app, &selected);
+  AddAnnotateCommand(app, &selected);
+  AddArchiveCommand(app, &selected);
 
   try {
     // CLI11 consumes a vector from the back.

@@ -18,6 +18,19 @@ std::map<std::string, std::string> SortedAxes(const v1::TrialSummary& t) {
   return {t.axes().begin(), t.axes().end()};
 }
 
+// The build that ran an attempt: "0.4.0 1a2b3c4d5e6f numerics 1"; "" when it was not reported.
+std::string BuildText(const v1::BuildInfo& b) {
+  if (b.version().empty() && b.commit().empty() && b.numerics().empty()) return "";
+  return (b.version().empty() ? "?" : b.version()) + " " +
+         (b.commit().empty() ? "?" : b.commit().substr(0, 12)) + " numerics " +
+         (b.numerics().empty() ? "?" : b.numerics());
+}
+
+nlohmann::ordered_json BuildJson(const v1::BuildInfo& b) {
+  if (BuildText(b).empty()) return nullptr;
+  return {{"version", b.version()}, {"commit", b.commit()}, {"numerics", b.numerics()}};
+}
+
 Status ShowTrial(Client& client, int64_t trial_id, const StatusOptions& options, const Io& io) {
   v1::GetTrialRequest req;
   req.set_trial_id(trial_id);
@@ -43,6 +56,8 @@ Status ShowTrial(Client& client, int64_t trial_id, const StatusOptions& options,
     j["val_loss"] = std::isfinite(t.val_loss()) ? nlohmann::ordered_json(t.val_loss()) : nullptr;
     j["reason"] = text_or_null(t.reason());
     j["config_hash"] = t.config_hash();
+    j["tags"] = nlohmann::ordered_json(std::vector<std::string>(t.tags().begin(), t.tags().end()));
+    j["note"] = text_or_null(t.note());
     j["axes"] = nlohmann::ordered_json::object();
     for (const auto& [k, v] : SortedAxes(t)) j["axes"][k] = v;
     j["config"] = nlohmann::ordered_json::parse(t.config_json(), nullptr, false);
@@ -56,7 +71,8 @@ Status ShowTrial(Client& client, int64_t trial_id, const StatusOptions& options,
                                {"ended_at", a.ended_at()},
                                {"exit_code", a.exit_code()},
                                {"reason", text_or_null(a.reason())},
-                               {"checkpoint_step", a.checkpoint_step()}});
+                               {"checkpoint_step", a.checkpoint_step()},
+                               {"build", BuildJson(a.build())}});
     }
     j["latest"] = nlohmann::ordered_json::object();
     for (const v1::MetricPoint& m : resp.latest()) {
@@ -98,6 +114,12 @@ Status ShowTrial(Client& client, int64_t trial_id, const StatusOptions& options,
           << "  hash     " << t.config_hash() << "\n"
           << "  step     " << t.step() << "/" << t.total_steps() << "   loss "
           << FormatFixed(t.loss(), 4) << "   val_loss " << FormatFixed(t.val_loss(), 4) << "\n";
+  if (t.tags_size() > 0) {
+    std::string tags;
+    for (const std::string& tag : t.tags()) tags += (tags.empty() ? "" : ", ") + tag;
+    *io.out << "  tags     " << tags << "\n";
+  }
+  if (!t.note().empty()) *io.out << "  note     " << t.note() << "\n";
   if (!resp.attempts().empty()) {
     Table at;
     at.AddColumn("attempt");
@@ -107,6 +129,7 @@ Status ShowTrial(Client& client, int64_t trial_id, const StatusOptions& options,
     at.AddColumn("checkpoint");
     at.AddColumn("exit");
     at.AddColumn("reason");
+    at.AddColumn("build");
     for (const v1::AttemptInfo& a : resp.attempts()) {
       std::string gpus;
       for (int g : a.gpu_indices()) gpus += (gpus.empty() ? "" : ",") + std::to_string(g);
@@ -114,7 +137,8 @@ Status ShowTrial(Client& client, int64_t trial_id, const StatusOptions& options,
                  gpus.empty() ? Cell() : Cell::Text(gpus),
                  a.checkpoint_path().empty() ? Cell() : Cell::Int(a.checkpoint_step()),
                  a.state() == "running" ? Cell() : Cell::Int(a.exit_code()),
-                 a.reason().empty() ? Cell() : Cell::Text(a.reason())});
+                 a.reason().empty() ? Cell() : Cell::Text(a.reason()),
+                 BuildText(a.build()).empty() ? Cell() : Cell::Text(BuildText(a.build()))});
     }
     *io.out << "\n" << RenderText(at);
   }
@@ -133,10 +157,11 @@ Status ShowTrial(Client& client, int64_t trial_id, const StatusOptions& options,
 
 }  // namespace
 
-Table SweepsTable(const v1::ListSweepsResponse& resp) {
+Table SweepsTable(const v1::ListSweepsResponse& resp, bool show_archived) {
   Table t;
   t.AddColumn("id");
   t.AddColumn("name");
+  if (show_archived) t.AddColumn("archived");
   for (const char* state :
        {"total", "queued", "running", "succeeded", "failed", "diverged", "canceled"}) {
     t.AddColumn(state);
@@ -145,7 +170,9 @@ Table SweepsTable(const v1::ListSweepsResponse& resp) {
   t.AddColumn("progress_pct", "progress_pct", Column::Show::kMachineOnly);
   t.AddColumn("waiting_reason", "waiting_reason", Column::Show::kMachineOnly);
   for (const v1::SweepInfo& s : resp.sweeps()) {
-    std::vector<Cell> row{Cell::Int(s.sweep_id()), Cell::Text(s.name()), Cell::Int(s.total())};
+    std::vector<Cell> row{Cell::Int(s.sweep_id()), Cell::Text(s.name())};
+    if (show_archived) row.push_back(s.archived() ? Cell::Text("archived") : Cell());
+    row.push_back(Cell::Int(s.total()));
     for (const char* state : {"queued", "running", "succeeded", "failed", "diverged", "canceled"}) {
       row.push_back(Cell::Int(StateCount(s, state)));
     }
@@ -174,6 +201,12 @@ Table TrialsTable(const v1::SweepInfo& sweep,
   t.AddColumn("val_loss");
   t.AddColumn("reason", "", Column::Show::kTextOnly);
   t.AddColumn("reason", "reason", Column::Show::kMachineOnly);
+  // Annotations (ablate annotate): in the text only when a trial has one.
+  bool annotated = false;
+  for (const v1::TrialSummary& tr : trials) annotated |= tr.tags_size() > 0 || !tr.note().empty();
+  if (annotated) t.AddColumn("tags", "", Column::Show::kTextOnly);
+  t.AddColumn("tags", "tags", Column::Show::kMachineOnly);
+  t.AddColumn("note", "note", Column::Show::kMachineOnly);
   for (const v1::TrialSummary& tr : trials) {
     std::vector<Cell> row{Cell::Int(tr.trial_id())};
     for (const std::string& axis : sweep.axes()) {
@@ -195,6 +228,15 @@ Table TrialsTable(const v1::SweepInfo& sweep,
     std::string reason = tr.reason().substr(0, tr.reason().find('\n'));
     row.push_back(reason.empty() ? Cell() : Cell::Text(Truncate(reason, kShortReason)));
     row.push_back(tr.reason().empty() ? Cell() : Cell::Text(tr.reason()));
+    std::string tags;
+    for (const std::string& tag : tr.tags()) tags += (tags.empty() ? "" : ",") + tag;
+    if (annotated) {
+      const std::string shown = tags + (tr.note().empty() ? "" : (tags.empty() ? "" : " ") +
+                                                                     std::string("(note)"));
+      row.push_back(shown.empty() ? Cell() : Cell::Text(shown));
+    }
+    row.push_back(tags.empty() ? Cell() : Cell::Text(tags));
+    row.push_back(tr.note().empty() ? Cell() : Cell::Text(tr.note()));
     t.AddRow(std::move(row));
   }
   return t;
@@ -202,12 +244,28 @@ Table TrialsTable(const v1::SweepInfo& sweep,
 
 Status ShowStatus(Client& client, const StatusOptions& options, const Io& io) {
   if (!options.target) {
-    v1::ListSweepsResponse resp;
-    ABLATE_RETURN_IF_ERROR(client.Call(&v1::ControlService::StubInterface::ListSweeps,
-                                       v1::ListSweepsRequest(), &resp));
-    *io.out << Render(SweepsTable(resp), options.format);
-    if (resp.sweeps().empty() && options.format == Format::kTable) {
-      *io.err << "no sweeps yet; submit one with: ablate submit SPEC.yaml\n";
+    v1::ListSweepsRequest req;
+    req.set_include_archived(true);  // to count the hidden ones
+    v1::ListSweepsResponse all, resp;
+    ABLATE_RETURN_IF_ERROR(
+        client.Call(&v1::ControlService::StubInterface::ListSweeps, req, &all));
+    int hidden = 0;
+    for (const v1::SweepInfo& s : all.sweeps()) {
+      if (s.archived() && !options.archived) {
+        ++hidden;
+      } else {
+        *resp.add_sweeps() = s;
+      }
+    }
+    *io.out << Render(SweepsTable(resp, options.archived), options.format);
+    if (options.format == Format::kTable) {
+      if (resp.sweeps().empty() && hidden == 0) {
+        *io.err << "no sweeps yet; submit one with: ablate submit SPEC.yaml\n";
+      }
+      if (hidden > 0) {
+        *io.err << hidden << " archived sweep" << (hidden == 1 ? "" : "s")
+                << " not listed (ablate status --archived)\n";
+      }
     }
     if (options.format == Format::kTable) {
       for (const v1::SweepInfo& s : resp.sweeps()) {
@@ -238,7 +296,7 @@ Status ShowStatus(Client& client, const StatusOptions& options, const Io& io) {
             << " failed, " << StateCount(s, "diverged") << " diverged, "
             << StateCount(s, "canceled") << " canceled ("
             << FormatPercent(s.total() > 0 ? double(FinishedCount(s)) / s.total() : 0)
-            << " done)\n";
+            << " done)" << (s.archived() ? " [archived]" : "") << "\n";
     if (!s.waiting_reason().empty()) *io.out << "waiting: " << s.waiting_reason() << "\n";
     *io.out << "\n";
   }
@@ -252,6 +310,7 @@ void AddStatusCommand(CLI::App& app, Action* selected) {
   CLI::App* sub = app.add_subcommand(
       "status", "List sweeps, or one sweep's trials (SWEEP), or one trial (trial:ID)");
   sub->add_option("sweep", opts->target, "Sweep name, sweep:ID, or trial:ID");
+  sub->add_flag("--archived", opts->archived, "List archived sweeps too (marked)");
   AddFormatOption(sub, format.get());
   sub->callback([opts, format, selected] {
     *selected = [opts, format](CommandEnv& env) -> Status {

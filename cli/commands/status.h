@@ -18,13 +18,14 @@ namespace ablate::cli {
 struct StatusOptions {
   std::optional<std::string> target;  // as typed: NAME, sweep:ID or trial:ID
   Format format = Format::kTable;
+  bool archived = false;  // the listing includes archived sweeps (marked)
 };
 
 Status ShowStatus(Client& client, const StatusOptions& options, const Io& io);
 void AddStatusCommand(CLI::App& app, Action* selected);
 
 // The renderers, for tests.
-Table SweepsTable(const v1::ListSweepsResponse& resp);
+Table SweepsTable(const v1::ListSweepsResponse& resp, bool show_archived = false);
 Table TrialsTable(const v1::SweepInfo& sweep,
                   const google::protobuf::RepeatedPtrField<v1::TrialSummary>& trials);
 

@@ -52,6 +52,7 @@ void PrintDryRun(const v1::SubmitResponse& resp, const SubmitOptions& options, c
   t.AddColumn("#", "index");
   for (const std::string& axis : resp.axes()) t.AddColumn(axis);
   t.AddColumn("config_hash");
+  t.AddColumn("plan");
   t.AddColumn("config", "config", Column::Show::kMachineOnly);
   int index = 0;
   for (const v1::TrialSummary& trial : resp.trials()) {
@@ -61,6 +62,7 @@ void PrintDryRun(const v1::SubmitResponse& resp, const SubmitOptions& options, c
       row.push_back(it == trial.axes().end() ? Cell() : Cell::Text(it->second));
     }
     row.push_back(Cell::Text(trial.config_hash()));
+    row.push_back(Cell::Text(trial.plan()));
     row.push_back(trial.config_json().empty() ? Cell() : Cell::Json(trial.config_json()));
     t.AddRow(std::move(row));
   }
@@ -68,7 +70,15 @@ void PrintDryRun(const v1::SubmitResponse& resp, const SubmitOptions& options, c
   // The count is part of the result for a person; for a program it would break the JSON or CSV.
   std::ostream& summary = options.format == Format::kTable ? *io.out : *io.err;
   summary << resp.total_trials() << " trial" << (resp.total_trials() == 1 ? "" : "s")
-          << " in sweep " << resp.sweep_name() << " (dry run: nothing submitted)\n";
+          << " in sweep " << resp.sweep_name() << ": " << resp.new_trials() << " new, "
+          << resp.existing_trials() << " existing, " << resp.changed_trials() << " changed";
+  if (resp.removed_trials() > 0) summary << ", " << resp.removed_trials() << " no longer in the spec";
+  summary << " (dry run: nothing submitted)\n";
+  if (resp.changes_size() > 0) {
+    summary << "a submit would be refused: the spec changes the stored sweep's definition:\n";
+    for (const auto& c : resp.changes()) summary << "  " << c << "\n";
+    summary << "(--new-version stores it as a new sweep)\n";
+  }
 }
 
 }  // namespace
@@ -79,6 +89,7 @@ Status Submit(Client& client, const SubmitOptions& options, const std::string& s
   req.set_spec_file(options.spec_path == "-" ? "<stdin>" : options.spec_path);
   req.set_dry_run(options.dry_run);
   req.set_force(options.force);
+  req.set_new_version(options.new_version);
   if (options.priority) {
     req.set_priority(*options.priority);
     req.set_has_priority(true);
@@ -90,6 +101,11 @@ Status Submit(Client& client, const SubmitOptions& options, const std::string& s
     // print it untouched so editors and people read it as a compiler error; the empty message
     // tells app.cc it has been reported.
     *io.err << st.message() << (st.message().empty() || st.message().back() == '\n' ? "" : "\n");
+    return Status(StatusCode::kInvalidArgument, "");
+  }
+  if (st.code() == StatusCode::kFailedPrecondition) {
+    // A changed definition: refused like a bad spec (exit 2), the list of changes as sent.
+    *io.err << "ablate: " << st.message() << "\n";
     return Status(StatusCode::kInvalidArgument, "");
   }
   ABLATE_RETURN_IF_ERROR(st);
@@ -134,6 +150,9 @@ void AddSubmitCommand(CLI::App& app, Action* selected) {
   sub->add_option("--priority", opts->priority,
                   "Priority (higher runs first); overrides the spec's");
   sub->add_flag("--force", opts->force, "Allow a grid larger than the coordinator's limit");
+  sub->add_flag("--new-version", opts->new_version,
+                "Store the spec as a new sweep NAME.vN when a sweep NAME exists (needed when the "
+                "spec changes its definition)");
   AddFormatOption(sub, format.get());
   sub->callback([opts, format, selected] {
     *selected = [opts, format](CommandEnv& env) -> Status {

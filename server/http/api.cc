@@ -9,6 +9,7 @@
 #include "ablate/axis_value.h"
 #include "ablate/token.h"
 #include "analysis/compare.h"
+#include "analysis/export.h"
 #include "analysis/sweep_values.h"
 #include "http/downsample.h"
 #include "http/static_files.h"
@@ -50,6 +51,7 @@ json SweepJson(const SweepSummary& s, const std::string& waiting_reason) {
           {"total", s.total},
           {"done", done},
           {"finished", active == 0},
+          {"archived", s.sweep.archived},
           {"waiting_reason", active == 0 ? std::string() : waiting_reason}};
 }
 
@@ -72,7 +74,9 @@ json TrialJson(const TrialStatus& t) {
           {"priority", t.trial.priority},
           {"created_at", Time(t.trial.created_at)},
           {"started_at", Time(t.trial.started_at)},
-          {"finished_at", Time(t.trial.finished_at)}};
+          {"finished_at", Time(t.trial.finished_at)},
+          {"tags", t.trial.tags},
+          {"note", t.trial.note}};
 }
 
 HttpResponse Json(const json& j, int status = 200) {
@@ -332,8 +336,12 @@ HttpResponse Api::Route(const HttpRequest& r) const {
   if (n == 2 && seg[1] == "sweeps") {
     auto sweeps = store_->ListSweeps();
     if (!sweeps.ok()) return FromStatus(sweeps.status());
+    const bool archived = Param(r, "archived", "0") == "1";  // include archived sweeps
     json out = json::array();
-    for (const auto& s : *sweeps) out.push_back(SweepJson(s, WaitingReason(s.sweep.id)));
+    for (const auto& s : *sweeps) {
+      if (s.sweep.archived && !archived) continue;
+      out.push_back(SweepJson(s, WaitingReason(s.sweep.id)));
+    }
     return Json({{"sweeps", out}});
   }
   if (n >= 3 && seg[1] == "sweeps") {
@@ -404,6 +412,23 @@ HttpResponse Api::Route(const HttpRequest& r) const {
                    {"baseline", cmp->baseline}, {"by", spec.by}, {"levels", cmp->levels},
                    {"adjustment", "holm"}, {"rows", rows}});
     }
+    if (n == 4 && seg[3] == "export") {  // ?format=csv|jsonl[&metrics=a,b]
+      auto format = analysis::ParseExportFormat(Param(r, "format", "jsonl"));
+      if (!format.ok()) return FromStatus(format.status());
+      std::vector<std::string> names;
+      for (auto [it, end] = r.params.equal_range("metrics"); it != end; ++it) {
+        for (auto& m : SplitCommas(it->second)) names.push_back(m);
+      }
+      auto table = names.empty() ? analysis::ExportTrials(*store_, id)
+                                 : analysis::ExportSeries(*store_, id, names);
+      if (!table.ok()) return FromStatus(table.status());
+      HttpResponse resp;
+      resp.content_type = *format == analysis::ExportFormat::kCsv
+                              ? "text/csv; charset=utf-8"
+                              : "application/x-ndjson; charset=utf-8";
+      resp.body = analysis::Render(*table, *format);
+      return resp;
+    }
     if (n == 4 && seg[3] == "results") {
       std::string metric = Param(r, "metric", "final_val_loss");
       std::vector<std::string> by;
@@ -440,7 +465,11 @@ HttpResponse Api::Route(const HttpRequest& r) const {
                         {"gpus", a.gpu_indices}, {"cpu_slots", a.cpu_slots}, {"state", a.state},
                         {"started_at", Time(a.started_at)}, {"ended_at", Time(a.ended_at)},
                         {"exit_code", a.exit_code}, {"reason", a.reason},
-                        {"log_tail", a.log_tail}, {"checkpoint_step", a.checkpoint_step}});
+                        {"log_tail", a.log_tail}, {"checkpoint_step", a.checkpoint_step},
+                        {"build",
+                         {{"version", a.build_version},
+                          {"commit", a.build_commit},
+                          {"numerics", a.numerics_version}}}});
       }
       j["attempts"] = atts;
       json lm = json::object();

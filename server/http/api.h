@@ -16,7 +16,12 @@
 //                                        &state=running,failed&axis.<name>=<value>
 //                                        sort: id|state|step|loss|val_loss|attempt|started_at|
 //                                        finished_at|axis.<name> (NaN/missing last, either order)
+//   /api/sweeps                          ?archived=1 includes archived sweeps
 //   /api/sweeps/{id|name}/results        ?metric=final_val_loss&by=a,b (or by=a&by=b)
+//   /api/sweeps/{id|name}/compare        ?factor=K&baseline=V&metric=M&by=a,b: each level of K
+//                                        against V, seed by seed (analysis/compare.h)
+//   /api/sweeps/{id|name}/export         ?format=jsonl|csv: one row per trial; &metrics=a,b: the
+//                                        long table of those metrics (analysis/export.h)
 //   /api/trials/{id}                     config, attempts (with log tails), latest metrics
 //   /api/trials/{id}/series              ?name=loss&points=500 (2..10000): min/max downsampled
 //   /api/workers                         workers with GPUs, running attempts, busy GPUs

@@ -11,6 +11,8 @@
 #include "ablate/token.h"
 #include "analysis/compare.h"
 #include "analysis/sweep_values.h"
+#include "analysis/export.h"
+#include "sweep/identity.h"
 #include "sweep/sweep.h"
 #include "proto/trial_state.h"
 
@@ -37,6 +39,7 @@ void FillSweep(const SweepSummary& s, const std::string& waiting_reason, v1::Swe
   out->set_finished(active == 0);
   for (const auto& a : s.sweep.axes) out->add_axes(a);
   if (active > 0) out->set_waiting_reason(waiting_reason);
+  out->set_archived(s.sweep.archived);
 }
 
 void FillTrial(const TrialStatus& t, v1::TrialSummary* out) {
@@ -53,6 +56,8 @@ void FillTrial(const TrialStatus& t, v1::TrialSummary* out) {
   out->set_reason(t.trial.reason);
   out->set_started_at(t.trial.started_at);
   out->set_finished_at(t.trial.finished_at);
+  for (const auto& tag : t.trial.tags) out->add_tags(tag);
+  out->set_note(t.trial.note);
 }
 
 // A bounded outbound queue drained by one writer thread: Scheduler callbacks never block on a slow
@@ -232,9 +237,44 @@ grpc::Status ControlServiceImpl::Submit(grpc::ServerContext* ctx, const v1::Subm
   resp->set_total_trials(int(sweep.trials.size()));
   for (const auto& a : sweep.axes) resp->add_axes(a);
   for (const auto& w : sweep.warnings) resp->add_warnings(w);
+  // The stored sweep of that name, if any: may this spec add to it (sweep/identity.h)?
+  SweepDiff diff;
+  diff.plan.assign(sweep.trials.size(), TrialPlan::kNew);
+  diff.new_trials = int(sweep.trials.size());
+  std::string store_as = sweep.name;
+  auto existing = store_->GetSweep(sweep.name);
+  if (!existing.ok() && existing.status().code() != StatusCode::kNotFound) {
+    return ToGrpc(existing.status());
+  }
+  if (existing.ok()) {
+    ABLATE_GRPC_ASSIGN(auto stored_trials, store_->GetTrials(existing->sweep.id));
+    std::vector<StoredTrial> stored;
+    stored.reserve(stored_trials.size());
+    for (const auto& t : stored_trials) {
+      stored.push_back({t.trial.axes, t.trial.config_hash, t.trial.config_json});
+    }
+    diff = DiffSweep(existing->sweep.axes, stored, sweep);
+    if (req->new_version()) {
+      ABLATE_GRPC_ASSIGN(auto all, store_->ListSweeps());
+      std::vector<std::string> names;
+      for (const auto& s : all) names.push_back(s.sweep.name);
+      store_as = NextVersionName(sweep.name, names);
+      diff = SweepDiff();
+      diff.plan.assign(sweep.trials.size(), TrialPlan::kNew);
+      diff.new_trials = int(sweep.trials.size());
+    } else {
+      resp->set_sweep_id(existing->sweep.id);
+    }
+  }
+  resp->set_sweep_name(store_as);
+  for (const auto& c : diff.changes) resp->add_changes(c);
+  resp->set_existing_trials(diff.existing);
+  resp->set_changed_trials(diff.changed);
+  resp->set_removed_trials(diff.removed);
+  resp->set_new_trials(diff.new_trials);
   if (req->dry_run()) {
-    resp->set_new_trials(int(sweep.trials.size()));
-    for (const auto& t : sweep.trials) {
+    for (size_t i = 0; i < sweep.trials.size(); ++i) {
+      const auto& t = sweep.trials[i];
       auto* s = resp->add_trials();
       s->set_config_hash(t.config_hash);
       for (const auto& [k, v] : t.axes) (*s->mutable_axes())[k] = v;
@@ -243,24 +283,23 @@ grpc::Status ControlServiceImpl::Submit(grpc::ServerContext* ctx, const v1::Subm
       s->set_config_json(t.config_json);
       s->set_loss(NAN);
       s->set_val_loss(NAN);
-    }
-    // An existing sweep of that name: say how many would be new.
-    auto existing = store_->GetSweep(sweep.name);
-    if (existing.ok()) {
-      auto trials = store_->GetTrials(existing->sweep.id);
-      if (trials.ok()) {
-        std::set<std::string> have;
-        for (const auto& t : *trials) have.insert(t.trial.config_hash);
-        int fresh = 0;
-        for (const auto& t : sweep.trials) fresh += !have.count(t.config_hash);
-        resp->set_new_trials(fresh);
-        resp->set_sweep_id(existing->sweep.id);
-      }
+      s->set_plan(diff.plan[i] == TrialPlan::kNew        ? "new"
+                  : diff.plan[i] == TrialPlan::kExisting ? "existing"
+                                                         : "changed");
     }
     return grpc::Status::OK;
   }
+  if (!diff.changes.empty()) {
+    std::string msg = "sweep '" + sweep.name + "' exists with a different definition; nothing was "
+                      "submitted. Changed:";
+    for (const auto& c : diff.changes) msg += "\n  " + c;
+    msg += "\nAdding seeds or axis values is allowed; for anything else submit with --new-version "
+           "(stored as " + NextVersionName(sweep.name, {}) + " or the next free version) or use "
+           "another name.";
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, msg);
+  }
   SweepRecord rec;
-  rec.name = sweep.name;
+  rec.name = store_as;
   rec.spec_yaml = req->spec_yaml();
   rec.priority = sweep.priority;
   rec.max_attempts = sweep.max_attempts;
@@ -290,11 +329,55 @@ grpc::Status ControlServiceImpl::Submit(grpc::ServerContext* ctx, const v1::Subm
   return grpc::Status::OK;
 }
 
-grpc::Status ControlServiceImpl::ListSweeps(grpc::ServerContext* ctx, const v1::ListSweepsRequest*,
+grpc::Status ControlServiceImpl::Export(grpc::ServerContext* ctx, const v1::ExportRequest* req,
+                                        grpc::ServerWriter<v1::ExportChunk>* writer) {
+  ABLATE_AUTH(ctx);
+  ABLATE_GRPC_ASSIGN(auto format, analysis::ParseExportFormat(req->format()));
+  ABLATE_GRPC_ASSIGN(int64_t id, ResolveSweep(store_, req->sweep()));
+  std::vector<std::string> names(req->metrics().begin(), req->metrics().end());
+  ABLATE_GRPC_ASSIGN(auto table, names.empty() ? analysis::ExportTrials(*store_, id)
+                                               : analysis::ExportSeries(*store_, id, names));
+  const std::string body = analysis::Render(table, format);
+  constexpr size_t kChunk = size_t(1) << 20;  // well under gRPC's 4 MiB message limit
+  for (size_t at = 0; at < body.size(); at += kChunk) {
+    v1::ExportChunk chunk;
+    chunk.set_data(body.substr(at, kChunk));
+    if (!writer->Write(chunk)) return grpc::Status(grpc::StatusCode::CANCELLED, "client gone");
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status ControlServiceImpl::Annotate(grpc::ServerContext* ctx,
+                                          const v1::AnnotateRequest* req,
+                                          v1::AnnotateResponse* resp) {
+  ABLATE_AUTH(ctx);
+  TrialAnnotation a;
+  a.trial_id = req->trial_id();
+  a.add_tags.assign(req->add_tags().begin(), req->add_tags().end());
+  a.remove_tags.assign(req->remove_tags().begin(), req->remove_tags().end());
+  if (req->set_note()) a.note = req->note();
+  ABLATE_GRPC_ASSIGN(TrialRecord t, store_->AnnotateTrial(a));
+  for (const auto& tag : t.tags) resp->add_tags(tag);
+  resp->set_note(t.note);
+  return grpc::Status::OK;
+}
+
+grpc::Status ControlServiceImpl::Archive(grpc::ServerContext* ctx, const v1::ArchiveRequest* req,
+                                         v1::ArchiveResponse* resp) {
+  ABLATE_AUTH(ctx);
+  ABLATE_GRPC_ASSIGN(int64_t id, ResolveSweep(store_, req->sweep()));
+  if (auto st = store_->ArchiveSweep(id, req->archived()); !st.ok()) return ToGrpc(st);
+  resp->set_sweep_id(id);
+  return grpc::Status::OK;
+}
+
+grpc::Status ControlServiceImpl::ListSweeps(grpc::ServerContext* ctx,
+                                            const v1::ListSweepsRequest* req,
                                             v1::ListSweepsResponse* resp) {
   ABLATE_AUTH(ctx);
   ABLATE_GRPC_ASSIGN(auto sweeps, store_->ListSweeps());
   for (const auto& s : sweeps) {
+    if (s.sweep.archived && !req->include_archived()) continue;
     FillSweep(s, scheduler_->WaitingReason(s.sweep.id), resp->add_sweeps());
   }
   return grpc::Status::OK;
@@ -331,6 +414,9 @@ grpc::Status ControlServiceImpl::GetTrial(grpc::ServerContext* ctx, const v1::Ge
     ai->set_checkpoint_path(a.checkpoint_path);
     ai->set_checkpoint_step(a.checkpoint_step);
     for (int g : a.gpu_indices) ai->add_gpu_indices(g);
+    ai->mutable_build()->set_version(a.build_version);
+    ai->mutable_build()->set_commit(a.build_commit);
+    ai->mutable_build()->set_numerics(a.numerics_version);
   }
   ABLATE_GRPC_ASSIGN(auto latest, store_->GetLatestMetrics(t.trial.id));
   for (const auto& p : latest) {

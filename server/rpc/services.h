@@ -64,6 +64,12 @@ class ControlServiceImpl final : public v1::ControlService::Service {
   grpc::Status ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,
                            v1::ListWorkersResponse*) override;
   grpc::Status Logs(grpc::ServerContext*, const v1::LogsRequest*, v1::LogsResponse*) override;
+  grpc::Status Export(grpc::ServerContext*, const v1::ExportRequest*,
+                      grpc::ServerWriter<v1::ExportChunk>*) override;
+  grpc::Status Annotate(grpc::ServerContext*, const v1::AnnotateRequest*,
+                        v1::AnnotateResponse*) override;
+  grpc::Status Archive(grpc::ServerContext*, const v1::ArchiveRequest*,
+                       v1::ArchiveResponse*) override;
   grpc::Status Watch(grpc::ServerContext*, const v1::WatchRequest*,
                      grpc::ServerWriter<v1::SweepSnapshot>*) override;
 

@@ -620,6 +620,16 @@ void Scheduler::OnEvent(const std::string& worker_id, const v1::TrialEvent& ev) 
     case v1::TrialEvent::STARTED:
       store_->AddEvent("attempt_started", t.sweep_id, t.id, ev.attempt(), worker_id, "");
       break;
+    case v1::TrialEvent::BUILD: {
+      AttemptUpdate a;
+      a.trial_id = t.id;
+      a.attempt = ev.attempt();
+      a.build_version = ev.build().version();
+      a.build_commit = ev.build().commit();
+      a.numerics_version = ev.build().numerics();
+      store_->UpdateAttempt(a);
+      break;
+    }
     case v1::TrialEvent::CHECKPOINTED: {
       t.checkpoint_path = ev.checkpoint_path();
       t.checkpoint_step = ev.step();

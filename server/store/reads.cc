@@ -388,4 +388,90 @@ Store::Stats Store::stats() const {
   return s;
 }
 
+
+namespace {
+Status CheckSweep(Db& db, int64_t sweep_id, const std::string& what) {
+  ABLATE_ASSIGN_OR_RETURN(Stmt st, db.Prepare("SELECT 1 FROM sweeps WHERE id = ?1"));
+  st.Bind(1, sweep_id);
+  ABLATE_ASSIGN_OR_RETURN(bool found, st.Step(what));
+  if (!found) return NotFound(what + ": no such sweep");
+  return Status::Ok();
+}
+}  // namespace
+
+StatusOr<std::vector<Store::TrialMetric>> Store::SweepLatestMetrics(int64_t sweep_id) {
+  auto db = impl_->pool.Borrow();
+  ReadTxn txn(*db);
+  ABLATE_RETURN_IF_ERROR(txn.status());
+  const std::string what = "latest metrics of sweep " + std::to_string(sweep_id);
+  ABLATE_RETURN_IF_ERROR(CheckSweep(*db, sweep_id, what));
+  ABLATE_ASSIGN_OR_RETURN(
+      Stmt st, db->Prepare("SELECT l.trial_id, l.name, l.value FROM trials t JOIN latest_metrics l "
+                           "ON l.trial_id = t.id WHERE t.sweep_id = ?1 ORDER BY l.trial_id, "
+                           "l.name"));
+  st.Bind(1, sweep_id);
+  std::vector<TrialMetric> out;
+  for (;;) {
+    ABLATE_ASSIGN_OR_RETURN(bool row, st.Step(what));
+    if (!row) break;
+    out.push_back({st.Int(0), st.Text(1), st.IsNull(2) ? kNaN : st.Real(2)});
+  }
+  return out;
+}
+
+StatusOr<std::vector<Store::AttemptBuild>> Store::SweepBuilds(int64_t sweep_id) {
+  auto db = impl_->pool.Borrow();
+  ReadTxn txn(*db);
+  ABLATE_RETURN_IF_ERROR(txn.status());
+  const std::string what = "builds of sweep " + std::to_string(sweep_id);
+  ABLATE_RETURN_IF_ERROR(CheckSweep(*db, sweep_id, what));
+  ABLATE_ASSIGN_OR_RETURN(
+      Stmt st, db->Prepare("SELECT a.trial_id, a.attempt, a.build_version, a.build_commit, "
+                           "a.numerics_version FROM trials t JOIN attempts a ON a.trial_id = t.id "
+                           "WHERE t.sweep_id = ?1 ORDER BY a.trial_id, a.attempt"));
+  st.Bind(1, sweep_id);
+  std::vector<AttemptBuild> out;
+  for (;;) {
+    ABLATE_ASSIGN_OR_RETURN(bool row, st.Step(what));
+    if (!row) break;
+    out.push_back({st.Int(0), int(st.Int(1)), st.Text(2), st.Text(3), st.Text(4)});
+  }
+  return out;
+}
+
+StatusOr<std::vector<Store::TrialPoint>> Store::SweepSeries(
+    int64_t sweep_id, const std::vector<std::string>& names) {
+  auto db = impl_->pool.Borrow();
+  ReadTxn txn(*db);
+  ABLATE_RETURN_IF_ERROR(txn.status());
+  const std::string what = "series of sweep " + std::to_string(sweep_id);
+  ABLATE_RETURN_IF_ERROR(CheckSweep(*db, sweep_id, what));
+  // One key range of the metrics primary key per (trial, name): already in step, attempt order.
+  ABLATE_ASSIGN_OR_RETURN(
+      Stmt st, db->Prepare("SELECT t.id, m.step, m.value FROM trials t JOIN metrics m ON "
+                           "m.trial_id = t.id AND m.name = ?2 WHERE t.sweep_id = ?1 "
+                           "ORDER BY t.id, m.step, m.attempt"));
+  std::vector<TrialPoint> all;
+  for (const std::string& name : names) {
+    st.Reset();
+    st.Bind(1, sweep_id);
+    st.Bind(2, name);
+    for (;;) {
+      ABLATE_ASSIGN_OR_RETURN(bool row, st.Step(what));
+      if (!row) break;
+      TrialPoint p{st.Int(0), name, st.Int(1), st.IsNull(2) ? kNaN : st.Real(2)};
+      if (!all.empty() && all.back().trial_id == p.trial_id && all.back().name == name &&
+          all.back().step == p.step) {
+        all.back().value = p.value;  // a later attempt reported the same step: it wins
+      } else {
+        all.push_back(std::move(p));
+      }
+    }
+  }
+  std::stable_sort(all.begin(), all.end(), [](const TrialPoint& a, const TrialPoint& b) {
+    return a.trial_id != b.trial_id ? a.trial_id < b.trial_id : a.name < b.name;
+  });
+  return all;
+}
+
 }  // namespace ablate::server

@@ -329,6 +329,32 @@ class Store {
   // by trial id. (The comparison of arms reads these beside GetTrials' axes and states.)
   StatusOr<std::vector<std::pair<int64_t, double>>> LatestValues(int64_t sweep_id,
                                                                  const std::string& metric);
+  // For exports (one statement each, every trial of the sweep at once; NotFound for no sweep):
+  // the latest value of every metric of every trial, by trial id then name (NaN values included);
+  struct TrialMetric {
+    int64_t trial_id = 0;
+    std::string name;
+    double value = 0;
+  };
+  StatusOr<std::vector<TrialMetric>> SweepLatestMetrics(int64_t sweep_id);
+  // the build of every attempt, by trial id then attempt;
+  struct AttemptBuild {
+    int64_t trial_id = 0;
+    int attempt = 0;
+    std::string build_version, build_commit, numerics_version;
+  };
+  StatusOr<std::vector<AttemptBuild>> SweepBuilds(int64_t sweep_id);
+  // every point of the named metrics (GetSeries' rule per trial: one point per step, the latest
+  // attempt's), by trial id, name, step.
+  struct TrialPoint {
+    int64_t trial_id = 0;
+    std::string name;
+    int64_t step = 0;
+    double value = 0;
+  };
+  StatusOr<std::vector<TrialPoint>> SweepSeries(int64_t sweep_id,
+                                                const std::vector<std::string>& names);
+
   // Read-only SQL: a separate connection opened read-only (SQLITE_OPEN_READONLY), an authorizer
   // that allows only SELECT and reads (no ATTACH, no PRAGMA, no functions that load
   // extensions), a time limit (progress handler) and a row limit (max_rows, 0 = the option's).

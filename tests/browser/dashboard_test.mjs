@@ -2,8 +2,13 @@
 // real ablate-worker on CPU slots, a small sweep submitted with the real `ablate` CLI, and Debian's
 // Chromium (headless) driven by playwright-core. Checks, in order: the unauthenticated screen and
 // 401s, the sweep appearing live, the worker page showing a running trial, state counts changing
-// without a reload, the ablation table equal to `ablate results --format json`, curves drawn
-// (coloured pixels on the canvas), the trial page, the workers page. Screenshots go to
+// without a reload, the ablation table equal to `ablate results --format json`, the paired
+// comparison equal to `ablate compare --format json` (figures and verdicts), the curves' mean ± band
+// over seeds equal to a computation from the API's series (plain, EMA-smoothed, t interval, by
+// tokens) and its band drawn (pixels of its fill colour), the hover readout, the trial table's
+// server-side paging, sorting and filtering, the trial page, the compare view (only the config keys
+// that differ, curves of both trials), tags / note / build per attempt / archived as the CLI set
+// them. Screenshots go to
 // --artifacts (dashboard-*.png).
 //
 //   node dashboard_test.mjs --ablated BIN --worker BIN --cli BIN --trainer BIN --source-dir DIR
@@ -121,7 +126,8 @@ async function setup() {
     '--gpus', 'none', '--cpu-slots', '2', '--work-dir', path.join(dir, 'worker'),
     '--trainer', opt.trainer, '--data-root', dir]);
 
-  // 2 axes x 2 seeds = 8 tiny CPU trials of a few seconds each (examples/sweeps/quick.yaml's model).
+  // 2 axes x 3 seeds = 12 tiny CPU trials of a few seconds each (examples/sweeps/quick.yaml's
+  // model): 3 seeds per arm, so the paired comparison has intervals (n >= 3) and the curves a band.
   spec = path.join(dir, 'web.yaml');
   fs.writeFileSync(spec, `name: web-dashboard
 base:
@@ -135,7 +141,7 @@ base:
 grid:
   attention.kind: [fpa, sagebwd]
   optimizer.p: [0, 0.5]
-seeds: [0, 1]
+seeds: [0, 1, 2]
 order: grid
 resources: {gpus: 0}
 max_attempts: 2
@@ -193,6 +199,95 @@ async function drawnCanvases(selector, count, min, ms = 15000) {
   return n;
 }
 
+// GET /api/<p> with the token, as JSON.
+async function apiGet(p) {
+  const r = await fetch(`${base}/api/${p}`, {headers: {Authorization: `Bearer ${token}`}});
+  assert.equal(r.status, 200, `GET /api/${p}`);
+  return r.json();
+}
+
+const near = (got, want, rel, what) => assert.ok(
+    Number.isFinite(got) && Math.abs(got - want) <= rel * Math.max(1, Math.abs(want)),
+    `${what}: page ${got}, expected ${want}`);
+
+// The test sweep's arms computed here from the API's series (not downsampled: 120 points <= 300):
+// key JSON [attention.kind, optimizer.p] -> {steps, seeds: [values of each seed, by trial id]}.
+async function armsFromApi(metric) {
+  const sweep = (await apiGet('sweeps')).sweeps.find((x) => x.name === 'web-dashboard');
+  const {trials} = await apiGet(`sweeps/${sweep.id}/trials?limit=100&sort=id`);
+  const arms = new Map();
+  for (const t of trials) {
+    const series = await apiGet(`trials/${t.id}/series?name=${metric}&points=300`);
+    assert.equal(series.total_points, series.steps.length, `trial ${t.id}: the series is downsampled`);
+    const key = JSON.stringify([t.axes['attention.kind'], t.axes['optimizer.p']]);
+    if (!arms.has(key)) arms.set(key, {steps: series.steps, seeds: []});
+    assert.deepEqual(series.steps, arms.get(key).steps, `trial ${t.id}: the seeds of an arm have other steps`);
+    arms.get(key).seeds.push(series.values);
+  }
+  return arms;
+}
+
+// Mean and band half-width at every step: EMA s = a s + (1 - a) y per seed (from the first
+// point), then mean and `t` x the standard error over the seeds.
+function expectedArm(arm, {ema = 0, t = 1}) {
+  const seeds = arm.seeds.map((v) => {
+    let sm = null;
+    return v.map((y) => (sm = sm === null ? y : ema * sm + (1 - ema) * y));
+  });
+  const n = seeds.length;
+  return arm.steps.map((_, i) => {
+    const v = seeds.map((x) => x[i]);
+    const m = v.reduce((a, b) => a + b, 0) / n;
+    return {m, half: t * Math.sqrt(v.reduce((a, b) => a + (b - m) ** 2, 0) / (n - 1) / n)};
+  });
+}
+
+// The curves' data-agg (the drawn arms) against expectedArm; `xScale`: x = step * xScale. Polls
+// (the chart redraws after the data fetches and refetches after the last events), then asserts.
+async function checkArms(arms, opts, xScale, tol, ms = 20000) {
+  for (const end = Date.now() + ms; ; await sleep(250)) {
+    try {
+      return await compareArms(arms, opts, xScale, tol);
+    } catch (e) {
+      if (Date.now() > end) throw e;
+    }
+  }
+}
+
+async function compareArms(arms, opts, xScale, tol) {
+  const agg = JSON.parse(await page.locator('#curves-chart').getAttribute('data-agg') || '{"arms": []}');
+  assert.equal(agg.arms.length, 4, 'arms');
+  for (const a of agg.arms) {
+    const key = JSON.stringify(a.keys);
+    const want = arms.get(key);
+    assert.ok(want, `an arm the API does not have: ${key}`);
+    assert.equal(a.n, 3, `${key}: seeds`);
+    assert.deepEqual(a.x, want.steps.map((st) => st * xScale), `${key}: x`);
+    expectedArm(want, opts).forEach(({m, half}, i) => {
+      near(a.mean[i], m, 1e-9, `${key} mean at ${want.steps[i]}`);
+      near(a.hi[i] - a.mean[i], half, tol, `${key} upper half-width at ${want.steps[i]}`);
+      near(a.mean[i] - a.lo[i], half, tol, `${key} lower half-width at ${want.steps[i]}`);
+    });
+  }
+}
+
+// Pixels of the canvases under `selector` in the band fill: palette colour 0 or 1 at alpha 0x38
+// (uPlot's canvas is transparent; where two bands or a line overlap, the alpha or colour differs).
+async function bandPixels(selector) {
+  return page.$$eval(`${selector} canvas`, (canvases) => {
+    const fills = [[0x00, 0x72, 0xb2], [0xe6, 0x9f, 0x00]];
+    let n = 0;
+    for (const c of canvases) {
+      const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+      for (let i = 0; i < d.length; i += 4) {
+        if (Math.abs(d[i + 3] - 0x38) <= 4 && fills.some((f) => Math.abs(d[i] - f[0]) <= 6 &&
+            Math.abs(d[i + 1] - f[1]) <= 6 && Math.abs(d[i + 2] - f[2]) <= 6)) n++;
+      }
+    }
+    return n;
+  });
+}
+
 // ---- the checks --------------------------------------------------------------------------------
 
 test('unauthenticated requests are refused and the page says so', async () => {
@@ -242,7 +337,7 @@ test('a submitted sweep appears live, with progress', async () => {
     window.__noReload = true;
   });
   const out = await cli('submit', spec);
-  assert.match(out, /8 trials/);
+  assert.match(out, /12 trials/);
   const row = page.locator('#sweeps-table tr', {hasText: 'web-dashboard'});
   await row.waitFor({timeout: 15000});
   await row.locator('.chip.state-running').waitFor({timeout: 30000});
@@ -281,10 +376,10 @@ test('the sweep page updates its state counts live, and the sweep finishes', asy
   }
   assert.equal(await page.locator('#sweep-status').innerText(), 'finished', 'sweep did not finish');
   assert.ok(seen.size >= 2, `succeeded count never changed on the page (saw ${[...seen]})`);
-  assert.equal(Number(await succeeded()), 8);
+  assert.equal(Number(await succeeded()), 12);
   assert.equal(await page.evaluate(() => window.__noReload), true, 'the page reloaded');
-  // The trial table follows (server-side paging: 8 rows on one page).
-  await page.locator('#trials-table tbody tr[data-state=succeeded]').nth(7).waitFor({timeout: 30000});
+  // The trial table follows (server-side paging: 12 rows on one page).
+  await page.locator('#trials-table tbody tr[data-state=succeeded]').nth(11).waitFor({timeout: 30000});
 });
 
 test('the ablation table equals `ablate results --format json`', async () => {
@@ -294,7 +389,7 @@ test('the ablation table equals `ablate results --format json`', async () => {
   // Wait until the table shows every group with its final metric (it refetches after events).
   await page.waitForFunction(() => {
     const c = [...document.querySelectorAll('#results td.result')];
-    return c.length === 4 && c.every((x) => Number(x.dataset.n) === 2);
+    return c.length === 4 && c.every((x) => Number(x.dataset.n) === 3);
   }, null, {timeout: 15000});
   const got = await cells.evaluateAll((els) => els.map((e) => ({...e.dataset, best: e.classList.contains('best'),
     text: e.querySelector('.mean')?.textContent})));
@@ -316,13 +411,99 @@ test('the ablation table equals `ablate results --format json`', async () => {
   assert.equal(await page.locator('#results td.best').count(), 1);
 });
 
-test('curves and diagnostics render', async () => {
-  await page.waitForFunction(() => /8 curves/.test(document.querySelector('#curves-note')?.textContent || ''),
+test('the paired comparison equals `ablate compare --format json`', async () => {
+  for (const by of [[], ['optimizer.p']]) {
+    const want = JSON.parse(await cli('compare', 'web-dashboard', '--factor', 'attention.kind',
+        ...(by.length ? ['--by', by.join(',')] : []), '--format', 'json'));
+    assert.equal(want.length, by.length ? 2 : 1);
+    await page.locator('#paired-factor').selectOption('attention.kind');
+    const box = page.locator('#paired-section input[value="optimizer.p"]');
+    if ((await box.isChecked()) !== by.length > 0) await box.click();
+    await page.waitForFunction((n) => {
+      const rows = [...document.querySelectorAll('#paired tbody tr')];
+      return rows.length === n && rows.every((r) => JSON.parse(r.dataset.row).n === 3);
+    }, want.length, {timeout: 15000});
+    const got = await page.locator('#paired tbody tr').evaluateAll((rows) => rows.map((r) => ({
+      row: JSON.parse(r.dataset.row), verdict: r.querySelector('.verdict').textContent,
+      delta: r.querySelector('td.delta').textContent, p: r.querySelector('td.p-holm').textContent,
+      mean: r.querySelector('td.mean').textContent})));
+    for (const w of want) {
+      const g = got.find((x) => x.row.value === w.value && by.every((a, i) => x.row.cell[i] === w[a]));
+      assert.ok(g, `no row for ${JSON.stringify(w)}`);
+      assert.equal(g.row.baseline, w.baseline);
+      assert.equal(g.row.test, w.test);
+      assert.equal(g.row.n, w.n);
+      for (const f of ['mean', 'baseline_mean', 'delta', 'ci_low', 'ci_high', 'p_value', 'p_adjusted']) {
+        assert.ok(w[f] !== null, `the CLI has no ${f} (n = ${w.n})`);
+        near(g.row[f], w[f], 1e-12, `${w.value} ${f}`);
+      }
+      assert.equal(g.verdict, w.verdict, 'verdict (the CLI\'s words)');
+      assert.equal(g.delta, `${w.delta.toFixed(4)} [${w.ci_low.toFixed(4)}, ${w.ci_high.toFixed(4)}]`.replace(/-(0\.0000)/g, '$1'));
+      assert.equal(g.p, w.p_adjusted.toFixed(4));
+      assert.equal(g.mean, String(Number(w.mean.toPrecision(6))));
+    }
+    assert.match(await page.locator('#paired-note').innerText(),
+        new RegExp(`Holm-adjusted over the ${want.length} comparisons? shown`));
+  }
+  await shot('sweep-paired');
+});
+
+test('curves: mean ± band over seeds, equal to the API\'s series; EMA, t interval, tokens, hover', async () => {
+  await page.waitForFunction(() => /4 arms of 12 curves/.test(document.querySelector('#curves-note')?.textContent || ''),
       null, {timeout: 20000});
+  const arms = await armsFromApi('loss');
+  assert.match(await page.locator('#curves-desc').innerText(), /mean ± SE over 3 seeds per arm/);
+  await checkArms(arms, {}, 1, 1e-9);
   const curves = await drawnCanvases('#curves-chart', 1, 1000);
-  assert.equal(curves.length, 1);
   assert.ok(curves[0] > 1000, `curve canvas has ${curves[0]} coloured pixels`);
   assert.equal(await page.locator('#curves-section .legend li').count(), 2);  // fpa, sagebwd
+
+  // EMA and the 95% t interval (t(0.975, 2) = 0.95 / sqrt(2 * 0.975 * 0.025) in closed form).
+  await page.locator('#curves-ema').fill('0.9');
+  await page.locator('#curves-ema').press('Enter');
+  await page.locator('#curves-band').selectOption('t95');
+  await page.waitForFunction(() => /95% t interval.*EMA 0\.9 per trial before averaging/.test(
+      document.querySelector('#curves-desc')?.textContent || ''), null, {timeout: 10000});
+  await checkArms(arms, {ema: 0.9, t: 0.95 / Math.sqrt(2 * 0.975 * 0.025)}, 1, 1e-5);
+  // The seeds' losses barely differ (a band a pixel or two high): grad_norm varies more by seed.
+  await page.locator('#curves-metric').selectOption('grad_norm');
+  const norms = await armsFromApi('grad_norm');
+  await checkArms(norms, {ema: 0.9, t: 0.95 / Math.sqrt(2 * 0.975 * 0.025)}, 1, 1e-5);
+  let band = 0;
+  for (const end = Date.now() + 10000; Date.now() < end && band <= 1000; await sleep(100)) {
+    band = await bandPixels('#curves-chart');
+  }
+  assert.ok(band > 1000, `${band} pixels of the band's fill colour`);
+
+  // Hover: every arm's value at the cursor's x.
+  const over = page.locator('#curves-chart .u-over');
+  const bb = await over.boundingBox();
+  await page.mouse.move(bb.x + bb.width * 0.5, bb.y + bb.height * 0.5);
+  await page.waitForFunction(() => document.querySelectorAll('#curves-chart .chart-readout li').length === 4);
+  for (const li of await page.locator('#curves-chart .chart-readout li').allInnerTexts()) {
+    assert.match(li, /n=3\): \d[\d.e+-]* ± \d[\d.e+-]*$/, `readout: ${li}`);
+  }
+  await shot('sweep-curves');
+  await page.mouse.move(0, 0);
+  await page.locator('#curves-metric').selectOption('loss');
+
+  // x by tokens: the trainer's `tokens` series (step x 1024 tokens per step) mapped onto the steps.
+  await page.locator('#curves-x').selectOption('tokens');
+  await page.waitForFunction(() => JSON.parse(document.querySelector('#curves-chart')?.dataset.agg || '{}').x === 'tokens',
+      null, {timeout: 15000});
+  await checkArms(arms, {ema: 0.9, t: 0.95 / Math.sqrt(2 * 0.975 * 0.025)}, 1024, 1e-5);
+  await page.locator('#curves-x').selectOption('step');
+  await page.locator('#curves-ema').fill('0');
+  await page.locator('#curves-ema').press('Enter');
+  await page.locator('#curves-band').selectOption('se');
+  // Each trial its own line: 12 curves.
+  await page.locator('#curves-agg').selectOption('trials');
+  await page.waitForFunction(() => /^12 curves/.test(document.querySelector('#curves-note')?.textContent || ''));
+  await page.locator('#curves-agg').selectOption('mean');
+  await page.waitForFunction(() => /mean ± SE over 3 seeds/.test(document.querySelector('#curves-desc')?.textContent || ''));
+});
+
+test('diagnostics render', async () => {
   await page.locator('#diagnostics canvas').nth(1).waitFor({timeout: 15000});
   await page.waitForFunction(() => document.querySelectorAll('#diagnostics canvas').length === 2);
   for (const n of await drawnCanvases('#diagnostics', 2, 100)) assert.ok(n > 100, `diagnostics canvas: ${n} coloured pixels`);
@@ -339,15 +520,15 @@ test('the trial table pages, sorts and filters on the server', async () => {
   await page.locator('#page-size').selectOption('50');
   await page.locator('#sort-val_loss').click();
   await page.waitForFunction(() => document.querySelector('th[aria-sort] #sort-val_loss') !== null);
-  const vals = await page.locator('#trials-table tbody tr td:nth-child(8)').allInnerTexts();
+  const vals = await page.locator('#trials-table tbody tr td[data-col=val_loss]').allInnerTexts();
   const nums = vals.map(Number);
   assert.deepEqual(nums, [...nums].sort((a, b) => a - b), `val_loss not ascending: ${vals}`);
   await page.locator('select[data-axis="attention.kind"]').selectOption('fpa');
-  await page.waitForFunction(() => /1–4 of 4/.test(document.querySelector('#trials-info')?.textContent || ''));
-  const kinds = await page.locator('#trials-table tbody tr td:nth-child(3)').allInnerTexts();
-  assert.deepEqual(kinds, ['fpa', 'fpa', 'fpa', 'fpa']);
+  await page.waitForFunction(() => /1–6 of 6/.test(document.querySelector('#trials-info')?.textContent || ''));
+  const kinds = await page.locator('#trials-table tbody tr td[data-col="axis.attention.kind"]').allInnerTexts();
+  assert.deepEqual(kinds, Array(6).fill('fpa'));
   await page.locator('text=clear filters').click();
-  await page.waitForFunction(() => /1–8 of 8/.test(document.querySelector('#trials-info')?.textContent || ''));
+  await page.waitForFunction(() => /1–12 of 12/.test(document.querySelector('#trials-info')?.textContent || ''));
 });
 
 test('the trial page shows curves, config, attempts and log', async () => {
@@ -366,6 +547,79 @@ test('the trial page shows curves, config, attempts and log', async () => {
   assert.ok(await page.locator('#trial-attempts details.log').count() >= 1);
   assert.ok(await page.locator('#trial-diagnostics canvas').count() === 2);
   await shot('trial');
+});
+
+test('the compare view shows only the config keys that differ, and both curves', async () => {
+  await page.goBack();
+  await page.locator('#trials-table tbody tr').nth(11).waitFor({timeout: 30000});
+  assert.equal(await page.locator('#compare-selected').isDisabled(), true);
+  // The first trial and one that differs from it in every axis.
+  const {trials} = await apiGet('sweeps/web-dashboard/trials?limit=100&sort=id');
+  const other = trials.find((t) => Object.keys(t.axes).every((k) => t.axes[k] !== trials[0].axes[k]));
+  const ids = [trials[0].id, other.id];
+  for (const id of ids) await page.locator(`#trials-table input.select-trial[data-trial="${id}"]`).check();
+  await page.locator('#compare-selected').click();
+  await page.waitForURL(new RegExp(`#/compare\\?trials=${[...ids].sort((a, b) => a - b).join(',')}$`));
+  // The differing keys, computed here from the API's configs.
+  const flat = (o, pre = '', out = {}) => {
+    for (const [k, v] of Object.entries(o)) {
+      if (v && typeof v === 'object' && !Array.isArray(v) && Object.keys(v).length) flat(v, `${pre}${k}.`, out);
+      else out[pre + k] = JSON.stringify(v);
+    }
+    return out;
+  };
+  const configs = await Promise.all(ids.map(async (id) => flat((await apiGet(`trials/${id}`)).config)));
+  const keys = [...new Set(configs.flatMap(Object.keys))];
+  const differ = keys.filter((k) => configs[0][k] !== configs[1][k]).sort();
+  for (const k of ['attention.kind', 'optimizer.p', 'seed']) assert.ok(differ.includes(k), `${k} does not differ`);
+  await page.locator('#compare-diff tbody tr').first().waitFor({timeout: 15000});
+  const shown = await page.locator('#compare-diff tbody tr').evaluateAll((rows) => rows.map((r) => r.dataset.key));
+  assert.deepEqual(shown.sort(), differ);
+  const same = keys.find((k) => k === 'model.d_model') || keys.find((k) => !differ.includes(k));
+  assert.ok(!shown.includes(same), `identical key ${same} listed as a difference`);
+  assert.equal(await page.locator(`#compare-same tr[data-key="${same}"]`).count(), 1);
+  const row = page.locator(`#compare-diff tr[data-key="${differ[0]}"] td`);
+  assert.deepEqual(await row.allInnerTexts(), configs.map((c) => c[differ[0]].replace(/^"(.*)"$/, '$1')));
+  assert.equal(await page.locator('#compare-trials tbody tr').count(), 2);
+  const n = await drawnCanvases('#compare-chart', 1, 300);
+  assert.ok(n[0] > 300, `compare chart: ${n[0]} coloured pixels`);
+  await page.locator('#compare-chart .u-over').hover();
+  await page.waitForFunction(() => document.querySelectorAll('#compare-chart .chart-readout li').length === 2);
+  await shot('compare');
+  // The link reproduces the view.
+  await page.reload();
+  await page.locator('#compare-diff tbody tr').first().waitFor({timeout: 15000});
+  assert.equal(await page.locator('#compare-diff tbody tr').count(), differ.length);
+});
+
+test('tags, note, build and archived are shown, as the CLI set them', async () => {
+  const {trials} = await apiGet(`sweeps/web-dashboard/trials?limit=1&sort=id`);
+  const id = trials[0].id;
+  await cli('annotate', `trial:${id}`, '--tag', 'keep', '--tag', 'baseline', '--note', 'rerun after the fix');
+  const api = await apiGet(`trials/${id}`);
+  assert.deepEqual(api.tags, ['baseline', 'keep']);
+  const build = api.attempts[0].build;
+  assert.ok(build && build.version && build.numerics, `attempt 1 has no build: ${JSON.stringify(api.attempts[0])}`);
+  await page.goto(`${base}/#/trials/${id}`);
+  await page.locator('#trial-annotations .tag', {hasText: 'keep'}).waitFor({timeout: 15000});
+  assert.equal(await page.locator('#trial-note').innerText(), 'rerun after the fix');
+  const shownBuild = await page.locator('#trial-attempts td.build').first().innerText();
+  assert.ok(shownBuild.startsWith(build.version) && shownBuild.includes(`numerics ${build.numerics}`),
+            `build cell: ${shownBuild}`);
+  await page.goto(`${base}/#/sweeps/web-dashboard`);
+  await page.locator(`#trials-table tr[data-trial="${id}"] td[data-col=tags] .tag`, {hasText: 'keep'}).waitFor({timeout: 15000});
+
+  // Archived: hidden from the list, shown with a badge when asked, restored by the CLI.
+  await cli('archive', 'web-dashboard');
+  await page.goto(`${base}/#/`);
+  await page.locator('#archived-hidden', {hasText: /1 archived hidden/}).waitFor({timeout: 15000});
+  assert.equal(await page.locator('#sweeps-table a', {hasText: 'web-dashboard'}).count(), 0);
+  await page.locator('#show-archived').check();
+  await page.locator('#sweeps-table tr', {hasText: 'web-dashboard'}).locator('.badge.archived').waitFor({timeout: 15000});
+  await cli('archive', 'web-dashboard', '--restore');
+  await page.locator('#show-archived').uncheck();
+  await page.reload();
+  await page.locator('#sweeps-table a', {hasText: 'web-dashboard'}).waitFor({timeout: 15000});
 });
 
 test('no script errors', () => {

@@ -8,9 +8,11 @@
 #include <sqlite3.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -277,6 +279,114 @@ TEST_F(Cluster, CompareFindsALargeEffectAndNotANullOne) {
   Output bad = Cli({"compare", "lrgrid", "--factor", "optimizer.beta"});
   EXPECT_NE(bad.code, 0);
   EXPECT_NE(bad.out.find("optimizer.lr"), std::string::npos) << bad.out;
+}
+
+// Sweep identity and provenance, end to end: a changed base is refused (exit 2, the changed key
+// listed, SQLite untouched) unless asked for a new version; an added seed adds only its trials;
+// every attempt records the build that ran it; export equals the database; annotations and
+// archiving reach the CLI.
+TEST_F(Cluster, ResubmitsKeepTheSweepsIdentityAndEveryAttemptRecordsItsBuild) {
+  const std::string grid = "grid:\n  optimizer.p: [0, 0.5]\nseeds: [0, 1]\norder: grid\n";
+  std::string spec = WriteSpec("ident", SmallBase(10) + grid);
+  ASSERT_EQ(Cli({"submit", spec}).code, 0);
+  Output watch = Cli({"watch", "ident"}, seconds(240));
+  ASSERT_EQ(watch.code, 0) << watch.out << ReadFile(*dir_ + "/worker0.log");
+  const std::string sweep_sql = "(SELECT id FROM sweeps WHERE name = 'ident')";
+  const auto spec_before = Sql("SELECT spec_yaml FROM sweeps WHERE name = 'ident'");
+
+  // Provenance: every attempt has the trainer's build.
+  auto builds = Sql("SELECT a.build_version, a.build_commit, a.numerics_version FROM attempts a "
+                    "JOIN trials t ON t.id = a.trial_id WHERE t.sweep_id = " + sweep_sql);
+  ASSERT_EQ(builds.size(), 4u);
+  for (const auto& b : builds) {
+    EXPECT_FALSE(b[0].empty());
+    EXPECT_FALSE(b[1].empty());
+    EXPECT_FALSE(b[2].empty());
+    EXPECT_EQ(b, builds[0]);
+  }
+
+  // The base changed: refused with the key, old and new value; nothing stored.
+  // (Other files, the same sweep name.)
+  const std::string changed = *dir_ + "/ident-steps12.yaml";
+  std::ofstream(changed) << "name: ident\n" << SmallBase(12) << grid;
+  Output dry = Cli({"submit", changed, "--dry-run"});
+  ASSERT_EQ(dry.code, 0) << dry.out;
+  EXPECT_NE(dry.out.find("changed"), std::string::npos) << dry.out;
+  EXPECT_NE(dry.out.find("a submit would be refused"), std::string::npos) << dry.out;
+  Output refused = Cli({"submit", changed});
+  EXPECT_EQ(refused.code, 2) << refused.out;
+  EXPECT_NE(refused.out.find("train.steps: 10 -> 12 (4 trials)"), std::string::npos) << refused.out;
+  EXPECT_NE(refused.out.find("--new-version"), std::string::npos) << refused.out;
+  EXPECT_EQ(Sql("SELECT count(*) FROM trials WHERE sweep_id = " + sweep_sql)[0][0], "4");
+  EXPECT_EQ(Sql("SELECT spec_yaml FROM sweeps WHERE name = 'ident'"), spec_before);
+
+  // A seed added: only its 2 trials are new.
+  const std::string more = *dir_ + "/ident-seed2.yaml";
+  std::ofstream(more) << "name: ident\n"
+                      << SmallBase(10) << "grid:\n  optimizer.p: [0, 0.5]\nseeds: [0, 1, 2]\n"
+                      << "order: grid\n";
+  Output added = Cli({"submit", more});
+  ASSERT_EQ(added.code, 0) << added.out;
+  EXPECT_NE(added.out.find("6 trials, 2 new"), std::string::npos) << added.out;
+  ASSERT_EQ(Cli({"watch", "ident"}, seconds(240)).code, 0);
+
+  // The changed base as a new version: a sweep of its own.
+  Output v2 = Cli({"submit", changed, "--new-version", "--format", "json"});
+  ASSERT_EQ(v2.code, 0) << v2.out;
+  EXPECT_EQ(json::parse(v2.out)["sweep_name"], "ident.v2");
+  EXPECT_EQ(Sql("SELECT count(*) FROM trials WHERE sweep_id = (SELECT id FROM sweeps WHERE name "
+                "= 'ident.v2')")[0][0],
+            "4");
+  ASSERT_EQ(Cli({"cancel", "ident.v2"}).code, 0);
+
+  // Export: one row per trial, the axes and final metrics as columns, equal to SQLite.
+  Output csv = Cli({"export", "ident", "--format", "jsonl"});
+  ASSERT_EQ(csv.code, 0) << csv.out;
+  std::istringstream lines(csv.out);
+  std::string line;
+  int rows = 0;
+  while (std::getline(lines, line)) {
+    if (line.empty() || line[0] != '{') continue;
+    json r = json::parse(line);
+    ++rows;
+    const std::string id = std::to_string(r["trial_id"].get<int64_t>());
+    auto db = Sql("SELECT t.state, json_extract(t.axes_json, '$.\"optimizer.p\"'), l.value FROM "
+                  "trials t JOIN latest_metrics l ON l.trial_id = t.id AND l.name = "
+                  "'final_val_loss' WHERE t.id = " + id);
+    ASSERT_EQ(db.size(), 1u) << line;
+    EXPECT_EQ(r["state"], db[0][0]);
+    EXPECT_EQ(r["optimizer.p"], std::stod(db[0][1])) << line;
+    // (SQLite's text of a real has 15 significant digits.)
+    EXPECT_NEAR(r["final_val_loss"].get<double>(), std::stod(db[0][2]), 1e-12) << line;
+    EXPECT_EQ(r["build_version"], builds[0][0]);
+    EXPECT_EQ(r["builds"], 1);
+  }
+  EXPECT_EQ(rows, 6);
+  Output series = Cli({"export", "ident", "--metrics", "val_loss", "--format", "csv"});
+  ASSERT_EQ(series.code, 0) << series.out;
+  EXPECT_EQ(series.out.rfind("trial_id,step,tokens,name,value", 0), 0u) << series.out;
+  const auto points = Sql("SELECT count(*) FROM metrics m JOIN trials t ON t.id = m.trial_id "
+                          "WHERE m.name = 'val_loss' AND t.sweep_id = " + sweep_sql);
+  EXPECT_EQ(std::count(series.out.begin(), series.out.end(), '\n') - 1, std::stol(points[0][0]));
+
+  // Annotations and archiving.
+  const std::string first = Sql("SELECT min(id) FROM trials WHERE sweep_id = " + sweep_sql)[0][0];
+  Output ann = Cli({"annotate", "trial:" + first, "--tag", "outlier", "--note", "loss spike at 7"});
+  ASSERT_EQ(ann.code, 0) << ann.out;
+  Output shown = Cli({"status", "trial:" + first});
+  EXPECT_NE(shown.out.find("tags     outlier"), std::string::npos) << shown.out;
+  EXPECT_NE(shown.out.find("note     loss spike at 7"), std::string::npos) << shown.out;
+  EXPECT_NE(shown.out.find("numerics " + builds[0][2]), std::string::npos) << shown.out;
+  Output bad_tag = Cli({"annotate", "trial:" + first, "--tag", "no spaces"});
+  EXPECT_NE(bad_tag.code, 0);
+  EXPECT_NE(bad_tag.out.find("a tag is"), std::string::npos) << bad_tag.out;
+  ASSERT_EQ(Cli({"archive", "ident.v2"}).code, 0);
+  Output list = Cli({"status"});
+  EXPECT_EQ(list.out.find("ident.v2"), std::string::npos) << list.out;
+  EXPECT_NE(list.out.find("archived sweep"), std::string::npos) << list.out;
+  Output all = Cli({"status", "--archived"});
+  EXPECT_NE(all.out.find("ident.v2"), std::string::npos) << all.out;
+  EXPECT_EQ(Sql("SELECT archived FROM sweeps WHERE name = 'ident.v2'")[0][0], "1");
 }
 
 TEST_F(Cluster, BadSpecsQueueNothing) {

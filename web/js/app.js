@@ -6,11 +6,13 @@ import {sweepsPage} from './pages/sweeps.js';
 import {sweepPage} from './pages/sweep.js';
 import {trialPage} from './pages/trial.js';
 import {workersPage} from './pages/workers.js';
+import {comparePage} from './pages/compare.js';
 
 const ROUTES = [
   [/^\/(sweeps\/?)?$/, sweepsPage, 'Sweeps', 'sweeps'],
   [/^\/sweeps\/([^/]+)$/, sweepPage, 'Sweep', 'sweeps'],
   [/^\/trials\/(\d+)$/, trialPage, 'Trial', 'sweeps'],
+  [/^\/compare\/?$/, comparePage, 'Compare', 'sweeps'],
   [/^\/workers\/?$/, workersPage, 'Workers', 'workers'],
 ];
 

@@ -16,15 +16,19 @@ const DASHES = [[], [6, 3], [2, 2], [8, 3, 2, 3], [12, 4]];
 export const dashFor = (i) => DASHES[i % DASHES.length];
 
 // Draws a line chart into `container` (replacing its content):
-//   series: [{label, color, steps: [...], values: [...], dash?, width?}]
-// Series may have different step sets (they are joined on the union of steps; gaps are spanned).
-// Returns {destroy()}. A hover readout under the chart names the series nearest the cursor.
+//   series: [{label, color, steps: [...], values: [...], dash?, width?, lo?, hi?}]
+// `steps` are the x values (steps, tokens or seconds). Series may have different x sets (they are
+// joined on the union; gaps are spanned). `lo` / `hi` (same length as `values`) draw a band in the
+// series' colour behind the lines. `yRange: [lo, hi]` fixes the y axis; `notes` (text or nodes)
+// go under the title. Hovering lists every series' value at the cursor's x (± the band's half
+// width), the series nearest the cursor in bold. Returns {destroy()}.
 export async function lineChart(container, {title, series, xLabel = 'step', yLabel = '',
-  height = 260, logY = false}) {
+  height = 260, logY = false, yRange = null, notes = null, noteId = null}) {
   const box = h('div', {class: 'chart-canvas'});
   const readout = h('div', {class: 'chart-readout', 'aria-hidden': 'true'}, '\u00a0');
   const fig = h('figure', {class: 'chart', 'aria-label': title || yLabel},
-      title ? h('figcaption', {}, title) : null, box, readout);
+      title ? h('figcaption', {}, title) : null,
+      notes ? h('p', {class: 'chart-notes', id: noteId}, notes) : null, box, readout);
   replace(container, fig);
   const drawable = series.filter((s) => s.steps.length > 0);
   if (drawable.length === 0) {
@@ -39,46 +43,82 @@ export async function lineChart(container, {title, series, xLabel = 'step', yLab
         'charts unavailable: uPlot is not installed (run `npm ci` in web/; scripts/setup.sh does)'));
     return {destroy() {}};
   }
-  const data = uPlot.join(drawable.map((s) => [s.steps, s.values.map(
-      (v) => (v === null || !Number.isFinite(v) || (logY && v <= 0) ? null : v))]));
+  const clean = (vals) => vals.map(
+      (v) => (v === null || !Number.isFinite(v) || (logY && v <= 0) ? null : v));
+  // Band edges first (their fills are drawn before, so under, every line), then the lines.
+  const banded = drawable.filter((s) => s.lo && s.hi);
+  const tables = [];
+  const uSeries = [{label: xLabel}];
+  const bands = [];
+  const edgeOf = new Map();  // drawable series -> [hi index, lo index] in uPlot's series
+  for (const s of banded) {
+    const i = uSeries.length;
+    for (const [edge, vals] of [['hi', s.hi], ['lo', s.lo]]) {
+      tables.push([s.steps, clean(vals)]);
+      uSeries.push({label: `${s.label} ${edge}`, stroke: 'rgba(0,0,0,0)', width: 1, spanGaps: true,
+        points: {show: false}});
+    }
+    bands.push({series: [i, i + 1], fill: `${s.color}38`});
+    edgeOf.set(s, [i, i + 1]);
+  }
+  const lineIdx = [];
+  for (const s of drawable) {
+    lineIdx.push(uSeries.length);
+    tables.push([s.steps, clean(s.values)]);
+    uSeries.push({label: s.label, stroke: s.color, width: s.width ?? 1.5, dash: s.dash, spanGaps: true,
+      // Sparse series (evals, diagnostics) get dots: a single point draws no line.
+      points: {show: s.steps.length <= 40, size: 5, fill: s.color}});
+  }
+  const data = uPlot.join(tables);
+  // First and last defined index of every line: the readout shows "-" outside them.
+  const extent = lineIdx.map((i) => {
+    const a = data[i];
+    let f = 0, l = a.length - 1;
+    while (f < a.length && (a[f] === null || a[f] === undefined)) f++;
+    while (l >= 0 && (a[l] === null || a[l] === undefined)) l--;
+    return [f, l];
+  });
   let focused = null;
   const width = () => Math.max(240, box.clientWidth || container.clientWidth || 600);
+  const showReadout = (u) => {
+    const idx = u.cursor.idx;
+    if (idx === null || idx === undefined) {
+      readout.textContent = '\u00a0';
+      return;
+    }
+    const items = drawable.map((s, k) => {
+      const i = lineIdx[k];
+      const [f, l] = extent[k];
+      const j = idx < f || idx > l ? -1 : nearestIdx(u.data[i], idx);
+      const v = j >= 0 ? u.data[i][j] : null;
+      const e = edgeOf.get(s);
+      const half = j >= 0 && e && u.data[e[0]][j] !== null && u.data[e[1]][j] !== null ?
+        (u.data[e[0]][j] - u.data[e[1]][j]) / 2 : null;
+      return h('li', {class: i === focused ? 'focused' : null},
+          h('span', {class: 'swatch', style: `background:${s.color}`}), `${s.label}: `,
+          h('b', {}, fmtNum(v)), half !== null ? ` ± ${fmtNum(half)}` : null);
+    });
+    replace(readout, h('span', {class: 'x'}, `${xLabel} ${fmtNum(u.data[0][idx])}`), h('ul', {}, items));
+  };
   const opts = {
     width: width(),
     height,
     legend: {show: false},
     cursor: {focus: {prox: 24}, drag: {x: true, y: false}},
     focus: {alpha: 0.25},
-    scales: {x: {time: false}, y: logY ? {distr: 3} : {}},
+    scales: {x: {time: false}, y: {...(logY ? {distr: 3} : {}), ...(yRange ? {range: yRange} : {})}},
     axes: [
       {label: xLabel, stroke: '#555', grid: {stroke: '#eee'}, ticks: {stroke: '#ddd'}},
       {label: yLabel, stroke: '#555', grid: {stroke: '#eee'}, ticks: {stroke: '#ddd'},
         size: 64, ...(logY ? {} : {values: (u, ticks) => fmtTicks(ticks)})},
     ],
-    series: [{label: xLabel}, ...drawable.map((s) => ({
-      label: s.label, stroke: s.color, width: s.width ?? 1.5, dash: s.dash, spanGaps: true,
-      // Sparse series (evals, diagnostics) get dots: a single point draws no line.
-      points: {show: s.steps.length <= 40, size: 5, fill: s.color},
-    }))],
+    series: uSeries,
+    bands,
     hooks: {
       setSeries: [(u, i) => {
-        focused = i;
+        focused = lineIdx.includes(i) ? i : null;
       }],
-      setCursor: [(u) => {
-        const idx = u.cursor.idx;
-        if (idx === null || idx === undefined) {
-          readout.textContent = '\u00a0';
-          return;
-        }
-        const step = u.data[0][idx];
-        const i = focused ?? (drawable.length === 1 ? 1 : null);
-        if (!i) {
-          readout.textContent = `${xLabel} ${step}`;
-          return;
-        }
-        const v = nearest(u.data[i], idx);
-        readout.textContent = `${drawable[i - 1].label} · ${xLabel} ${step}: ${fmtNum(v)}`;
-      }],
+      setCursor: [showReadout],
     },
   };
   const plot = new uPlot(opts, data, box);
@@ -93,14 +133,12 @@ export async function lineChart(container, {title, series, xLabel = 'step', yLab
   }};
 }
 
-function nearest(arr, idx) {
+function nearestIdx(arr, idx) {
   for (let d = 0; d < arr.length; d++) {
-    if (idx - d >= 0 && arr[idx - d] !== null && arr[idx - d] !== undefined) return arr[idx - d];
-    if (idx + d < arr.length && arr[idx + d] !== null && arr[idx + d] !== undefined) {
-      return arr[idx + d];
-    }
+    if (idx - d >= 0 && arr[idx - d] !== null && arr[idx - d] !== undefined) return idx - d;
+    if (idx + d < arr.length && arr[idx + d] !== null && arr[idx + d] !== undefined) return idx + d;
   }
-  return null;
+  return -1;
 }
 
 // Tick labels with as many decimals as the tick spacing needs (0.99975, 0.9998, ... stay distinct).

@@ -178,3 +178,23 @@ export function waitingNotice(sweep, attrs = {}) {
 export function errorBox(err) {
   return h('div', {class: 'error', role: 'alert'}, String(err?.message || err));
 }
+
+// Chips for a trial's tags (an array of strings; anything else shows nothing).
+export function tagList(tags) {
+  if (!Array.isArray(tags) || tags.length === 0) return null;
+  return h('span', {class: 'tags'}, tags.map((t) => h('span', {class: 'tag'}, String(t))));
+}
+
+// A config object as {"model.d_model": "64", ...}: dotted keys to leaves; arrays and scalars are
+// leaves, written as JSON (so "1" and 1 differ).
+export function flattenConfig(obj, prefix = '', out = {}) {
+  for (const [k, v] of Object.entries(obj || {})) {
+    const key = prefix ? `${prefix}.${k}` : k;
+    if (v !== null && typeof v === 'object' && !Array.isArray(v) && Object.keys(v).length) {
+      flattenConfig(v, key, out);
+    } else {
+      out[key] = JSON.stringify(v);
+    }
+  }
+  return out;
+}

@@ -85,6 +85,12 @@ void Supervisor::HandleLine(std::string_view line) {
   ++json_lines_;
   if (t.step > last_step_ || t.type == "step") last_step_ = std::max(last_step_, t.step);
   if (!t.points.empty()) sink_->OnPoints(std::move(t.points));
+  if (t.build) {
+    v1::TrialEvent e;
+    e.set_kind(v1::TrialEvent::BUILD);
+    *e.mutable_build() = std::move(*t.build);
+    sink_->OnEvent(std::move(e));
+  }
   if (t.checkpoint_path) {
     v1::TrialEvent e;
     e.set_kind(v1::TrialEvent::CHECKPOINTED);

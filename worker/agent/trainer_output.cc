@@ -33,6 +33,20 @@ TrainerLine ParseTrainerLine(std::string_view line) {
     if (auto it = j.find("path"); it != j.end() && it->is_string()) {
       out.checkpoint_path = SanitizeUtf8(it->get<std::string>());
     }
+  } else if (out.type == "start") {
+    auto b = j.find("build");
+    if (b != j.end() && b->is_object()) {
+      auto text = [&](const char* key) {
+        auto it = b->find(key);
+        return it != b->end() && it->is_string() ? SanitizeUtf8(it->get<std::string>().substr(0, 200))
+                                                 : std::string();
+      };
+      v1::BuildInfo info;
+      info.set_version(text("version"));
+      info.set_commit(text("commit"));
+      info.set_numerics(text("numerics"));
+      out.build = std::move(info);
+    }
   } else if (out.type == "final") {
     auto it = j.find("status");
     out.final_status = (it != j.end() && it->is_string()) ? it->get<std::string>() : "";

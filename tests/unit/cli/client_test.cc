@@ -139,15 +139,18 @@ TEST_F(CliTest, SubmitDryRunPrintsTheExpandedTrials) {
     (*t->mutable_axes())["seed"] = "0";
     t->set_config_hash(std::string(kind) == "fpa" ? "a1b2c3d4e5f60708" : "0f0e0d0c0b0a0908");
     t->set_config_json(R"({"attention":{"kind":")" + std::string(kind) + R"("}})");
+    t->set_plan(std::string(kind) == "fpa" ? "existing" : "new");
   }
+  fake_.submit.set_new_trials(1);
+  fake_.submit.set_existing_trials(1);
   CliResult r = Ablate({"submit", "--dry-run", path});
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(fake_.last_submit().dry_run());
   EXPECT_EQ(r.out,
-            "#  attention.kind  seed  config_hash\n"
-            "1  fpa             0     a1b2c3d4e5f60708\n"
-            "2  sagebwd         0     0f0e0d0c0b0a0908\n"
-            "2 trials in sweep qk (dry run: nothing submitted)\n");
+            "#  attention.kind  seed  config_hash       plan\n"
+            "1  fpa             0     a1b2c3d4e5f60708  existing\n"
+            "2  sagebwd         0     0f0e0d0c0b0a0908  new\n"
+            "2 trials in sweep qk: 1 new, 1 existing, 0 changed (dry run: nothing submitted)\n");
 
   r = Ablate({"submit", "--dry-run", path, "--format", "json"});
   EXPECT_EQ(r.code, 0);
@@ -296,6 +299,11 @@ TEST_F(CliTest, StatusOfOneTrialShowsAttemptsAndMetrics) {
   a->set_state("running");
   a->add_gpu_indices(0);
   a->add_gpu_indices(1);
+  a->mutable_build()->set_version("0.4.0");
+  a->mutable_build()->set_commit("0123456789abcdef");
+  a->mutable_build()->set_numerics("1");
+  fake_.trial.mutable_trial()->add_tags("outlier");
+  fake_.trial.mutable_trial()->set_note("spike at 30");
   v1::MetricPoint* m = fake_.trial.add_latest();
   m->set_name("loss");
   m->set_step(40);
@@ -307,10 +315,12 @@ TEST_F(CliTest, StatusOfOneTrialShowsAttemptsAndMetrics) {
             "  axes     optimizer.p=0.5\n"
             "  hash     abcd\n"
             "  step     40/100   loss 4.5000   val_loss -\n"
+            "  tags     outlier\n"
+            "  note     spike at 30\n"
             "\n"
-            "attempt  worker  state    gpus  checkpoint  exit  reason\n"
-            "      1  w1      lost     -             30     0  lease expired\n"
-            "      2  w2      running  0,1            -     -  -\n"
+            "attempt  worker  state    gpus  checkpoint  exit  reason         build\n"
+            "      1  w1      lost     -             30     0  lease expired  -\n"
+            "      2  w2      running  0,1            -     -  -              0.4.0 0123456789ab numerics 1\n"
             "\n"
             "metric  step  value\n"
             "loss      40    4.5\n");
@@ -322,6 +332,10 @@ TEST_F(CliTest, StatusOfOneTrialShowsAttemptsAndMetrics) {
   EXPECT_TRUE(j["attempts"][1]["reason"].is_null());  // absent values are null, not ""
   EXPECT_TRUE(j["reason"].is_null());
   EXPECT_EQ(j["latest"]["loss"]["value"], 4.5);
+  EXPECT_TRUE(j["attempts"][0]["build"].is_null());  // not reported
+  EXPECT_EQ(j["attempts"][1]["build"]["commit"], "0123456789abcdef");
+  EXPECT_EQ(j["tags"], nlohmann::json::array({"outlier"}));
+  EXPECT_EQ(j["note"], "spike at 30");
 }
 
 TEST_F(CliTest, UnknownSweepExitsThree) {

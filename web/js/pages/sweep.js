@@ -1,5 +1,5 @@
 // #/sweeps/{id}: header (counts, progress, a notice when no connected worker can take the queued
-// trials, spec), the ablation table, filters shared by the curves,
+// trials, spec), the ablation table, the paired comparison, filters shared by the curves,
 // the trial table and the diagnostics. Live: events of this sweep refetch (debounced) what they
 // change; while trials run, the table refreshes every 5 s and the charts every 15 s (a step's
 // metrics produce no event).
@@ -8,6 +8,7 @@ import {getState, setState} from '../route.js';
 import {axisCompare, debounce, errorBox, fmtTime, h, progressBar, replace, stateCounts, STATES, waitingNotice} from '../util.js';
 import {curvesView} from '../views/curves.js';
 import {diagnosticsView} from '../views/diagnostics.js';
+import {pairedView} from '../views/paired.js';
 import {resultsView} from '../views/results.js';
 import {trialsView} from '../views/trials.js';
 
@@ -36,6 +37,7 @@ export function sweepPage(main, [ref]) {
   const filters = h('section', {class: 'filters', 'aria-label': 'trial filters'});
   const sections = {
     results: h('section', {class: 'card', id: 'results-section'}),
+    paired: h('section', {class: 'card', id: 'paired-section'}),
     curves: h('section', {class: 'card', id: 'curves-section'}),
     trials: h('section', {class: 'card', id: 'trials-section'}),
     diagnostics: h('section', {class: 'card', id: 'diagnostics-section'}),
@@ -86,6 +88,7 @@ export function sweepPage(main, [ref]) {
           ' / ', sweep.name),
         h('div', {class: 'title-row'},
           h('h1', {}, sweep.name, h('span', {class: 'muted id'}, ` #${sweep.id}`)),
+          sweep.archived ? h('span', {class: 'badge archived', id: 'sweep-archived'}, 'archived') : null,
           h('span', {class: finished ? 'muted' : 'active', id: 'sweep-status'},
             finished ? 'finished' : 'active')),
         h('div', {class: 'meta'}, h('span', {}, `${sweep.total} trials`),
@@ -195,6 +198,7 @@ export function sweepPage(main, [ref]) {
         metricNames = await loadMetricNames();
         if (metricNames.length) {
           views.results?.renderControls();
+          views.paired?.renderControls();
           views.curves?.renderControls();
         }
       }
@@ -203,6 +207,7 @@ export function sweepPage(main, [ref]) {
     }
     views.trials?.refresh();
     views.results?.refresh();
+    views.paired?.refresh();
   }, 1000);
   const refreshCharts = debounce(() => {
     views.curves?.refresh();
@@ -216,9 +221,10 @@ export function sweepPage(main, [ref]) {
       replace(header, h('nav', {class: 'crumbs'}, h('a', {href: '#/'}, 'Sweeps')), errorBox(e));
       return;
     }
-    main.append(sections.results, filters, sections.curves, sections.trials, sections.diagnostics);
+    main.append(sections.results, sections.paired, filters, sections.curves, sections.trials, sections.diagnostics);
     views = {
       results: resultsView(sections.results, ctx),
+      paired: pairedView(sections.paired, ctx),
       curves: curvesView(sections.curves, ctx),
       trials: trialsView(sections.trials, ctx),
       diagnostics: diagnosticsView(sections.diagnostics, ctx),
@@ -228,6 +234,7 @@ export function sweepPage(main, [ref]) {
     loadMetricNames().then((names) => {
       metricNames = names;
       views.results.renderControls();
+      views.paired.renderControls();
       views.curves.renderControls();
     }).catch(() => {});
     timer = setInterval(() => {

@@ -1,9 +1,9 @@
-// #/trials/{id}: state and progress, every metric's curve, the attention diagnostics, the resolved
-// config, the attempts with their log tails. Live: this trial's events refetch it; while it runs,
+// #/trials/{id}: state and progress, tags and note, every metric's curve, the attention diagnostics,
+// the resolved config, the attempts (with the build that ran each, when reported) and their log tails. Live: this trial's events refetch it; while it runs,
 // it refreshes every 5 s (curves every 15 s).
 import {api} from '../api.js';
 import {getState, setState} from '../route.js';
-import {h, replace, stateBadge, fmtNum, fmtTime, fmtDuration, debounce, errorBox, mapLimit} from '../util.js';
+import {h, replace, stateBadge, fmtNum, fmtTime, fmtDuration, debounce, errorBox, mapLimit, tagList} from '../util.js';
 import {lineChart, colorFor} from '../charts.js';
 import {trialDiagnostics} from '../views/diagnostics.js';
 import {isSeriesMetric, sortMetrics} from './sweep.js';
@@ -39,6 +39,8 @@ export function trialPage(main, [id]) {
         h('div', {class: 'title-row'}, h('h1', {}, `Trial #${t.id}`), stateBadge(t.state)),
         h('div', {class: 'axes-line'}, Object.entries(t.axes || {}).map(([k, v]) =>
           h('span', {class: 'kv'}, h('span', {class: 'k'}, k), ' ', h('b', {}, v)))),
+        t.tags?.length || t.note ? h('div', {class: 'annotations', id: 'trial-annotations'},
+            tagList(t.tags), t.note ? h('p', {class: 'note', id: 'trial-note'}, t.note) : null) : null,
         h('dl', {class: 'stats', id: 'trial-stats'},
             stat('step', `${t.step} / ${t.total_steps || '?'}`),
             stat('loss', fmtNum(t.loss, 4)), stat('val_loss', fmtNum(t.val_loss, 4)),
@@ -85,6 +87,7 @@ export function trialPage(main, [id]) {
 
   const renderBottom = () => {
     const attempts = [...(trial.attempts || [])].reverse();
+    const builds = attempts.some((a) => a.build && typeof a.build === 'object');
     // Keep the log panels the reader opened or closed across refreshes.
     const first = !bottom.hasChildNodes();
     const open = new Set([...bottom.querySelectorAll('details.log[open]')].map((d) => d.dataset.attempt));
@@ -93,7 +96,8 @@ export function trialPage(main, [id]) {
             attempts.length === 0 ? h('p', {class: 'muted'}, 'not started yet') :
               h('div', {class: 'table-scroll'}, h('table', {class: 'data'},
                   h('thead', {}, h('tr', {}, ['#', 'state', 'worker', 'GPUs / slots', 'started', 'ended',
-                    'exit', 'checkpoint', 'reason'].map((c) => h('th', {scope: 'col'}, c)))),
+                    'exit', 'checkpoint', 'reason', builds ? 'build' : null].filter(Boolean).map(
+                      (c) => h('th', {scope: 'col'}, c)))),
                   h('tbody', {}, attempts.map((a) => h('tr', {},
                       h('th', {scope: 'row'}, String(a.attempt)), h('td', {}, stateBadge(a.state)),
                       h('td', {}, a.worker_id || '-'),
@@ -101,7 +105,8 @@ export function trialPage(main, [id]) {
                       h('td', {class: 'nowrap'}, fmtTime(a.started_at)), h('td', {class: 'nowrap'}, fmtTime(a.ended_at)),
                       h('td', {class: 'num'}, a.ended_at ? String(a.exit_code) : '-'),
                       h('td', {class: 'num'}, a.checkpoint_step ? String(a.checkpoint_step) : '-'),
-                      h('td', {}, a.reason || '')))))),
+                      h('td', {}, a.reason || ''),
+                      builds ? h('td', {class: 'build'}, buildText(a.build)) : null))))),
             attempts.map((a, i) => h('details', {open: first ? i === 0 : open.has(String(a.attempt)),
               class: 'log', dataset: {attempt: a.attempt}},
                 h('summary', {}, `log tail of attempt ${a.attempt}`),
@@ -144,6 +149,18 @@ export function trialPage(main, [id]) {
       diagView?.destroy();
     },
   };
+}
+
+// "0.4.0 · 1a2b3c4d5e6f · numerics …" from an attempt's build {version, commit, numerics}.
+function buildText(b) {
+  if (!b || typeof b !== 'object') return '-';
+  const str = (v) => (v === null || v === undefined || v === '' ? null :
+    typeof v === 'object' ? Object.entries(v).map(([k, x]) => `${k}=${typeof x === 'object' ? JSON.stringify(x) : x}`).join(' ') :
+    String(v));
+  const commit = str(b.commit);
+  const parts = [str(b.version), commit ? h('code', {title: commit}, commit.slice(0, 12)) : null,
+    str(b.numerics) ? `numerics ${str(b.numerics)}` : null].filter(Boolean);
+  return parts.length ? parts.flatMap((x, i) => (i ? [' · ', x] : [x])) : '-';
 }
 
 function stat(label, value) {

@@ -1,7 +1,9 @@
 // The trial table of a sweep: one page at a time from GET /api/sweeps/{id}/trials (server-side
-// paging, sorting and filtering), so a 10,000-trial sweep costs one page per refresh.
+// paging, sorting and filtering), so a 10,000-trial sweep costs one page per refresh. A checkbox per
+// row selects trials (kept across pages and refreshes) for the compare view (#/compare?trials=...);
+// a tags column appears when a trial of the page has tags or a note.
 import {api} from '../api.js';
-import {h, replace, stateBadge, fmtNum, fmtDuration, fmtAgo, errorBox} from '../util.js';
+import {h, replace, stateBadge, fmtNum, fmtDuration, fmtAgo, errorBox, tagList} from '../util.js';
 
 const PAGE_SIZES = [50, 100, 250, 1000];
 
@@ -10,7 +12,24 @@ export function trialsView(container, ctx) {
   const info = h('span', {class: 'muted', id: 'trials-info', 'aria-live': 'polite'});
   const tableBox = h('div', {class: 'table-scroll'});
   const pager = h('nav', {class: 'pager', 'aria-label': 'trial table pages'});
-  replace(container, h('div', {class: 'section-head'}, h('h2', {}, 'Trials'), info), tableBox, pager);
+  const selected = new Set();
+  const compareBtn = h('button', {type: 'button', id: 'compare-selected', disabled: true, onclick: () => {
+    location.hash = `#/compare?trials=${[...selected].sort((a, b) => a - b).join(',')}`;
+  }});
+  const clearBtn = h('button', {type: 'button', class: 'link', id: 'compare-clear', hidden: true, onclick: () => {
+    selected.clear();
+    for (const c of tableBox.querySelectorAll('input.select-trial')) c.checked = false;
+    updateSelection();
+  }}, 'clear selection');
+  const updateSelection = () => {
+    compareBtn.disabled = selected.size < 2;
+    compareBtn.textContent = `compare selected (${selected.size})`;
+    compareBtn.title = selected.size < 2 ? 'select two or more trials' : '';
+    clearBtn.hidden = selected.size === 0;
+  };
+  updateSelection();
+  replace(container, h('div', {class: 'section-head'}, h('h2', {}, 'Trials'), info, compareBtn, clearBtn),
+      tableBox, pager);
 
   const state = () => {
     const s = ctx.getState();
@@ -22,7 +41,8 @@ export function trialsView(container, ctx) {
     };
   };
 
-  const columns = [
+  const baseColumns = [
+    {key: 'select', label: 'select'},
     {key: 'id', label: 'id', sort: 'id', num: true},
     {key: 'state', label: 'state', sort: 'state'},
     ...sweep.axes.map((a) => ({key: `axis.${a}`, label: a, sort: `axis.${a}`})),
@@ -35,9 +55,16 @@ export function trialsView(container, ctx) {
     {key: 'duration', label: 'duration', sort: 'finished_at', num: true},
     {key: 'reason', label: 'reason'},
   ];
+  const tagsColumn = {key: 'tags', label: 'tags / note'};
 
   const cellFor = (c, t) => {
     switch (c.key) {
+      case 'select': return h('input', {type: 'checkbox', class: 'select-trial', checked: selected.has(t.id),
+        'aria-label': `select trial #${t.id} to compare`, dataset: {trial: t.id}, onchange: (e) => {
+          e.target.checked ? selected.add(t.id) : selected.delete(t.id);
+          updateSelection();
+        }});
+      case 'tags': return [tagList(t.tags), t.note ? h('span', {class: 'note', title: t.note}, t.note) : null];
       case 'id': return h('a', {href: `#/trials/${t.id}`, id: `trial-link-${t.id}`}, `#${t.id}`);
       case 'state': return stateBadge(t.state);
       case 'step': return h('span', {class: 'step'}, `${t.step}/${t.total_steps || '?'}`,
@@ -77,6 +104,8 @@ export function trialsView(container, ctx) {
   const render = (page) => {
     const {sort, order, offset, limit} = state();
     const focusedId = document.activeElement?.id;
+    const tagged = page.trials.some((t) => t.tags?.length || t.note);
+    const columns = tagged ? [...baseColumns, tagsColumn] : baseColumns;
     const head = h('tr', {}, columns.map((c) => {
       const active = c.sort && c.sort === sort;
       const ariaSort = active ? (order === 'asc' ? 'ascending' : 'descending') : null;
@@ -90,8 +119,8 @@ export function trialsView(container, ctx) {
               active ? (order === 'asc' ? ' ▲' : ' ▼') : '')) : c.label);
     }));
     const rows = page.trials.map((t) => h('tr', {dataset: {trial: t.id, state: t.state}},
-        columns.map((c) => h(c.key === 'id' ? 'th' : 'td',
-            {class: c.num ? 'num' : null, scope: c.key === 'id' ? 'row' : null}, cellFor(c, t)))));
+        columns.map((c) => h(c.key === 'id' ? 'th' : 'td', {class: c.num ? 'num' : null,
+          scope: c.key === 'id' ? 'row' : null, dataset: {col: c.key}}, cellFor(c, t)))));
     replace(tableBox, h('table', {class: 'data trials', id: 'trials-table'},
         h('thead', {}, head),
         h('tbody', {}, rows.length ? rows :

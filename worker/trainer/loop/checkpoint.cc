@@ -119,4 +119,14 @@ StatusOr<Checkpoint> ReadCheckpoint(const std::string& path) {
   return ckpt;
 }
 
+nlohmann::json StateHeader(const Checkpoint& ckpt) {
+  nlohmann::json h = ckpt.header;
+  if (h.contains("loop") && h["loop"].is_object()) h["loop"].erase("train_time_s");
+  return h;
+}
+
+bool SameState(const Checkpoint& a, const Checkpoint& b) {
+  return a.sections == b.sections && StateHeader(a) == StateHeader(b);
+}
+
 }  // namespace ablate::trainer

@@ -23,4 +23,10 @@ struct Checkpoint {
 Status WriteCheckpointAtomic(const std::string& path, const Checkpoint& ckpt);
 StatusOr<Checkpoint> ReadCheckpoint(const std::string& path);
 
+// The training state of a checkpoint, without what only describes the run that wrote it (the wall
+// time spent training, loop.train_time_s). Two checkpoints of the same trial at the same step hold the
+// same state exactly when these are equal: a resumed run must reach the same bytes here.
+nlohmann::json StateHeader(const Checkpoint& ckpt);
+bool SameState(const Checkpoint& a, const Checkpoint& b);
+
 }  // namespace ablate::trainer

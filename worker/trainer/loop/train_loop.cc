@@ -14,7 +14,9 @@
 #include <map>
 #include <sstream>
 
+#include "ablate/build_info.h"
 #include "ablate/files.h"
+#include "numerics_version.h"
 #include "trainer/data/dataset.h"
 #include "trainer/loop/backend.h"
 #include "trainer/loop/checkpoint.h"
@@ -312,6 +314,10 @@ StatusOr<RunResult> RunTrial(const config::TrialConfig& cfg, const RunOptions& o
   const int64_t tokens_per_step = cfg.train.tokens_per_step;
 
   nlohmann::json start = {{"type", "start"},
+        {"build",
+         {{"version", std::string(BuildVersion())},
+          {"commit", std::string(BuildCommit())},
+          {"numerics", std::string(kernels::kNumericsVersion)}}},
         {"config_hash", hash},
         {"resumed_from_step", start_step},
         {"params", backend->num_params()},
