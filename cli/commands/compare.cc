@@ -52,6 +52,13 @@ Table CompareTable(const v1::CompareResponse& resp) {
   for (const std::string& axis : resp.by()) t.AddColumn(axis);
   t.AddColumn(resp.factor(), "value");
   t.AddColumn("baseline", "baseline", Column::Show::kMachineOnly);
+  const bool best_over = !resp.best_over().empty();
+  bool mixed = false;
+  for (const v1::CompareRow& r : resp.rows()) mixed |= r.builds() > 1 || r.baseline_builds() > 1;
+  if (best_over) {
+    t.AddColumn("best " + resp.best_over(), "best_value");
+    t.AddColumn("baseline's best", "baseline_best_value");
+  }
   t.AddColumn("metric", "metric", Column::Show::kMachineOnly);
   t.AddColumn("n", "n").align = Column::Align::kRight;
   t.AddColumn("mean", "mean").align = Column::Align::kRight;
@@ -67,6 +74,9 @@ Table CompareTable(const v1::CompareResponse& resp) {
                         "baseline_missing", "left_out"}) {
     t.AddColumn(f, f, Column::Show::kMachineOnly);
   }
+  const auto builds_shown = mixed ? Column::Show::kAll : Column::Show::kMachineOnly;
+  t.AddColumn("builds", "builds", builds_shown);
+  t.AddColumn("baseline builds", "baseline_builds", builds_shown);
   t.AddColumn("test", "test");
   t.AddColumn("verdict", "verdict");
   for (const v1::CompareRow& r : resp.rows()) {
@@ -77,6 +87,10 @@ Table CompareTable(const v1::CompareResponse& resp) {
     const bool has = r.test() != "none";
     row.push_back(Cell::Text(r.value()));
     row.push_back(Cell::Text(r.baseline()));
+    if (best_over) {
+      row.push_back(r.best_value().empty() ? Cell() : Cell::Text(r.best_value()));
+      row.push_back(r.baseline_best_value().empty() ? Cell() : Cell::Text(r.baseline_best_value()));
+    }
     row.push_back(Cell::Text(resp.metric()));
     row.push_back(Cell::Int(r.n()));
     row.push_back(has ? Cell::Real(r.mean()) : Cell());
@@ -102,6 +116,8 @@ Table CompareTable(const v1::CompareResponse& resp) {
                   r.baseline_failed(), r.baseline_missing(), r.left_out()}) {
       row.push_back(Cell::Int(v));
     }
+    row.push_back(Cell::Int(r.builds()));
+    row.push_back(Cell::Int(r.baseline_builds()));
     row.push_back(Cell::Text(r.test()));
     row.push_back(Cell::Text(Verdict(r)));
     t.AddRow(std::move(row));
@@ -117,6 +133,8 @@ Status ShowCompare(Client& client, const CompareOptions& options, const Io& io) 
   req.set_baseline(options.baseline);
   req.set_metric(options.metric);
   for (const std::string& axis : options.by) req.add_by(axis);
+  req.set_best_over(options.best_over);
+  for (const std::string& s : options.select_seeds) req.add_select_seeds(s);
   v1::CompareResponse resp;
   ABLATE_RETURN_IF_ERROR(client.Call(&v1::ControlService::StubInterface::Compare, req, &resp));
   *io.out << Render(CompareTable(resp), options.format);
@@ -143,6 +161,24 @@ Status ShowCompare(Client& client, const CompareOptions& options, const Io& io) 
               << " left out of the pairs (diverged, failed, pending or unmatched: see seeds)\n";
     }
     if (diverged > 0) *io.out << "a level with a diverged seed may be the finding: see seeds\n";
+    bool mixed = false;
+    for (const v1::CompareRow& r : resp.rows()) mixed |= r.builds() > 1 || r.baseline_builds() > 1;
+    if (mixed) {
+      *io.out << "builds > 1: a level's values come from different builds of the trainer "
+                 "(ablate export shows which)\n";
+    }
+    if (!resp.best_over().empty()) {
+      *io.out << "each level at its own best " << resp.best_over() << " (best " << resp.best_over()
+              << ", chosen by the mean of " << resp.metric() << ")";
+      if (resp.optimistic()) {
+        *io.out << ", chosen and tested on the same seeds: optimistic (the chosen value's "
+                   "luck is in the difference); choose on some seeds with --select-seeds\n";
+      } else {
+        std::string seeds;
+        for (const std::string& s : resp.test_seeds()) seeds += (seeds.empty() ? "" : ",") + s;
+        *io.out << " on the --select-seeds, tested on seeds " << seeds << "\n";
+      }
+    }
   }
   return Status::Ok();
 }
@@ -157,6 +193,11 @@ void AddCompareCommand(CLI::App& app, Action* selected) {
   sub->add_option("--baseline", opts->baseline, "The level compared against (default: the first)");
   sub->add_option("--metric", opts->metric, "Metric to compare")->default_str("final_val_loss");
   sub->add_option("--by", opts->by, "Axes whose cells are compared apart")->delimiter(',');
+  sub->add_option("--best-over", opts->best_over,
+                  "Compare each level at its own best value of this axis (e.g. optimizer.lr)");
+  sub->add_option("--select-seeds", opts->select_seeds,
+                  "Seeds that choose the best value; the others test it (default: all, optimistic)")
+      ->delimiter(',');
   AddFormatOption(sub, format.get());
   sub->callback([opts, format, selected] {
     *selected = [opts, format](CommandEnv& env) -> Status {

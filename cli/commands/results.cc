@@ -19,63 +19,77 @@ int DecimalsFor(double mean) {
 
 }  // namespace
 
-bool LowerIsBetter(const std::string& metric) {
-  for (const char* word : {"loss", "bpb", "perplexity", "ppl", "error", "time", "residual"}) {
-    if (metric.find(word) != std::string::npos) return true;
-  }
-  return false;
-}
-
 int BestRow(const v1::ResultsResponse& resp) {
-  const bool lower = LowerIsBetter(resp.metric());
-  int best = -1;
   for (int i = 0; i < resp.rows_size(); ++i) {
-    const v1::ResultsRow& r = resp.rows(i);
-    if (r.n() <= 0 || !std::isfinite(r.mean())) continue;
-    if (best < 0 ||
-        (lower ? r.mean() < resp.rows(best).mean() : r.mean() > resp.rows(best).mean())) {
-      best = i;
-    }
+    if (resp.rows(i).best()) return i;
   }
-  return best;
+  return -1;
 }
 
-std::string FormatMeanStd(const v1::ResultsRow& row) {
+std::string FormatMeanSe(const v1::ResultsRow& row) {
   if (row.n() <= 0 || !std::isfinite(row.mean())) return "-";
   const int decimals = DecimalsFor(row.mean());
-  std::string s = FormatFixed(row.mean(), decimals) + " ± " + FormatFixed(row.std(), decimals);
+  std::string s = FormatFixed(row.mean(), decimals);
+  s += std::isfinite(row.se()) ? " ± " + FormatFixed(row.se(), decimals) : " ± -";
   s += " (" + std::to_string(row.n());
   if (row.trials() > row.n()) s += "/" + std::to_string(row.trials());
   return s + ")";
 }
 
+std::string FormatInterval(const v1::ResultsRow& row) {
+  if (row.n() <= 0 || !std::isfinite(row.ci_low())) return "-";
+  const int decimals = DecimalsFor(row.mean());
+  return "[" + FormatFixed(row.ci_low(), decimals) + ", " + FormatFixed(row.ci_high(), decimals) +
+         "]";
+}
+
 Table ResultsTable(const v1::ResultsResponse& resp) {
+  bool diverged = false, failed = false, mixed = false;
+  for (const v1::ResultsRow& r : resp.rows()) {
+    diverged |= r.diverged() > 0;
+    failed |= r.failed() > 0;
+    mixed |= r.builds() > 1;
+  }
+  // In the text, the counts only when some cell has them; the machine formats always.
+  auto shown = [](bool any) { return any ? Column::Show::kAll : Column::Show::kMachineOnly; };
   Table t;
   t.AddColumn("", "", Column::Show::kTextOnly);  // the best-row marker
   for (const std::string& axis : resp.by()) t.AddColumn(axis);
   t.AddColumn("metric", "metric", Column::Show::kMachineOnly);
-  t.AddColumn(resp.metric() + " mean ± std (n)", "", Column::Show::kTextOnly).align =
+  t.AddColumn(resp.metric() + " mean ± se (n)", "", Column::Show::kTextOnly).align =
       Column::Align::kRight;
-  for (const char* field : {"mean", "std", "n", "trials", "min", "max", "best"}) {
+  t.AddColumn("95% CI", "", Column::Show::kTextOnly).align = Column::Align::kRight;
+  for (const char* field : {"mean", "std", "se", "ci_low", "ci_high", "n", "trials", "min", "max"}) {
     t.AddColumn(field, field, Column::Show::kMachineOnly);
   }
-  const int best = BestRow(resp);
+  t.AddColumn("diverged", "diverged", shown(diverged));
+  t.AddColumn("failed", "failed", shown(failed));
+  t.AddColumn("builds", "builds", shown(mixed));
+  t.AddColumn("best", "best", Column::Show::kMachineOnly);
   for (int i = 0; i < resp.rows_size(); ++i) {
     const v1::ResultsRow& r = resp.rows(i);
-    std::vector<Cell> row{i == best ? Cell::Text("*") : Cell::Text("")};
+    std::vector<Cell> row{Cell::Text(r.best() ? "*" : (r.diverged() > 0 ? "!" : ""))};
     for (int k = 0; k < resp.by_size(); ++k) {
       row.push_back(k < r.keys_size() ? Cell::Text(r.keys(k)) : Cell());
     }
     row.push_back(Cell::Text(resp.metric()));
-    row.push_back(Cell::Text(FormatMeanStd(r)));
+    row.push_back(Cell::Text(FormatMeanSe(r)));
+    row.push_back(Cell::Text(FormatInterval(r)));
     const bool has = r.n() > 0;
-    row.push_back(has ? Cell::Real(r.mean()) : Cell());
-    row.push_back(has ? Cell::Real(r.std()) : Cell());
+    auto real = [](double v) { return std::isfinite(v) ? Cell::Real(v) : Cell(); };
+    row.push_back(has ? real(r.mean()) : Cell());
+    row.push_back(has ? real(r.std()) : Cell());
+    row.push_back(has ? real(r.se()) : Cell());
+    row.push_back(has ? real(r.ci_low()) : Cell());
+    row.push_back(has ? real(r.ci_high()) : Cell());
     row.push_back(Cell::Int(r.n()));
     row.push_back(Cell::Int(r.trials()));
-    row.push_back(has ? Cell::Real(r.min()) : Cell());
-    row.push_back(has ? Cell::Real(r.max()) : Cell());
-    row.push_back(Cell::Bool(i == best));
+    row.push_back(has ? real(r.min()) : Cell());
+    row.push_back(has ? real(r.max()) : Cell());
+    row.push_back(Cell::Int(r.diverged()));
+    row.push_back(Cell::Int(r.failed()));
+    row.push_back(Cell::Int(r.builds()));
+    row.push_back(Cell::Bool(r.best()));
     t.AddRow(std::move(row));
   }
   return t;
@@ -125,9 +139,27 @@ Status ShowResults(Client& client, const ResultsOptions& options, const Io& io) 
   if (options.format == Format::kTable) {
     if (resp.rows().empty()) {
       *io.err << "no results yet for " << resp.metric() << " in sweep " << options.sweep << "\n";
-    } else if (BestRow(resp) >= 0) {
-      *io.out << "* best (" << (LowerIsBetter(resp.metric()) ? "lowest" : "highest")
-              << " mean); std is the sample standard deviation over seeds\n";
+    } else {
+      *io.out << "se: standard error of the mean over seeds; 95% CI: t interval of the mean; "
+                 "(n/m): n of the m trials have a value\n";
+      if (BestRow(resp) >= 0) {
+        *io.out << "* best: the " << (resp.lower_is_better() ? "lowest" : "highest")
+                << " mean, its 95% interval apart from every other cell's\n";
+      } else if (any_value) {
+        *io.out << "no best marked: no cell's 95% interval is apart from all others (seed noise "
+                   "may explain the order; ablate compare tests paired differences)\n";
+      }
+      const bool diverged = std::any_of(resp.rows().begin(), resp.rows().end(),
+                                        [](const v1::ResultsRow& r) { return r.diverged() > 0; });
+      const bool mixed = std::any_of(resp.rows().begin(), resp.rows().end(),
+                                     [](const v1::ResultsRow& r) { return r.builds() > 1; });
+      if (diverged) {
+        *io.out << "! some seeds of this cell diverged: counted in 'diverged', not in its mean\n";
+      }
+      if (mixed) {
+        *io.out << "builds > 1: the cell's values come from different builds of the trainer "
+                   "(ablate export shows which)\n";
+      }
     }
   }
   return Status::Ok();
@@ -136,7 +168,7 @@ Status ShowResults(Client& client, const ResultsOptions& options, const Io& io) 
 void AddResultsCommand(CLI::App& app, Action* selected) {
   auto opts = std::make_shared<ResultsOptions>();
   auto format = std::make_shared<std::string>("table");
-  CLI::App* sub = app.add_subcommand("results", "The ablation table: metric mean ± std over seeds");
+  CLI::App* sub = app.add_subcommand("results", "The ablation table: metric mean ± standard error and 95% interval over seeds");
   sub->add_option("sweep", opts->sweep, "Sweep name or sweep:ID")->required();
   sub->add_option("--metric", opts->metric, "Metric to compare")->default_str("final_val_loss");
   sub->add_option("--by", opts->by, "Axes to group by (default: every axis except seed)")

@@ -23,14 +23,14 @@ struct ResultsOptions {
 Status ShowResults(Client& client, const ResultsOptions& options, const Io& io);
 void AddResultsCommand(CLI::App& app, Action* selected);
 
-// True when smaller values of `metric` are better: losses, bits per byte, perplexity, errors and
-// durations.
-bool LowerIsBetter(const std::string& metric);
-// The index of the best row among rows with n > 0; -1 when none has a value.
+// The row the server marked best (separated by its interval: server/analysis/results.h), or -1.
 int BestRow(const v1::ResultsResponse& resp);
-// "3.2145 ± 0.0123 (2)", with "(n/trials)" when some trials of the group have no value yet and "-"
-// when none has; the mean's magnitude picks the decimals (4 below 100), the std uses the same.
-std::string FormatMeanStd(const v1::ResultsRow& row);
+// "3.2145 ± 0.0123 (3)": the mean and its standard error ("-" below 2 values), with "(n/trials)"
+// when some trials of the group have no value and "-" when none has; the mean's magnitude picks
+// the decimals (4 below 100), the se uses the same.
+std::string FormatMeanSe(const v1::ResultsRow& row);
+// "[3.2132, 3.2158]": the 95% t interval of the mean; "-" without one.
+std::string FormatInterval(const v1::ResultsRow& row);
 Table ResultsTable(const v1::ResultsResponse& resp);
 
 }  // namespace ablate::cli

@@ -270,7 +270,7 @@ class Client:
     # ---- analysis -----------------------------------------------------------------------------
 
     def compare(self, sweep, factor, baseline=None, metric="final_val_loss", by=(),
-                as_frame=False):
+                best_over=None, select_seeds=(), as_frame=False):
         """Each level of `factor` against `baseline` (default: the first level), paired by seed,
         as `ablate compare SWEEP --factor F` (GET /api/sweeps/{id|name}/compare). by: axes whose
         cells are compared apart (a list, or one comma-separated string). One dict per
@@ -278,12 +278,18 @@ class Client:
         'none'), n, mean, baseline_mean, delta (value - baseline), ci_low, ci_high (95%, None
         when n < 3), p_value, p_permutation, p_adjusted (Holm over the rows), seeds, diverged,
         failed, missing, baseline_seeds, baseline_diverged, baseline_failed, baseline_missing,
-        left_out. With as_frame=True a DataFrame, the cell split into one column per by axis.
+        left_out, builds, baseline_builds. best_over: a nuisance axis (e.g. 'optimizer.lr') at
+        which each level is compared at its own best value (best_value, baseline_best_value in
+        the rows), chosen on select_seeds and tested on the other seeds (on all when empty:
+        optimistic). With as_frame=True a DataFrame, the cell split into one column per by axis.
         The whole response (resolved baseline, levels) is client.get(['sweeps', S, 'compare'],
         {...})."""
         by = _names(by, "by")
+        select_seeds = _names([str(s) for s in select_seeds] if not isinstance(select_seeds, str)
+                              else select_seeds, "select_seeds")
         params = {"factor": factor, "baseline": baseline or None, "metric": metric,
-                  "by": by or None}
+                  "by": by or None, "best_over": best_over or None,
+                  "select_seeds": select_seeds or None}
         rows = self.get(["sweeps", _sweep_ref(sweep), "compare"], params)["rows"]
         if not as_frame:
             return rows
@@ -298,7 +304,8 @@ class Client:
 
     def results(self, sweep, metric="final_val_loss", by=()):
         """The ablation table (GET /api/sweeps/{id|name}/results), as `ablate results`: rows of
-        keys (the by axes' values), n, trials, mean, std, min, max."""
+        keys (the by axes' values), n, trials, mean, std, se, ci_low, ci_high (95% t interval of
+        the mean), min, max, diverged, failed, builds, best (only when its interval separates it)."""
         by = _names(by, "by")
         return self.get(["sweeps", _sweep_ref(sweep), "results"],
                         {"metric": metric, "by": by or None})["rows"]

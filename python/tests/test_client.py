@@ -132,6 +132,13 @@ class RequestTest(unittest.TestCase):
         self.assertEqual(self.server.seen[0]["path"],
                          "/api/sweeps/s/compare?factor=k&metric=final_val_loss")
 
+    def test_compare_best_over_and_select_seeds(self):
+        self.answers["/api/sweeps/s/compare"] = _json({"rows": []})
+        self.client.compare("s", "attention.kind", best_over="optimizer.lr", select_seeds=[0, 1])
+        self.assertEqual(self.server.seen[0]["path"],
+                         "/api/sweeps/s/compare?factor=attention.kind&metric=final_val_loss"
+                         "&best_over=optimizer.lr&select_seeds=0%2C1")
+
     def test_json_lines(self):
         rows = [{"trial_id": 1, "state": "succeeded", "x.y": 0.5, "loss": None},
                 {"trial_id": 2, "state": "failed", "x.y": 1, "loss": 2.5}]

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <set>
+#include <string>
 
 namespace ablate::analysis {
 namespace {
@@ -21,6 +22,7 @@ struct SeedCell {
   double sum = 0;
   int n = 0, trials = 0;
   bool diverged = false, failed = false, missing = false;
+  std::set<std::string> builds;
   bool complete() const { return !diverged && !failed && !missing && n == trials && n > 0; }
   double mean() const { return sum / n; }
 };
@@ -28,7 +30,9 @@ using LevelSeeds = std::map<std::string, SeedCell, ValueLess>;  // by seed
 
 LevelCount CountOf(const LevelSeeds& seeds) {
   LevelCount c;
+  std::set<std::string> builds;
   for (const auto& [seed, s] : seeds) {
+    if (s.complete()) builds.insert(s.builds.begin(), s.builds.end());
     ++c.seeds;
     if (s.diverged) {
       ++c.diverged;
@@ -39,6 +43,7 @@ LevelCount CountOf(const LevelSeeds& seeds) {
     }
     c.complete += s.complete();
   }
+  c.builds = int(builds.size());
   return c;
 }
 
@@ -47,6 +52,12 @@ std::string Join(const std::set<std::string, ValueLess>& names) {
   for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
   return out.empty() ? "none" : out;
 }
+
+// best_over: keeps, per (cell, level), only the trials at the level's best value of the axis, and
+// only the test seeds; records the choices. `cell_of` maps a trial to its cell key.
+struct BestChoice {
+  std::map<std::pair<std::vector<std::string>, std::string>, std::string> value;  // (cell, level)
+};
 
 }  // namespace
 
@@ -73,20 +84,115 @@ StatusOr<CompareResult> Compare(const std::vector<TrialValue>& trials, const Com
     }
   }
 
-  // cell -> level -> seed
-  std::map<std::vector<std::string>, std::map<std::string, LevelSeeds, ValueLess>, KeyLess> cells;
-  std::set<std::string, ValueLess> levels;
-  for (const TrialValue& t : trials) {
-    auto f = t.axes.find(spec.factor);
-    if (f == t.axes.end()) continue;
+  const bool best_over = !spec.best_over.empty();
+  std::set<std::string, ValueLess> select(spec.select_seeds.begin(), spec.select_seeds.end());
+  if (best_over) {
+    if (spec.best_over == spec.factor || spec.best_over == "seed" ||
+        std::find(spec.by.begin(), spec.by.end(), spec.best_over) != spec.by.end()) {
+      return InvalidArgument("compare: --best-over '" + spec.best_over +
+                             "' must be an axis other than the factor, the seed and the --by axes");
+    }
+    if (!axes.count(spec.best_over)) {
+      return InvalidArgument("compare: --best-over '" + spec.best_over +
+                             "' is not an axis of the sweep (axes: " + Join(axes) + ")");
+    }
+  } else if (!select.empty()) {
+    return InvalidArgument("compare: --select-seeds needs --best-over (the axis to choose)");
+  }
+  std::set<std::string, ValueLess> seeds_seen;
+  for (const TrialValue& t : trials) seeds_seen.insert(t.seed);
+  for (const std::string& s : select) {
+    if (!seeds_seen.count(s)) {
+      return InvalidArgument("compare: --select-seeds " + s + " is not a seed of the sweep (seeds: " +
+                             Join(seeds_seen) + ")");
+    }
+  }
+  std::set<std::string, ValueLess> test_seeds;
+  for (const std::string& s : seeds_seen) {
+    if (!select.count(s)) test_seeds.insert(s);
+  }
+  if (!select.empty() && test_seeds.empty()) {
+    return InvalidArgument("compare: --select-seeds takes every seed; none is left to test on");
+  }
+  auto cell_of = [&](const TrialValue& t) {
     std::vector<std::string> cell;
     for (const std::string& b : spec.by) {
       auto it = t.axes.find(b);
       cell.push_back(it == t.axes.end() ? "" : it->second);
     }
-    levels.insert(f->second);
+    return cell;
+  };
+  // best_over: per (cell, level), the value whose selection seeds are all complete with the best
+  // mean; then only the trials at that value (and, with select_seeds, of the test seeds) go on.
+  std::map<std::pair<std::vector<std::string>, std::string>, std::string> chosen;
+  std::vector<TrialValue> kept;
+  if (best_over) {
+    // (cell, level) -> value -> seed -> SeedCell
+    std::map<std::pair<std::vector<std::string>, std::string>,
+             std::map<std::string, LevelSeeds, ValueLess>>
+        by_value;
+    for (const TrialValue& t : trials) {
+      auto f = t.axes.find(spec.factor);
+      auto x = t.axes.find(spec.best_over);
+      if (f == t.axes.end() || x == t.axes.end()) continue;
+      if (!select.empty() && !select.count(t.seed)) continue;
+      SeedCell& s = by_value[{cell_of(t), f->second}][x->second][t.seed];
+      ++s.trials;
+      if (t.outcome == Outcome::kOk) {
+        s.sum += t.value;
+        ++s.n;
+      }
+      s.diverged |= t.outcome == Outcome::kDiverged;
+      s.failed |= t.outcome == Outcome::kFailed;
+      s.missing |= t.outcome == Outcome::kMissing;
+    }
+    for (const auto& [key, values] : by_value) {
+      std::string best;
+      double best_mean = 0;
+      for (const auto& [value, seeds] : values) {
+        double sum = 0;
+        bool ok = !seeds.empty();
+        for (const auto& [seed, s] : seeds) {
+          ok = ok && s.complete();
+          if (s.complete()) sum += s.mean();
+        }
+        if (!ok) continue;
+        const double m = sum / double(seeds.size());
+        if (best.empty() || (spec.lower_is_better ? m < best_mean : m > best_mean)) {
+          best = value;
+          best_mean = m;
+        }
+      }
+      chosen[key] = best;
+    }
+    for (const TrialValue& t : trials) {
+      auto f = t.axes.find(spec.factor);
+      auto x = t.axes.find(spec.best_over);
+      if (f == t.axes.end() || x == t.axes.end()) continue;
+      if (!select.empty() && select.count(t.seed)) continue;
+      auto c = chosen.find({cell_of(t), f->second});
+      if (c == chosen.end() || c->second != x->second) continue;
+      kept.push_back(t);
+    }
+  }
+  const std::vector<TrialValue>& used = best_over ? kept : trials;
+
+  // cell -> level -> seed
+  std::map<std::vector<std::string>, std::map<std::string, LevelSeeds, ValueLess>, KeyLess> cells;
+  std::set<std::string, ValueLess> levels;
+  for (const TrialValue& t : trials) {  // every level, chosen or not
+    auto f = t.axes.find(spec.factor);
+    if (f != t.axes.end()) levels.insert(f->second);
+  }
+  // With best_over, a (cell, level) none of whose values qualified still gets its row (no test).
+  for (const auto& [key, value] : chosen) cells[key.first][key.second];
+  for (const TrialValue& t : used) {
+    auto f = t.axes.find(spec.factor);
+    if (f == t.axes.end()) continue;
+    const std::vector<std::string> cell = cell_of(t);
     SeedCell& s = cells[cell][f->second][t.seed];
     ++s.trials;
+    s.builds.insert(t.builds.begin(), t.builds.end());
     switch (t.outcome) {
       case Outcome::kOk:
         s.sum += t.value;
@@ -104,6 +210,8 @@ StatusOr<CompareResult> Compare(const std::vector<TrialValue>& trials, const Com
     }
   }
   CompareResult out;
+  out.optimistic = best_over && select.empty();
+  if (!select.empty()) out.test_seeds.assign(test_seeds.begin(), test_seeds.end());
   out.levels.assign(levels.begin(), levels.end());
   out.baseline = spec.baseline.empty() ? out.levels.front() : spec.baseline;
   if (!levels.count(out.baseline)) {
@@ -123,6 +231,12 @@ StatusOr<CompareResult> Compare(const std::vector<TrialValue>& trials, const Com
       r.baseline = out.baseline;
       r.level_count = CountOf(seeds);
       r.baseline_count = CountOf(base);
+      if (best_over) {
+        auto c = chosen.find({cell, level});
+        auto cb = chosen.find({cell, out.baseline});
+        r.best_value = c == chosen.end() ? "" : c->second;
+        r.baseline_best_value = cb == chosen.end() ? "" : cb->second;
+      }
       std::vector<double> a, b;
       for (const auto& [seed, s] : seeds) {
         auto other = base.find(seed);

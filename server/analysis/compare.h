@@ -8,6 +8,13 @@
 // do not match the baseline's at all are compared unpaired (Welch). The p-values of every
 // comparison of one call are Holm-adjusted together.
 //
+// Best over a nuisance axis (`best_over`, e.g. optimizer.lr): each level (the baseline too) is
+// compared at its own best value of that axis, chosen within each cell by the mean over the
+// selection seeds (`select_seeds`; all seeds when empty) of the per-seed values; a value where a
+// selection seed diverged, failed or is pending is not chosen. The comparison then uses the other
+// seeds when selection seeds were given (an honest test), else the same seeds (optimistic: the
+// choice was made on the seeds it is tested on; CompareResult::optimistic says so).
+//
 // Diverged and failed trials are never dropped silently: a (level, seed) with a diverged trial
 // counts as a diverged seed of that level, one with a failed trial as a failed seed, and neither
 // enters a pair; each comparison says how many seeds of either side were left out of its pairs.
@@ -34,6 +41,7 @@ struct TrialValue {
   std::string seed;
   Outcome outcome = Outcome::kMissing;
   double value = 0;
+  std::vector<std::string> builds;  // distinct builds of its attempts ("version|commit|numerics")
 };
 
 struct CompareSpec {
@@ -41,6 +49,9 @@ struct CompareSpec {
   std::string baseline;           // "" = the first level (numbers in numeric order)
   std::vector<std::string> by;    // the cells, each compared on its own
   double level = 0.95;            // of the intervals
+  std::string best_over;                  // "" or a nuisance axis to take at its best per level
+  std::vector<std::string> select_seeds;  // seeds that choose the best; the rest test it
+  bool lower_is_better = true;            // how best_over's "best" is judged
 };
 
 // Per level of the factor within one cell.
@@ -50,6 +61,7 @@ struct LevelCount {
   int diverged = 0;  // seeds with a diverged trial
   int failed = 0;    // seeds with a failed trial (and none diverged)
   int missing = 0;   // seeds with a trial still pending
+  int builds = 0;    // distinct builds over the trials of its complete seeds (> 1: mixed)
 };
 
 struct ComparisonRow {
@@ -61,17 +73,23 @@ struct ComparisonRow {
   LevelCount level_count, baseline_count;
   int left_out = 0;  // seeds of either side not in a pair
   bool paired = true;
+  // With best_over: the value of that axis chosen for the level and for the baseline ("" when
+  // none qualified: then the row has no test).
+  std::string best_value, baseline_best_value;
 };
 
 struct CompareResult {
   std::vector<std::string> levels;   // the factor's levels, sorted
   std::string baseline;
   std::vector<ComparisonRow> rows;   // by cell, then level
+  bool optimistic = false;           // best_over chosen and tested on the same seeds
+  std::vector<std::string> test_seeds;  // with select_seeds: the seeds the comparison used
 };
 
 // Errors: InvalidArgument when the factor is not an axis of any trial, is in `by` or is "seed",
-// when a `by` axis is unknown, or when the baseline is not a level of the factor (the messages
-// name the known axes / levels).
+// when a `by` axis is unknown, when the baseline is not a level of the factor, when best_over is
+// not a nuisance axis, or when select_seeds names a seed no trial has or leaves no seed to test
+// (the messages name the known axes / levels / seeds).
 StatusOr<CompareResult> Compare(const std::vector<TrialValue>& trials, const CompareSpec& spec);
 
 // Levels and cells sort by ablate::AxisValueLess (ablate/axis_value.h), as the results table does.

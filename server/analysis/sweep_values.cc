@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <map>
+#include <set>
 
 namespace ablate::analysis {
 
@@ -11,6 +12,12 @@ StatusOr<std::vector<TrialValue>> SweepValues(server::Store& store, int64_t swee
   ABLATE_ASSIGN_OR_RETURN(std::vector<server::TrialStatus> trials, store.GetTrials(sweep_id));
   ABLATE_ASSIGN_OR_RETURN(auto values, store.LatestValues(sweep_id, metric));
   const std::map<int64_t, double> value_of(values.begin(), values.end());
+  ABLATE_ASSIGN_OR_RETURN(auto attempts, store.SweepBuilds(sweep_id));
+  std::map<int64_t, std::set<std::string>> builds_of;
+  for (const auto& a : attempts) {
+    if (a.build_version.empty() && a.build_commit.empty() && a.numerics_version.empty()) continue;
+    builds_of[a.trial_id].insert(a.build_version + "|" + a.build_commit + "|" + a.numerics_version);
+  }
   std::vector<TrialValue> out;
   out.reserve(trials.size());
   for (const server::TrialStatus& t : trials) {
@@ -18,6 +25,9 @@ StatusOr<std::vector<TrialValue>> SweepValues(server::Store& store, int64_t swee
     for (const auto& [k, val] : t.trial.axes) v.axes[k] = val;
     auto seed = v.axes.find("seed");
     v.seed = seed == v.axes.end() ? "" : seed->second;
+    if (auto b = builds_of.find(t.trial.id); b != builds_of.end()) {
+      v.builds.assign(b->second.begin(), b->second.end());
+    }
     auto it = value_of.find(t.trial.id);
     switch (t.trial.state) {
       case v1::SUCCEEDED:

@@ -1,7 +1,8 @@
 // The trials of a stored sweep as analysis::Compare takes them (compare.h): each trial's axes, its
 // seed (the "seed" axis; "" when the sweep has none), how it ended (succeeded with a finite value,
 // diverged, failed or canceled, or still queued / running) and its latest value of `metric`. A
-// succeeded trial without the metric counts as failed for it. Shared by the RPC and the HTTP API.
+// succeeded trial without the metric counts as failed for it; the distinct builds of its attempts.
+// Shared by the RPC and the HTTP API.
 #pragma once
 
 #include <cstdint>

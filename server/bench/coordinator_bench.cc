@@ -5,9 +5,10 @@
 //   2. metric points ingested per second into SQLite: a sweep of N trials whose clients each report
 //      P points (in batches) and finish; every point is acknowledged after its commit, and the
 //      database is counted afterwards (nothing lost);
-//   3. latency of status (GetSweep) and results (Results) on that sweep (N trials x P points).
-// Prints a markdown table. Targets (issue 3): >= 2,000 assignments/s, >= 500,000 points/s, results
-// p95 < 100 ms.
+//   3. latency of status (GetSweep), results (Results), compare (Compare) and export (Export) on
+//      that sweep (N trials x P points).
+// Prints a markdown table. Targets: >= 2,000 assignments/s, >= 500,000 points/s, status, results
+// and compare p95 < 100 ms.
 //   ablate-coordinator-bench [--trials 10000] [--points 1000] [--clients 32] [--slots 8] [--dir D]
 #include <grpcpp/grpcpp.h>
 #include <sqlite3.h>
@@ -249,6 +250,36 @@ int main(int argc, char** argv) {
         return stub->Results(&ctx, req, &resp).ok() && resp.rows_size() == 8;
       },
       30);
+  // Each of 7 groups against group 0, paired by seed (3 seeds, ~417 trials averaged per seed).
+  auto compare = Latency(
+      [&] {
+        grpc::ClientContext ctx;
+        ctx.AddMetadata(ablate::kAuthMetadataKey, ablate::BearerValue(svc.token));
+        ablate::v1::CompareRequest req;
+        req.set_sweep("bench-metrics");
+        req.set_factor("group");
+        ablate::v1::CompareResponse resp;
+        return stub->Compare(&ctx, req, &resp).ok() && resp.rows_size() == 7 &&
+               resp.rows(0).n() == 3;
+      },
+      30);
+  // The wide export: one row per trial with its latest value of each of the 11 metrics.
+  auto exported = Latency(
+      [&] {
+        grpc::ClientContext ctx;
+        ctx.AddMetadata(ablate::kAuthMetadataKey, ablate::BearerValue(svc.token));
+        ablate::v1::ExportRequest req;
+        req.set_sweep("bench-metrics");
+        req.set_format("csv");
+        auto reader = stub->Export(&ctx, req);
+        ablate::v1::ExportChunk chunk;
+        int64_t lines = 0;
+        while (reader->Read(&chunk)) {
+          lines += std::count(chunk.data().begin(), chunk.data().end(), '\n');
+        }
+        return reader->Finish().ok() && lines == trials + 1;
+      },
+      10);
 
   char cpu[256] = "unknown CPU";
   if (FILE* f = std::fopen("/proc/cpuinfo", "r")) {
@@ -275,10 +306,14 @@ int main(int argc, char** argv) {
               ingest.points / ingest.seconds);
   std::printf("| points sent / acked / stored in SQLite | %lld / %lld / %lld | equal |\n",
               (long long)trials * points, (long long)ingest.points, (long long)stored);
-  std::printf("| status (GetSweep, %d trials) p50 / p95 | %.1f / %.1f ms | |\n", trials,
+  std::printf("| status (GetSweep, %d trials) p50 / p95 | %.1f / %.1f ms | p95 < 100 ms |\n", trials,
               status.first, status.second);
   std::printf("| results (8 groups over %d trials x %d points) p50 / p95 | %.1f / %.1f ms | p95 < 100 ms |\n",
               trials, points, results.first, results.second);
+  std::printf("| compare (7 levels x 3 seeds over %d trials) p50 / p95 | %.1f / %.1f ms | p95 < 100 ms |\n",
+              trials, compare.first, compare.second);
+  std::printf("| export csv (%d rows) p50 / p95 | %.1f / %.1f ms | |\n", trials, exported.first,
+              exported.second);
   cs.Shutdown();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   return stored == int64_t(trials) * points ? 0 : 1;

@@ -10,6 +10,7 @@
 #include "ablate/token.h"
 #include "analysis/compare.h"
 #include "analysis/export.h"
+#include "analysis/results.h"
 #include "analysis/sweep_values.h"
 #include "http/downsample.h"
 #include "http/static_files.h"
@@ -377,6 +378,11 @@ HttpResponse Api::Route(const HttpRequest& r) const {
       for (auto [it, end] = r.params.equal_range("by"); it != end; ++it) {
         for (auto& a : SplitCommas(it->second)) spec.by.push_back(a);
       }
+      spec.best_over = Param(r, "best_over", "");
+      for (auto [it, end] = r.params.equal_range("select_seeds"); it != end; ++it) {
+        for (auto& a : SplitCommas(it->second)) spec.select_seeds.push_back(a);
+      }
+      spec.lower_is_better = analysis::LowerIsBetter(metric);
       auto in = analysis::SweepValues(*store_, id, metric);
       if (!in.ok()) return FromStatus(in.status());
       auto cmp = analysis::Compare(*in, spec);
@@ -406,11 +412,24 @@ HttpResponse Api::Route(const HttpRequest& r) const {
                         {"baseline_diverged", c.baseline_count.diverged},
                         {"baseline_failed", c.baseline_count.failed},
                         {"baseline_missing", c.baseline_count.missing},
-                        {"left_out", c.left_out}});
+                        {"left_out", c.left_out},
+                        {"builds", c.level_count.builds},
+                        {"baseline_builds", c.baseline_count.builds}});
+        if (!spec.best_over.empty()) {
+          auto text = [](const std::string& v) { return v.empty() ? json(nullptr) : json(v); };
+          rows.back()["best_value"] = text(c.best_value);
+          rows.back()["baseline_best_value"] = text(c.baseline_best_value);
+        }
       }
-      return Json({{"sweep_id", id}, {"metric", metric}, {"factor", spec.factor},
-                   {"baseline", cmp->baseline}, {"by", spec.by}, {"levels", cmp->levels},
-                   {"adjustment", "holm"}, {"rows", rows}});
+      json out = {{"sweep_id", id}, {"metric", metric}, {"factor", spec.factor},
+                  {"baseline", cmp->baseline}, {"by", spec.by}, {"levels", cmp->levels},
+                  {"adjustment", "holm"}, {"rows", rows}};
+      if (!spec.best_over.empty()) {
+        out["best_over"] = spec.best_over;
+        out["optimistic"] = cmp->optimistic;
+        out["test_seeds"] = cmp->test_seeds;
+      }
+      return Json(out);
     }
     if (n == 4 && seg[3] == "export") {  // ?format=csv|jsonl[&metrics=a,b]
       auto format = analysis::ParseExportFormat(Param(r, "format", "jsonl"));
@@ -438,12 +457,18 @@ HttpResponse Api::Route(const HttpRequest& r) const {
       auto rows = store_->Results(id, metric, by);
       if (!rows.ok()) return FromStatus(rows.status());
       json out = json::array();
+      const bool lower = analysis::LowerIsBetter(metric);
+      const int best = analysis::SeparatedBest(*rows, lower);
       for (const auto& row : *rows) {
         out.push_back({{"keys", row.keys}, {"n", row.n}, {"trials", row.trials},
-                       {"mean", Num(row.mean)}, {"std", Num(row.std)}, {"min", Num(row.min)},
-                       {"max", Num(row.max)}});
+                       {"mean", Num(row.mean)}, {"std", Num(row.std)}, {"se", Num(row.se)},
+                       {"ci_low", Num(row.ci_low)}, {"ci_high", Num(row.ci_high)},
+                       {"min", Num(row.min)}, {"max", Num(row.max)},
+                       {"diverged", row.diverged}, {"failed", row.failed},
+                       {"builds", row.builds}, {"best", &row - rows->data() == best}});
       }
-      return Json({{"sweep_id", id}, {"metric", metric}, {"by", by}, {"rows", out}});
+      return Json({{"sweep_id", id}, {"metric", metric}, {"by", by},
+                   {"lower_is_better", lower}, {"rows", out}});
     }
   }
   if (n >= 3 && seg[1] == "trials") {

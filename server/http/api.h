@@ -17,9 +17,13 @@
 //                                        sort: id|state|step|loss|val_loss|attempt|started_at|
 //                                        finished_at|axis.<name> (NaN/missing last, either order)
 //   /api/sweeps                          ?archived=1 includes archived sweeps
-//   /api/sweeps/{id|name}/results        ?metric=final_val_loss&by=a,b (or by=a&by=b)
+//   /api/sweeps/{id|name}/results        ?metric=final_val_loss&by=a,b (or by=a&by=b): per cell
+//                                        n, mean, std, se, 95% interval, diverged, failed, builds,
+//                                        best (only when separated: analysis/results.h)
 //   /api/sweeps/{id|name}/compare        ?factor=K&baseline=V&metric=M&by=a,b: each level of K
-//                                        against V, seed by seed (analysis/compare.h)
+//                                        against V, seed by seed (analysis/compare.h);
+//                                        &best_over=AXIS[&select_seeds=0,1]: each level at its best
+//                                        value of AXIS
 //   /api/sweeps/{id|name}/export         ?format=jsonl|csv: one row per trial; &metrics=a,b: the
 //                                        long table of those metrics (analysis/export.h)
 //   /api/trials/{id}                     config, attempts (with log tails), latest metrics

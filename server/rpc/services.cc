@@ -12,6 +12,7 @@
 #include "analysis/compare.h"
 #include "analysis/sweep_values.h"
 #include "analysis/export.h"
+#include "analysis/results.h"
 #include "sweep/identity.h"
 #include "sweep/sweep.h"
 #include "proto/trial_state.h"
@@ -471,7 +472,13 @@ grpc::Status ControlServiceImpl::Compare(grpc::ServerContext* ctx, const v1::Com
   spec.factor = req->factor();
   spec.baseline = req->baseline();
   spec.by.assign(req->by().begin(), req->by().end());
+  spec.best_over = req->best_over();
+  spec.select_seeds.assign(req->select_seeds().begin(), req->select_seeds().end());
+  spec.lower_is_better = analysis::LowerIsBetter(metric);
   ABLATE_GRPC_ASSIGN(analysis::CompareResult r, analysis::Compare(in, spec));
+  resp->set_best_over(spec.best_over);
+  resp->set_optimistic(r.optimistic);
+  for (const auto& s : r.test_seeds) resp->add_test_seeds(s);
   resp->set_metric(metric);
   resp->set_factor(spec.factor);
   resp->set_baseline(r.baseline);
@@ -502,6 +509,10 @@ grpc::Status ControlServiceImpl::Compare(grpc::ServerContext* ctx, const v1::Com
     row->set_baseline_failed(c.baseline_count.failed);
     row->set_baseline_missing(c.baseline_count.missing);
     row->set_left_out(c.left_out);
+    row->set_best_value(c.best_value);
+    row->set_baseline_best_value(c.baseline_best_value);
+    row->set_builds(c.level_count.builds);
+    row->set_baseline_builds(c.baseline_count.builds);
   }
   return grpc::Status::OK;
 }
@@ -519,9 +530,13 @@ grpc::Status ControlServiceImpl::Results(grpc::ServerContext* ctx, const v1::Res
   }
   ABLATE_GRPC_ASSIGN(auto rows, store_->Results(s.sweep.id, metric, by));
   resp->set_metric(metric);
+  const bool lower = analysis::LowerIsBetter(metric);
+  resp->set_lower_is_better(lower);
+  const int best = analysis::SeparatedBest(rows, lower);
   for (const auto& b : by) resp->add_by(b);
   for (const auto& r : rows) {
     auto* row = resp->add_rows();
+    row->set_best(&r - rows.data() == best);
     for (const auto& k : r.keys) row->add_keys(k);
     row->set_n(r.n);
     row->set_trials(r.trials);
@@ -529,6 +544,12 @@ grpc::Status ControlServiceImpl::Results(grpc::ServerContext* ctx, const v1::Res
     row->set_std(r.std);
     row->set_min(r.min);
     row->set_max(r.max);
+    row->set_se(r.se);
+    row->set_ci_low(r.ci_low);
+    row->set_ci_high(r.ci_high);
+    row->set_diverged(r.diverged);
+    row->set_failed(r.failed);
+    row->set_builds(r.builds);
   }
   return grpc::Status::OK;
 }

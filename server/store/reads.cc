@@ -1,6 +1,8 @@
 // The reads: each Store read is one short read transaction on a pooled read-only connection.
 #include "store/store_internal.h"
 
+#include "ablate/stats.h"
+
 namespace ablate::server {
 
 // ---- Reads --------------------------------------------------------------------------------------
@@ -314,7 +316,12 @@ StatusOr<std::vector<ResultRow>> Store::Results(int64_t sweep_id, const std::str
   for (size_t i = 0; i < by.size(); ++i) {
     sql += ", json_extract(t.axes_json, ?" + std::to_string(i + 3) + ")";
   }
+  // Then the trial's state and its attempts' distinct builds ("version|commit|numerics", one per
+  // line) for the counts beside the figures.
   sql +=
+      ", t.state, (SELECT group_concat(b, char(10)) FROM (SELECT DISTINCT a.build_version || '|' "
+      "|| a.build_commit || '|' || a.numerics_version AS b FROM attempts a WHERE a.trial_id = t.id "
+      "AND (a.build_version != '' OR a.build_commit != '' OR a.numerics_version != '')))"
       " FROM trials t LEFT JOIN latest_metrics l ON l.trial_id = t.id AND l.name = ?2 "
       "WHERE t.sweep_id = ?1";
   sqlite3_stmt* raw = nullptr;
@@ -328,8 +335,9 @@ StatusOr<std::vector<ResultRow>> Store::Results(int64_t sweep_id, const std::str
     st.Bind(static_cast<int>(i + 3), "$.\"" + by[i] + "\"");
   }
   struct Group {
-    int trials = 0;
+    int trials = 0, diverged = 0, failed = 0;
     std::vector<double> values;
+    std::set<std::string> builds;
   };
   std::map<std::vector<std::string>, Group, KeyLess> groups;
   std::vector<std::string> key(by.size());
@@ -339,7 +347,20 @@ StatusOr<std::vector<ResultRow>> Store::Results(int64_t sweep_id, const std::str
     for (size_t i = 0; i < by.size(); ++i) key[i] = st.Text(static_cast<int>(i + 1));
     Group& g = groups[key];
     ++g.trials;
-    if (!st.IsNull(0)) g.values.push_back(st.Real(0));
+    const int state_col = static_cast<int>(by.size() + 1);
+    const std::string state = st.Text(state_col);
+    g.diverged += state == "diverged";
+    g.failed += state == "failed";
+    // A diverged or failed trial's last value is not a final one: counted, not averaged.
+    if (!st.IsNull(0) && state != "diverged" && state != "failed") {
+      g.values.push_back(st.Real(0));
+      std::string builds = st.IsNull(state_col + 1) ? "" : st.Text(state_col + 1);
+      for (size_t at = 0; !builds.empty() && at != std::string::npos;) {
+        const size_t nl = builds.find('\n', at);
+        g.builds.insert(builds.substr(at, nl == std::string::npos ? nl : nl - at));
+        at = nl == std::string::npos ? nl : nl + 1;
+      }
+    }
   }
   std::vector<ResultRow> out;
   out.reserve(groups.size());
@@ -347,8 +368,11 @@ StatusOr<std::vector<ResultRow>> Store::Results(int64_t sweep_id, const std::str
     ResultRow r;
     r.keys = k;
     r.trials = g.trials;
+    r.diverged = g.diverged;
+    r.failed = g.failed;
+    r.builds = static_cast<int>(g.builds.size());
     r.n = static_cast<int>(g.values.size());
-    r.mean = r.std = r.min = r.max = kNaN;
+    r.mean = r.std = r.min = r.max = r.se = r.ci_low = r.ci_high = kNaN;
     if (r.n > 0) {
       double sum = 0;
       r.min = r.max = g.values[0];
@@ -363,6 +387,10 @@ StatusOr<std::vector<ResultRow>> Store::Results(int64_t sweep_id, const std::str
       double ss = 0;  // two passes: exact enough for values far from zero (losses ~ 2-10)
       for (double v : g.values) ss += (v - r.mean) * (v - r.mean);
       r.std = std::sqrt(ss / (r.n - 1));
+      r.se = r.std / std::sqrt(double(r.n));
+      const double half = stats::TCritical(r.n - 1) * r.se;
+      r.ci_low = r.mean - half;
+      r.ci_high = r.mean + half;
     }
     out.push_back(std::move(r));
   }

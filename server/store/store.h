@@ -191,10 +191,18 @@ struct TrialStatus {
 
 struct ResultRow {
   std::vector<std::string> keys;  // the values of the `by` axes, in `by` order
-  int n = 0;       // trials of the group that have the metric (a NaN value counts as missing)
+  // Trials of the group that have the metric (a NaN value counts as missing); diverged and failed
+  // trials are counted below, never in n (their last value is not a final one).
+  int n = 0;
   int trials = 0;  // trials in the group
   // NaN when n == 0; std (sample, n - 1) is NaN when n < 2.
   double mean = 0, std = 0, min = 0, max = 0;
+  // The standard error std / sqrt(n) and the 95% t interval of the mean (df n - 1); NaN when
+  // n < 2.
+  double se = 0, ci_low = 0, ci_high = 0;
+  int diverged = 0, failed = 0;  // trials of the group in those states (counted, never dropped)
+  int builds = 0;  // distinct builds (version, commit, numerics) over the attempts of the trials
+                   // with a value; above 1 the group mixes builds
 };
 
 struct QueryResult {

@@ -275,6 +275,21 @@ TEST_F(Cluster, CompareFindsALargeEffectAndNotANullOne) {
   EXPECT_NE(text.out.find("paired by seed"), std::string::npos) << text.out;
   EXPECT_EQ(text.out.find("lower"), std::string::npos) << text.out;
   EXPECT_EQ(text.out.find("higher"), std::string::npos) << text.out;
+  // Best over the learning rate: each checkpoint_every at its own best lr (0.01, by far),
+  // chosen on seeds 0 and 1 and tested on 2 and 3; without --select-seeds it says optimistic.
+  Output best = Cli({"compare", "lrgrid", "--factor", "train.checkpoint_every", "--best-over",
+                     "optimizer.lr", "--select-seeds", "0,1", "--format", "json"});
+  ASSERT_EQ(best.code, 0) << best.out;
+  json brow = json::parse(best.out).at(0);
+  EXPECT_EQ(brow["best_value"], "0.01") << best.out;
+  EXPECT_EQ(brow["baseline_best_value"], "0.01") << best.out;
+  EXPECT_EQ(brow["n"], 2);
+  EXPECT_NEAR(brow["mean"].get<double>(),
+              (value("0.01", "20", 2) + value("0.01", "20", 3)) / 2, 1e-9);
+  Output best_text = Cli({"compare", "lrgrid", "--factor", "train.checkpoint_every",
+                          "--best-over", "optimizer.lr"});
+  ASSERT_EQ(best_text.code, 0) << best_text.out;
+  EXPECT_NE(best_text.out.find("optimistic"), std::string::npos) << best_text.out;
   // A factor that is not an axis: a clear error naming the axes.
   Output bad = Cli({"compare", "lrgrid", "--factor", "optimizer.beta"});
   EXPECT_NE(bad.code, 0);

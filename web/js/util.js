@@ -121,12 +121,6 @@ export function axisCompare(a, b) {
   return a < b ? -1 : a > b ? 1 : 0;
 }
 
-// Same rule as `ablate results`: which direction is better for a metric name.
-export function lowerIsBetter(metric) {
-  return ['loss', 'bpb', 'perplexity', 'ppl', 'error', 'time', 'residual'].some(
-      (w) => metric.includes(w));
-}
-
 // Calls fn at most once per `ms`, after the last call of a burst (trailing debounce with a cap so
 // a continuous stream of events still refreshes every `ms`).
 export function debounce(fn, ms) {

@@ -365,9 +365,14 @@ TEST_F(CliTest, ResultsSendsMetricAndAxesAndMarksTheBest) {
     row->set_trials(2);
     row->set_mean(mean);
     row->set_std(0.01);
+    row->set_se(0.01 / std::sqrt(2.0));
+    row->set_ci_low(mean - 12.706205 * row->se());
+    row->set_ci_high(mean + 12.706205 * row->se());
     row->set_min(mean - 0.01);
     row->set_max(mean + 0.01);
+    row->set_builds(1);
   }
+  fake_.results.set_lower_is_better(true);
   CliResult r = Ablate({"results", "qk", "--by", "attention.kind,optimizer.p", "--by", "seed"});
   EXPECT_EQ(r.code, 0) << r.err;
   const v1::ResultsRequest req = fake_.last_results();
@@ -377,18 +382,31 @@ TEST_F(CliTest, ResultsSendsMetricAndAxesAndMarksTheBest) {
   EXPECT_EQ(req.by(0), "attention.kind");
   EXPECT_EQ(req.by(1), "optimizer.p");
   EXPECT_EQ(req.by(2), "seed");
+  // Two seeds: intervals too wide to separate 3.2 from 3.3, so no best.
   EXPECT_EQ(r.out,
-            "   attention.kind  final_val_loss mean ± std (n)\n"
-            "   fpa                       3.3000 ± 0.0100 (2)\n"
-            "*  sagebwd                   3.2000 ± 0.0100 (2)\n"
-            "* best (lowest mean); std is the sample standard deviation over seeds\n");
+            "  attention.kind  final_val_loss mean ± se (n)            95% CI\n"
+            "  fpa                      3.3000 ± 0.0071 (2)  [3.2102, 3.3898]\n"
+            "  sagebwd                  3.2000 ± 0.0071 (2)  [3.1102, 3.2898]\n"
+            "se: standard error of the mean over seeds; 95% CI: t interval of the mean; (n/m): n of "
+            "the m trials have a value\n"
+            "no best marked: no cell's 95% interval is apart from all others (seed noise may "
+            "explain the order; ablate compare tests paired differences)\n");
+  // The server's mark is the best.
+  fake_.results.mutable_rows(1)->set_best(true);
+  r = Ablate({"results", "qk", "--by", "attention.kind"});
+  EXPECT_NE(r.out.find("*  sagebwd"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("* best: the lowest mean, its 95% interval apart from every other cell's"),
+            std::string::npos)
+      << r.out;
+  fake_.results.mutable_rows(1)->set_best(false);
 
   r = Ablate({"results", "sweep:9", "--metric", "tokens_per_s", "--format", "csv"});
   EXPECT_EQ(fake_.last_results().sweep(), "9");
   EXPECT_EQ(fake_.last_results().metric(), "tokens_per_s");
   EXPECT_EQ(fake_.last_results().by_size(), 0);
   EXPECT_EQ(r.out.substr(0, r.out.find("\r\n")),
-            "attention.kind,metric,mean,std,n,trials,min,max,best");
+            "attention.kind,metric,mean,std,se,ci_low,ci_high,n,trials,min,max,diverged,failed,"
+            "builds,best");
 }
 
 // A misspelled --metric printed a table of '-' with no word about it: now stderr says that no

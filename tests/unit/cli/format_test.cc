@@ -18,6 +18,7 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
+// A row as the server fills it: se and a 95% interval (t_{0.975, n-1}) when n >= 2.
 v1::ResultsRow Row(std::vector<std::string> keys, int n, int trials, double mean, double std,
                    double min, double max) {
   v1::ResultsRow r;
@@ -25,51 +26,64 @@ v1::ResultsRow Row(std::vector<std::string> keys, int n, int trials, double mean
   r.set_n(n);
   r.set_trials(trials);
   r.set_mean(mean);
-  r.set_std(std);
+  r.set_std(n >= 2 ? std : kNaN);
   r.set_min(min);
   r.set_max(max);
+  const double t[] = {0, 0, 12.706205, 4.302653, 3.182446};
+  r.set_se(n >= 2 ? std / std::sqrt(double(n)) : kNaN);
+  r.set_ci_low(n >= 2 ? mean - t[n] * r.se() : kNaN);
+  r.set_ci_high(n >= 2 ? mean + t[n] * r.se() : kNaN);
+  r.set_builds(n > 0 ? 1 : 0);
   return r;
 }
 
 v1::ResultsResponse Results(const std::string& metric) {
   v1::ResultsResponse resp;
   resp.set_metric(metric);
+  resp.set_lower_is_better(true);
   resp.add_by("attention.kind");
   resp.add_by("optimizer.p");
-  *resp.add_rows() = Row({"fpa", "0"}, 2, 2, 3.30125, 0.01234, 3.29, 3.31);
-  *resp.add_rows() = Row({"sagebwd", "0"}, 2, 2, 3.21449, 0.00051, 3.214, 3.215);
-  *resp.add_rows() = Row({"sagebwd", "0.5"}, 1, 2, 3.5, 0, 3.5, 3.5);
-  *resp.add_rows() = Row({"fpa", "0.5"}, 0, 2, 0, 0, 0, 0);
+  *resp.add_rows() = Row({"fpa", "0"}, 3, 3, 3.30125, 0.01234, 3.29, 3.31);
+  *resp.add_rows() = Row({"sagebwd", "0"}, 3, 3, 3.21449, 0.00051, 3.214, 3.215);
+  *resp.add_rows() = Row({"sagebwd", "0.5"}, 1, 3, 3.5, 0, 3.5, 3.5);
+  *resp.add_rows() = Row({"fpa", "0.5"}, 0, 3, 0, 0, 0, 0);
+  resp.mutable_rows(2)->set_diverged(2);
+  resp.mutable_rows(1)->set_best(true);
   return resp;
 }
 
-TEST(Results, MeanStdAndCount) {
-  EXPECT_EQ(FormatMeanStd(Row({}, 2, 2, 3.30125, 0.01234, 0, 0)), "3.3013 ± 0.0123 (2)");
-  EXPECT_EQ(FormatMeanStd(Row({}, 1, 3, 3.5, 0, 0, 0)), "3.5000 ± 0.0000 (1/3)");
-  EXPECT_EQ(FormatMeanStd(Row({}, 0, 2, 0, 0, 0, 0)), "-");
-  EXPECT_EQ(FormatMeanStd(Row({}, 3, 3, 12345.6, 12.3, 0, 0)), "12346 ± 12 (3)");
-  EXPECT_EQ(FormatMeanStd(Row({}, 3, 3, 150.123, 1.5, 0, 0)), "150.12 ± 1.50 (3)");
+TEST(Results, MeanSeIntervalAndCount) {
+  EXPECT_EQ(FormatMeanSe(Row({}, 4, 4, 3.30125, 0.02468, 0, 0)), "3.3013 ± 0.0123 (4)");
+  EXPECT_EQ(FormatMeanSe(Row({}, 1, 3, 3.5, 0, 0, 0)), "3.5000 ± - (1/3)");  // no se from one
+  EXPECT_EQ(FormatMeanSe(Row({}, 0, 2, 0, 0, 0, 0)), "-");
+  EXPECT_EQ(FormatMeanSe(Row({}, 4, 4, 12345.6, 24.6, 0, 0)), "12346 ± 12 (4)");
+  EXPECT_EQ(FormatMeanSe(Row({}, 4, 4, 150.123, 3.0, 0, 0)), "150.12 ± 1.50 (4)");
+  EXPECT_EQ(FormatInterval(Row({}, 4, 4, 3.0, 0.02, 0, 0)), "[2.9682, 3.0318]");
+  EXPECT_EQ(FormatInterval(Row({}, 1, 1, 3.0, 0, 0, 0)), "-");
 }
 
-TEST(Results, BestRowIsLowestForLossesHighestOtherwise) {
-  EXPECT_TRUE(LowerIsBetter("final_val_loss"));
-  EXPECT_TRUE(LowerIsBetter("val_bpb"));
-  EXPECT_FALSE(LowerIsBetter("tokens_per_s"));
-  EXPECT_FALSE(LowerIsBetter("mfu"));
+TEST(Results, TheBestIsTheOneTheServerMarked) {
   EXPECT_EQ(BestRow(Results("final_val_loss")), 1);
-  EXPECT_EQ(BestRow(Results("tokens_per_s")), 2);  // the empty group never wins
-  v1::ResultsResponse empty = Results("loss");
-  for (auto& r : *empty.mutable_rows()) r.set_n(0);
-  EXPECT_EQ(BestRow(empty), -1);
+  v1::ResultsResponse none = Results("final_val_loss");
+  none.mutable_rows(1)->set_best(false);
+  EXPECT_EQ(BestRow(none), -1);
 }
 
-TEST(Results, TableMarksTheBestRow) {
+TEST(Results, TableMarksTheBestRowAndDivergedCells) {
   EXPECT_EQ(RenderText(ResultsTable(Results("final_val_loss"))),
-            "   attention.kind  optimizer.p  final_val_loss mean ± std (n)\n"
-            "   fpa             0                      3.3013 ± 0.0123 (2)\n"
-            "*  sagebwd         0                      3.2145 ± 0.0005 (2)\n"
-            "   sagebwd         0.5                  3.5000 ± 0.0000 (1/2)\n"
-            "   fpa             0.5                                      -\n");
+            "   attention.kind  optimizer.p  final_val_loss mean ± se (n)            95% CI  diverged\n"
+            "   fpa             0                     3.3013 ± 0.0071 (3)  [3.2706, 3.3319]         0\n"
+            "*  sagebwd         0                     3.2145 ± 0.0003 (3)  [3.2132, 3.2158]         0\n"
+            "!  sagebwd         0.5                      3.5000 ± - (1/3)                 -         2\n"
+            "   fpa             0.5                                     -                 -         0\n");
+}
+
+TEST(Results, MixedBuildsAreShown) {
+  v1::ResultsResponse r = Results("final_val_loss");
+  r.mutable_rows(0)->set_builds(2);
+  const std::string text = RenderText(ResultsTable(r));
+  EXPECT_NE(text.find("builds"), std::string::npos) << text;
+  EXPECT_EQ(RenderText(ResultsTable(Results("final_val_loss"))).find("builds"), std::string::npos);
 }
 
 TEST(Results, MachineFormatsHaveSeparateFields) {
@@ -80,15 +94,20 @@ TEST(Results, MachineFormatsHaveSeparateFields) {
   EXPECT_EQ(j[1]["metric"], "final_val_loss");
   EXPECT_DOUBLE_EQ(j[1]["mean"].get<double>(), 3.21449);
   EXPECT_DOUBLE_EQ(j[1]["std"].get<double>(), 0.00051);
-  EXPECT_EQ(j[1]["n"], 2);
+  EXPECT_DOUBLE_EQ(j[1]["se"].get<double>(), 0.00051 / std::sqrt(3.0));
+  EXPECT_LT(j[1]["ci_low"].get<double>(), 3.21449);
+  EXPECT_EQ(j[1]["n"], 3);
   EXPECT_DOUBLE_EQ(j[1]["min"].get<double>(), 3.214);
   EXPECT_DOUBLE_EQ(j[1]["max"].get<double>(), 3.215);
   EXPECT_EQ(j[1]["best"], true);
   EXPECT_EQ(j[0]["best"], false);
+  EXPECT_EQ(j[2]["diverged"], 2);
+  EXPECT_TRUE(j[2]["se"].is_null());
   EXPECT_TRUE(j[3]["mean"].is_null());
   EXPECT_EQ(j[3]["n"], 0);
   EXPECT_EQ(RenderCsv(t).substr(0, RenderCsv(t).find("\r\n")),
-            "attention.kind,optimizer.p,metric,mean,std,n,trials,min,max,best");
+            "attention.kind,optimizer.p,metric,mean,std,se,ci_low,ci_high,n,trials,min,max,"
+            "diverged,failed,builds,best");
 }
 
 TEST(Status, SweepsTable) {

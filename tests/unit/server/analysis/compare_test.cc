@@ -168,6 +168,102 @@ TEST(CompareTest, ErrorsNameWhatIsWrong) {
   EXPECT_NE(by.status().ToString().find("'model.depth'"), std::string::npos);
 }
 
+// fpa is best at lr 0.1, sagebwd at lr 0.001 (each arm has its own best learning rate).
+std::vector<TrialValue> TwoArmsTwoRates() {
+  std::vector<TrialValue> v;
+  const double noise[4] = {0.03, -0.02, 0.01, -0.04};
+  for (int s = 0; s < 4; ++s) {
+    v.push_back(T("0.1", "1", s, 2.0 + noise[s], Outcome::kOk, "fpa"));
+    v.push_back(T("0.001", "1", s, 3.0 + noise[s], Outcome::kOk, "fpa"));
+    v.push_back(T("0.1", "1", s, 3.5 - noise[s], Outcome::kOk, "sagebwd"));
+    v.push_back(T("0.001", "1", s, 2.2 + 0.5 * noise[s], Outcome::kOk, "sagebwd"));
+  }
+  return v;
+}
+
+TEST(CompareTest, BestOverComparesEachLevelAtItsOwnBestValue) {
+  CompareSpec spec = Spec("attention.kind");
+  spec.best_over = "optimizer.lr";
+  auto r = Compare(TwoArmsTwoRates(), spec);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->rows.size(), 1u);
+  const ComparisonRow& row = r->rows[0];
+  EXPECT_EQ(row.baseline, "fpa");
+  EXPECT_EQ(row.baseline_best_value, "0.1");
+  EXPECT_EQ(row.best_value, "0.001");
+  EXPECT_TRUE(r->optimistic);  // chosen and tested on the same seeds
+  EXPECT_EQ(row.test.n, 4);
+  // By hand: sagebwd at 0.001 minus fpa at 0.1, seed by seed.
+  const double noise[4] = {0.03, -0.02, 0.01, -0.04};
+  double mean = 0;
+  for (double e : noise) mean += (2.2 + 0.5 * e - (2.0 + e)) / 4;
+  EXPECT_NEAR(row.test.delta, mean, 1e-12);
+  EXPECT_NEAR(row.baseline_mean, 2.0 + (0.03 - 0.02 + 0.01 - 0.04) / 4, 1e-12);
+  // Higher is better: each arm takes its other rate.
+  spec.lower_is_better = false;
+  auto hi = Compare(TwoArmsTwoRates(), spec);
+  ASSERT_TRUE(hi.ok());
+  EXPECT_EQ(hi->rows[0].baseline_best_value, "0.001");
+  EXPECT_EQ(hi->rows[0].best_value, "0.1");
+}
+
+TEST(CompareTest, SelectSeedsChooseAndTheOthersTest) {
+  CompareSpec spec = Spec("attention.kind");
+  spec.best_over = "optimizer.lr";
+  spec.select_seeds = {"0", "1"};
+  auto r = Compare(TwoArmsTwoRates(), spec);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(r->optimistic);
+  EXPECT_EQ(r->test_seeds, (std::vector<std::string>{"2", "3"}));
+  const ComparisonRow& row = r->rows[0];
+  EXPECT_EQ(row.best_value, "0.001");
+  EXPECT_EQ(row.test.n, 2);  // only the test seeds pair
+  EXPECT_FALSE(row.test.has_interval);
+  EXPECT_NEAR(row.test.delta, ((2.2 + 0.005 - 2.01) + (2.2 - 0.02 - 1.96)) / 2, 1e-12);
+}
+
+TEST(CompareTest, BestOverSkipsAValueWhereASelectionSeedDiverged) {
+  std::vector<TrialValue> v = TwoArmsTwoRates();
+  for (TrialValue& t : v) {
+    if (t.axes["attention.kind"] == "fpa" && t.axes["optimizer.lr"] == "0.1" && t.seed == "0") {
+      t.outcome = Outcome::kDiverged;
+    }
+  }
+  CompareSpec spec = Spec("attention.kind");
+  spec.best_over = "optimizer.lr";
+  auto r = Compare(v, spec);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->rows[0].baseline_best_value, "0.001");
+  EXPECT_EQ(r->rows[0].baseline_count.diverged, 0);  // the diverged value was not chosen
+}
+
+TEST(CompareTest, BestOverErrors) {
+  const std::vector<TrialValue> v = TwoArmsTwoRates();
+  CompareSpec spec = Spec("attention.kind");
+  spec.best_over = "attention.kind";
+  EXPECT_NE(Compare(v, spec).status().message().find("other than the factor"), std::string::npos);
+  spec.best_over = "optimizer.beta";
+  EXPECT_NE(Compare(v, spec).status().message().find("not an axis"), std::string::npos);
+  spec.best_over = "";
+  spec.select_seeds = {"0"};
+  EXPECT_NE(Compare(v, spec).status().message().find("needs --best-over"), std::string::npos);
+  spec.best_over = "optimizer.lr";
+  spec.select_seeds = {"7"};
+  EXPECT_NE(Compare(v, spec).status().message().find("seeds: 0, 1, 2, 3"), std::string::npos);
+  spec.select_seeds = {"0", "1", "2", "3"};
+  EXPECT_NE(Compare(v, spec).status().message().find("none is left"), std::string::npos);
+}
+
+TEST(CompareTest, MixedBuildsAreCountedPerLevel) {
+  std::vector<TrialValue> v = LargeEffect();
+  for (TrialValue& t : v) t.builds = {"0.4.0|abc|1"};
+  v[0].builds = {"0.4.0|abc|1", "0.4.0|def|2"};  // resumed under another build
+  auto r = Compare(v, Spec("optimizer.lr"));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->rows[0].baseline_count.builds, 2);
+  EXPECT_EQ(r->rows[0].level_count.builds, 1);
+}
+
 TEST(CompareTest, LevelsSortNumerically) {
   EXPECT_TRUE(AxisValueLess("9", "10"));
   EXPECT_TRUE(AxisValueLess("1e-3", "0.01"));

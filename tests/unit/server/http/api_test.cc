@@ -265,7 +265,15 @@ TEST_F(ApiTest, TrialDetailSeriesResults) {
   EXPECT_EQ(r["rows"][0]["keys"][0], "a");
   EXPECT_EQ(r["rows"][0]["mean"], 1.0);
   EXPECT_EQ(r["rows"][1]["mean"], 2.0);
-  EXPECT_EQ(r["rows"][1]["n"], 20);
+  // The failed trials' values are counted, not averaged.
+  EXPECT_EQ(r["rows"][1]["n"], 17);
+  EXPECT_EQ(r["rows"][1]["failed"], 3);
+  EXPECT_EQ(r["rows"][1]["trials"], 20);
+  EXPECT_EQ(r["rows"][1]["se"], 0.0);  // every value is 2.0
+  EXPECT_EQ(r["rows"][1]["ci_low"], 2.0);
+  EXPECT_EQ(r["rows"][1]["ci_high"], 2.0);
+  EXPECT_EQ(r["lower_is_better"], true);
+  EXPECT_EQ(r["rows"][0]["best"], true);  // 1.0 and 2.0 without spread: intervals apart
   auto bad = Get("/api/sweeps/demo/results", {{"by", "colour"}});
   EXPECT_EQ(bad.status, 400);
   EXPECT_NE(bad.body.find("colour"), std::string::npos);
