@@ -37,7 +37,7 @@ json TypedAxisValue(const std::string& text) {
 
 StatusOr<Table> ExportTrials(server::Store& store, int64_t sweep_id) {
   ABLATE_ASSIGN_OR_RETURN(server::SweepSummary sweep, store.GetSweep(std::to_string(sweep_id)));
-  ABLATE_ASSIGN_OR_RETURN(std::vector<server::TrialStatus> trials, store.GetTrials(sweep_id));
+  ABLATE_ASSIGN_OR_RETURN(std::vector<server::TrialStatus> trials, store.GetTrials(sweep_id, {.progress = false}));
   ABLATE_ASSIGN_OR_RETURN(auto metrics, store.SweepLatestMetrics(sweep_id));
   ABLATE_ASSIGN_OR_RETURN(auto builds, store.SweepBuilds(sweep_id));
 

@@ -9,7 +9,7 @@ namespace ablate::analysis {
 
 StatusOr<std::vector<TrialValue>> SweepValues(server::Store& store, int64_t sweep_id,
                                               const std::string& metric) {
-  ABLATE_ASSIGN_OR_RETURN(std::vector<server::TrialStatus> trials, store.GetTrials(sweep_id));
+  ABLATE_ASSIGN_OR_RETURN(std::vector<server::TrialStatus> trials, store.GetTrials(sweep_id, {.progress = false, .config_json = false}));
   ABLATE_ASSIGN_OR_RETURN(auto values, store.LatestValues(sweep_id, metric));
   const std::map<int64_t, double> value_of(values.begin(), values.end());
   ABLATE_ASSIGN_OR_RETURN(auto attempts, store.SweepBuilds(sweep_id));

@@ -357,7 +357,7 @@ HttpResponse Api::Route(const HttpRequest& r) const {
     if (n == 4 && seg[3] == "trials") {
       auto q = ParseTrialQuery(r.params);
       if (!q.ok()) return FromStatus(q.status());
-      auto trials = store_->GetTrials(id);
+      auto trials = store_->GetTrials(id, {.config_json = false});
       if (!trials.ok()) return FromStatus(trials.status());
       TrialPage page = ApplyTrialQuery(std::move(*trials), *q);
       json list = json::array();

@@ -388,7 +388,7 @@ grpc::Status ControlServiceImpl::GetSweep(grpc::ServerContext* ctx, const v1::Ge
                                           v1::GetSweepResponse* resp) {
   ABLATE_AUTH(ctx);
   ABLATE_GRPC_ASSIGN(SweepSummary s, store_->GetSweep(req->sweep()));
-  ABLATE_GRPC_ASSIGN(auto trials, store_->GetTrials(s.sweep.id));
+  ABLATE_GRPC_ASSIGN(auto trials, store_->GetTrials(s.sweep.id, {.config_json = false}));
   FillSweep(s, scheduler_->WaitingReason(s.sweep.id), resp->mutable_sweep());
   for (const auto& t : trials) FillTrial(t, resp->add_trials());
   return grpc::Status::OK;
@@ -615,7 +615,7 @@ grpc::Status ControlServiceImpl::Watch(grpc::ServerContext* ctx, const v1::Watch
   auto last_sent = std::chrono::steady_clock::now() - std::chrono::hours(1);
   while (!ctx->IsCancelled() && !shutting_down_) {
     ABLATE_GRPC_ASSIGN(SweepSummary s, store_->GetSweep(std::to_string(sweep_id)));
-    ABLATE_GRPC_ASSIGN(auto trials, store_->GetTrials(sweep_id));
+    ABLATE_GRPC_ASSIGN(auto trials, store_->GetTrials(sweep_id, {.config_json = false}));
     v1::SweepSnapshot snap;
     FillSweep(s, scheduler_->WaitingReason(sweep_id), snap.mutable_sweep());
     for (const auto& t : trials) FillTrial(t, snap.add_trials());

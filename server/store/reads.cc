@@ -114,7 +114,7 @@ StatusOr<SweepSummary> Store::GetSweep(const std::string& name_or_id) {
   return impl_->SweepWithCounts(*db, st, what);
 }
 
-StatusOr<std::vector<TrialStatus>> Store::GetTrials(int64_t sweep_id) {
+StatusOr<std::vector<TrialStatus>> Store::GetTrials(int64_t sweep_id, TrialsRead read) {
   auto db = impl_->pool.Borrow();
   ReadTxn txn(*db);
   ABLATE_RETURN_IF_ERROR(txn.status());
@@ -128,7 +128,10 @@ StatusOr<std::vector<TrialStatus>> Store::GetTrials(int64_t sweep_id) {
   std::vector<TrialStatus> out;
   {
     ABLATE_ASSIGN_OR_RETURN(
-        Stmt st, db->Prepare("SELECT " TRIAL_COLS " FROM trials WHERE sweep_id = ?1 ORDER BY id"));
+        Stmt st, db->Prepare(read.config_json
+                                 ? "SELECT " TRIAL_COLS " FROM trials WHERE sweep_id = ?1 ORDER BY id"
+                                 : "SELECT " TRIAL_COLS_NO_CONFIG
+                                   " FROM trials WHERE sweep_id = ?1 ORDER BY id"));
     st.Bind(1, sweep_id);
     for (;;) {
       ABLATE_ASSIGN_OR_RETURN(bool row, st.Step(what));
@@ -139,6 +142,7 @@ StatusOr<std::vector<TrialStatus>> Store::GetTrials(int64_t sweep_id) {
       out.push_back(std::move(t));
     }
   }
+  if (!read.progress) return out;
   // max(attempt) makes SQLite return the worker_id of that row (a documented bare-column rule).
   ABLATE_ASSIGN_OR_RETURN(
       Stmt attempts,

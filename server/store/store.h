@@ -232,6 +232,14 @@ struct LoadedState {
 
 // ---- The store ----------------------------------------------------------------------------------
 
+// What Store::GetTrials reads: progress = false leaves worker_id, step, loss and val_loss empty
+// (readers of axes and states); config_json = false leaves TrialRecord::config_json empty
+// (listings that do not show it: a resolved config is ~1 KB per trial).
+struct TrialsRead {
+  bool progress = true;
+  bool config_json = true;
+};
+
 class Store {
  public:
   struct Options {
@@ -318,7 +326,11 @@ class Store {
   // By name, or by numeric id when `name_or_id` is all digits. NotFound with the name otherwise.
   StatusOr<SweepSummary> GetSweep(const std::string& name_or_id);
   // Every trial of the sweep, by id. NotFound when the sweep does not exist.
-  StatusOr<std::vector<TrialStatus>> GetTrials(int64_t sweep_id);
+  // With TrialsRead (above the class): what a listing needs.
+  StatusOr<std::vector<TrialStatus>> GetTrials(int64_t sweep_id) {
+    return GetTrials(sweep_id, TrialsRead());
+  }
+  StatusOr<std::vector<TrialStatus>> GetTrials(int64_t sweep_id, TrialsRead read);
   StatusOr<TrialStatus> GetTrial(int64_t trial_id);
   StatusOr<std::vector<AttemptRecord>> GetAttempts(int64_t trial_id);
   StatusOr<std::vector<Point>> GetLatestMetrics(int64_t trial_id);

@@ -9,6 +9,7 @@
 #include <thread>
 #include <utility>
 
+#include "store/store_internal.h"
 #include "test_util.h"
 
 namespace ablate::server {
@@ -871,6 +872,25 @@ TEST_F(StoreTest, ConcurrentProducersLoseNothing) {
   EXPECT_EQ(QueryInt(*store_, "SELECT count(*) FROM metrics"), 8 * 50 * 20);
   EXPECT_EQ(store_->stats().points_inserted, 8 * 50 * 20);
   EXPECT_LT(store_->stats().commits, 400 + 10);  // group commit: typically far fewer
+}
+
+// Axis values survive the store whatever they hold (the plain ones are read by a fast path, the
+// rest by the JSON parser), in the spec's order.
+TEST(AxesJson, RoundTripsPlainAndEscapedValuesInOrder) {
+  const std::vector<std::pair<std::string, std::string>> cases[] = {
+      {},
+      {{"z.last", "1"}, {"a.first", "fpa"}, {"seed", "0"}},
+      {{"path", "a \"quoted\" \\ value"}, {"tab", "x\ty"}, {"utf8", "\u00e9t\u00e9"}},
+      {{"k", ""}},
+  };
+  for (const auto& axes : cases) {
+    EXPECT_EQ(AxesFromJson(AxesToJson(axes)), axes) << AxesToJson(axes);
+  }
+  // Not a flat object of strings: the parser's reading (numbers as their JSON text).
+  EXPECT_EQ(AxesFromJson(R"({"lr":0.01,"b":true})"),
+            (std::vector<std::pair<std::string, std::string>>{{"lr", "0.01"}, {"b", "true"}}));
+  EXPECT_TRUE(AxesFromJson(R"({"a":"b")").empty());  // truncated
+  EXPECT_TRUE(AxesFromJson("").empty());
 }
 
 }  // namespace
