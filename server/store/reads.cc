@@ -119,6 +119,41 @@ StatusOr<std::vector<TrialStatus>> Store::GetTrials(int64_t sweep_id, TrialsRead
   ReadTxn txn(*db);
   ABLATE_RETURN_IF_ERROR(txn.status());
   const std::string what = "get trials of sweep " + std::to_string(sweep_id);
+  // The progress statements of a sweep, on either connection.
+  auto read_progress = [sweep_id, &what](Db& on) -> StatusOr<Impl::Progress> {
+    // max(attempt) makes SQLite return the worker_id of that row (a documented bare-column rule).
+    ABLATE_ASSIGN_OR_RETURN(
+        Stmt attempts,
+        on.Prepare(
+            "SELECT a.trial_id, a.worker_id, max(a.attempt) FROM trials t "
+            "JOIN attempts a ON a.trial_id = t.id WHERE t.sweep_id = ?1 GROUP BY a.trial_id"));
+    attempts.Bind(1, sweep_id);
+    ABLATE_ASSIGN_OR_RETURN(
+        Stmt latest,
+        on.Prepare("SELECT l.trial_id, l.name, l.attempt, l.step, l.value FROM trials t "
+                   "JOIN latest_metrics l ON l.trial_id = t.id WHERE t.sweep_id = ?1"));
+    latest.Bind(1, sweep_id);
+    return Impl::ReadProgress(attempts, latest, what);
+  };
+  // With a second connection free, the progress is read on it while this one reads the trials (a
+  // later snapshot at most: a trial it does not know is skipped, one it lacks has no progress yet).
+  std::optional<ReadPool::Lease> second =
+      read.progress ? impl_->pool.TryBorrow() : std::optional<ReadPool::Lease>();
+  std::future<StatusOr<Impl::Progress>> progress;
+  if (second) {
+    progress = std::async(std::launch::async, [&]() -> StatusOr<Impl::Progress> {
+      ReadTxn txn2(**second);
+      ABLATE_RETURN_IF_ERROR(txn2.status());
+      return read_progress(**second);
+    });
+  }
+  // Every path below waits for the progress read before `second` and `what` go.
+  struct Join {
+    std::future<StatusOr<Impl::Progress>>& f;
+    ~Join() {
+      if (f.valid()) f.wait();
+    }
+  } join{progress};
   {
     ABLATE_ASSIGN_OR_RETURN(Stmt st, db->Prepare("SELECT 1 FROM sweeps WHERE id = ?1"));
     st.Bind(1, sweep_id);
@@ -143,19 +178,9 @@ StatusOr<std::vector<TrialStatus>> Store::GetTrials(int64_t sweep_id, TrialsRead
     }
   }
   if (!read.progress) return out;
-  // max(attempt) makes SQLite return the worker_id of that row (a documented bare-column rule).
-  ABLATE_ASSIGN_OR_RETURN(
-      Stmt attempts,
-      db->Prepare(
-          "SELECT a.trial_id, a.worker_id, max(a.attempt) FROM trials t "
-          "JOIN attempts a ON a.trial_id = t.id WHERE t.sweep_id = ?1 GROUP BY a.trial_id"));
-  attempts.Bind(1, sweep_id);
-  ABLATE_ASSIGN_OR_RETURN(
-      Stmt latest,
-      db->Prepare("SELECT l.trial_id, l.name, l.attempt, l.step, l.value FROM trials t "
-                  "JOIN latest_metrics l ON l.trial_id = t.id WHERE t.sweep_id = ?1"));
-  latest.Bind(1, sweep_id);
-  ABLATE_RETURN_IF_ERROR(impl_->FillProgress(attempts, latest, out, what));
+  StatusOr<Impl::Progress> p = second ? progress.get() : read_progress(*db);
+  if (!p.ok()) return p.status();
+  Impl::ApplyProgress(*p, out);
   return out;
 }
 

@@ -17,6 +17,7 @@
 #include <future>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
@@ -385,6 +386,15 @@ class ReadPool {
     std::lock_guard<std::mutex> lock(mu_);
     free_.push_back(std::move(db));
   }
+  // A connection if one is free now (never waits: a reader that already holds one must not wait
+  // for a second, or readers could hold every connection and wait for each other).
+  std::optional<Lease> TryBorrow() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (free_.empty()) return std::nullopt;
+    std::unique_ptr<Db> db = std::move(free_.back());
+    free_.pop_back();
+    return Lease(this, std::move(db));
+  }
   Lease Borrow() {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return !free_.empty(); });
@@ -599,42 +609,70 @@ struct Store::Impl {
     return out;
   }
 
-  // Fills worker_id / step / loss / val_loss of `trials` (indexed by id) from two statements that
-  // select (trial_id, worker_id, attempt) and (trial_id, name, attempt, step, value). (Streaming
-  // the rows is 5x faster than a GROUP BY in SQLite here, which needs a temporary B-tree.)
-  Status FillProgress(Stmt& attempts, Stmt& latest, std::vector<TrialStatus>& trials,
-                      const std::string& what) {
-    std::unordered_map<int64_t, size_t> index;
-    index.reserve(trials.size());
-    for (size_t i = 0; i < trials.size(); ++i) index[trials[i].trial.id] = i;
+  // The progress of trials (worker_id, step, loss, val_loss), read by two statements that select
+  // (trial_id, worker_id, attempt) and (trial_id, name, attempt, step, value), then applied to the
+  // trials by id. Reading and applying are apart so that a sweep's progress can be read on a second
+  // connection while the first reads the trials. (Streaming the rows is 5x faster than a GROUP BY
+  // in SQLite here, which needs a temporary B-tree.)
+  struct ProgressRow {
+    int64_t trial_id = 0, step = 0;
+    int attempt = 0;
+    int kind = 0;  // 1 loss, 2 val_loss, 0 any other name
+    double value = 0;
+  };
+  struct Progress {
+    std::vector<std::pair<int64_t, std::string>> workers;  // of the latest attempt
+    std::vector<ProgressRow> latest;
+  };
+  static StatusOr<Progress> ReadProgress(Stmt& attempts, Stmt& latest, const std::string& what) {
+    Progress p;
     for (;;) {
       ABLATE_ASSIGN_OR_RETURN(bool row, attempts.Step(what));
       if (!row) break;
-      auto it = index.find(attempts.Int(0));
-      if (it != index.end()) trials[it->second].worker_id = attempts.Text(1);
+      p.workers.emplace_back(attempts.Int(0), attempts.Text(1));
     }
-    std::vector<int> best_attempt(trials.size(), -1);
     for (;;) {
       ABLATE_ASSIGN_OR_RETURN(bool row, latest.Step(what));
       if (!row) break;
-      auto it = index.find(latest.Int(0));
-      if (it == index.end()) continue;
+      const char* name = reinterpret_cast<const char*>(sqlite3_column_text(latest.raw(), 1));
+      p.latest.push_back({latest.Int(0), latest.Int(3), static_cast<int>(latest.Int(2)),
+                          std::strcmp(name, "loss") == 0       ? 1
+                          : std::strcmp(name, "val_loss") == 0 ? 2
+                                                               : 0,
+                          latest.Real(4)});
+    }
+    return p;
+  }
+  static void ApplyProgress(const Progress& p, std::vector<TrialStatus>& trials) {
+    std::unordered_map<int64_t, size_t> index;
+    index.reserve(trials.size());
+    for (size_t i = 0; i < trials.size(); ++i) index[trials[i].trial.id] = i;
+    for (const auto& [id, worker] : p.workers) {
+      auto it = index.find(id);
+      if (it != index.end()) trials[it->second].worker_id = worker;
+    }
+    std::vector<int> best_attempt(trials.size(), -1);
+    for (const ProgressRow& r : p.latest) {
+      auto it = index.find(r.trial_id);
+      if (it == index.end()) continue;  // a trial the other snapshot did not have
       TrialStatus& t = trials[it->second];
-      int attempt = static_cast<int>(latest.Int(2));
-      int64_t step = latest.Int(3);
       // The trial's progress is the newest attempt's step (a resumed attempt restarts below the
       // step its lost predecessor reached).
       int& best = best_attempt[it->second];
-      if (attempt > best) {
-        best = attempt;
-        t.step = step;
-      } else if (attempt == best) {
-        t.step = std::max(t.step, step);
+      if (r.attempt > best) {
+        best = r.attempt;
+        t.step = r.step;
+      } else if (r.attempt == best) {
+        t.step = std::max(t.step, r.step);
       }
-      const char* name = reinterpret_cast<const char*>(sqlite3_column_text(latest.raw(), 1));
-      if (std::strcmp(name, "loss") == 0) t.loss = latest.Real(4);
-      if (std::strcmp(name, "val_loss") == 0) t.val_loss = latest.Real(4);
+      if (r.kind == 1) t.loss = r.value;
+      if (r.kind == 2) t.val_loss = r.value;
     }
+  }
+  Status FillProgress(Stmt& attempts, Stmt& latest, std::vector<TrialStatus>& trials,
+                      const std::string& what) {
+    ABLATE_ASSIGN_OR_RETURN(Progress p, ReadProgress(attempts, latest, what));
+    ApplyProgress(p, trials);
     return Status::Ok();
   }
 };

@@ -149,10 +149,19 @@ TEST_F(Cluster, SweepRunsToCompletionAndMetricsMatchTheTrainers) {
     ASSERT_FALSE(jsonl.empty()) << "no metrics.jsonl for trial " << t[0];
     auto want = ExpectedPoints(jsonl);
     std::multiset<Point> got;
-    for (const auto& r : Sql("SELECT step, name, value FROM metrics WHERE trial_id = " + t[0])) {
+    // (startup_s and teardown_s are the worker's own points, not the trainer's: one each.)
+    for (const auto& r : Sql("SELECT step, name, value FROM metrics WHERE trial_id = " + t[0] +
+                             " AND name NOT IN ('startup_s', 'teardown_s')")) {
       got.insert({std::stoll(r[0]), r[1], std::stod(r[2])});
     }
     ASSERT_EQ(got.size(), want.size()) << "trial " << t[0];
+    auto overhead = Sql("SELECT name, step, value FROM metrics WHERE trial_id = " + t[0] +
+                        " AND name IN ('startup_s', 'teardown_s') ORDER BY name");
+    ASSERT_EQ(overhead.size(), 2u) << "trial " << t[0];
+    EXPECT_EQ(overhead[0][0], "startup_s");
+    EXPECT_EQ(overhead[0][1], "1");  // at the first step
+    EXPECT_EQ(overhead[1][1], "20");  // teardown_s at the last
+    EXPECT_GT(std::stod(overhead[0][2]), 0.0);
     auto g = got.begin();
     for (auto w = want.begin(); w != want.end(); ++w, ++g) {
       EXPECT_EQ(std::get<0>(*g), std::get<0>(*w));

@@ -83,6 +83,12 @@ void Supervisor::HandleLine(std::string_view line) {
     return;
   }
   ++json_lines_;
+  if (t.type == "step") {
+    const int64_t now = clock_->MonotonicMs();
+    if (first_step_ms_ < 0) first_step_ms_ = now, first_step_ = t.step;
+    last_step_ms_ = now;
+    last_step_line_ = t.step;
+  }
   if (t.step > last_step_ || t.type == "step") last_step_ = std::max(last_step_, t.step);
   if (!t.points.empty()) sink_->OnPoints(std::move(t.points));
   if (t.build) {
@@ -180,6 +186,7 @@ void Supervisor::Run() {
     sink_->OnEvent(std::move(*early));
     return;
   }
+  run_start_ms_ = clock_->MonotonicMs();
   auto spawned = spawner_->Spawn(spec_);
   if (!spawned.ok()) {
     exited_ = true;
@@ -256,6 +263,16 @@ void Supervisor::Run() {
     consume(false);
   }
   consume(true);
+  if (first_step_ms_ >= 0) {
+    std::vector<v1::MetricPoint> overhead(2);
+    overhead[0].set_step(first_step_);
+    overhead[0].set_name("startup_s");
+    overhead[0].set_value(double(first_step_ms_ - run_start_ms_) / 1000);
+    overhead[1].set_step(last_step_line_);
+    overhead[1].set_name("teardown_s");
+    overhead[1].set_value(double(clock_->MonotonicMs() - last_step_ms_) / 1000);
+    sink_->OnPoints(std::move(overhead));
+  }
   sink_->OnEvent(FinalEvent(*status));
 }
 

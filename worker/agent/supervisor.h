@@ -103,6 +103,11 @@ class Supervisor {
 
   // Only Run()'s thread touches these.
   int64_t last_step_ = 0;
+  // The trial's overhead outside its steps (monotonic ms): from Run() (just after the assignment)
+  // to the first step line, and from the last step line to the trainer's exit; reported as the
+  // points startup_s (at the first step) and teardown_s (at the last step) before the final event.
+  int64_t run_start_ms_ = 0, first_step_ms_ = -1, last_step_ms_ = -1, first_step_ = 0;
+  int64_t last_step_line_ = 0;
   bool have_final_ = false;
   std::string final_status_;
   std::string final_reason_;

@@ -109,6 +109,16 @@ TEST_F(WorkerSupervisorTest, CleanRunReportsPointsCheckpointAndFinished) {
   EXPECT_EQ(by_name["final_val_loss"], (std::vector<std::pair<int64_t, double>>{{3, 6.25}}));
   EXPECT_EQ(by_name.count("config_hash"), 0u);
   EXPECT_EQ(by_name.count("step"), 0u);
+  // The overhead outside the steps, measured by the supervisor: from its start to the first step
+  // line (at that step) and from the last step line to the exit (at that step).
+  ASSERT_EQ(by_name["startup_s"].size(), 1u);
+  EXPECT_EQ(by_name["startup_s"][0].first, 1);
+  EXPECT_GE(by_name["startup_s"][0].second, 0.0);
+  EXPECT_LT(by_name["startup_s"][0].second, 30.0);
+  ASSERT_EQ(by_name["teardown_s"].size(), 1u);
+  EXPECT_EQ(by_name["teardown_s"][0].first, 3);
+  EXPECT_GE(by_name["teardown_s"][0].second, 0.0);
+  EXPECT_LT(by_name["teardown_s"][0].second, 30.0);
 }
 
 TEST_F(WorkerSupervisorTest, DivergedIsAFinishedRunWithItsReason) {
@@ -277,7 +287,13 @@ TEST_F(WorkerSupervisorTest, OverlongLineIsDroppedAndCounted) {
   auto ev = sink_.events();
   ASSERT_EQ(ev.size(), 2u);
   EXPECT_EQ(ev[1].kind(), v1::TrialEvent::FINISHED);
-  EXPECT_EQ(sink_.points().size(), 2u);
+  // The two losses, then the supervisor's startup_s and teardown_s.
+  auto points = sink_.points();
+  ASSERT_EQ(points.size(), 4u);
+  EXPECT_EQ(points[0].name(), "loss");
+  EXPECT_EQ(points[1].name(), "loss");
+  EXPECT_EQ(points[2].name(), "startup_s");
+  EXPECT_EQ(points[3].name(), "teardown_s");
 }
 
 }  // namespace
