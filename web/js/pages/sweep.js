@@ -12,11 +12,12 @@ import {pairedView} from '../views/paired.js';
 import {resultsView} from '../views/results.js';
 import {trialsView} from '../views/trials.js';
 
-// Metrics the trainer reports once (start and final lines): not curves.
+// Metrics reported once (the trainer's start and final lines, the worker's overhead): not curves.
 const ONCE = new Set(['params', 'vocab_size', 'train_tokens', 'val_tokens', 'unigram_entropy',
   'accumulation_steps', 'tokens_per_step', 'flops_per_token', 'peak_flops', 'optimizer_state_bytes',
   'optimizer_state_bytes_fp32', 'optimizer_state_saved', 'spectral_tensors', 'threads',
-  'resumed_from_step', 'final_train_loss', 'final_val_loss', 'best_val_loss', 'elapsed_s']);
+  'resumed_from_step', 'final_train_loss', 'final_val_loss', 'best_val_loss', 'elapsed_s',
+  'startup_s', 'teardown_s']);  // the last two: the worker's, once per attempt
 const PREFERRED = ['final_val_loss', 'best_val_loss', 'final_train_loss', 'val_loss', 'loss',
   'val_bpb', 'tokens_per_s', 'mfu', 'grad_norm', 'lr'];
 
