@@ -18,11 +18,20 @@ std::map<std::string, std::string> SortedAxes(const v1::TrialSummary& t) {
   return {t.axes().begin(), t.axes().end()};
 }
 
+// The commit's first 12 characters, keeping a "-dirty" suffix (a build from a modified tree).
+std::string ShortCommit(const std::string& c) {
+  const std::string dirty = "-dirty";
+  const bool is_dirty = c.size() > dirty.size() &&
+                        c.compare(c.size() - dirty.size(), dirty.size(), dirty) == 0;
+  const std::string hash = is_dirty ? c.substr(0, c.size() - dirty.size()) : c;
+  return hash.substr(0, 12) + (is_dirty ? dirty : "");
+}
+
 // The build that ran an attempt: "0.4.0 1a2b3c4d5e6f numerics 1"; "" when it was not reported.
 std::string BuildText(const v1::BuildInfo& b) {
   if (b.version().empty() && b.commit().empty() && b.numerics().empty()) return "";
   return (b.version().empty() ? "?" : b.version()) + " " +
-         (b.commit().empty() ? "?" : b.commit().substr(0, 12)) + " numerics " +
+         (b.commit().empty() ? "?" : ShortCommit(b.commit())) + " numerics " +
          (b.numerics().empty() ? "?" : b.numerics());
 }
 

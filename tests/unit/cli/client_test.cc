@@ -300,7 +300,7 @@ TEST_F(CliTest, StatusOfOneTrialShowsAttemptsAndMetrics) {
   a->add_gpu_indices(0);
   a->add_gpu_indices(1);
   a->mutable_build()->set_version("0.4.0");
-  a->mutable_build()->set_commit("0123456789abcdef");
+  a->mutable_build()->set_commit("0123456789abcdef-dirty");
   a->mutable_build()->set_numerics("1");
   fake_.trial.mutable_trial()->add_tags("outlier");
   fake_.trial.mutable_trial()->set_note("spike at 30");
@@ -320,7 +320,7 @@ TEST_F(CliTest, StatusOfOneTrialShowsAttemptsAndMetrics) {
             "\n"
             "attempt  worker  state    gpus  checkpoint  exit  reason         build\n"
             "      1  w1      lost     -             30     0  lease expired  -\n"
-            "      2  w2      running  0,1            -     -  -              0.4.0 0123456789ab numerics 1\n"
+            "      2  w2      running  0,1            -     -  -              0.4.0 0123456789ab-dirty numerics 1\n"
             "\n"
             "metric  step  value\n"
             "loss      40    4.5\n");
@@ -333,7 +333,7 @@ TEST_F(CliTest, StatusOfOneTrialShowsAttemptsAndMetrics) {
   EXPECT_TRUE(j["reason"].is_null());
   EXPECT_EQ(j["latest"]["loss"]["value"], 4.5);
   EXPECT_TRUE(j["attempts"][0]["build"].is_null());  // not reported
-  EXPECT_EQ(j["attempts"][1]["build"]["commit"], "0123456789abcdef");
+  EXPECT_EQ(j["attempts"][1]["build"]["commit"], "0123456789abcdef-dirty");
   EXPECT_EQ(j["tags"], nlohmann::json::array({"outlier"}));
   EXPECT_EQ(j["note"], "spike at 30");
 }

@@ -158,7 +158,9 @@ function buildText(b) {
     typeof v === 'object' ? Object.entries(v).map(([k, x]) => `${k}=${typeof x === 'object' ? JSON.stringify(x) : x}`).join(' ') :
     String(v));
   const commit = str(b.commit);
-  const parts = [str(b.version), commit ? h('code', {title: commit}, commit.slice(0, 12)) : null,
+  // The hash's first 12 characters, keeping "-dirty" (a build from a modified tree).
+  const short = commit ? commit.replace(/^(.{12}).*?(-dirty)?$/, (m, hash, dirty) => hash + (dirty || '')) : null;
+  const parts = [str(b.version), commit ? h('code', {title: commit}, short) : null,
     str(b.numerics) ? `numerics ${str(b.numerics)}` : null].filter(Boolean);
   return parts.length ? parts.flatMap((x, i) => (i ? [' · ', x] : [x])) : '-';
 }
