@@ -183,6 +183,10 @@ TEST_F(TrainerGolden, LinesCarryTheMetrics) {
   }
   EXPECT_EQ(run.Of("eval").size(), 2u);
   EXPECT_EQ(run.Of("checkpoint").size(), 2u);
+  // Evaluation and checkpoint costs, apart from the steps'.
+  for (const auto& e : run.Of("eval")) EXPECT_GE(e["eval_time_s"].get<double>(), 0.0);
+  for (const auto& c : run.Of("checkpoint")) EXPECT_GE(c["checkpoint_time_s"].get<double>(), 0.0);
+  EXPECT_GE(diag[0]["diagnostics_time_s"].get<double>(), 0.0);
   auto fin = run.Of("final");
   ASSERT_EQ(fin.size(), 1u);
   EXPECT_EQ(fin[0]["status"], "ok");

@@ -344,6 +344,7 @@ StatusOr<RunResult> RunTrial(const config::TrialConfig& cfg, const RunOptions& o
   const auto run_start = Clock::now();
 
   auto evaluate = [&](int step) -> Status {
+    const auto e0 = Clock::now();
     double sum = 0;
     for (int i = 0; i < eval.num_batches(); ++i) {
       eval.Get(i, inputs.data(), targets.data());
@@ -352,7 +353,10 @@ StatusOr<RunResult> RunTrial(const config::TrialConfig& cfg, const RunOptions& o
     }
     last_val = sum / eval.num_batches();
     if (std::isnan(best_val) || last_val < best_val) best_val = last_val;
-    nlohmann::json j = {{"type", "eval"}, {"step", step}, {"val_loss", last_val}};
+    nlohmann::json j = {{"type", "eval"},
+                        {"step", step},
+                        {"val_loss", last_val},
+                        {"eval_time_s", Seconds(e0, Clock::now())}};
     if (data.vocab_size == 256) j["val_bpb"] = last_val / std::log(2.0);
     emit(j);
     return Status::Ok();
@@ -360,6 +364,7 @@ StatusOr<RunResult> RunTrial(const config::TrialConfig& cfg, const RunOptions& o
 
   auto checkpoint = [&](int step) -> Status {
     if (ckpt_dir.empty()) return Status::Ok();
+    const auto c0 = Clock::now();
     Checkpoint ck;
     auto st = sampler.state();
     auto num = [](double v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); };
@@ -381,7 +386,10 @@ StatusOr<RunResult> RunTrial(const config::TrialConfig& cfg, const RunOptions& o
     std::string path = ckpt_dir + name;
     ABLATE_RETURN_IF_ERROR(WriteCheckpointAtomic(path, ck));
     PruneCheckpoints(ckpt_dir, 2);
-    emit({{"type", "checkpoint"}, {"step", step}, {"path", path}});
+    emit({{"type", "checkpoint"},
+          {"step", step},
+          {"path", path},
+          {"checkpoint_time_s", Seconds(c0, Clock::now())}});
     return Status::Ok();
   };
 
