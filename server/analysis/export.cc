@@ -20,10 +20,6 @@ json Num(double v) {
   return json(v);
 }
 
-std::string BuildKey(const server::Store::AttemptBuild& b) {
-  return b.build_version + "|" + b.build_commit + "|" + b.numerics_version;
-}
-
 }  // namespace
 
 json TypedAxisValue(const std::string& text) {
@@ -63,10 +59,10 @@ StatusOr<Table> ExportTrials(server::Store& store, int64_t sweep_id) {
   };
   std::map<int64_t, Prov> prov_of;
   for (const auto& b : builds) {
-    if (b.build_version.empty() && b.build_commit.empty() && b.numerics_version.empty()) continue;
+    if (!b.reported()) continue;
     Prov& p = prov_of[b.trial_id];
     p.latest = b;  // by attempt: the last one wins
-    p.distinct.insert(BuildKey(b));
+    p.distinct.insert(b.Key());
   }
 
   Table out;

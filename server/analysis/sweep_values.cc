@@ -15,8 +15,7 @@ StatusOr<std::vector<TrialValue>> SweepValues(server::Store& store, int64_t swee
   ABLATE_ASSIGN_OR_RETURN(auto attempts, store.SweepBuilds(sweep_id));
   std::map<int64_t, std::set<std::string>> builds_of;
   for (const auto& a : attempts) {
-    if (a.build_version.empty() && a.build_commit.empty() && a.numerics_version.empty()) continue;
-    builds_of[a.trial_id].insert(a.build_version + "|" + a.build_commit + "|" + a.numerics_version);
+    if (a.reported()) builds_of[a.trial_id].insert(a.Key());
   }
   std::vector<TrialValue> out;
   out.reserve(trials.size());

@@ -362,6 +362,11 @@ class Store {
     int64_t trial_id = 0;
     int attempt = 0;
     std::string build_version, build_commit, numerics_version;
+    bool reported() const {
+      return !build_version.empty() || !build_commit.empty() || !numerics_version.empty();
+    }
+    // "version|commit|numerics": one build, as Results counts them too.
+    std::string Key() const { return build_version + "|" + build_commit + "|" + numerics_version; }
   };
   StatusOr<std::vector<AttemptBuild>> SweepBuilds(int64_t sweep_id);
   // every point of the named metrics (GetSeries' rule per trial: one point per step, the latest
