@@ -24,6 +24,25 @@ struct SeedCell {
   bool diverged = false, failed = false, missing = false;
   std::set<std::string> builds;
   bool complete() const { return !diverged && !failed && !missing && n == trials && n > 0; }
+  void Add(const TrialValue& t) {
+    ++trials;
+    builds.insert(t.builds.begin(), t.builds.end());
+    switch (t.outcome) {
+      case Outcome::kOk:
+        sum += t.value;
+        ++n;
+        break;
+      case Outcome::kDiverged:
+        diverged = true;
+        break;
+      case Outcome::kFailed:
+        failed = true;
+        break;
+      case Outcome::kMissing:
+        missing = true;
+        break;
+    }
+  }
   double mean() const { return sum / n; }
 };
 using LevelSeeds = std::map<std::string, SeedCell, ValueLess>;  // by seed
@@ -136,15 +155,7 @@ StatusOr<CompareResult> Compare(const std::vector<TrialValue>& trials, const Com
       auto x = t.axes.find(spec.best_over);
       if (f == t.axes.end() || x == t.axes.end()) continue;
       if (!select.empty() && !select.count(t.seed)) continue;
-      SeedCell& s = by_value[{cell_of(t), f->second}][x->second][t.seed];
-      ++s.trials;
-      if (t.outcome == Outcome::kOk) {
-        s.sum += t.value;
-        ++s.n;
-      }
-      s.diverged |= t.outcome == Outcome::kDiverged;
-      s.failed |= t.outcome == Outcome::kFailed;
-      s.missing |= t.outcome == Outcome::kMissing;
+      by_value[{cell_of(t), f->second}][x->second][t.seed].Add(t);
     }
     for (const auto& [key, values] : by_value) {
       std::string best;
@@ -190,24 +201,7 @@ StatusOr<CompareResult> Compare(const std::vector<TrialValue>& trials, const Com
     auto f = t.axes.find(spec.factor);
     if (f == t.axes.end()) continue;
     const std::vector<std::string> cell = cell_of(t);
-    SeedCell& s = cells[cell][f->second][t.seed];
-    ++s.trials;
-    s.builds.insert(t.builds.begin(), t.builds.end());
-    switch (t.outcome) {
-      case Outcome::kOk:
-        s.sum += t.value;
-        ++s.n;
-        break;
-      case Outcome::kDiverged:
-        s.diverged = true;
-        break;
-      case Outcome::kFailed:
-        s.failed = true;
-        break;
-      case Outcome::kMissing:
-        s.missing = true;
-        break;
-    }
+    cells[cell][f->second][t.seed].Add(t);
   }
   CompareResult out;
   out.optimistic = best_over && select.empty();

@@ -229,10 +229,13 @@ int main(int argc, char** argv) {
 
   auto stub = ablate::v1::ControlService::NewStub(
       grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()));
+  auto authorize = [&](grpc::ClientContext& ctx) {
+    ctx.AddMetadata(ablate::kAuthMetadataKey, ablate::BearerValue(svc.token));
+  };
   auto status = Latency(
       [&] {
         grpc::ClientContext ctx;
-        ctx.AddMetadata(ablate::kAuthMetadataKey, ablate::BearerValue(svc.token));
+        authorize(ctx);
         ablate::v1::GetSweepRequest req;
         req.set_sweep("bench-metrics");
         ablate::v1::GetSweepResponse resp;
@@ -242,7 +245,7 @@ int main(int argc, char** argv) {
   auto results = Latency(
       [&] {
         grpc::ClientContext ctx;
-        ctx.AddMetadata(ablate::kAuthMetadataKey, ablate::BearerValue(svc.token));
+        authorize(ctx);
         ablate::v1::ResultsRequest req;
         req.set_sweep("bench-metrics");
         req.add_by("group");
@@ -254,7 +257,7 @@ int main(int argc, char** argv) {
   auto compare = Latency(
       [&] {
         grpc::ClientContext ctx;
-        ctx.AddMetadata(ablate::kAuthMetadataKey, ablate::BearerValue(svc.token));
+        authorize(ctx);
         ablate::v1::CompareRequest req;
         req.set_sweep("bench-metrics");
         req.set_factor("group");
@@ -267,7 +270,7 @@ int main(int argc, char** argv) {
   auto exported = Latency(
       [&] {
         grpc::ClientContext ctx;
-        ctx.AddMetadata(ablate::kAuthMetadataKey, ablate::BearerValue(svc.token));
+        authorize(ctx);
         ablate::v1::ExportRequest req;
         req.set_sweep("bench-metrics");
         req.set_format("csv");

@@ -114,11 +114,23 @@ StatusOr<SweepSummary> Store::GetSweep(const std::string& name_or_id) {
   return impl_->SweepWithCounts(*db, st, what);
 }
 
+namespace {
+// NotFound (with `what`) unless the sweep exists.
+Status CheckSweep(Db& db, int64_t sweep_id, const std::string& what) {
+  ABLATE_ASSIGN_OR_RETURN(Stmt st, db.Prepare("SELECT 1 FROM sweeps WHERE id = ?1"));
+  st.Bind(1, sweep_id);
+  ABLATE_ASSIGN_OR_RETURN(bool found, st.Step(what));
+  if (!found) return NotFound(what + ": no such sweep");
+  return Status::Ok();
+}
+}  // namespace
+
 StatusOr<std::vector<TrialStatus>> Store::GetTrials(int64_t sweep_id, TrialsRead read) {
   auto db = impl_->pool.Borrow();
   ReadTxn txn(*db);
   ABLATE_RETURN_IF_ERROR(txn.status());
   const std::string what = "get trials of sweep " + std::to_string(sweep_id);
+  ABLATE_RETURN_IF_ERROR(CheckSweep(*db, sweep_id, what));
   // The progress statements of a sweep, on either connection.
   auto read_progress = [sweep_id, &what](Db& on) -> StatusOr<Impl::Progress> {
     // max(attempt) makes SQLite return the worker_id of that row (a documented bare-column rule).
@@ -154,12 +166,6 @@ StatusOr<std::vector<TrialStatus>> Store::GetTrials(int64_t sweep_id, TrialsRead
       if (f.valid()) f.wait();
     }
   } join{progress};
-  {
-    ABLATE_ASSIGN_OR_RETURN(Stmt st, db->Prepare("SELECT 1 FROM sweeps WHERE id = ?1"));
-    st.Bind(1, sweep_id);
-    ABLATE_ASSIGN_OR_RETURN(bool found, st.Step(what));
-    if (!found) return NotFound(what + ": no such sweep");
-  }
   std::vector<TrialStatus> out;
   {
     ABLATE_ASSIGN_OR_RETURN(
@@ -446,15 +452,6 @@ Store::Stats Store::stats() const {
 }
 
 
-namespace {
-Status CheckSweep(Db& db, int64_t sweep_id, const std::string& what) {
-  ABLATE_ASSIGN_OR_RETURN(Stmt st, db.Prepare("SELECT 1 FROM sweeps WHERE id = ?1"));
-  st.Bind(1, sweep_id);
-  ABLATE_ASSIGN_OR_RETURN(bool found, st.Step(what));
-  if (!found) return NotFound(what + ": no such sweep");
-  return Status::Ok();
-}
-}  // namespace
 
 StatusOr<std::vector<Store::TrialMetric>> Store::SweepLatestMetrics(int64_t sweep_id) {
   auto db = impl_->pool.Borrow();
