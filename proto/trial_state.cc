@@ -16,6 +16,8 @@ std::string_view TrialStateName(v1::TrialState state) {
       return "diverged";
     case v1::CANCELED:
       return "canceled";
+    case v1::STOPPED:
+      return "stopped";
     default:
       return "unspecified";
   }

@@ -11,10 +11,12 @@
 namespace ablate {
 
 // Every state a trial can be in, in lifecycle order (UNSPECIFIED excluded).
-inline constexpr v1::TrialState kTrialStates[] = {v1::QUEUED, v1::RUNNING,  v1::SUCCEEDED,
-                                                  v1::FAILED, v1::DIVERGED, v1::CANCELED};
+inline constexpr v1::TrialState kTrialStates[] = {v1::QUEUED,   v1::RUNNING,  v1::SUCCEEDED,
+                                                  v1::FAILED,   v1::DIVERGED, v1::CANCELED,
+                                                  v1::STOPPED};
 
-// "queued", "running", "succeeded", "failed", "diverged", "canceled"; "unspecified" otherwise.
+// "queued", "running", "succeeded", "failed", "diverged", "canceled", "stopped"; "unspecified"
+// otherwise.
 std::string_view TrialStateName(v1::TrialState state);
 
 // The state of a lowercase name; nullopt for anything else (including "unspecified").

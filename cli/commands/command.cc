@@ -74,7 +74,8 @@ int StateCount(const v1::SweepInfo& sweep, const std::string& state) {
 
 int FinishedCount(const v1::SweepInfo& sweep) {
   return StateCount(sweep, "succeeded") + StateCount(sweep, "failed") +
-         StateCount(sweep, "diverged") + StateCount(sweep, "canceled");
+         StateCount(sweep, "diverged") + StateCount(sweep, "canceled") +
+         StateCount(sweep, "stopped");
 }
 
 }  // namespace ablate::cli

@@ -21,11 +21,12 @@ std::string FormatDelta(const v1::CompareRow& r) {
 }
 
 // "4 (1 diverged, 1 failed)": the seeds of a level and what happened to those not complete.
-std::string FormatSeeds(int seeds, int diverged, int failed, int missing) {
+std::string FormatSeeds(int seeds, int diverged, int failed, int missing, int stopped) {
   std::string s = std::to_string(seeds);
   std::string extra;
   if (diverged > 0) extra += std::to_string(diverged) + " diverged";
   if (failed > 0) extra += (extra.empty() ? "" : ", ") + std::to_string(failed) + " failed";
+  if (stopped > 0) extra += (extra.empty() ? "" : ", ") + std::to_string(stopped) + " stopped";
   if (missing > 0) extra += (extra.empty() ? "" : ", ") + std::to_string(missing) + " pending";
   return extra.empty() ? s : s + " (" + extra + ")";
 }
@@ -70,8 +71,8 @@ Table CompareTable(const v1::CompareResponse& resp) {
   t.AddColumn("p Holm", "p_adjusted").align = Column::Align::kRight;
   t.AddColumn("seeds", "", Column::Show::kTextOnly);
   t.AddColumn("baseline seeds", "", Column::Show::kTextOnly);
-  for (const char* f : {"diverged", "failed", "missing", "baseline_diverged", "baseline_failed",
-                        "baseline_missing", "left_out"}) {
+  for (const char* f : {"diverged", "failed", "missing", "stopped", "baseline_diverged",
+                        "baseline_failed", "baseline_missing", "baseline_stopped", "left_out"}) {
     t.AddColumn(f, f, Column::Show::kMachineOnly);
   }
   const auto builds_shown = mixed ? Column::Show::kAll : Column::Show::kMachineOnly;
@@ -109,11 +110,13 @@ Table CompareTable(const v1::CompareResponse& resp) {
       row.push_back(Cell());
       row.push_back(Cell());
     }
-    row.push_back(Cell::Text(FormatSeeds(r.seeds(), r.diverged(), r.failed(), r.missing())));
+    row.push_back(
+        Cell::Text(FormatSeeds(r.seeds(), r.diverged(), r.failed(), r.missing(), r.stopped())));
     row.push_back(Cell::Text(FormatSeeds(r.baseline_seeds(), r.baseline_diverged(),
-                                         r.baseline_failed(), r.baseline_missing())));
-    for (int v : {r.diverged(), r.failed(), r.missing(), r.baseline_diverged(),
-                  r.baseline_failed(), r.baseline_missing(), r.left_out()}) {
+                                         r.baseline_failed(), r.baseline_missing(),
+                                         r.baseline_stopped())));
+    for (int v : {r.diverged(), r.failed(), r.missing(), r.stopped(), r.baseline_diverged(),
+                  r.baseline_failed(), r.baseline_missing(), r.baseline_stopped(), r.left_out()}) {
       row.push_back(Cell::Int(v));
     }
     row.push_back(Cell::Int(r.builds()));

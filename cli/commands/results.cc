@@ -44,10 +44,11 @@ std::string FormatInterval(const v1::ResultsRow& row) {
 }
 
 Table ResultsTable(const v1::ResultsResponse& resp) {
-  bool diverged = false, failed = false, mixed = false;
+  bool diverged = false, failed = false, stopped = false, mixed = false;
   for (const v1::ResultsRow& r : resp.rows()) {
     diverged |= r.diverged() > 0;
     failed |= r.failed() > 0;
+    stopped |= r.stopped() > 0;
     mixed |= r.builds() > 1;
   }
   // In the text, the counts only when some cell has them; the machine formats always.
@@ -64,6 +65,7 @@ Table ResultsTable(const v1::ResultsResponse& resp) {
   }
   t.AddColumn("diverged", "diverged", shown(diverged));
   t.AddColumn("failed", "failed", shown(failed));
+  t.AddColumn("stopped", "stopped", shown(stopped));
   t.AddColumn("builds", "builds", shown(mixed));
   t.AddColumn("best", "best", Column::Show::kMachineOnly);
   for (int i = 0; i < resp.rows_size(); ++i) {
@@ -88,6 +90,7 @@ Table ResultsTable(const v1::ResultsResponse& resp) {
     row.push_back(has ? real(r.max()) : Cell());
     row.push_back(Cell::Int(r.diverged()));
     row.push_back(Cell::Int(r.failed()));
+    row.push_back(Cell::Int(r.stopped()));
     row.push_back(Cell::Int(r.builds()));
     row.push_back(Cell::Bool(r.best()));
     t.AddRow(std::move(row));

@@ -10,10 +10,14 @@ Status RetrySweep(Client& client, const RetryOptions& options, const Io& io) {
   v1::RetryRequest req;
   req.set_sweep(sweep);
   req.set_failed_only(options.failed_only);
+  req.set_stopped(options.stopped);
   v1::RetryResponse resp;
   ABLATE_RETURN_IF_ERROR(client.Call(&v1::ControlService::StubInterface::Retry, req, &resp));
   *io.out << "sweep " << options.sweep << ": requeued " << resp.requeued() << " "
-          << (options.failed_only ? "failed " : "failed or canceled ") << "trial"
+          << (options.stopped       ? "stopped "
+              : options.failed_only ? "failed "
+                                    : "failed or canceled ")
+          << "trial"
           << (resp.requeued() == 1 ? "" : "s") << "\n";
   return Status::Ok();
 }
@@ -22,7 +26,11 @@ void AddRetryCommand(CLI::App& app, Action* selected) {
   auto opts = std::make_shared<RetryOptions>();
   CLI::App* sub = app.add_subcommand("retry", "Requeue a sweep's failed and canceled trials");
   sub->add_option("sweep", opts->sweep, "Sweep name or sweep:ID")->required();
-  sub->add_flag("--failed", opts->failed_only, "Only failed trials (not canceled ones)");
+  auto* failed = sub->add_flag("--failed", opts->failed_only, "Only failed trials (not canceled ones)");
+  sub->add_flag("--stopped", opts->stopped,
+                "The trials early stopping stopped instead: resume them from their checkpoints "
+                "and run them to the end")
+      ->excludes(failed);
   sub->callback([opts, selected] {
     *selected = [opts](CommandEnv& env) -> Status {
       ABLATE_RETURN_IF_ERROR(ParseSweepRef(opts->sweep).status());  // before any connection

@@ -83,6 +83,8 @@ Status ShowTrial(Client& client, int64_t trial_id, const StatusOptions& options,
                                {"checkpoint_step", a.checkpoint_step()},
                                {"build", BuildJson(a.build())}});
     }
+    j["decisions"] = nlohmann::ordered_json::parse(
+        RenderJson(DecisionsTable(resp.decisions())), nullptr, false);
     j["latest"] = nlohmann::ordered_json::object();
     for (const v1::MetricPoint& m : resp.latest()) {
       j["latest"][m.name()] = {
@@ -151,6 +153,10 @@ Status ShowTrial(Client& client, int64_t trial_id, const StatusOptions& options,
     }
     *io.out << "\n" << RenderText(at);
   }
+  if (!resp.decisions().empty()) {
+    *io.out << "\nearly-stopping judgments of its configuration:\n"
+            << RenderText(DecisionsTable(resp.decisions()));
+  }
   if (!resp.latest().empty()) {
     Table mt;
     mt.AddColumn("metric");
@@ -166,6 +172,46 @@ Status ShowTrial(Client& client, int64_t trial_id, const StatusOptions& options,
 
 }  // namespace
 
+Table DecisionsTable(const google::protobuf::RepeatedPtrField<v1::StopDecision>& decisions) {
+  Table t;
+  t.AddColumn("id");
+  t.AddColumn("rule");
+  t.AddColumn("step");
+  t.AddColumn("rung");
+  t.AddColumn("config");
+  t.AddColumn("group");
+  t.AddColumn("trials", "", Column::Show::kTextOnly);
+  t.AddColumn("trial_ids", "trial_ids", Column::Show::kMachineOnly);
+  t.AddColumn("metric");
+  t.AddColumn("value");
+  t.AddColumn("compared", "", Column::Show::kTextOnly);
+  t.AddColumn("compared", "compared", Column::Show::kMachineOnly);
+  t.AddColumn("threshold");
+  t.AddColumn("decision");
+  for (const v1::StopDecision& d : decisions) {
+    std::string trials;
+    nlohmann::json ids = nlohmann::json::array();
+    for (int64_t id : d.trial_ids()) {
+      trials += (trials.empty() ? "" : ",") + std::to_string(id);
+      ids.push_back(id);
+    }
+    nlohmann::json compared = nlohmann::json::array();
+    for (int i = 0; i < d.compared_configs_size() && i < d.compared_values_size(); ++i) {
+      const double v = d.compared_values(i);
+      compared.push_back({{"config", d.compared_configs(i)},
+                          {"value", std::isfinite(v) ? nlohmann::json(v) : nlohmann::json()}});
+    }
+    t.AddRow({Cell::Int(d.id()), Cell::Text(d.rule()), Cell::Int(d.step()), Cell::Int(d.rung()),
+              Cell::Text(d.config()), d.group().empty() ? Cell() : Cell::Text(d.group()),
+              Cell::Text(trials), Cell::Json(ids.dump()), Cell::Text(d.metric()),
+              Cell::Real(d.value(), Cell::kGeneral), Cell::Int(d.compared_configs_size()),
+              Cell::Json(compared.dump()),
+              std::isfinite(d.threshold()) ? Cell::Real(d.threshold(), Cell::kGeneral) : Cell(),
+              Cell::Text(d.decision())});
+  }
+  return t;
+}
+
 Table SweepsTable(const v1::ListSweepsResponse& resp, bool show_archived) {
   Table t;
   t.AddColumn("id");
@@ -175,6 +221,10 @@ Table SweepsTable(const v1::ListSweepsResponse& resp, bool show_archived) {
        {"total", "queued", "running", "succeeded", "failed", "diverged", "canceled"}) {
     t.AddColumn(state);
   }
+  // Only sweeps with early stopping have stopped trials: the text shows the column when one does.
+  bool any_stopped = false;
+  for (const v1::SweepInfo& s : resp.sweeps()) any_stopped |= StateCount(s, "stopped") > 0;
+  t.AddColumn("stopped", "stopped", any_stopped ? Column::Show::kAll : Column::Show::kMachineOnly);
   t.AddColumn("progress", "", Column::Show::kTextOnly).align = Column::Align::kRight;
   t.AddColumn("progress_pct", "progress_pct", Column::Show::kMachineOnly);
   t.AddColumn("waiting_reason", "waiting_reason", Column::Show::kMachineOnly);
@@ -182,7 +232,8 @@ Table SweepsTable(const v1::ListSweepsResponse& resp, bool show_archived) {
     std::vector<Cell> row{Cell::Int(s.sweep_id()), Cell::Text(s.name())};
     if (show_archived) row.push_back(s.archived() ? Cell::Text("archived") : Cell());
     row.push_back(Cell::Int(s.total()));
-    for (const char* state : {"queued", "running", "succeeded", "failed", "diverged", "canceled"}) {
+    for (const char* state :
+         {"queued", "running", "succeeded", "failed", "diverged", "canceled", "stopped"}) {
       row.push_back(Cell::Int(StateCount(s, state)));
     }
     const double fraction = s.total() > 0 ? double(FinishedCount(s)) / s.total() : 0;
@@ -303,11 +354,33 @@ Status ShowStatus(Client& client, const StatusOptions& options, const Io& io) {
             << StateCount(s, "queued") << " queued, " << StateCount(s, "running") << " running, "
             << StateCount(s, "succeeded") << " succeeded, " << StateCount(s, "failed")
             << " failed, " << StateCount(s, "diverged") << " diverged, "
-            << StateCount(s, "canceled") << " canceled ("
+            << StateCount(s, "canceled") << " canceled"
+            << (StateCount(s, "stopped") > 0
+                    ? ", " + std::to_string(StateCount(s, "stopped")) + " stopped early"
+                    : std::string())
+            << " ("
             << FormatPercent(s.total() > 0 ? double(FinishedCount(s)) / s.total() : 0)
             << " done)" << (s.archived() ? " [archived]" : "") << "\n";
     if (!s.waiting_reason().empty()) *io.out << "waiting: " << s.waiting_reason() << "\n";
+    if (!s.early_stop_json().empty()) {
+      const auto rule = nlohmann::json::parse(s.early_stop_json(), nullptr, false);
+      int stops = 0;
+      for (const auto& d : resp.decisions()) stops += d.decision() == "stop";
+      *io.out << "early stopping: "
+              << (rule.is_object() ? rule.value("rule", std::string("?")) + " on " +
+                                         rule.value("metric", std::string("?"))
+                                   : std::string("?"))
+              << ", " << resp.decisions_size() << " judgment"
+              << (resp.decisions_size() == 1 ? "" : "s") << ", " << stops << " stop"
+              << (stops == 1 ? "" : "s")
+              << (options.decisions ? "" : " (ablate status " + s.name() + " --decisions)")
+              << "\n";
+    }
     *io.out << "\n";
+  }
+  if (options.decisions) {
+    *io.out << Render(DecisionsTable(resp.decisions()), options.format);
+    return Status::Ok();
   }
   *io.out << Render(TrialsTable(s, resp.trials()), options.format);
   return Status::Ok();
@@ -320,6 +393,9 @@ void AddStatusCommand(CLI::App& app, Action* selected) {
       "status", "List sweeps, or one sweep's trials (SWEEP), or one trial (trial:ID)");
   sub->add_option("sweep", opts->target, "Sweep name, sweep:ID, or trial:ID");
   sub->add_flag("--archived", opts->archived, "List archived sweeps too (marked)");
+  sub->add_flag("--decisions", opts->decisions,
+                "SWEEP: its early-stopping judgments (every one, continue and stop) instead of "
+                "its trials");
   AddFormatOption(sub, format.get());
   sub->callback([opts, format, selected] {
     *selected = [opts, format](CommandEnv& env) -> Status {

@@ -19,7 +19,11 @@ struct StatusOptions {
   std::optional<std::string> target;  // as typed: NAME, sweep:ID or trial:ID
   Format format = Format::kTable;
   bool archived = false;  // the listing includes archived sweeps (marked)
+  bool decisions = false;  // SWEEP --decisions: its early-stopping judgments instead of its trials
 };
+
+// Early-stopping judgments, one row each (the sweep's, or those of one trial).
+Table DecisionsTable(const google::protobuf::RepeatedPtrField<v1::StopDecision>& decisions);
 
 Status ShowStatus(Client& client, const StatusOptions& options, const Io& io);
 void AddStatusCommand(CLI::App& app, Action* selected);

@@ -88,13 +88,15 @@ std::string Seconds(double s) {
 }
 
 bool Finished(v1::TrialState s) {
-  return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::DIVERGED || s == v1::CANCELED;
+  return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::DIVERGED || s == v1::CANCELED ||
+         s == v1::STOPPED;
 }
 
 // "queued 3 · running 2 · succeeded 7 · failed 1": the non-zero counts, in lifecycle order.
 std::string CountsText(const v1::SweepInfo& s) {
   std::string out;
-  for (const char* state : {"running", "queued", "succeeded", "diverged", "failed", "canceled"}) {
+  for (const char* state :
+       {"running", "queued", "succeeded", "stopped", "diverged", "failed", "canceled"}) {
     const int n = StateCount(s, state);
     if (n == 0) continue;
     out += (out.empty() ? "" : " · ") + std::to_string(n) + " " + state;
@@ -130,6 +132,7 @@ WatchOutcome OutcomeOf(const v1::SweepInfo& s) {
   o.failed = StateCount(s, "failed");
   o.diverged = StateCount(s, "diverged");
   o.canceled = StateCount(s, "canceled");
+  o.stopped = StateCount(s, "stopped");
   return o;
 }
 
@@ -137,7 +140,9 @@ void PrintSummary(const v1::SweepSnapshot& snap, const Io& io) {
   const v1::SweepInfo& s = snap.sweep();
   const WatchOutcome o = OutcomeOf(s);
   *io.out << "sweep " << s.name() << " finished: " << o.succeeded << " succeeded, " << o.diverged
-          << " diverged, " << o.failed << " failed, " << o.canceled << " canceled\n";
+          << " diverged, " << o.failed << " failed, " << o.canceled << " canceled"
+          << (o.stopped > 0 ? ", " + std::to_string(o.stopped) + " stopped early" : std::string())
+          << "\n";
   int listed = 0, unlisted = 0;
   for (const v1::TrialSummary& t : snap.trials()) {
     if (t.state() != v1::FAILED && t.state() != v1::CANCELED) continue;

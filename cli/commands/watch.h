@@ -29,8 +29,9 @@ struct WatchOptions {
 };
 
 struct WatchOutcome {
-  int succeeded = 0, failed = 0, diverged = 0, canceled = 0;
-  // Diverging is a result of the experiment; failures and cancellations are not.
+  int succeeded = 0, failed = 0, diverged = 0, canceled = 0, stopped = 0;
+  // Diverging and being stopped early by the sweep's rule are results of the experiment;
+  // failures and cancellations are not.
   bool all_ok() const { return failed == 0 && canceled == 0; }
 };
 

@@ -43,6 +43,8 @@ Table WorkersTable(const v1::ListWorkersResponse& resp, double now) {
   t.AddColumn("busy_cpu_slots", "busy_cpu_slots", Column::Show::kMachineOnly);
   t.AddColumn("running", "", Column::Show::kTextOnly);
   t.AddColumn("running", "running", Column::Show::kMachineOnly);
+  t.AddColumn("per gpu", "", Column::Show::kTextOnly);
+  t.AddColumn("gpu_load", "gpu_load", Column::Show::kMachineOnly);
   t.AddColumn("failures");
   t.AddColumn("last seen", "", Column::Show::kTextOnly);
   t.AddColumn("last_seen_at", "last_seen_at", Column::Show::kMachineOnly);
@@ -60,6 +62,28 @@ Table WorkersTable(const v1::ListWorkersResponse& resp, double now) {
                       std::to_string(a.attempt());
     }
     std::string busy;
+    nlohmann::json load = nlohmann::json::array();
+    std::string load_text;
+    for (const v1::GpuLoad& g : w.gpu_load()) {
+      nlohmann::json ids = nlohmann::json::array();
+      for (int64_t id : g.trial_ids()) ids.push_back(id);
+      load.push_back({{"index", g.index()},
+                      {"trial_ids", ids},
+                      {"share", g.share()},
+                      {"estimated_bytes", g.estimated_bytes()},
+                      {"used_bytes", g.used_bytes()},
+                      {"total_bytes", g.total_bytes()}});
+      if (g.trial_ids().empty() && g.used_bytes() == 0) continue;
+      // "0: 3 trials 41/80 GiB": GPU 0 holds 3 trials, NVML sees 41 of its 80 GiB used.
+      char mem[64] = "";
+      if (g.total_bytes() > 0) {
+        std::snprintf(mem, sizeof mem, " %.0f/%.0f GiB", double(g.used_bytes()) / (1 << 30),
+                      double(g.total_bytes()) / (1 << 30));
+      }
+      load_text += (load_text.empty() ? "" : "; ") + std::to_string(g.index()) + ": " +
+                   std::to_string(g.trial_ids_size()) +
+                   (g.trial_ids_size() == 1 ? " trial" : " trials") + mem;
+    }
     if (!w.gpus().empty()) {
       busy = std::to_string(w.busy_gpus_size()) + "/" + std::to_string(w.gpus_size()) + " gpus";
     } else if (w.cpu_slots() > 0) {
@@ -70,6 +94,7 @@ Table WorkersTable(const v1::ListWorkersResponse& resp, double now) {
               Cell::Int(w.cpu_slots()), busy.empty() ? Cell() : Cell::Text(busy),
               Cell::Json(busy_gpus.dump()), Cell::Int(w.busy_cpu_slots()),
               running_text.empty() ? Cell() : Cell::Text(running_text), Cell::Json(running.dump()),
+              load_text.empty() ? Cell() : Cell::Text(load_text), Cell::Json(load.dump()),
               Cell::Int(w.failures()), Cell::Text(FormatAge(now, w.last_seen_at())),
               TimeCell(w.last_seen_at())});
   }

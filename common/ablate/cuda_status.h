@@ -5,7 +5,9 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -20,6 +22,14 @@ inline Status CudaStatus(cudaError_t err, std::string_view what) {
                   cudaGetErrorString(err));
 }
 
+// Every byte DeviceAlloc handed out in this process, never decreased (the trainer allocates at
+// start and frees at exit, so this is its allocation peak): the gpu_mem_peak_bytes it reports for
+// the GPU-sharing placement (ablate/memory_estimate.h).
+inline std::atomic<int64_t>& DeviceBytesAllocated() {
+  static std::atomic<int64_t> bytes{0};
+  return bytes;
+}
+
 // cudaMalloc of `bytes` into *p (*p null, and OK, for 0 bytes). On failure the CUDA error is
 // cleared and the Status is Internal("<what>: cudaMalloc of <bytes> bytes failed: <error>").
 inline Status DeviceAlloc(void** p, size_t bytes, const char* what) {
@@ -28,10 +38,20 @@ inline Status DeviceAlloc(void** p, size_t bytes, const char* what) {
   cudaError_t e = cudaMalloc(p, bytes);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
-    return Internal(std::string(what) + ": cudaMalloc of " + std::to_string(bytes) +
-                    " bytes failed: " + cudaGetErrorString(e));
+    return Status(e == cudaErrorMemoryAllocation ? StatusCode::kResourceExhausted
+                                                 : StatusCode::kInternal,
+                  std::string(what) + ": cudaMalloc of " + std::to_string(bytes) +
+                      " bytes failed: " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
   }
+  DeviceBytesAllocated() += int64_t(bytes);
   return Status::Ok();
+}
+template <typename T>
+Status DeviceAlloc(T** p, size_t bytes, const char* what) {
+  void* v = nullptr;
+  Status s = DeviceAlloc(&v, bytes, what);
+  *p = static_cast<T*>(v);
+  return s;
 }
 
 }  // namespace ablate

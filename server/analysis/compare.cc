@@ -21,9 +21,11 @@ struct ValueLess {
 struct SeedCell {
   double sum = 0;
   int n = 0, trials = 0;
-  bool diverged = false, failed = false, missing = false;
+  bool diverged = false, failed = false, missing = false, stopped = false;
   std::set<std::string> builds;
-  bool complete() const { return !diverged && !failed && !missing && n == trials && n > 0; }
+  bool complete() const {
+    return !diverged && !failed && !missing && !stopped && n == trials && n > 0;
+  }
   void Add(const TrialValue& t) {
     ++trials;
     builds.insert(t.builds.begin(), t.builds.end());
@@ -41,6 +43,9 @@ struct SeedCell {
       case Outcome::kMissing:
         missing = true;
         break;
+      case Outcome::kStopped:
+        stopped = true;
+        break;
     }
   }
   double mean() const { return sum / n; }
@@ -57,6 +62,8 @@ LevelCount CountOf(const LevelSeeds& seeds) {
       ++c.diverged;
     } else if (s.failed) {
       ++c.failed;
+    } else if (s.stopped) {
+      ++c.stopped;
     } else if (s.missing) {
       ++c.missing;
     }

@@ -32,7 +32,8 @@
 
 namespace ablate::analysis {
 
-enum class Outcome { kOk, kDiverged, kFailed, kMissing };
+// kStopped: ended early by the sweep's early_stop rule (its last value is not a final one).
+enum class Outcome { kOk, kDiverged, kFailed, kMissing, kStopped };
 
 // One trial: its axis values (dotted keys as the sweep names them, e.g. "attention.kind"), its
 // seed, how it ended and (kOk) its metric's value.
@@ -61,6 +62,7 @@ struct LevelCount {
   int diverged = 0;  // seeds with a diverged trial
   int failed = 0;    // seeds with a failed trial (and none diverged)
   int missing = 0;   // seeds with a trial still pending
+  int stopped = 0;   // seeds with a trial stopped early (and none diverged or failed)
   int builds = 0;    // distinct builds over the trials of its complete seeds (> 1: mixed)
 };
 

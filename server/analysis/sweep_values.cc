@@ -44,6 +44,9 @@ StatusOr<std::vector<TrialValue>> SweepValues(server::Store& store, int64_t swee
       case v1::CANCELED:
         v.outcome = Outcome::kFailed;
         break;
+      case v1::STOPPED:
+        v.outcome = Outcome::kStopped;
+        break;
       default:
         v.outcome = Outcome::kMissing;
     }

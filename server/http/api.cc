@@ -44,7 +44,10 @@ json SweepJson(const SweepSummary& s, const std::string& waiting_reason) {
           {"name", s.sweep.name},
           {"priority", s.sweep.priority},
           {"max_attempts", s.sweep.max_attempts},
-          {"gpus", s.sweep.gpus},
+          {"gpus", s.sweep.gpu_share > 1 ? 1.0 / s.sweep.gpu_share : double(s.sweep.gpus)},
+          {"early_stop", s.sweep.early_stop_json.empty()
+                             ? json(nullptr)
+                             : json::parse(s.sweep.early_stop_json, nullptr, false)},
           {"cpu_slots", s.sweep.cpu_slots},
           {"axes", s.sweep.axes},
           {"created_at", Time(s.sweep.created_at)},
@@ -54,6 +57,20 @@ json SweepJson(const SweepSummary& s, const std::string& waiting_reason) {
           {"finished", active == 0},
           {"archived", s.sweep.archived},
           {"waiting_reason", active == 0 ? std::string() : waiting_reason}};
+}
+
+json DecisionJson(const StopDecisionRecord& d) {
+  json compared = json::array();
+  for (const auto& [config, value] : d.compared) {
+    compared.push_back({{"config", config}, {"value", Num(value)}});
+  }
+  json seeds = json::array();
+  for (double v : d.seed_values) seeds.push_back(Num(v));
+  return {{"id", d.id},       {"rule", d.rule},         {"metric", d.metric},
+          {"rung", d.rung},   {"step", d.step},         {"config", d.config},
+          {"group", d.group}, {"trial_ids", d.trial_ids}, {"value", Num(d.value)},
+          {"seed_values", seeds}, {"compared", compared}, {"threshold", Num(d.threshold)},
+          {"decision", d.decision}, {"decided_at", Time(d.decided_at)}};
 }
 
 json TrialJson(const TrialStatus& t) {
@@ -232,8 +249,8 @@ StatusOr<TrialQuery> ParseTrialQuery(const std::multimap<std::string, std::strin
       for (const auto& s : SplitCommas(value)) {
         if (!ParseTrialState(s)) {
           return InvalidArgument("parameter state=" + s +
-                                 ": expected queued, running, succeeded, failed, diverged or "
-                                 "canceled (comma-separated)");
+                                 ": expected queued, running, succeeded, failed, diverged, "
+                                 "canceled or stopped (comma-separated)");
         }
         q.states.push_back(s);
       }
@@ -354,6 +371,13 @@ HttpResponse Api::Route(const HttpRequest& r) const {
       j["spec_yaml"] = sweep->sweep.spec_yaml;
       return Json(j);
     }
+    if (n == 4 && seg[3] == "decisions") {
+      auto decisions = store_->GetStopDecisions(id);
+      if (!decisions.ok()) return FromStatus(decisions.status());
+      json list = json::array();
+      for (const auto& d : *decisions) list.push_back(DecisionJson(d));
+      return Json({{"sweep_id", id}, {"decisions", list}});
+    }
     if (n == 4 && seg[3] == "trials") {
       auto q = ParseTrialQuery(r.params);
       if (!q.ok()) return FromStatus(q.status());
@@ -412,6 +436,8 @@ HttpResponse Api::Route(const HttpRequest& r) const {
                         {"baseline_diverged", c.baseline_count.diverged},
                         {"baseline_failed", c.baseline_count.failed},
                         {"baseline_missing", c.baseline_count.missing},
+                        {"stopped", c.level_count.stopped},
+                        {"baseline_stopped", c.baseline_count.stopped},
                         {"left_out", c.left_out},
                         {"builds", c.level_count.builds},
                         {"baseline_builds", c.baseline_count.builds}});
@@ -465,7 +491,7 @@ HttpResponse Api::Route(const HttpRequest& r) const {
                        {"ci_low", Num(row.ci_low)}, {"ci_high", Num(row.ci_high)},
                        {"min", Num(row.min)}, {"max", Num(row.max)},
                        {"diverged", row.diverged}, {"failed", row.failed},
-                       {"builds", row.builds}, {"best", &row - rows->data() == best}});
+                       {"stopped", row.stopped}, {"builds", row.builds}, {"best", &row - rows->data() == best}});
       }
       return Json({{"sweep_id", id}, {"metric", metric}, {"by", by},
                    {"lower_is_better", lower}, {"rows", out}});
@@ -497,6 +523,15 @@ HttpResponse Api::Route(const HttpRequest& r) const {
                           {"numerics", a.numerics_version}}}});
       }
       j["attempts"] = atts;
+      json decided = json::array();
+      auto decisions = store_->GetStopDecisions(t->trial.sweep_id);
+      if (!decisions.ok()) return FromStatus(decisions.status());
+      for (const auto& d : *decisions) {
+        if (std::find(d.trial_ids.begin(), d.trial_ids.end(), *id) != d.trial_ids.end()) {
+          decided.push_back(DecisionJson(d));
+        }
+      }
+      j["decisions"] = decided;
       json lm = json::object();
       for (const auto& p : *latest) lm[p.name] = {{"step", p.step}, {"value", Num(p.value)}};
       j["latest_metrics"] = lm;
@@ -530,7 +565,18 @@ HttpResponse Api::Route(const HttpRequest& r) const {
         for (const auto& a : w.running()) {
           running.push_back({{"trial_id", a.trial_id()}, {"attempt", a.attempt()}});
         }
+        json load = json::array();
+        for (const auto& g : w.gpu_load()) {
+          load.push_back({{"index", g.index()},
+                          {"trial_ids", std::vector<int64_t>(g.trial_ids().begin(),
+                                                             g.trial_ids().end())},
+                          {"share", g.share()},
+                          {"estimated_bytes", g.estimated_bytes()},
+                          {"used_bytes", g.used_bytes()},
+                          {"total_bytes", g.total_bytes()}});
+        }
         out.push_back({{"id", w.worker_id()}, {"hostname", w.hostname()}, {"state", w.state()},
+                       {"gpu_load", load},
                        {"gpus", gpus}, {"cpu_slots", w.cpu_slots()}, {"running", running},
                        {"last_seen_at", Time(w.last_seen_at())}, {"failures", w.failures()},
                        {"busy_gpus", std::vector<int>(w.busy_gpus().begin(), w.busy_gpus().end())},

@@ -158,7 +158,7 @@ Status CoordinatorMetrics::RefreshTrialHistograms(Store* store) {
       QueryResult finished,
       store->Query("SELECT id, finished_at - started_at, finished_at, state FROM trials WHERE "
                    "finished_at IS NOT NULL AND started_at IS NOT NULL AND state IN "
-                   "('succeeded','failed','diverged','canceled') AND finished_at >= " +
+                   "('succeeded','failed','diverged','canceled','stopped') AND finished_at >= " +
                        Fixed(finished_.watermark - kLookback_s),
                    1 << 30));
   auto& duration = HistogramFamily(catalog::kTrialDuration);

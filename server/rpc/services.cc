@@ -41,6 +41,29 @@ void FillSweep(const SweepSummary& s, const std::string& waiting_reason, v1::Swe
   for (const auto& a : s.sweep.axes) out->add_axes(a);
   if (active > 0) out->set_waiting_reason(waiting_reason);
   out->set_archived(s.sweep.archived);
+  out->set_gpus(s.sweep.gpu_share > 1 ? 1.0 / s.sweep.gpu_share : double(s.sweep.gpus));
+  out->set_early_stop_json(s.sweep.early_stop_json);
+}
+
+void FillDecision(const StopDecisionRecord& d, v1::StopDecision* out) {
+  out->set_id(d.id);
+  out->set_sweep_id(d.sweep_id);
+  out->set_rule(d.rule);
+  out->set_metric(d.metric);
+  out->set_rung(d.rung);
+  out->set_step(d.step);
+  out->set_config(d.config);
+  out->set_group(d.group);
+  for (int64_t id : d.trial_ids) out->add_trial_ids(id);
+  out->set_value(d.value);
+  for (double v : d.seed_values) out->add_seed_values(v);
+  for (const auto& [config, value] : d.compared) {
+    out->add_compared_configs(config);
+    out->add_compared_values(value);
+  }
+  out->set_threshold(d.threshold);
+  out->set_decision(d.decision);
+  out->set_decided_at(d.decided_at);
 }
 
 void FillTrial(const TrialStatus& t, v1::TrialSummary* out) {
@@ -255,6 +278,14 @@ grpc::Status ControlServiceImpl::Submit(grpc::ServerContext* ctx, const v1::Subm
       stored.push_back({t.trial.axes, t.trial.config_hash, t.trial.config_json});
     }
     diff = DiffSweep(existing->sweep.axes, stored, sweep);
+    // The early-stopping rule decides which trials end early: a change of it is a change of
+    // definition too.
+    const std::string rule = sweep.has_early_stop ? sweep.early_stop.ToJson() : "";
+    if (rule != existing->sweep.early_stop_json) {
+      auto show = [](const std::string& j) { return j.empty() ? std::string("none") : j; };
+      diff.changes.push_back("early_stop: " + show(existing->sweep.early_stop_json) + " -> " +
+                             show(rule));
+    }
     if (req->new_version()) {
       ABLATE_GRPC_ASSIGN(auto all, store_->ListSweeps());
       std::vector<std::string> names;
@@ -306,6 +337,8 @@ grpc::Status ControlServiceImpl::Submit(grpc::ServerContext* ctx, const v1::Subm
   rec.max_attempts = sweep.max_attempts;
   rec.gpus = sweep.gpus;
   rec.cpu_slots = sweep.cpu_slots;
+  rec.gpu_share = sweep.gpu_share;
+  if (sweep.has_early_stop) rec.early_stop_json = sweep.early_stop.ToJson();
   rec.axes = sweep.axes;
   rec.created_at = SystemClock()->UnixSeconds();
   std::vector<TrialRecord> trials;
@@ -319,6 +352,7 @@ grpc::Status ControlServiceImpl::Submit(grpc::ServerContext* ctx, const v1::Subm
     r.order_key = t.order_key;
     r.gpus = sweep.gpus;
     r.cpu_slots = sweep.cpu_slots;
+    r.gpu_share = sweep.gpu_share;
     r.max_attempts = sweep.max_attempts;
     r.total_steps = t.config.train.steps;
     r.created_at = rec.created_at;
@@ -391,6 +425,10 @@ grpc::Status ControlServiceImpl::GetSweep(grpc::ServerContext* ctx, const v1::Ge
   ABLATE_GRPC_ASSIGN(auto trials, store_->GetTrials(s.sweep.id, {.config_json = false}));
   FillSweep(s, scheduler_->WaitingReason(s.sweep.id), resp->mutable_sweep());
   for (const auto& t : trials) FillTrial(t, resp->add_trials());
+  if (!s.sweep.early_stop_json.empty()) {
+    ABLATE_GRPC_ASSIGN(auto decisions, store_->GetStopDecisions(s.sweep.id));
+    for (const auto& d : decisions) FillDecision(d, resp->add_decisions());
+  }
   return grpc::Status::OK;
 }
 
@@ -402,6 +440,14 @@ grpc::Status ControlServiceImpl::GetTrial(grpc::ServerContext* ctx, const v1::Ge
   resp->mutable_trial()->set_config_json(t.trial.config_json);
   auto sweep = store_->GetSweep(std::to_string(t.trial.sweep_id));
   if (sweep.ok()) resp->set_sweep_name(sweep->sweep.name);
+  if (sweep.ok() && !sweep->sweep.early_stop_json.empty()) {
+    ABLATE_GRPC_ASSIGN(auto decisions, store_->GetStopDecisions(t.trial.sweep_id));
+    for (const auto& d : decisions) {
+      if (std::find(d.trial_ids.begin(), d.trial_ids.end(), t.trial.id) != d.trial_ids.end()) {
+        FillDecision(d, resp->add_decisions());
+      }
+    }
+  }
   ABLATE_GRPC_ASSIGN(auto attempts, store_->GetAttempts(t.trial.id));
   for (const auto& a : attempts) {
     auto* ai = resp->add_attempts();
@@ -456,7 +502,10 @@ grpc::Status ControlServiceImpl::Retry(grpc::ServerContext* ctx, const v1::Retry
                                        v1::RetryResponse* resp) {
   ABLATE_AUTH(ctx);
   ABLATE_GRPC_ASSIGN(int64_t sweep_id, ResolveSweep(store_, req->sweep()));
-  ABLATE_GRPC_ASSIGN(int n, scheduler_->Retry(sweep_id, req->failed_only()));
+  ABLATE_GRPC_ASSIGN(int n, scheduler_->Retry(sweep_id, req->stopped() ? Scheduler::RetryWhich::kStopped
+                                                         : req->failed_only()
+                                                             ? Scheduler::RetryWhich::kFailed
+                                                             : Scheduler::RetryWhich::kFailedAndCanceled));
   resp->set_requeued(n);
   return grpc::Status::OK;
 }
@@ -508,6 +557,8 @@ grpc::Status ControlServiceImpl::Compare(grpc::ServerContext* ctx, const v1::Com
     row->set_baseline_diverged(c.baseline_count.diverged);
     row->set_baseline_failed(c.baseline_count.failed);
     row->set_baseline_missing(c.baseline_count.missing);
+    row->set_stopped(c.level_count.stopped);
+    row->set_baseline_stopped(c.baseline_count.stopped);
     row->set_left_out(c.left_out);
     row->set_best_value(c.best_value);
     row->set_baseline_best_value(c.baseline_best_value);
@@ -549,6 +600,7 @@ grpc::Status ControlServiceImpl::Results(grpc::ServerContext* ctx, const v1::Res
     row->set_ci_high(r.ci_high);
     row->set_diverged(r.diverged);
     row->set_failed(r.failed);
+    row->set_stopped(r.stopped);
     row->set_builds(r.builds);
   }
   return grpc::Status::OK;

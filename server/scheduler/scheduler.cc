@@ -2,10 +2,23 @@
 
 #include <algorithm>
 #include <cmath>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "ablate/memory_estimate.h"
+
 namespace ablate::server {
+
+namespace {
+
+// The memory left free beside the trials packed onto a GPU: max(512 MiB, 5% of it).
+int64_t GpuMargin(int64_t total) { return std::max<int64_t>(int64_t(512) << 20, total / 20); }
+
+// The trainer's report of its device memory peak (bytes; worker/trainer/cuda).
+constexpr const char* kPeakMetric = "gpu_mem_peak_bytes";
+
+}  // namespace
 
 bool IsPreemption(const v1::TrialEvent& ev) {
   return ev.kind() == v1::TrialEvent::FAILED &&
@@ -19,6 +32,7 @@ struct Scheduler::SweepState {
   int max_attempts = 3;
   int running = 0;
   std::set<std::pair<int64_t, int64_t>> queue;  // (order_key, trial id) of queued trials
+  std::unique_ptr<EarlyStopper> stopper;         // with an early_stop rule
 };
 
 struct Scheduler::TrialState {
@@ -30,6 +44,11 @@ struct Scheduler::TrialState {
   int64_t order_key = 0;
   int gpus = 0;
   int cpu_slots = 0;
+  int gpu_share = 1;          // k > 1: 1/k of one GPU
+  int next_gpu_share = 0;     // > 0: the share from the next attempt on (isolated after a fault)
+  int64_t memory_bytes = 0;   // estimate from the config (0: not computed yet)
+  int64_t peak_bytes = 0;     // the trainer's reported peak (0: none yet)
+  bool early_stop_exempt = false;
   std::string config_json;
   std::string checkpoint_path;
   int64_t checkpoint_step = 0;
@@ -40,6 +59,7 @@ struct Scheduler::TrialState {
   std::vector<int> gpu_indices;
   double lease_expiry = 0;
   bool cancel_requested = false;
+  bool stop_requested = false;  // with cancel_requested: early stopping ended it (state stopped)
   bool requeue_after_cancel = false;  // retried while its canceled attempt was still stopping
   bool assignment_sent = false;
 };
@@ -49,7 +69,15 @@ struct Scheduler::WorkerState {
   std::string hostname;
   std::vector<v1::GpuInfo> gpus;
   int cpu_slots = 0;
-  std::set<int> free_gpus;
+  std::set<int> free_gpus;  // GPUs with no trial at all
+  // The trials on each GPU (whole or shared), their shares and memory, and NVML's last reading.
+  struct GpuUse {
+    std::set<int64_t> trials;
+    double share = 0;     // given out: 1 for a whole-GPU trial, the sum of 1/k for shared ones
+    int64_t bytes = 0;    // the sum of the shared trials' memory (TrialBytesLocked)
+    int64_t used_bytes = 0;  // NVML, from the last heartbeat
+  };
+  std::map<int, GpuUse> gpu_use;
   int free_slots = 0;
   std::shared_ptr<WorkerLink> link;  // null while disconnected
   bool draining = false;
@@ -77,6 +105,8 @@ std::unique_ptr<Scheduler::TrialState> Scheduler::TrialFromRecord(const TrialRec
   t->order_key = r.order_key;
   t->gpus = r.gpus;
   t->cpu_slots = r.cpu_slots;
+  t->gpu_share = std::max(1, r.gpu_share);
+  t->early_stop_exempt = r.early_stop_exempt;
   t->config_json = r.config_json;
   t->checkpoint_path = r.checkpoint_path;
   t->checkpoint_step = r.checkpoint_step;
@@ -87,10 +117,56 @@ std::unique_ptr<Scheduler::TrialState> Scheduler::TrialFromRecord(const TrialRec
 Scheduler::Scheduler(Store* store, const Clock* clock, SchedulerOptions options)
     : store_(store), clock_(clock), opt_(options) {}
 
-Scheduler::~Scheduler() = default;
+Scheduler::~Scheduler() {
+  // The store's callbacks refer to this scheduler: let the ones queued run first (twice: a
+  // callback may queue another operation, such as an early-stopping judgment, with its own).
+  (void)store_->Flush();
+  (void)store_->Flush();
+}
+
+StatusOr<std::unique_ptr<EarlyStopper>> Scheduler::LoadStopper(
+    int64_t sweep_id, const std::string& json, std::vector<StopDecisionRecord>* due) {
+  ABLATE_ASSIGN_OR_RETURN(EarlyStopRule rule, EarlyStopRuleFromJson(json));
+  auto stopper = std::make_unique<EarlyStopper>(sweep_id, rule);
+  TrialsRead read;
+  read.progress = false;
+  read.config_json = false;
+  ABLATE_ASSIGN_OR_RETURN(std::vector<TrialStatus> trials, store_->GetTrials(sweep_id, read));
+  for (const auto& t : trials) {
+    stopper->AddTrial(t.trial.id, t.trial.axes, !IsActive(t.trial.state),
+                      t.trial.early_stop_exempt);
+  }
+  ABLATE_ASSIGN_OR_RETURN(std::vector<StopDecisionRecord> decisions,
+                          store_->GetStopDecisions(sweep_id));
+  for (const auto& d : decisions) stopper->Restore(d);
+  // The stored points, trial by trial: a judgment that was due when the coordinator stopped (its
+  // points committed, the judgment not) is taken now.
+  for (const auto& t : trials) {
+    if (stopper->Stopped(t.trial.id)) continue;
+    ABLATE_ASSIGN_OR_RETURN(std::vector<Point> points, store_->GetSeries(t.trial.id, rule.metric));
+    for (const Point& p : points) {
+      for (auto& d : stopper->OnPoint(t.trial.id, p.step, p.name.empty() ? rule.metric : p.name,
+                                      p.value)) {
+        due->push_back(std::move(d));
+      }
+    }
+  }
+  return stopper;
+}
 
 Status Scheduler::Recover() {
   ABLATE_ASSIGN_OR_RETURN(LoadedState st, store_->LoadState());
+  // Early stopping: the sweeps with a rule and work left.
+  std::map<int64_t, std::unique_ptr<EarlyStopper>> stoppers;
+  std::vector<StopDecisionRecord> due;
+  {
+    std::set<int64_t> active;
+    for (const auto& r : st.trials) active.insert(r.sweep_id);
+    for (const auto& s : st.sweeps) {
+      if (s.early_stop_json.empty() || !active.count(s.id)) continue;
+      ABLATE_ASSIGN_OR_RETURN(stoppers[s.id], LoadStopper(s.id, s.early_stop_json, &due));
+    }
+  }
   std::lock_guard<std::mutex> lock(mu_);
   const double now = clock_->UnixSeconds();
   for (const auto& s : st.sweeps) {
@@ -99,6 +175,7 @@ Status Scheduler::Recover() {
     sw->name = s.name;
     sw->priority = s.priority;
     sw->max_attempts = s.max_attempts;
+    if (auto it = stoppers.find(s.id); it != stoppers.end()) sw->stopper = std::move(it->second);
     sweeps_[s.id] = std::move(sw);
   }
   for (const auto& w : st.workers) {
@@ -136,13 +213,20 @@ Status Scheduler::Recover() {
       // Not the trial's current attempt: it can never be adopted (a worker still running it is
       // told to stop when it registers), so it ends now instead of staying "running" for good.
       // A trial that ended while this attempt ran was canceled (cancel records the trial first).
+      // A trial that ended while this attempt ran was canceled or stopped early (both record the
+      // trial first).
+      auto stored = st.running_trial_state.find(a.trial_id);
+      const bool stopped = stored != st.running_trial_state.end() && stored->second == v1::STOPPED;
       AttemptUpdate au;
       au.trial_id = a.trial_id;
       au.attempt = a.attempt;
-      au.state = it == trials_.end() ? "canceled" : "lost";
+      au.state = it == trials_.end() ? (stopped ? "stopped" : "canceled") : "lost";
       au.ended_at = now;
       au.reason = it == trials_.end()
-                      ? "canceled by user; the coordinator restarted before its worker stopped it"
+                      ? (stopped ? "stopped early; the coordinator restarted before its worker "
+                                   "stopped it"
+                                 : "canceled by user; the coordinator restarted before its worker "
+                                   "stopped it")
                       : "not the trial's current attempt when the coordinator restarted";
       store_->UpdateAttempt(au);
       continue;
@@ -167,6 +251,7 @@ Status Scheduler::Recover() {
       store_->UpdateTrial(u);
     }
   }
+  ApplyDecisionsLocked(std::move(due));
   return Status::Ok();
 }
 
@@ -174,6 +259,21 @@ StatusOr<SubmitOutcome> Scheduler::Submit(SweepRecord sweep, std::vector<TrialRe
   const int total = int(trials.size());
   // Synchronous store call: never under mu_ (the writer thread's callbacks take mu_).
   ABLATE_ASSIGN_OR_RETURN(Store::SubmitResult res, store_->SubmitSweep(sweep, std::move(trials)));
+  // Early stopping: a sweep without a stopper in memory (new, or with no work left when the
+  // coordinator started) gets one built from the store, its new trials included.
+  std::unique_ptr<EarlyStopper> loaded;
+  std::vector<StopDecisionRecord> due;
+  if (!sweep.early_stop_json.empty()) {
+    bool have = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = sweeps_.find(res.sweep_id);
+      have = it != sweeps_.end() && it->second->stopper;
+    }
+    if (!have) {
+      ABLATE_ASSIGN_OR_RETURN(loaded, LoadStopper(res.sweep_id, sweep.early_stop_json, &due));
+    }
+  }
   std::lock_guard<std::mutex> lock(mu_);
   auto& sw = sweeps_[res.sweep_id];
   if (!sw) sw = std::make_unique<SweepState>();
@@ -181,6 +281,14 @@ StatusOr<SubmitOutcome> Scheduler::Submit(SweepRecord sweep, std::vector<TrialRe
   sw->name = sweep.name;
   sw->priority = sweep.priority;
   sw->max_attempts = sweep.max_attempts;
+  // A resubmitted spec may change the GPU share (how the trials run, not what they compute); the
+  // store changed the queued trials too.
+  for (const auto& [order, id] : sw->queue) trials_.at(id)->gpu_share = std::max(1, sweep.gpu_share);
+  if (loaded) {
+    sw->stopper = std::move(loaded);
+  } else if (sw->stopper) {
+    for (const auto& r : res.inserted) sw->stopper->AddTrial(r.id, r.axes, false, false);
+  }
   for (const auto& r : res.inserted) {
     auto t = TrialFromRecord(r);
     t->sweep_id = res.sweep_id;
@@ -188,6 +296,7 @@ StatusOr<SubmitOutcome> Scheduler::Submit(SweepRecord sweep, std::vector<TrialRe
     sw->queue.insert({t->order_key, t->id});
     trials_[r.id] = std::move(t);
   }
+  ApplyDecisionsLocked(std::move(due));
   store_->AddEvent("submit", res.sweep_id, 0, 0, "",
                    std::to_string(res.inserted.size()) + " new trials of " + std::to_string(total));
   ScheduleLocked();
@@ -208,7 +317,11 @@ void Scheduler::ScheduleLocked() {
     placed = false;
     for (auto& [id, w] : workers_) {
       if (!w->link || w->silent || w->draining || w->quarantined_until > now) continue;
-      if (w->free_gpus.empty() && w->free_slots <= 0) continue;
+      const bool shared_room =
+          std::any_of(w->gpu_use.begin(), w->gpu_use.end(), [](const auto& g) {
+            return !g.second.trials.empty() && g.second.share < 1 - 1e-9;
+          });
+      if (w->free_gpus.empty() && w->free_slots <= 0 && !shared_room) continue;
       if (TryPlaceLocked(*w)) placed = true;
     }
   }
@@ -229,13 +342,21 @@ bool Scheduler::TryPlaceLocked(WorkerState& w) {
     for (auto it = s->queue.begin(); it != s->queue.end(); ++it) {
       TrialState& t = *trials_.at(it->second);
       if (t.not_before > clock_->UnixSeconds()) continue;  // backing off after a failed attempt
-      bool fits = t.gpus > 0 ? int(w.free_gpus.size()) >= t.gpus
-                             : (w.gpus.empty() || w.cpu_slots > 0) && w.free_slots >= std::max(1, t.cpu_slots);
-      if (!fits) break;  // a sweep's trials share their resources: the rest will not fit either
       std::vector<int> gpus;
-      if (t.gpus > 0) {
-        auto g = w.free_gpus.begin();
-        for (int k = 0; k < t.gpus; ++k) gpus.push_back(*g++);
+      if (t.gpu_share > 1) {
+        const int g = PickSharedGpuLocked(t, w);
+        // The rest of the sweep waits too: trials start in the sweep's order.
+        if (g < 0) break;
+        gpus.push_back(g);
+      } else {
+        bool fits = t.gpus > 0 ? int(w.free_gpus.size()) >= t.gpus
+                               : (w.gpus.empty() || w.cpu_slots > 0) &&
+                                     w.free_slots >= std::max(1, t.cpu_slots);
+        if (!fits) break;  // a sweep's trials share their resources: the rest will not fit either
+        if (t.gpus > 0) {
+          auto g = w.free_gpus.begin();
+          for (int k = 0; k < t.gpus; ++k) gpus.push_back(*g++);
+        }
       }
       s->queue.erase(it);
       StartAttemptLocked(t, w, gpus);
@@ -243,6 +364,37 @@ bool Scheduler::TryPlaceLocked(WorkerState& w) {
     }
   }
   return false;
+}
+
+int64_t Scheduler::TrialBytesLocked(TrialState& t) {
+  if (t.peak_bytes > 0) return t.peak_bytes;
+  if (t.memory_bytes == 0) {
+    // Computed once, when the trial is first placed (parsing every config at submit would cost
+    // the large sweeps that never share a GPU).
+    auto c = config::ParseTrialConfig(t.config_json, "trial " + std::to_string(t.id));
+    t.memory_bytes = c.ok() ? config::EstimateDeviceBytes(*c) : config::kContextBytes;
+  }
+  return t.memory_bytes;
+}
+
+int Scheduler::PickSharedGpuLocked(TrialState& t, WorkerState& w) {
+  const double share = 1.0 / t.gpu_share;
+  const int64_t need = TrialBytesLocked(t);
+  int best = -1;
+  size_t best_trials = 0;
+  for (const v1::GpuInfo& info : w.gpus) {
+    const WorkerState::GpuUse& u = w.gpu_use[info.index()];
+    if (u.share + share > 1 + 1e-9) continue;  // full, or held by a whole-GPU trial
+    if (info.memory_bytes() > 0) {
+      const int64_t in_use = std::max(u.bytes, u.used_bytes);
+      if (in_use + need + GpuMargin(info.memory_bytes()) > info.memory_bytes()) continue;
+    }
+    if (best < 0 || u.trials.size() < best_trials) {
+      best = info.index();
+      best_trials = u.trials.size();
+    }
+  }
+  return best;
 }
 
 void Scheduler::StartAttemptLocked(TrialState& t, WorkerState& w, const std::vector<int>& gpus) {
@@ -255,7 +407,13 @@ void Scheduler::StartAttemptLocked(TrialState& t, WorkerState& w, const std::vec
   t.cancel_requested = false;
   t.assignment_sent = false;
   if (t.started_at == 0) t.started_at = now;
-  for (int g : gpus) w.free_gpus.erase(g);
+  for (int g : gpus) {
+    w.free_gpus.erase(g);
+    auto& u = w.gpu_use[g];
+    u.trials.insert(t.id);
+    u.share += t.gpu_share > 1 ? 1.0 / t.gpu_share : 1.0;
+    if (t.gpu_share > 1) u.bytes += TrialBytesLocked(t);
+  }
   if (t.gpus == 0) w.free_slots -= std::max(1, t.cpu_slots);
   w.running.insert(t.id);
   sweeps_[t.sweep_id]->running++;
@@ -267,6 +425,7 @@ void Scheduler::StartAttemptLocked(TrialState& t, WorkerState& w, const std::vec
   a.worker_id = w.id;
   a.gpu_indices = gpus;
   a.cpu_slots = t.gpus == 0 ? std::max(1, t.cpu_slots) : 0;
+  a.gpu_share = t.gpu_share;
   a.state = "running";
   a.started_at = now;
   TrialUpdate u;
@@ -292,6 +451,10 @@ void Scheduler::StartAttemptLocked(TrialState& t, WorkerState& w, const std::vec
     for (int g : t.gpu_indices) as->add_gpu_indices(g);
     as->set_cpu_slots(t.gpus == 0 ? std::max(1, t.cpu_slots) : 0);
     as->set_resume_checkpoint(t.checkpoint_path);
+    if (t.gpu_share > 1) {
+      as->set_gpu_share(t.gpu_share);
+      as->set_memory_bytes(TrialBytesLocked(t));
+    }
     auto sw = sweeps_.find(t.sweep_id);
     if (sw != sweeps_.end()) as->set_sweep_name(sw->second->name);
     SendLocked(t.worker_id, m);
@@ -302,9 +465,15 @@ void Scheduler::ReleaseLocked(TrialState& t) {
   auto w = workers_.find(t.worker_id);
   if (w != workers_.end()) {
     for (int g : t.gpu_indices) {
+      auto& u = w->second->gpu_use[g];
+      if (u.trials.erase(t.id)) {
+        u.share -= t.gpu_share > 1 ? 1.0 / t.gpu_share : 1.0;
+        if (t.gpu_share > 1) u.bytes -= TrialBytesLocked(t);
+      }
+      if (u.trials.empty()) u.share = 0, u.bytes = 0;
       bool exists = std::any_of(w->second->gpus.begin(), w->second->gpus.end(),
                                 [g](const v1::GpuInfo& i) { return i.index() == g; });
-      if (exists) w->second->free_gpus.insert(g);
+      if (exists && u.trials.empty()) w->second->free_gpus.insert(g);
     }
     if (t.gpus == 0) w->second->free_slots += std::max(1, t.cpu_slots);
     w->second->running.erase(t.id);
@@ -323,7 +492,7 @@ void Scheduler::EndAttemptLocked(TrialState& t, const std::string& attempt_state
   AttemptUpdate au;
   au.trial_id = t.id;
   au.attempt = t.attempts;
-  au.state = t.cancel_requested ? "canceled" : attempt_state;
+  au.state = t.cancel_requested ? (t.stop_requested ? "stopped" : "canceled") : attempt_state;
   au.ended_at = now;
   au.exit_code = exit_code;
   au.reason = reason;
@@ -348,6 +517,10 @@ void Scheduler::EndAttemptLocked(TrialState& t, const std::string& attempt_state
     }
   }
   ReleaseLocked(t);
+  if (t.next_gpu_share > 0) {  // after the release, which gives back the share it held
+    t.gpu_share = t.next_gpu_share;
+    t.next_gpu_share = 0;
+  }
   if (w != workers_.end()) WorkerStoreLocked(*w->second);
 
   TrialUpdate tu;
@@ -361,7 +534,9 @@ void Scheduler::EndAttemptLocked(TrialState& t, const std::string& attempt_state
     tu.reason = "retried";
     store_->UpdateTrial(tu);
   } else if (t.cancel_requested) {
-    trials_.erase(t.id);  // already stored as canceled
+    const int64_t sweep_id = t.sweep_id, trial_id = t.id;
+    trials_.erase(t.id);  // already stored as canceled (or stopped)
+    TrialEndedLocked(sweep_id, trial_id);
   } else if (requeue_if_possible && t.attempts < t.max_attempts) {
     t.state = v1::QUEUED;
     // A failed trainer backs off exponentially, so a trial that keeps failing does not spin
@@ -385,9 +560,91 @@ void Scheduler::EndAttemptLocked(TrialState& t, const std::string& attempt_state
     }
     store_->UpdateTrial(tu);
     store_->AddEvent("trial_" + std::string(TrialStateName(trial_state)), t.sweep_id, t.id, t.attempts, worker_id, *tu.reason);
+    const int64_t sweep_id = t.sweep_id, trial_id = t.id;
     trials_.erase(t.id);
+    TrialEndedLocked(sweep_id, trial_id);
   }
   ScheduleLocked();
+}
+
+void Scheduler::TrialEndedLocked(int64_t sweep_id, int64_t trial_id) {
+  auto sw = sweeps_.find(sweep_id);
+  if (sw == sweeps_.end() || !sw->second->stopper) return;
+  ApplyDecisionsLocked(sw->second->stopper->OnTrialEnded(trial_id));
+}
+
+void Scheduler::ApplyDecisionsLocked(std::vector<StopDecisionRecord> decisions) {
+  const double now = clock_->UnixSeconds();
+  for (StopDecisionRecord& d : decisions) {
+    counters_.stop_decisions++;
+    d.decided_at = now;
+    std::vector<TrialUpdate> updates;
+    std::vector<int64_t> running, queued;
+    if (d.decision == "stop") {
+      std::ostringstream why;
+      why.precision(6);
+      why << "stopped early by " << d.rule << " at step " << d.step << " (rung " << d.rung
+          << "): " << d.metric << " " << d.value << " is worse than the threshold " << d.threshold;
+      for (int64_t id : d.trial_ids) {
+        auto it = trials_.find(id);
+        if (it == trials_.end() || it->second->cancel_requested) continue;  // ended already
+        TrialState& t = *it->second;
+        TrialUpdate u;
+        u.trial_id = id;
+        u.state = v1::STOPPED;
+        u.finished_at = now;
+        u.reason = why.str();
+        updates.push_back(u);
+        // Marked now, so that nothing starts or adopts it while the judgment commits.
+        t.cancel_requested = true;
+        t.stop_requested = true;
+        if (t.state == v1::QUEUED) {
+          sweeps_[t.sweep_id]->queue.erase({t.order_key, t.id});
+          queued.push_back(id);
+        } else {
+          running.push_back(id);
+        }
+      }
+    }
+    const int64_t sweep_id = d.sweep_id;
+    const std::string summary = d.config + " at step " + std::to_string(d.step) + ": " +
+                                d.decision;
+    store_->RecordStopDecision(
+        d, std::move(updates), [this, running, queued, sweep_id, summary](const Status& st) {
+          std::lock_guard<std::mutex> lock(mu_);
+          if (!st.ok()) {
+            // Nothing of the judgment was stored: the trials go on (the judgment is retaken
+            // from the stored metrics after a restart).
+            for (int64_t id : running) {
+              if (auto it = trials_.find(id); it != trials_.end()) {
+                it->second->cancel_requested = it->second->stop_requested = false;
+              }
+            }
+            for (int64_t id : queued) {
+              if (auto it = trials_.find(id); it != trials_.end()) {
+                it->second->cancel_requested = it->second->stop_requested = false;
+                sweeps_[it->second->sweep_id]->queue.insert({it->second->order_key, id});
+              }
+            }
+            store_->AddEvent("stop_decision_failed", sweep_id, 0, 0, "",
+                             summary + ": " + st.ToString());
+            ScheduleLocked();
+            return;
+          }
+          for (int64_t id : queued) trials_.erase(id);
+          for (int64_t id : running) {
+            auto it = trials_.find(id);
+            if (it == trials_.end()) continue;
+            v1::CoordinatorMessage m;
+            m.mutable_cancel()->set_trial_id(id);
+            m.mutable_cancel()->set_attempt(it->second->attempts);
+            m.mutable_cancel()->set_reason("stopped early");
+            m.mutable_cancel()->set_checkpoint(true);
+            SendLocked(it->second->worker_id, m);
+          }
+        });
+    if (d.decision == "stop") store_->AddEvent("early_stop", sweep_id, 0, 0, "", summary);
+  }
 }
 
 void Scheduler::SendLocked(const std::string& worker_id, const v1::CoordinatorMessage& msg) {
@@ -453,6 +710,7 @@ v1::Registered Scheduler::Register(const v1::Register& reg, std::shared_ptr<Work
   w.silent = false;
   w.registered_at = now;
   w.free_gpus.clear();
+  w.gpu_use.clear();
   for (const auto& g : w.gpus) w.free_gpus.insert(g.index());
   w.free_slots = w.cpu_slots;
 
@@ -486,8 +744,15 @@ v1::Registered Scheduler::Register(const v1::Register& reg, std::shared_ptr<Work
   for (int64_t id : w.running) {
     auto it = trials_.find(id);
     if (it == trials_.end()) continue;
-    for (int g : it->second->gpu_indices) w.free_gpus.erase(g);
-    if (it->second->gpus == 0) w.free_slots -= std::max(1, it->second->cpu_slots);
+    TrialState& t = *it->second;
+    for (int g : t.gpu_indices) {
+      w.free_gpus.erase(g);
+      auto& u = w.gpu_use[g];
+      u.trials.insert(t.id);
+      u.share += t.gpu_share > 1 ? 1.0 / t.gpu_share : 1.0;
+      if (t.gpu_share > 1) u.bytes += TrialBytesLocked(t);
+    }
+    if (t.gpus == 0) w.free_slots -= std::max(1, t.cpu_slots);
   }
   // Attempts this worker held whose assignment was sent but which it no longer runs: lost.
   std::vector<int64_t> gone;
@@ -537,6 +802,7 @@ void Scheduler::OnHeartbeat(const std::string& worker_id, const v1::Heartbeat& h
   w.silent = false;
   bool was_draining = w.draining;
   w.draining = hb.draining();
+  for (const auto& m : hb.gpu_memory()) w.gpu_use[m.index()].used_bytes = m.used_bytes();
   for (const auto& ref : hb.running()) {
     auto it = trials_.find(ref.trial_id());
     if (it != trials_.end() && it->second->state == v1::RUNNING &&
@@ -573,23 +839,60 @@ void Scheduler::OnMetrics(const std::string& worker_id, const v1::MetricBatch& b
   }
   std::vector<Point> points;
   points.reserve(batch.points_size());
-  for (const auto& p : batch.points()) points.push_back({p.step(), p.name(), p.value()});
+  // The points the scheduler itself reads once they are stored: the trainer's memory peak, and
+  // the early-stopping metric of the trial's sweep.
+  const SweepState* sweep = nullptr;
+  if (auto sw = sweeps_.find(it->second->sweep_id); sw != sweeps_.end()) sweep = sw->second.get();
+  const std::string* stop_metric =
+      sweep && sweep->stopper ? &sweep->stopper->rule().metric : nullptr;
+  std::vector<Point> watched;
+  for (const auto& p : batch.points()) {
+    points.push_back({p.step(), p.name(), p.value()});
+    if (p.name() == kPeakMetric || (stop_metric && p.name() == *stop_metric)) {
+      watched.push_back(points.back());
+    }
+  }
+  const int64_t sweep_id = it->second->sweep_id;
   lock.unlock();
   const int64_t trial_id = batch.trial_id();
   const int attempt = batch.attempt();
   const int64_t seq = batch.seq();
   const size_t n = points.size();
-  store_->AppendMetrics(trial_id, attempt, seq, std::move(points),
-                        [this, worker_id, trial_id, attempt, seq, n](const Status& st, bool dup) {
-                          if (!st.ok()) return;  // not acknowledged: the worker resends
-                          std::lock_guard<std::mutex> lock(mu_);
-                          if (dup) {
-                            counters_.duplicate_reports++;
-                          } else {
-                            counters_.points_ingested += int64_t(n);
-                          }
-                          SendAckLocked(worker_id, trial_id, attempt, seq);
-                        });
+  store_->AppendMetrics(
+      trial_id, attempt, seq, std::move(points),
+      [this, worker_id, trial_id, sweep_id, attempt, seq, n,
+       watched = std::move(watched)](const Status& st, bool dup) {
+        if (!st.ok()) return;  // not acknowledged: the worker resends
+        std::lock_guard<std::mutex> lock(mu_);
+        if (dup) {
+          counters_.duplicate_reports++;
+        } else {
+          counters_.points_ingested += int64_t(n);
+          for (const Point& p : watched) {
+            if (p.name == kPeakMetric) {
+              auto t = trials_.find(trial_id);
+              if (t == trials_.end() || t->second->attempts != attempt) continue;
+              TrialState& tr = *t->second;
+              const int64_t before = TrialBytesLocked(tr);
+              tr.peak_bytes = std::max<int64_t>(tr.peak_bytes, int64_t(p.value));
+              auto w = workers_.find(tr.worker_id);
+              if (tr.gpu_share > 1 && w != workers_.end()) {
+                for (int g : tr.gpu_indices) {
+                  auto& u = w->second->gpu_use[g];
+                  if (u.trials.count(tr.id)) u.bytes += TrialBytesLocked(tr) - before;
+                }
+                // Smaller than its estimate: another trial may fit beside it now.
+                if (TrialBytesLocked(tr) < before) ScheduleLocked();
+              }
+              continue;
+            }
+            auto sw = sweeps_.find(sweep_id);
+            if (sw == sweeps_.end() || !sw->second->stopper) continue;
+            ApplyDecisionsLocked(sw->second->stopper->OnPoint(trial_id, p.step, p.name, p.value));
+          }
+        }
+        SendAckLocked(worker_id, trial_id, attempt, seq);
+      });
 }
 
 void Scheduler::OnEvent(const std::string& worker_id, const v1::TrialEvent& ev) {
@@ -676,6 +979,27 @@ void Scheduler::OnEvent(const std::string& worker_id, const v1::TrialEvent& ev) 
         record_and_ack();
         return;
       }
+      if (t.gpu_share > 1 && ev.exit_code() == kTrainerExitDeviceFault && !t.cancel_requested) {
+        // A fatal device error on a shared GPU: this trial's own, or (under MPS) a neighbour's
+        // that ended every client there. Requeued with the attempt given back, to run alone from
+        // now on, where a fault is its own and counts.
+        t.max_attempts++;
+        t.next_gpu_share = 1;
+        counters_.shared_gpu_faults++;
+        TrialUpdate u;
+        u.trial_id = t.id;
+        u.max_attempts = t.max_attempts;
+        u.gpu_share = 1;
+        store_->UpdateTrial(u);
+        store_->AddEvent("attempt_shared_gpu_fault", t.sweep_id, t.id, ev.attempt(), worker_id,
+                         ev.reason());
+        EndAttemptLocked(t, "lost", v1::FAILED,
+                         "a fatal device error on its shared GPU, its own or a neighbour's; it "
+                         "runs alone next (" + ev.reason() + ")",
+                         ev.exit_code(), ev.log_tail(), true, false);
+        record_and_ack();
+        return;
+      }
       // Exit code 2 is ablate-train's "bad config": deterministic, so neither retried nor held
       // against the worker.
       const bool config_error = ev.exit_code() == 2;
@@ -741,7 +1065,7 @@ StatusOr<int> Scheduler::CancelSweep(int64_t sweep_id) {
   return n;
 }
 
-StatusOr<int> Scheduler::Retry(int64_t sweep_id, bool failed_only) {
+StatusOr<int> Scheduler::Retry(int64_t sweep_id, RetryWhich which) {
   // For order only (the trials' states below include every change queued before): Flush's error
   // is the first of any earlier operation (a worker's bad metrics batch), nothing of this retry's.
   (void)store_->Flush();
@@ -752,7 +1076,10 @@ StatusOr<int> Scheduler::Retry(int64_t sweep_id, bool failed_only) {
   int n = 0;
   for (const auto& ts : all) {
     const TrialRecord& r = ts.trial;
-    bool eligible = r.state == v1::FAILED || (!failed_only && r.state == v1::CANCELED);
+    const bool stopped = which == RetryWhich::kStopped;
+    bool eligible = stopped ? r.state == v1::STOPPED
+                            : r.state == v1::FAILED ||
+                                  (which == RetryWhich::kFailedAndCanceled && r.state == v1::CANCELED);
     if (!eligible) continue;
     if (auto live = trials_.find(r.id); live != trials_.end()) {
       // Canceled, but its attempt is still stopping: requeue it once the attempt has ended.
@@ -780,6 +1107,13 @@ StatusOr<int> Scheduler::Retry(int64_t sweep_id, bool failed_only) {
     u.reason = "retried";
     u.finished_at = 0;
     u.max_attempts = t->max_attempts;  // durable, so a restart keeps the fresh budget
+    if (stopped) {
+      // Resumed from its checkpoint (the trial keeps its checkpoint_path) and run to the end.
+      t->early_stop_exempt = true;
+      u.early_stop_exempt = true;
+      u.reason = "resumed after an early stop";
+      if (sw->second->stopper) sw->second->stopper->SetExempt(r.id);
+    }
     store_->UpdateTrial(u);
     trials_[r.id] = std::move(t);
     ++n;
@@ -826,16 +1160,34 @@ std::vector<v1::WorkerInfo> Scheduler::Workers() const {
     info.set_state(WorkerStateNameLocked(*w));
     for (const auto& g : w->gpus) *info.add_gpus() = g;
     info.set_cpu_slots(w->cpu_slots);
+    std::set<int> busy;
     for (int64_t tid : w->running) {
       auto it = trials_.find(tid);
       auto* ref = info.add_running();
       ref->set_trial_id(tid);
       if (it != trials_.end()) ref->set_attempt(it->second->attempts);
-      if (it != trials_.end()) {
-        for (int g : it->second->gpu_indices) info.add_busy_gpus(g);
-      }
+      if (it != trials_.end()) busy.insert(it->second->gpu_indices.begin(), it->second->gpu_indices.end());
     }
+    for (int g : busy) info.add_busy_gpus(g);
     info.set_busy_cpu_slots(w->cpu_slots - w->free_slots);
+    for (const auto& g : w->gpus) {
+      auto* load = info.add_gpu_load();
+      load->set_index(g.index());
+      load->set_total_bytes(g.memory_bytes());
+      auto u = w->gpu_use.find(g.index());
+      if (u == w->gpu_use.end()) continue;
+      for (int64_t id : u->second.trials) load->add_trial_ids(id);
+      load->set_share(u->second.share);
+      int64_t bytes = 0;
+      for (int64_t id : u->second.trials) {
+        auto t = trials_.find(id);
+        if (t == trials_.end()) continue;
+        // Whole-GPU trials hold the GPU whatever their size: their estimate is shown too.
+        bytes += t->second->peak_bytes > 0 ? t->second->peak_bytes : t->second->memory_bytes;
+      }
+      load->set_estimated_bytes(bytes);
+      load->set_used_bytes(u->second.used_bytes);
+    }
     info.set_last_seen_at(w->last_seen);
     info.set_failures(w->failures);
     out.push_back(std::move(info));

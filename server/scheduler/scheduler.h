@@ -15,6 +15,26 @@
 // trial asking for k GPUs goes to one connected, non-draining, non-quarantined worker with k free
 // GPUs; a CPU trial (0 GPUs) to a worker with enough free CPU slots.
 //
+// GPU sharing: a trial with a share 1/k (resources.gpus: 1/k) goes to a GPU that holds no
+// whole-GPU trial, whose shares given out stay at most 1 with it, and whose memory fits it: the
+// memory estimates (or reported peaks) of the trials on the GPU, or NVML's reading of its used
+// memory when that is higher (another process), plus this trial's, plus a margin (max(512 MiB,
+// 5% of the GPU)), at most the GPU's memory. Among those GPUs, the one with the fewest trials (so
+// trials spread before they pack). A trial's memory is config::EstimateDeviceBytes until its
+// trainer reports gpu_mem_peak_bytes. A queued trial that fits nowhere waits (and so do the trials
+// after it in its sweep: trials start in the sweep's order). Under CUDA MPS one client's fatal
+// device fault ends every client on that GPU with the same error, and nothing says whose fault it
+// was. So a shared trial whose trainer reports a fatal device error (exit code
+// kTrainerExitDeviceFault) is requeued with the attempt given back and runs alone from then on
+// (its trial row's gpu_share becomes 1): run alone, the trial that faulted faults again and fails
+// as usual; a neighbour it took down runs to its end.
+//
+// Early stopping (early_stop.h): the sweep's EarlyStopper sees every stored point of its metric
+// (after the commit); a judgment is stored with the state changes it implies in one transaction
+// (the trials of a stopped configuration become `stopped`: queued ones never start, running ones
+// are told to checkpoint and end), and only then sent to the workers. After a restart the judgments
+// are restored from the store and the pending ones recomputed from the stored metrics.
+//
 // Attempts: a trial runs as attempts 1, 2, ...; an attempt that fails (infrastructure failure, trainer
 // crash) or is lost (lease expired: worker died or was cut off) requeues the trial until max_attempts
 // attempts were made, then the trial fails. A preempted attempt (IsPreemption: the worker was told
@@ -40,6 +60,7 @@
 #include "ablate/clock.h"
 #include "ablate/status.h"
 #include "proto/ablate.pb.h"
+#include "scheduler/early_stop.h"
 #include "store/store.h"
 
 namespace ablate::server {
@@ -53,6 +74,10 @@ class WorkerLink {
 
 // ablate-train's exit code after SIGUSR1: it checkpointed the current step and stopped.
 inline constexpr int kTrainerExitPreempted = 75;
+// ablate-train's exit code when its CUDA context died of a fatal device error (an illegal address,
+// a launch failure, an MPS error, ...): its own fault, or on a shared GPU under MPS possibly a
+// neighbour's.
+inline constexpr int kTrainerExitDeviceFault = 76;
 
 // A FAILED event that reports a preemption: the worker marks it with status "preempted" (it asked
 // its trainers to checkpoint and stop), or the trainer exited kTrainerExitPreempted.
@@ -76,6 +101,7 @@ struct SubmitOutcome {
 class Scheduler {
  public:
   Scheduler(Store* store, const Clock* clock, SchedulerOptions options);
+  // Waits for the store operations it queued (their callbacks call it). The store must outlive it.
   ~Scheduler();
 
   // Rebuilds the in-memory state from the store (call once, before serving).
@@ -97,8 +123,11 @@ class Scheduler {
   // Cancels every queued or running trial of a sweep. Returns how many were canceled.
   StatusOr<int> CancelSweep(int64_t sweep_id);
   StatusOr<int> CancelTrial(int64_t trial_id);
-  // Requeues failed (and, unless failed_only, canceled) trials of a sweep with fresh attempts.
-  StatusOr<int> Retry(int64_t sweep_id, bool failed_only);
+  // Requeues trials of a sweep with fresh attempts: failed ones (kFailed), failed and canceled
+  // ones (kFailedAndCanceled), or the ones early stopping stopped (kStopped: they resume from
+  // their checkpoints, and early stopping leaves them alone from then on).
+  enum class RetryWhich { kFailed, kFailedAndCanceled, kStopped };
+  StatusOr<int> Retry(int64_t sweep_id, RetryWhich which);
 
   // Expires leases; the rpc layer calls it every second (tests call it with a manual clock).
   void Tick();
@@ -120,6 +149,8 @@ class Scheduler {
     int64_t fenced_reports = 0;
     int64_t points_ingested = 0;
     int64_t duplicate_reports = 0;
+    int64_t stop_decisions = 0;  // early-stopping judgments taken (continue and stop)
+    int64_t shared_gpu_faults = 0;  // shared trials isolated after a fatal device error
   };
   Counters counters() const;
 
@@ -129,8 +160,18 @@ class Scheduler {
   struct SweepState;
 
   static std::unique_ptr<TrialState> TrialFromRecord(const TrialRecord& r);
+  // Builds the sweep's EarlyStopper from the store: its trials, stored judgments and the stored
+  // points of its metric (judgments that were due when the coordinator stopped are taken now).
+  // Not under mu_ (store reads).
+  StatusOr<std::unique_ptr<EarlyStopper>> LoadStopper(int64_t sweep_id, const std::string& json,
+                                                      std::vector<StopDecisionRecord>* due);
+  void ApplyDecisionsLocked(std::vector<StopDecisionRecord> decisions);
+  void TrialEndedLocked(int64_t sweep_id, int64_t trial_id);
   void ScheduleLocked();
   bool TryPlaceLocked(WorkerState& w);
+  // The GPU of `w` that a shared trial fits on, or -1.
+  int PickSharedGpuLocked(TrialState& t, WorkerState& w);
+  int64_t TrialBytesLocked(TrialState& t);
   void StartAttemptLocked(TrialState& t, WorkerState& w, const std::vector<int>& gpus);
   void EndAttemptLocked(TrialState& t, const std::string& attempt_state, v1::TrialState trial_state,
                         const std::string& reason, int exit_code, const std::string& log_tail,

@@ -42,6 +42,17 @@ StatusOr<LoadedState> Store::LoadState() {
     }
   }
   {
+    ABLATE_ASSIGN_OR_RETURN(
+        Stmt st, db->Prepare("SELECT t.id, t.state FROM attempts a JOIN trials t ON t.id = "
+                             "a.trial_id WHERE a.state = 'running'"));
+    for (;;) {
+      ABLATE_ASSIGN_OR_RETURN(bool row, st.Step(what));
+      if (!row) break;
+      out.running_trial_state[st.Int(0)] =
+          ParseTrialState(st.Text(1)).value_or(v1::TRIAL_STATE_UNSPECIFIED);
+    }
+  }
+  {
     ABLATE_ASSIGN_OR_RETURN(Stmt st,
                             db->Prepare("SELECT " WORKER_COLS " FROM workers ORDER BY id"));
     for (;;) {
@@ -232,6 +243,51 @@ StatusOr<std::vector<AttemptRecord>> Store::GetAttempts(int64_t trial_id) {
   return out;
 }
 
+StatusOr<std::vector<StopDecisionRecord>> Store::GetStopDecisions(int64_t sweep_id) {
+  auto db = impl_->pool.Borrow();
+  ABLATE_ASSIGN_OR_RETURN(
+      Stmt st,
+      db->Prepare("SELECT id, sweep_id, rule, metric, rung, step, config, grp, trials_json, value, "
+                  "seed_values_json, compared_json, threshold, decision, decided_at FROM "
+                  "stop_decisions WHERE sweep_id = ?1 ORDER BY id"));
+  st.Bind(1, sweep_id);
+  std::vector<StopDecisionRecord> out;
+  const std::string what = "get stop decisions of sweep " + std::to_string(sweep_id);
+  for (;;) {
+    ABLATE_ASSIGN_OR_RETURN(bool row, st.Step(what));
+    if (!row) break;
+    StopDecisionRecord d;
+    d.id = st.Int(0);
+    d.sweep_id = st.Int(1);
+    d.rule = st.Text(2);
+    d.metric = st.Text(3);
+    d.rung = static_cast<int>(st.Int(4));
+    d.step = st.Int(5);
+    d.config = st.Text(6);
+    d.group = st.Text(7);
+    d.value = st.Real(9);
+    d.threshold = st.Real(12);
+    d.decision = st.Text(13);
+    d.decided_at = ReadTime(st, 14);
+    const Json trials = Json::parse(st.Text(8), nullptr, false);
+    const Json seeds = Json::parse(st.Text(10), nullptr, false);
+    const Json compared = Json::parse(st.Text(11), nullptr, false);
+    if (!trials.is_array() || !seeds.is_array() || !compared.is_array()) {
+      return DataLoss(what + ": decision " + std::to_string(d.id) + " holds malformed JSON");
+    }
+    for (const auto& t : trials) d.trial_ids.push_back(t.get<int64_t>());
+    for (const auto& v : seeds) d.seed_values.push_back(NumberFromJson(v));
+    for (const auto& c : compared) {
+      if (!c.is_array() || c.size() != 2 || !c[0].is_string()) {
+        return DataLoss(what + ": decision " + std::to_string(d.id) + " holds malformed JSON");
+      }
+      d.compared.emplace_back(c[0].get<std::string>(), NumberFromJson(c[1]));
+    }
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
 StatusOr<std::vector<Point>> Store::GetLatestMetrics(int64_t trial_id) {
   auto db = impl_->pool.Borrow();
   ABLATE_ASSIGN_OR_RETURN(
@@ -370,7 +426,7 @@ StatusOr<std::vector<ResultRow>> Store::Results(int64_t sweep_id, const std::str
     st.Bind(static_cast<int>(i + 3), "$.\"" + by[i] + "\"");
   }
   struct Group {
-    int trials = 0, diverged = 0, failed = 0;
+    int trials = 0, diverged = 0, failed = 0, stopped = 0;
     std::vector<double> values;
     std::set<std::string> builds;
   };
@@ -386,8 +442,9 @@ StatusOr<std::vector<ResultRow>> Store::Results(int64_t sweep_id, const std::str
     const std::string state = st.Text(state_col);
     g.diverged += state == "diverged";
     g.failed += state == "failed";
-    // A diverged or failed trial's last value is not a final one: counted, not averaged.
-    if (!st.IsNull(0) && state != "diverged" && state != "failed") {
+    g.stopped += state == "stopped";
+    // A diverged, failed or stopped trial's last value is not a final one: counted, not averaged.
+    if (!st.IsNull(0) && state != "diverged" && state != "failed" && state != "stopped") {
       g.values.push_back(st.Real(0));
       std::string builds = st.IsNull(state_col + 1) ? "" : st.Text(state_col + 1);
       for (size_t at = 0; !builds.empty() && at != std::string::npos;) {
@@ -405,6 +462,7 @@ StatusOr<std::vector<ResultRow>> Store::Results(int64_t sweep_id, const std::str
     r.trials = g.trials;
     r.diverged = g.diverged;
     r.failed = g.failed;
+    r.stopped = g.stopped;
     r.builds = static_cast<int>(g.builds.size());
     r.n = static_cast<int>(g.values.size());
     r.mean = r.std = r.min = r.max = r.se = r.ci_low = r.ci_high = kNaN;

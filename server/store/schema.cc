@@ -134,6 +134,95 @@ ALTER TABLE trials ADD COLUMN tags_json TEXT NOT NULL DEFAULT '[]';
 ALTER TABLE trials ADD COLUMN note TEXT NOT NULL DEFAULT '';
 ALTER TABLE sweeps ADD COLUMN archived INTEGER NOT NULL DEFAULT 0;
 )sql"},
+    // 3: GPU shares, early stopping. Trials and attempts gain the state 'stopped': SQLite cannot
+    // change a CHECK constraint in place, so both tables are rebuilt (create, copy every row, drop,
+    // rename: sqlite.org/lang_altertable.html, "other kinds of table schema changes"; OpenWriter
+    // runs the steps with foreign keys off, as that procedure requires, and checks them after).
+    {3, R"sql(
+CREATE TABLE trials_v3(
+  id INTEGER PRIMARY KEY,
+  sweep_id INTEGER NOT NULL REFERENCES sweeps(id),
+  config_hash TEXT NOT NULL,
+  config_json TEXT NOT NULL,
+  axes_json TEXT NOT NULL DEFAULT '{}',
+  state TEXT NOT NULL DEFAULT 'queued'
+    CHECK(state IN ('queued','running','succeeded','failed','diverged','canceled','stopped')),
+  priority INTEGER NOT NULL DEFAULT 0,
+  order_key INTEGER NOT NULL DEFAULT 0,
+  gpus INTEGER NOT NULL DEFAULT 0,
+  cpu_slots INTEGER NOT NULL DEFAULT 0,
+  attempts INTEGER NOT NULL DEFAULT 0,
+  max_attempts INTEGER NOT NULL DEFAULT 3,
+  total_steps INTEGER NOT NULL DEFAULT 0,
+  checkpoint_path TEXT NOT NULL DEFAULT '',
+  checkpoint_step INTEGER NOT NULL DEFAULT 0,
+  reason TEXT NOT NULL DEFAULT '',
+  created_at REAL NOT NULL,
+  started_at REAL,
+  finished_at REAL,
+  tags_json TEXT NOT NULL DEFAULT '[]',
+  note TEXT NOT NULL DEFAULT '',
+  gpu_share INTEGER NOT NULL DEFAULT 1,
+  early_stop_exempt INTEGER NOT NULL DEFAULT 0,
+  UNIQUE(sweep_id, config_hash));
+INSERT INTO trials_v3(id, sweep_id, config_hash, config_json, axes_json, state, priority, order_key,
+  gpus, cpu_slots, attempts, max_attempts, total_steps, checkpoint_path, checkpoint_step, reason,
+  created_at, started_at, finished_at, tags_json, note)
+  SELECT id, sweep_id, config_hash, config_json, axes_json, state, priority, order_key, gpus,
+  cpu_slots, attempts, max_attempts, total_steps, checkpoint_path, checkpoint_step, reason,
+  created_at, started_at, finished_at, tags_json, note FROM trials;
+DROP TABLE trials;
+ALTER TABLE trials_v3 RENAME TO trials;
+CREATE INDEX trials_by_sweep_state ON trials(sweep_id, state);
+CREATE TABLE attempts_v3(
+  trial_id INTEGER NOT NULL REFERENCES trials(id),
+  attempt INTEGER NOT NULL,
+  worker_id TEXT NOT NULL DEFAULT '',
+  gpus_json TEXT NOT NULL DEFAULT '[]',
+  cpu_slots INTEGER NOT NULL DEFAULT 0,
+  state TEXT NOT NULL DEFAULT 'running'
+    CHECK(state IN ('running','succeeded','failed','diverged','lost','canceled','stopped')),
+  started_at REAL,
+  ended_at REAL,
+  exit_code INTEGER NOT NULL DEFAULT 0,
+  reason TEXT NOT NULL DEFAULT '',
+  log_tail TEXT NOT NULL DEFAULT '',
+  checkpoint_path TEXT NOT NULL DEFAULT '',
+  checkpoint_step INTEGER NOT NULL DEFAULT 0,
+  build_version TEXT NOT NULL DEFAULT '',
+  build_commit TEXT NOT NULL DEFAULT '',
+  numerics_version TEXT NOT NULL DEFAULT '',
+  gpu_share INTEGER NOT NULL DEFAULT 1,
+  PRIMARY KEY(trial_id, attempt));
+INSERT INTO attempts_v3(trial_id, attempt, worker_id, gpus_json, cpu_slots, state, started_at,
+  ended_at, exit_code, reason, log_tail, checkpoint_path, checkpoint_step, build_version,
+  build_commit, numerics_version)
+  SELECT trial_id, attempt, worker_id, gpus_json, cpu_slots, state, started_at, ended_at,
+  exit_code, reason, log_tail, checkpoint_path, checkpoint_step, build_version, build_commit,
+  numerics_version FROM attempts;
+DROP TABLE attempts;
+ALTER TABLE attempts_v3 RENAME TO attempts;
+CREATE INDEX attempts_running ON attempts(trial_id, attempt) WHERE state = 'running';
+ALTER TABLE sweeps ADD COLUMN gpu_share INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE sweeps ADD COLUMN early_stop_json TEXT NOT NULL DEFAULT '';
+CREATE TABLE stop_decisions(
+  id INTEGER PRIMARY KEY,
+  sweep_id INTEGER NOT NULL REFERENCES sweeps(id),
+  rule TEXT NOT NULL,
+  metric TEXT NOT NULL,
+  rung INTEGER NOT NULL,
+  step INTEGER NOT NULL,
+  config TEXT NOT NULL,
+  grp TEXT NOT NULL DEFAULT '',
+  trials_json TEXT NOT NULL,
+  value REAL,
+  seed_values_json TEXT NOT NULL DEFAULT '[]',
+  compared_json TEXT NOT NULL DEFAULT '[]',
+  threshold REAL,
+  decision TEXT NOT NULL CHECK(decision IN ('continue','stop')),
+  decided_at REAL NOT NULL,
+  UNIQUE(sweep_id, config, rung));
+)sql"},
 };
 static_assert(kMigrations[std::size(kMigrations) - 1].version == kSchemaVersion);
 
@@ -141,7 +230,7 @@ bool ValidTrialState(v1::TrialState s) {
   return s != v1::TRIAL_STATE_UNSPECIFIED && v1::TrialState_IsValid(s);
 }
 bool ValidAttemptState(const std::string& s) {
-  for (const char* v : {"running", "succeeded", "failed", "diverged", "lost", "canceled"}) {
+  for (const char* v : {"running", "succeeded", "failed", "diverged", "lost", "canceled", "stopped"}) {
     if (s == v) return true;
   }
   return false;
@@ -165,7 +254,7 @@ StatusOr<std::unique_ptr<Db>> OpenWriter(const Store::Options& opt) {
   }
   std::string pragmas =
       std::string("PRAGMA synchronous=") + (opt.synchronous_full ? "FULL" : "NORMAL") +
-      "; PRAGMA foreign_keys=ON; PRAGMA temp_store=MEMORY;"
+      "; PRAGMA temp_store=MEMORY;"
       " PRAGMA cache_size=-65536; PRAGMA wal_autocheckpoint=" +
       std::to_string(opt.wal_autocheckpoint_pages) + "; PRAGMA journal_size_limit=67108864;";
   ABLATE_RETURN_IF_ERROR(db->Exec(pragmas.c_str()));
@@ -199,12 +288,24 @@ StatusOr<std::unique_ptr<Db>> OpenWriter(const Store::Options& opt) {
                                           .c_str()));
       version = m.version;
     }
+    // A rebuilt table (step 3) must leave every reference intact.
+    {
+      ABLATE_ASSIGN_OR_RETURN(Stmt st, db->Prepare("PRAGMA foreign_key_check"));
+      ABLATE_ASSIGN_OR_RETURN(bool row, st.Step("check foreign keys"));
+      if (row) {
+        return DataLoss("schema upgrade: table " + st.Text(0) + " has a row whose reference to " +
+                        st.Text(2) + " is broken");
+      }
+    }
     return db->Exec("COMMIT");
   }();
   if (!schema.ok()) {
     (void)db->Exec("ROLLBACK");
     return schema;
   }
+  // Foreign keys are enforced from here on (off above: the schema steps rebuild tables, and
+  // PRAGMA foreign_keys cannot change inside a transaction).
+  ABLATE_RETURN_IF_ERROR(db->Exec("PRAGMA foreign_keys=ON"));
   return db;
 }
 

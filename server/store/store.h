@@ -19,16 +19,19 @@
 // Schema (a public interface: `ablate query` reads it; documented in the README):
 //   sweeps(id INTEGER PK, name TEXT UNIQUE, spec_yaml, priority, max_attempts, gpus, cpu_slots,
 //          axes_json (JSON array of axis names, spec order), created_at REAL unix s,
-//          archived INTEGER 0|1)
+//          archived INTEGER 0|1, gpu_share (k: 1/k of a GPU per trial; 1 whole GPUs),
+//          early_stop_json (the early_stop rule, '' none))
 //   trials(id INTEGER PK, sweep_id, config_hash, config_json, axes_json (JSON object axis -> value
-//          as text), state TEXT (queued|running|succeeded|failed|diverged|canceled), priority,
+//          as text), state TEXT (queued|running|succeeded|failed|diverged|canceled|stopped), priority,
 //          order_key (position in the sweep's seeded order), gpus, cpu_slots, attempts (count of
 //          attempts made), max_attempts, total_steps, checkpoint_path, checkpoint_step, reason,
-//          created_at, started_at, finished_at (NULL until set), tags_json (JSON array), note;
+//          created_at, started_at, finished_at (NULL until set), tags_json (JSON array), note,
+//          gpu_share, early_stop_exempt INTEGER 0|1;
 //          UNIQUE(sweep_id, config_hash))
 //   attempts(trial_id, attempt, worker_id, gpus_json, cpu_slots, state TEXT (running|succeeded|
-//          failed|diverged|lost|canceled), started_at, ended_at, exit_code, reason, log_tail,
-//          checkpoint_path, checkpoint_step, build_version, build_commit, numerics_version;
+//          failed|diverged|lost|canceled|stopped), started_at, ended_at, exit_code, reason,
+//          log_tail, checkpoint_path, checkpoint_step, build_version, build_commit,
+//          numerics_version, gpu_share;
 //          PK(trial_id, attempt))
 //   metrics(trial_id, attempt, step, name TEXT, value REAL;       -- every point, exactly once
 //          PK(trial_id, name, step, attempt), WITHOUT ROWID)     -- (a repeated point replaces)
@@ -37,8 +40,12 @@
 //   workers(id TEXT PK, hostname, gpus_json, cpu_slots, state, registered_at, last_seen_at,
 //          failures, quarantined INTEGER, draining INTEGER)
 //   events(id INTEGER PK, time REAL, kind TEXT, sweep_id, trial_id, attempt, worker_id, message)
+//   stop_decisions(id INTEGER PK, sweep_id, rule, metric, rung, step, config (axes without the
+//          seed), grp (factor values), trials_json, value REAL (the seeds' mean), seed_values_json,
+//          compared_json ([[config, value], ...]), threshold REAL, decision (continue|stop),
+//          decided_at; UNIQUE(sweep_id, config, rung))  -- every early-stopping judgment
 //   schema_version(version)  -- one row; the store upgrades an older database in place when it
-//          opens it (schema.cc, kMigrations: one transaction, only additions)
+//          opens it (schema.cc, kMigrations: one transaction; rows are never changed or lost)
 // NaN values are stored as NULL (SQLite has no NaN) and read back as NaN; +-Inf are stored as is.
 //
 // Thread safety: every method may be called from any thread. Writes are applied in the order they
@@ -73,9 +80,11 @@ struct SweepRecord {
   int max_attempts = 3;
   int gpus = 0;       // per trial
   int cpu_slots = 0;  // per trial (CPU trials: 1)
+  int gpu_share = 1;  // k > 1: each trial takes 1/k of one GPU (gpus is then 1)
   std::vector<std::string> axes;
   double created_at = 0;
   bool archived = false;  // hidden from listings unless asked for; kept whole (ArchiveSweep)
+  std::string early_stop_json;  // the spec's early_stop rule (sweep/sweep.h EarlyStopRule), or ""
 };
 
 struct TrialRecord {
@@ -89,6 +98,7 @@ struct TrialRecord {
   int64_t order_key = 0;
   int gpus = 0;
   int cpu_slots = 0;
+  int gpu_share = 1;  // as SweepRecord::gpu_share
   int attempts = 0;
   int max_attempts = 3;
   int64_t total_steps = 0;
@@ -98,6 +108,7 @@ struct TrialRecord {
   double created_at = 0, started_at = 0, finished_at = 0;
   std::vector<std::string> tags;  // the user's annotations (AnnotateTrial); sorted, distinct
   std::string note;
+  bool early_stop_exempt = false;  // resumed with retry --stopped: early stopping leaves it alone
 };
 
 struct AttemptRecord {
@@ -106,6 +117,7 @@ struct AttemptRecord {
   std::string worker_id;
   std::vector<int> gpu_indices;
   int cpu_slots = 0;
+  int gpu_share = 1;  // k > 1: it had 1/k of its GPU
   std::string state = "running";
   double started_at = 0, ended_at = 0;
   int exit_code = 0;
@@ -149,6 +161,26 @@ struct TrialUpdate {
   std::optional<double> finished_at;
   std::optional<int> priority;
   std::optional<int> max_attempts;
+  std::optional<bool> early_stop_exempt;
+  std::optional<int> gpu_share;
+};
+
+// One early-stopping judgment (proto StopDecision; scheduler/early_stop.h). The compared values
+// are those of every configuration of the group recorded at the rung so far, in order.
+struct StopDecisionRecord {
+  int64_t id = 0;  // assigned by the store
+  int64_t sweep_id = 0;
+  std::string rule, metric;
+  int rung = 0;
+  int64_t step = 0;
+  std::string config, group;
+  std::vector<int64_t> trial_ids;
+  double value = 0;
+  std::vector<double> seed_values;
+  std::vector<std::pair<std::string, double>> compared;  // (config, value)
+  double threshold = 0;
+  std::string decision;  // continue | stop
+  double decided_at = 0;
 };
 
 // A partial update of an attempt.
@@ -200,7 +232,9 @@ struct ResultRow {
   // The standard error std / sqrt(n) and the 95% t interval of the mean (df n - 1); NaN when
   // n < 2.
   double se = 0, ci_low = 0, ci_high = 0;
-  int diverged = 0, failed = 0;  // trials of the group in those states (counted, never dropped)
+  // Trials of the group in those states (counted, never dropped; stopped: ended early by the
+  // sweep's early_stop rule, so their last value is not a final one either).
+  int diverged = 0, failed = 0, stopped = 0;
   int builds = 0;  // distinct builds (version, commit, numerics) over the attempts of the trials
                    // with a value; above 1 the group mixes builds
 };
@@ -224,6 +258,9 @@ struct LoadedState {
   std::vector<SweepRecord> sweeps;
   std::vector<TrialRecord> trials;     // every trial that is queued or running
   std::vector<AttemptRecord> running;  // attempts in state running
+  // The stored state of each running attempt's trial (a trial canceled or stopped while its
+  // attempt ran has ended already; the attempt has not).
+  std::map<int64_t, v1::TrialState> running_trial_state;
   std::vector<WorkerRecord> workers;
   // For every running attempt: (trial_id, attempt) -> the highest stored seq (0 when none). The
   // full set of stored seqs stays in metric_batches, where AppendMetrics/RecordSeq check it.
@@ -300,6 +337,10 @@ class Store {
   Status ArchiveSweep(int64_t sweep_id, bool archived);
   void AddEvent(const std::string& kind, int64_t sweep_id, int64_t trial_id, int attempt,
                 const std::string& worker_id, const std::string& message);
+  // An early-stopping judgment and, for a stop, the updates that end its trials (state stopped),
+  // in one transaction. AlreadyExists when the sweep has a judgment of that (config, rung).
+  void RecordStopDecision(const StopDecisionRecord& decision, std::vector<TrialUpdate> updates,
+                          Done done = nullptr);
 
   // Stores one report of an attempt's metrics exactly once: when (trial_id, attempt, seq) is new,
   // inserts the points into metrics, updates latest_metrics and records the seq, in one
@@ -333,6 +374,8 @@ class Store {
   StatusOr<std::vector<TrialStatus>> GetTrials(int64_t sweep_id, TrialsRead read);
   StatusOr<TrialStatus> GetTrial(int64_t trial_id);
   StatusOr<std::vector<AttemptRecord>> GetAttempts(int64_t trial_id);
+  // The sweep's early-stopping judgments in the order they were taken (by id).
+  StatusOr<std::vector<StopDecisionRecord>> GetStopDecisions(int64_t sweep_id);
   StatusOr<std::vector<Point>> GetLatestMetrics(int64_t trial_id);
   StatusOr<std::vector<WorkerRecord>> ListWorkers();
   // A metric's series of one trial (all attempts, by step; for a step reported by several attempts

@@ -35,9 +35,13 @@ using sqlite::Db;
 using sqlite::Stmt;
 using Json = nlohmann::json;
 
-constexpr int kSchemaVersion = 2;
+constexpr int kSchemaVersion = 3;
 inline const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
+
+// A number for a JSON document: NaN and +-Inf (which JSON cannot hold) as null.
+inline Json JsonNumber(double v) { return std::isfinite(v) ? Json(v) : Json(nullptr); }
+inline double NumberFromJson(const Json& v) { return v.is_number() ? v.get<double>() : kNaN; }
 
 inline double ReadTime(const Stmt& st, int col) { return st.IsNull(col) ? 0 : st.Real(col); }
 
@@ -112,7 +116,8 @@ inline std::vector<int> IntsFromJson(const std::string& text) {
 // ---- Row readers (column lists and readers kept side by side) -----------------------------------
 
 #define SWEEP_COLS \
-  "id, name, spec_yaml, priority, max_attempts, gpus, cpu_slots, axes_json, created_at, archived"
+  "id, name, spec_yaml, priority, max_attempts, gpus, cpu_slots, axes_json, created_at, archived, " \
+  "gpu_share, early_stop_json"
 inline SweepRecord ReadSweep(const Stmt& st) {
   SweepRecord r;
   r.id = st.Int(0);
@@ -125,18 +130,20 @@ inline SweepRecord ReadSweep(const Stmt& st) {
   r.axes = NamesFromJson(st.Text(7));
   r.created_at = ReadTime(st, 8);
   r.archived = st.Int(9) != 0;
+  r.gpu_share = std::max(1, static_cast<int>(st.Int(10)));
+  r.early_stop_json = st.Text(11);
   return r;
 }
 
 #define TRIAL_COLS                                                                             \
   "id, sweep_id, config_hash, config_json, axes_json, state, priority, order_key, gpus, "      \
   "cpu_slots, attempts, max_attempts, total_steps, checkpoint_path, checkpoint_step, reason, " \
-  "created_at, started_at, finished_at, tags_json, note"
+  "created_at, started_at, finished_at, tags_json, note, gpu_share, early_stop_exempt"
 // The same columns with config_json read as '' (ReadTrial reads either).
 #define TRIAL_COLS_NO_CONFIG                                                                   \
   "id, sweep_id, config_hash, '', axes_json, state, priority, order_key, gpus, "              \
   "cpu_slots, attempts, max_attempts, total_steps, checkpoint_path, checkpoint_step, reason, " \
-  "created_at, started_at, finished_at, tags_json, note"
+  "created_at, started_at, finished_at, tags_json, note, gpu_share, early_stop_exempt"
 inline TrialRecord ReadTrial(const Stmt& st) {
   TrialRecord r;
   r.id = st.Int(0);
@@ -160,13 +167,15 @@ inline TrialRecord ReadTrial(const Stmt& st) {
   r.finished_at = ReadTime(st, 18);
   r.tags = NamesFromJson(st.Text(19));
   r.note = st.Text(20);
+  r.gpu_share = std::max(1, static_cast<int>(st.Int(21)));
+  r.early_stop_exempt = st.Int(22) != 0;
   return r;
 }
 
 #define ATTEMPT_COLS                                                                  \
   "trial_id, attempt, worker_id, gpus_json, cpu_slots, state, started_at, ended_at, " \
   "exit_code, reason, log_tail, checkpoint_path, checkpoint_step, build_version, build_commit, " \
-  "numerics_version"
+  "numerics_version, gpu_share"
 inline AttemptRecord ReadAttempt(const Stmt& st) {
   AttemptRecord r;
   r.trial_id = st.Int(0);
@@ -185,6 +194,7 @@ inline AttemptRecord ReadAttempt(const Stmt& st) {
   r.build_version = st.Text(13);
   r.build_commit = st.Text(14);
   r.numerics_version = st.Text(15);
+  r.gpu_share = std::max(1, static_cast<int>(st.Int(16)));
   return r;
 }
 

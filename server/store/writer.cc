@@ -36,11 +36,13 @@ StatusOr<Store::SubmitResult> Store::SubmitSweep(SweepRecord sweep,
     ABLATE_ASSIGN_OR_RETURN(
         Stmt up,
         w.db().Prepare("INSERT INTO sweeps(name, spec_yaml, priority, max_attempts, gpus, "
-                       "cpu_slots, axes_json, created_at) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) "
+                       "cpu_slots, axes_json, created_at, gpu_share, early_stop_json) "
+                       "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) "
                        "ON CONFLICT(name) DO UPDATE SET spec_yaml = excluded.spec_yaml, "
                        "priority = excluded.priority, max_attempts = excluded.max_attempts, "
                        "gpus = excluded.gpus, cpu_slots = excluded.cpu_slots, "
-                       "axes_json = excluded.axes_json RETURNING id"));
+                       "axes_json = excluded.axes_json, gpu_share = excluded.gpu_share, "
+                       "early_stop_json = excluded.early_stop_json RETURNING id"));
     up.Bind(1, s.name);
     up.Bind(2, s.spec_yaml);
     up.Bind(3, s.priority);
@@ -49,18 +51,26 @@ StatusOr<Store::SubmitResult> Store::SubmitSweep(SweepRecord sweep,
     up.Bind(6, s.cpu_slots);
     up.Bind(7, Json(s.axes).dump());
     up.Bind(8, s.created_at);
+    up.Bind(9, s.gpu_share);
+    up.Bind(10, s.early_stop_json);
     ABLATE_ASSIGN_OR_RETURN(bool row, up.Step(what));
     if (!row) return Internal(what + ": upsert returned no id");
     result->sweep_id = up.Int(0);
     up.Reset();
+    // The GPU share is how the trials run, not what they compute: a resubmitted spec may change
+    // it for the trials that have not started.
+    ABLATE_ASSIGN_OR_RETURN(Stmt share, w.db().Prepare("UPDATE trials SET gpu_share = ?2 WHERE "
+                                                       "sweep_id = ?1 AND state = 'queued'"));
+    share.BindAll(result->sweep_id, s.gpu_share);
+    ABLATE_RETURN_IF_ERROR(share.Run(what + ": update the queued trials' GPU share"));
 
     ABLATE_ASSIGN_OR_RETURN(
         Stmt ins,
         w.db().Prepare(
             "INSERT INTO trials(sweep_id, config_hash, config_json, axes_json, state, priority, "
             "order_key, gpus, cpu_slots, attempts, max_attempts, total_steps, checkpoint_path, "
-            "checkpoint_step, reason, created_at, started_at, finished_at) VALUES(?1, ?2, ?3, ?4, "
-            "?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18) "
+            "checkpoint_step, reason, created_at, started_at, finished_at, gpu_share) VALUES(?1, "
+            "?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19) "
             "ON CONFLICT(sweep_id, config_hash) DO NOTHING"));
     const double now = w.Now();
     for (const TrialRecord& t : *shared_trials) {
@@ -69,7 +79,7 @@ StatusOr<Store::SubmitResult> Store::SubmitSweep(SweepRecord sweep,
                   t.priority, t.order_key, t.gpus, t.cpu_slots, t.attempts, t.max_attempts,
                   t.total_steps, t.checkpoint_path, t.checkpoint_step, t.reason,
                   t.created_at == 0 ? now : t.created_at, Stmt::Time{t.started_at},
-                  Stmt::Time{t.finished_at});
+                  Stmt::Time{t.finished_at}, t.gpu_share);
       ABLATE_RETURN_IF_ERROR(ins.Run(what + ": insert trial " + t.config_hash));
       if (w.Changes() == 0) {
         ++result->existing;
@@ -96,7 +106,7 @@ Status ApplyTrialUpdate(Writer& w, const TrialUpdate& u) {
   const std::string what = "update trial " + std::to_string(u.trial_id);
   if (u.state && !ValidTrialState(*u.state)) {
     return InvalidArgument(what + ": no state (unspecified; expected queued, running, succeeded, "
-                           "failed, diverged or canceled)");
+                           "failed, diverged, canceled or stopped)");
   }
   std::optional<std::string> state;
   if (u.state) state = std::string(TrialStateName(*u.state));
@@ -108,10 +118,13 @@ Status ApplyTrialUpdate(Writer& w, const TrialUpdate& u) {
           "checkpoint_step = coalesce(?5, checkpoint_step), reason = coalesce(?6, reason), "
           "started_at = CASE WHEN ?7 IS NULL THEN started_at ELSE nullif(?7, 0) END, "
           "finished_at = CASE WHEN ?8 IS NULL THEN finished_at ELSE nullif(?8, 0) END, "
-          "priority = coalesce(?9, priority), max_attempts = coalesce(?10, max_attempts) "
-          "WHERE id = ?1"));
+          "priority = coalesce(?9, priority), max_attempts = coalesce(?10, max_attempts), "
+          "early_stop_exempt = coalesce(?11, early_stop_exempt), "
+          "gpu_share = coalesce(?12, gpu_share) WHERE id = ?1"));
+  std::optional<int> exempt;
+  if (u.early_stop_exempt) exempt = *u.early_stop_exempt ? 1 : 0;
   st.BindAll(u.trial_id, state, u.attempts, u.checkpoint_path, u.checkpoint_step, u.reason,
-             u.started_at, u.finished_at, u.priority, u.max_attempts);
+             u.started_at, u.finished_at, u.priority, u.max_attempts, exempt, u.gpu_share);
   ABLATE_RETURN_IF_ERROR(st.Run(what));
   if (w.Changes() == 0) return NotFound(what + ": no such trial");
   return Status::Ok();
@@ -122,18 +135,19 @@ Status ApplyInsertAttempt(Writer& w, const AttemptRecord& a) {
       "insert attempt " + std::to_string(a.attempt) + " of trial " + std::to_string(a.trial_id);
   if (!ValidAttemptState(a.state)) {
     return InvalidArgument(what + ": unknown state '" + a.state +
-                           "' (expected running, succeeded, failed, diverged, lost or canceled)");
+                           "' (expected running, succeeded, failed, diverged, lost, canceled or stopped)");
   }
   ABLATE_RETURN_IF_ERROR(w.CheckTrial(a.trial_id, what));
   ABLATE_ASSIGN_OR_RETURN(
       Stmt st,
       w.db().Prepare(
           "INSERT INTO attempts(trial_id, attempt, worker_id, gpus_json, cpu_slots, state, "
-          "started_at, ended_at, exit_code, reason, log_tail, checkpoint_path, checkpoint_step) "
-          "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"));
+          "started_at, ended_at, exit_code, reason, log_tail, checkpoint_path, checkpoint_step, "
+          "gpu_share) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"));
   st.BindAll(a.trial_id, a.attempt, a.worker_id, IntsToJson(a.gpu_indices), a.cpu_slots, a.state,
              Stmt::Time{a.started_at == 0 ? w.Now() : a.started_at}, Stmt::Time{a.ended_at},
-             a.exit_code, a.reason, a.log_tail, a.checkpoint_path, a.checkpoint_step);
+             a.exit_code, a.reason, a.log_tail, a.checkpoint_path, a.checkpoint_step,
+             a.gpu_share);
   Status s = st.Run(what);
   if (s.code() == StatusCode::kAlreadyExists) return Status(s.code(), what + ": it exists already");
   return s;
@@ -168,7 +182,7 @@ void Store::UpdateAttempt(const AttemptUpdate& u, Done done) {
         "update attempt " + std::to_string(u.attempt) + " of trial " + std::to_string(u.trial_id);
     if (u.state && !ValidAttemptState(*u.state)) {
       return InvalidArgument(what + ": unknown state '" + *u.state +
-                             "' (expected running, succeeded, failed, diverged, lost or canceled)");
+                             "' (expected running, succeeded, failed, diverged, lost, canceled or stopped)");
     }
     ABLATE_ASSIGN_OR_RETURN(
         Stmt st,
@@ -300,6 +314,38 @@ void Store::AddEvent(const std::string& kind, int64_t sweep_id, int64_t trial_id
     return st.Run("add event '" + kind + "'");
   };
   impl_->Enqueue(std::make_unique<FnOp>(std::move(apply), nullptr));
+}
+
+void Store::RecordStopDecision(const StopDecisionRecord& d, std::vector<TrialUpdate> updates,
+                               Done done) {
+  auto apply = [d, updates = std::move(updates)](Writer& w) -> Status {
+    const std::string what = "record stop decision of '" + d.config + "' at rung " +
+                             std::to_string(d.rung) + " of sweep " + std::to_string(d.sweep_id);
+    if (d.decision != "continue" && d.decision != "stop") {
+      return InvalidArgument(what + ": decision '" + d.decision + "' (expected continue or stop)");
+    }
+    Json compared = Json::array();
+    for (const auto& [config, value] : d.compared) compared.push_back({config, JsonNumber(value)});
+    Json seeds = Json::array();
+    for (double v : d.seed_values) seeds.push_back(JsonNumber(v));
+    ABLATE_ASSIGN_OR_RETURN(
+        Stmt st,
+        w.db().Prepare("INSERT INTO stop_decisions(sweep_id, rule, metric, rung, step, config, "
+                       "grp, trials_json, value, seed_values_json, compared_json, threshold, "
+                       "decision, decided_at) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, "
+                       "?11, ?12, ?13, ?14)"));
+    st.BindAll(d.sweep_id, d.rule, d.metric, d.rung, d.step, d.config, d.group,
+               Json(d.trial_ids).dump(), d.value, seeds.dump(), compared.dump(), d.threshold,
+               d.decision, d.decided_at == 0 ? w.Now() : d.decided_at);
+    Status s = st.Run(what);
+    if (s.code() == StatusCode::kAlreadyExists) {
+      return Status(s.code(), what + ": that configuration was judged at that rung already");
+    }
+    ABLATE_RETURN_IF_ERROR(s);
+    for (const TrialUpdate& u : updates) ABLATE_RETURN_IF_ERROR(ApplyTrialUpdate(w, u));
+    return Status::Ok();
+  };
+  impl_->Enqueue(std::make_unique<FnOp>(std::move(apply), std::move(done)));
 }
 
 void Store::AppendMetrics(int64_t trial_id, int attempt, int64_t seq, std::vector<Point> points,

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -21,7 +22,7 @@ constexpr int64_t kMaxEnumeratedPoints = 10'000'000;
 const std::vector<std::string>& SpecKeys() {
   static const std::vector<std::string> keys = {"name",         "base",    "grid",  "zip",
                                                 "exclude",      "seeds",   "order", "resources",
-                                                "max_attempts", "priority"};
+                                                "max_attempts", "priority", "early_stop"};
   return keys;
 }
 
@@ -475,7 +476,188 @@ struct Spec {
   std::vector<ExcludeEntry> exclude;
   bool random_order = true;
   int64_t gpus = 1, cpu_slots = 0, max_attempts = 3, priority = 0;
+  int64_t gpu_share = 1;  // k: 1/k of one GPU per trial
+  bool has_early_stop = false;
+  EarlyStopRule early_stop;
 };
+
+// resources.gpus: a whole number 0..1024, or a share 1/k of one GPU (k = 2..64) written as a
+// decimal (0.5, 0.25, 0.333) or as "1/k".
+Status ReadGpus(const YAML::Node& n, const std::string& file, int64_t* gpus, int64_t* share) {
+  const std::string where = Loc(file, n.Mark());
+  const std::string expected =
+      "expected a whole number of GPUs (0 to 1024) or a share 1/k of one GPU (0.5, 0.25, 0.125, "
+      "\"1/3\", ...; k from 2 to 64)";
+  if (!n.IsScalar()) return Error(where, "resources.gpus", expected + ", got " + Describe(n));
+  const std::string text = n.Scalar();
+  double v = 0;
+  int64_t k = 0;
+  if (const size_t slash = text.find('/'); slash != std::string::npos) {
+    int64_t num = 0;
+    YAML::Node a(text.substr(0, slash)), b(text.substr(slash + 1));
+    if (!YAML::convert<int64_t>::decode(a, num) || !YAML::convert<int64_t>::decode(b, k) ||
+        num != 1 || k < 2 || k > 64) {
+      return Error(where, "resources.gpus", expected + ", got '" + text + "'");
+    }
+    *gpus = 1;
+    *share = k;
+    return Status::Ok();
+  }
+  if (!YAML::convert<double>::decode(n, v) || !std::isfinite(v)) {
+    return Error(where, "resources.gpus", expected + ", got " + Describe(n));
+  }
+  if (v < 0 || v > 1024) return Error(where, "resources.gpus", expected + ", got " + text);
+  if (v >= 1 || v == 0) {
+    if (v != std::floor(v)) {
+      return Error(where, "resources.gpus",
+                   "a fraction above 1 (" + text +
+                       ") is not allowed: a trial takes whole GPUs or a share 1/k of one");
+    }
+    *gpus = static_cast<int64_t>(v);
+    *share = 1;
+    return Status::Ok();
+  }
+  k = std::llround(1 / v);
+  if (k < 2 || k > 64 || std::fabs(v * double(k) - 1) > 1e-3) {
+    return Error(where, "resources.gpus",
+                 expected + ", got " + text + " (not 1/k for a whole k)");
+  }
+  *gpus = 1;
+  *share = k;
+  return Status::Ok();
+}
+
+// early_stop: {rule, metric, mode, grace_steps, reduction, interval, min_configs, per_trial,
+// factors} (sweep.h). Read after the axes and the base (factors name axes; the defaults come
+// from base.train).
+Status ReadEarlyStop(const YAML::Node& n, Spec* spec) {
+  const std::string& file = spec->file;
+  if (!n.IsMap()) {
+    return Error(Loc(file, n.Mark()), "early_stop",
+                 "expected a mapping such as {rule: asha, metric: val_loss, grace_steps: 100}, got " +
+                     Describe(n));
+  }
+  EarlyStopRule& r = spec->early_stop;
+  r.max_steps = spec->base.train.steps;
+  const std::vector<std::string> known = {"rule",     "metric",      "mode",      "grace_steps",
+                                          "reduction", "interval",   "min_configs", "per_trial",
+                                          "factors"};
+  bool factors_given = false, interval_given = false, grace_given = false;
+  for (auto it = n.begin(); it != n.end(); ++it) {
+    const YAML::Node k = it->first;
+    const YAML::Node v = it->second;
+    const std::string where = Loc(file, k.Mark());
+    if (!k.IsScalar()) return Error(where, "early_stop", "a key must be a plain name");
+    const std::string key = k.Scalar();
+    const std::string path = "early_stop." + key;
+    auto word = [&](const std::vector<std::string>& allowed, std::string* out) -> Status {
+      if (!v.IsScalar() || std::find(allowed.begin(), allowed.end(), v.Scalar()) == allowed.end()) {
+        std::vector<std::string> hint;
+        if (v.IsScalar()) hint = SuggestKeys(v.Scalar(), allowed);
+        return Error(Loc(file, v.Mark()), path,
+                     "expected " + Quoted(allowed, "or") + ", got " +
+                         (v.IsScalar() ? "'" + v.Scalar() + "'" : Describe(v)) + Hint(hint));
+      }
+      *out = v.Scalar();
+      return Status::Ok();
+    };
+    if (key == "rule") {
+      ABLATE_RETURN_IF_ERROR(word({"asha", "median"}, &r.rule));
+    } else if (key == "metric") {
+      if (!v.IsScalar() || v.Scalar().empty() || v.Scalar().size() > 200) {
+        return Error(Loc(file, v.Mark()), path,
+                     "expected a metric name such as val_loss, got " + Describe(v));
+      }
+      r.metric = v.Scalar();
+    } else if (key == "mode") {
+      std::string mode;
+      ABLATE_RETURN_IF_ERROR(word({"min", "max"}, &mode));
+      r.minimize = mode == "min";
+    } else if (key == "grace_steps") {
+      ABLATE_RETURN_IF_ERROR(ReadInt(v, file, path, 1, 1 << 30, &r.grace_steps));
+      grace_given = true;
+    } else if (key == "interval") {
+      ABLATE_RETURN_IF_ERROR(ReadInt(v, file, path, 1, 1 << 30, &r.interval));
+      interval_given = true;
+    } else if (key == "min_configs") {
+      int64_t m = 0;
+      ABLATE_RETURN_IF_ERROR(ReadInt(v, file, path, 1, 1000, &m));
+      r.min_configs = static_cast<int>(m);
+    } else if (key == "reduction") {
+      double d = 0;
+      if (!v.IsScalar() || !YAML::convert<double>::decode(v, d) || !std::isfinite(d) || d <= 1 ||
+          d > 100) {
+        return Error(Loc(file, v.Mark()), path,
+                     "expected a number above 1 (at most 100), such as 3, got " +
+                         (v.IsScalar() ? v.Scalar() : Describe(v)));
+      }
+      r.reduction = d;
+    } else if (key == "per_trial") {
+      bool b = false;
+      if (!v.IsScalar() || !YAML::convert<bool>::decode(v, b)) {
+        return Error(Loc(file, v.Mark()), path, "expected true or false, got " + Describe(v));
+      }
+      r.per_trial = b;
+    } else if (key == "factors") {
+      if (!v.IsSequence()) {
+        return Error(Loc(file, v.Mark()), path,
+                     "expected a list of axes (e.g. [attention.kind]), got " + Describe(v));
+      }
+      factors_given = true;
+      for (size_t i = 0; i < v.size(); ++i) {
+        const YAML::Node f = v[i];
+        const std::string fpath = path + "[" + std::to_string(i) + "]";
+        std::vector<std::string> axis_names;
+        for (const auto& a : spec->axes) {
+          if (a.key != "seed") axis_names.push_back(a.key);
+        }
+        if (!f.IsScalar() ||
+            std::find(axis_names.begin(), axis_names.end(), f.Scalar()) == axis_names.end()) {
+          std::vector<std::string> hint;
+          if (f.IsScalar()) hint = SuggestKeys(f.Scalar(), axis_names);
+          return Error(Loc(file, f.Mark()), fpath,
+                       (f.IsScalar() ? "'" + f.Scalar() + "'" : Describe(f)) +
+                           " is not an axis of this sweep" + Hint(hint) + "; its axes: " +
+                           (axis_names.empty() ? std::string("none") : Quoted(axis_names, "and")));
+        }
+        if (std::find(r.factors.begin(), r.factors.end(), f.Scalar()) != r.factors.end()) {
+          return Error(Loc(file, f.Mark()), fpath, "'" + f.Scalar() + "' is listed twice");
+        }
+        r.factors.push_back(f.Scalar());
+      }
+    } else {
+      return Error(where, path,
+                   "unknown early_stop key" + Hint(SuggestKeys(key, known)) + "; known: " +
+                       Quoted(known, "and"));
+    }
+  }
+  if (r.rule.empty()) {
+    return Error(Loc(file, n.Mark()), "early_stop.rule", "missing; expected asha or median");
+  }
+  if (!grace_given) r.grace_steps = spec->base.train.eval_every;
+  if (!interval_given) r.interval = r.grace_steps;
+  if (r.rule != "median" && interval_given) {
+    return Error(Loc(file, n.Mark()), "early_stop.interval",
+                 "is a key of rule median; asha's rungs are grace_steps x reduction^i");
+  }
+  if (r.grace_steps >= r.max_steps) {
+    return Error(Loc(file, n.Mark()), "early_stop.grace_steps",
+                 std::to_string(r.grace_steps) + " is not below base.train.steps (" +
+                     std::to_string(r.max_steps) + "): no trial would be judged before its end");
+  }
+  std::vector<std::string> nuisance;
+  for (const auto& a : spec->axes) {
+    if (a.key != "seed") nuisance.push_back(a.key);
+  }
+  if (!factors_given && nuisance.size() > 1) {
+    return Error(Loc(file, n.Mark()), "early_stop.factors",
+                 "missing: this sweep has the axes " + Quoted(nuisance, "and") +
+                     "; name the study's factors (configurations are compared only with those "
+                     "of equal factor values, e.g. factors: [" + nuisance[0] +
+                     "]), or factors: [] to compare across every axis");
+  }
+  return Status::Ok();
+}
 
 Status ReadSpec(const YAML::Node& root, Spec* spec) {
   const std::string& file = spec->file;
@@ -541,7 +723,7 @@ Status ReadSpec(const YAML::Node& root, Spec* spec) {
       if (!it->first.IsScalar()) return Error(where, "resources", "a key must be a plain name");
       std::string key = it->first.Scalar();
       if (key == "gpus") {
-        ABLATE_RETURN_IF_ERROR(ReadInt(it->second, file, "resources.gpus", 0, 1024, &spec->gpus));
+        ABLATE_RETURN_IF_ERROR(ReadGpus(it->second, file, &spec->gpus, &spec->gpu_share));
         gpus_given = true;
       } else if (key == "cpu_slots") {
         ABLATE_RETURN_IF_ERROR(
@@ -703,6 +885,10 @@ Status ReadSpec(const YAML::Node& root, Spec* spec) {
   if (YAML::Node n = get("priority"); present(n)) {
     ABLATE_RETURN_IF_ERROR(ReadInt(n, file, "priority", -1000000, 1000000, &spec->priority));
   }
+  if (YAML::Node n = get("early_stop"); present(n)) {
+    ABLATE_RETURN_IF_ERROR(ReadEarlyStop(n, spec));
+    spec->has_early_stop = true;
+  }
   return Status::Ok();
 }
 
@@ -846,6 +1032,63 @@ std::vector<size_t> SeededPermutation(size_t n, const std::string& name) {
   return perm;
 }
 
+std::vector<int64_t> EarlyStopRule::RungSteps() const {
+  std::vector<int64_t> out;
+  if (grace_steps <= 0) return out;
+  if (rule == "median") {
+    const int64_t every = interval > 0 ? interval : grace_steps;
+    for (int64_t s = grace_steps; s < max_steps; s += every) out.push_back(s);
+    return out;
+  }
+  double at = double(grace_steps);
+  for (int i = 0; i < 64; ++i, at *= reduction) {
+    const int64_t s = std::llround(at);
+    if (s >= max_steps) break;
+    if (out.empty() || s > out.back()) out.push_back(s);
+  }
+  return out;
+}
+
+std::string EarlyStopRule::ToJson() const {
+  nlohmann::json j = {{"rule", rule},
+                      {"metric", metric},
+                      {"mode", minimize ? "min" : "max"},
+                      {"grace_steps", grace_steps},
+                      {"per_trial", per_trial},
+                      {"factors", factors},
+                      {"max_steps", max_steps}};
+  if (rule == "asha") j["reduction"] = reduction;
+  if (rule == "median") {
+    j["interval"] = interval;
+    j["min_configs"] = min_configs;
+  }
+  return j.dump();
+}
+
+StatusOr<EarlyStopRule> EarlyStopRuleFromJson(const std::string& text) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (!j.is_object()) return InvalidArgument("early_stop: stored rule is not a JSON object");
+  try {
+    EarlyStopRule r;
+    r.rule = j.at("rule").get<std::string>();
+    r.metric = j.at("metric").get<std::string>();
+    r.minimize = j.value("mode", std::string("min")) == "min";
+    r.grace_steps = j.at("grace_steps").get<int64_t>();
+    r.reduction = j.value("reduction", 3.0);
+    r.interval = j.value("interval", r.grace_steps);
+    r.min_configs = j.value("min_configs", 3);
+    r.per_trial = j.value("per_trial", false);
+    r.factors = j.value("factors", std::vector<std::string>());
+    r.max_steps = j.at("max_steps").get<int64_t>();
+    if (r.rule != "asha" && r.rule != "median") {
+      return InvalidArgument("early_stop: stored rule '" + r.rule + "' is unknown");
+    }
+    return r;
+  } catch (const nlohmann::json::exception& e) {
+    return InvalidArgument(std::string("early_stop: stored rule: ") + e.what());
+  }
+}
+
 StatusOr<ExpandedSweep> ExpandSweep(const std::string& yaml_text, const std::string& file,
                                     const ExpandOptions& options) {
   Spec spec;
@@ -901,6 +1144,23 @@ StatusOr<ExpandedSweep> ExpandSweep(const std::string& yaml_text, const std::str
     out.max_attempts = static_cast<int>(spec.max_attempts);
     out.gpus = static_cast<int>(spec.gpus);
     out.cpu_slots = static_cast<int>(spec.cpu_slots);
+    out.gpu_share = static_cast<int>(spec.gpu_share);
+    out.has_early_stop = spec.has_early_stop;
+    out.early_stop = spec.early_stop;
+    if (spec.has_early_stop) {
+      const EarlyStopRule& r = spec.early_stop;
+      if (r.metric == "val_loss" && r.grace_steps % spec.base.train.eval_every != 0) {
+        out.warnings.push_back("early_stop.grace_steps " + std::to_string(r.grace_steps) +
+                               " is not a multiple of base.train.eval_every (" +
+                               std::to_string(spec.base.train.eval_every) +
+                               "): each rung takes the first val_loss at or after its step");
+      }
+      if (!r.per_trial && r.factors.size() + (spec.has_seeds ? 1 : 0) == spec.axes.size()) {
+        out.warnings.push_back(
+            "early_stop can stop nothing: every axis but seed is a factor, so each "
+            "configuration is compared with itself only");
+      }
+    }
     for (const auto& a : spec.axes) out.axes.push_back(a.key);
     for (size_t i = 0; i < spec.exclude.size(); ++i) {
       if (spec.exclude[i].matched == 0) {
@@ -944,7 +1204,28 @@ StatusOr<ExpandedSweep> ExpandSweep(const std::string& yaml_text, const std::str
                              " dropped as duplicates of another point's config (e.g. " +
                              duplicate_example + ")");
     }
-    if (spec.random_order) {
+    if (spec.has_early_stop && spec.has_seeds) {
+      // Early stopping judges a configuration's seeds together: they are kept adjacent (the seed
+      // loop innermost), so they run together; order: random shuffles the configurations.
+      std::vector<std::vector<ExpandedTrial>> configs;
+      std::unordered_map<std::string, size_t> index;
+      for (auto& t : out.trials) {
+        std::string key;
+        for (const auto& [k, v] : t.axes) {
+          if (k != "seed") key += k + "=" + v + '\0';
+        }
+        auto [it, inserted] = index.emplace(key, configs.size());
+        if (inserted) configs.emplace_back();
+        configs[it->second].push_back(std::move(t));
+      }
+      std::vector<size_t> perm(configs.size());
+      std::iota(perm.begin(), perm.end(), size_t{0});
+      if (spec.random_order) perm = SeededPermutation(configs.size(), spec.name);
+      out.trials.clear();
+      for (size_t i : perm) {
+        for (auto& t : configs[i]) out.trials.push_back(std::move(t));
+      }
+    } else if (spec.random_order) {
       std::vector<size_t> perm = SeededPermutation(out.trials.size(), spec.name);
       std::vector<ExpandedTrial> shuffled;
       shuffled.reserve(out.trials.size());

@@ -7,9 +7,11 @@
 //   exclude: [{attention.kind: fpa, attention.smooth_k: false}]      # drop matching points
 //   seeds: [0, 1]                   # a seed axis (overrides base.seed); default: no seed axis
 //   order: random                   # random (the default; seeded by the sweep name) | grid
-//   resources: {gpus: 1}            # per trial; gpus: 0 (or base.device: cpu) means a CPU trial
+//   resources: {gpus: 1}            # per trial; gpus: 0 (or base.device: cpu) means a CPU trial;
+//                                   # gpus: 0.25 (any 1/k) lets k trials share one GPU
 //   max_attempts: 3                 # 1..100
 //   priority: 0                     # higher runs first
+//   early_stop: {rule: asha, metric: val_loss, grace_steps: 100, reduction: 3}   # optional
 //
 // Keys.
 // - name: required; 1..100 characters from [A-Za-z0-9._-], starting with a letter or digit, and not
@@ -35,7 +37,18 @@
 //   cpu_slots (default 1) worker slots; config.gpus = 1 (one rank). A point with device: cuda and
 //   gpus 0, or device: cpu with gpus >= 1 (it would hold GPUs it never uses; a device axis with
 //   cpu among its values needs resources: {gpus: 0}), is an error; device: auto with gpus 0
-//   resolves to device: cpu.
+//   resolves to device: cpu. gpus may also be a share 1/k of one GPU (k = 2..64, written 0.5,
+//   0.25, 0.125 or as the string "1/3"): k trials share one GPU (config.gpus = 1, gpu_share = k);
+//   any other fraction, and any number above 1 that is not whole, is an error.
+// - early_stop: stop hopeless configurations early (EarlyStopRule below; docs/design.md, "Early
+//   stopping"). Keys: rule (asha | median, required), metric (default val_loss), mode (min | max,
+//   default min), grace_steps (the first rung; default base.train.eval_every), reduction (asha,
+//   > 1, default 3), interval (median: steps between checks, default grace_steps), min_configs
+//   (median: other configurations needed at a check, default 3), per_trial (judge each trial
+//   alone instead of each configuration's seeds together; default false), factors (the study's
+//   axes: configurations are compared only with those of equal factor values). A sweep with more
+//   than one axis besides seed must name its factors (factors: [] compares across every axis):
+//   stopping an arm for being worse than another arm is not an ablation result.
 //
 // Expansion: the points of `grid` (cartesian product, axes in spec order, the last axis varying
 // fastest) times the rows of `zip` (zip inner to grid), repeated for each seed (the seed loop is
@@ -45,6 +58,8 @@
 // (then, as ablate-train does, p_end = p when p_schedule is constant), and validated; duplicate
 // resolved configs (the same config hash) are kept once (the first, in grid order). `order: random`
 // then shuffles with SeededPermutation(n, name), so the order is reproducible on every machine.
+// With early_stop, a configuration's seeds stay adjacent (the seed loop is innermost and
+// `order: random` shuffles configurations, not trials), so they run, and are judged, together.
 //
 // Axis values are canonical text read back from the typed field: numbers in shortest round-trip
 // form (0.50 -> "0.5", 1e-2 -> "0.01", 16384), bools true/false, strings as written.
@@ -65,6 +80,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -92,13 +108,37 @@ struct ExpandedTrial {
   int64_t order_key = 0;  // position in the sweep's order (0, 1, ...)
 };
 
+// A sweep's early-stopping rule (the spec's early_stop key), as the coordinator applies it
+// (scheduler/early_stop.h). Stored with the sweep as JSON (ToJson / EarlyStopRuleFromJson).
+struct EarlyStopRule {
+  std::string rule;                 // asha | median
+  std::string metric = "val_loss";
+  bool minimize = true;             // mode: min
+  int64_t grace_steps = 0;          // asha: the first rung; median: the first check
+  double reduction = 3;             // asha: keep the top 1/reduction at each rung
+  int64_t interval = 0;             // median: steps between checks
+  int min_configs = 3;              // median: other configurations recorded at a check, at least
+  bool per_trial = false;           // judge trials alone (every seed its own configuration)
+  std::vector<std::string> factors; // never compared across
+  int64_t max_steps = 0;            // base train.steps: no rung at or past it
+
+  // The rungs' steps: asha grace * reduction^i (rounded), median grace + i * interval; below
+  // max_steps.
+  std::vector<int64_t> RungSteps() const;
+  std::string ToJson() const;
+};
+StatusOr<EarlyStopRule> EarlyStopRuleFromJson(const std::string& json);
+
 struct ExpandedSweep {
   std::string name;
   std::string spec_yaml;
   int priority = 0;
   int max_attempts = 3;
-  int gpus = 0;       // per trial (resources.gpus; 0 for CPU trials)
+  int gpus = 0;       // per trial (resources.gpus; 0 for CPU trials; 1 with a share)
   int cpu_slots = 0;  // per trial (resources.cpu_slots, default 1, for CPU trials; else 0)
+  int gpu_share = 1;  // k: each trial takes 1/k of one GPU (resources.gpus: 1/k); 1: whole GPUs
+  bool has_early_stop = false;
+  EarlyStopRule early_stop;
   std::vector<std::string> axes;      // grid axes, then zip axes, then "seed" (if seeds given)
   std::vector<ExpandedTrial> trials;  // in run order
   // Things that are legal but probably not meant, for `ablate submit` to print: an exclude entry

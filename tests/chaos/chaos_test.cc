@@ -51,6 +51,7 @@
 
 #include "../integration/db_util.h"
 #include "../integration/process_util.h"
+#include "scheduler/early_stop.h"
 #include "tcp_proxy.h"
 
 #ifndef ABLATED_BIN
@@ -505,6 +506,31 @@ TEST(Chaos, NothingLostUnderKillsAndCuts) {
   Output sub = c.Cli({"submit", spec});
   ASSERT_EQ(sub.code, 0) << sub.out;
   const int kTrials = 128;
+  // Beside it, at a higher priority so that it runs during the chaos, a sweep with early stopping:
+  // its judgments must survive the coordinator kills, none lost and none taken twice.
+  const std::string es_spec = dir + "/chaos-es.yaml";
+  std::ofstream(es_spec) << "name: chaos-es\n"
+                            "priority: 1\n"
+                            "base:\n"
+                            "  data: {corpus: "
+                         << dir
+                         << "/corpus.txt, val_fraction: 0.1, eval_batches: 2}\n"
+                            "  model: {seq_len: 32, layers: 1, d_model: 64, heads: 2}\n"
+                            "  attention: {block_q: 16, block_kv: 16}\n"
+                            "  optimizer: {lr_vector: 0.003}\n"
+                            "  train: {steps: 200, tokens_per_step: 256, micro_batch: 8, warmup: 2,\n"
+                            "          eval_every: 20, diagnostics_every: 100, checkpoint_every: 10,\n"
+                            "          threads: 1}\n"
+                            "grid:\n"
+                            "  optimizer.lr: [0.03, 0.01, 0.000001, 0.0000001]\n"
+                            "seeds: [0, 1]\n"
+                            "order: grid\n"
+                            "resources: {gpus: 0}\n"
+                            "early_stop: {rule: asha, grace_steps: 20, reduction: 2}\n"
+                            "max_attempts: "
+                         << kMaxAttempts << "\n";
+  Output es_sub = c.Cli({"submit", es_spec});
+  ASSERT_EQ(es_sub.code, 0) << es_sub.out;
 
   const auto t0 = Clock::now();
   ChaosCounts counts;
@@ -536,8 +562,82 @@ TEST(Chaos, NothingLostUnderKillsAndCuts) {
                               "SELECT group_concat(id || ':' || state) FROM trials "
                               "WHERE state IN ('queued', 'running')")[0][0];
 
+  // ---- Early stopping: every judgment due was taken once, and each replays from the metrics. ----
+  const std::string es_sweep = "(SELECT id FROM sweeps WHERE name = 'chaos-es')";
+  Rows es_rule = Sql(c.db(), "SELECT early_stop_json FROM sweeps WHERE name = 'chaos-es'");
+  ASSERT_EQ(es_rule.size(), 1u);
+  auto rule = server::EarlyStopRuleFromJson(es_rule[0][0]);
+  ASSERT_TRUE(rule.ok()) << rule.status().ToString();
+  std::vector<server::StopDecisionRecord> decisions;
+  for (const auto& r : Sql(c.db(), "SELECT id, rung, step, config, grp, trials_json, value, "
+                                   "seed_values_json, compared_json, threshold, decision FROM "
+                                   "stop_decisions WHERE sweep_id = " + es_sweep + " ORDER BY id")) {
+    server::StopDecisionRecord d;
+    d.id = std::stoll(r[0]);
+    d.rung = std::stoi(r[1]);
+    d.step = std::stoll(r[2]);
+    d.config = r[3];
+    d.group = r[4];
+    for (const auto& t : json::parse(r[5])) d.trial_ids.push_back(t.get<int64_t>());
+    d.value = r[6].empty() ? NAN : std::stod(r[6]);
+    for (const auto& v : json::parse(r[7])) d.seed_values.push_back(v.is_number() ? v.get<double>() : NAN);
+    for (const auto& c2 : json::parse(r[8])) {
+      d.compared.emplace_back(c2[0].get<std::string>(), c2[1].is_number() ? c2[1].get<double>() : NAN);
+    }
+    d.threshold = r[9].empty() ? NAN : std::stod(r[9]);
+    d.decision = r[10];
+    decisions.push_back(std::move(d));
+  }
+  // The stored points of each trial, as the replay reads them (one per step, latest attempt).
+  std::map<int64_t, std::vector<std::pair<int64_t, double>>> series;
+  for (const auto& r : Sql(c.db(), "SELECT m.trial_id, m.step, m.value FROM metrics m JOIN trials t "
+                                   "ON t.id = m.trial_id WHERE t.sweep_id = " + es_sweep +
+                                   " AND m.name = 'val_loss' AND m.attempt = (SELECT max(attempt) "
+                                   "FROM metrics WHERE trial_id = m.trial_id AND name = 'val_loss' "
+                                   "AND step = m.step) ORDER BY m.trial_id, m.step")) {
+    series[std::stoll(r[0])].push_back({std::stoll(r[1]), std::stod(r[2])});
+  }
+  for (const auto& bad : server::ReplayDecisions(*rule, decisions, series)) ADD_FAILURE() << bad;
+  // None lost: a configuration not stopped before a rung that all its seeds reached was judged
+  // there, exactly once; a stopped one was never judged again, and its seeds are stopped.
+  std::map<std::string, std::vector<int64_t>> configs;  // config -> trial ids
+  for (const auto& r : Sql(c.db(), "SELECT id, json_extract(axes_json, '$.\"optimizer.lr\"') FROM "
+                                   "trials WHERE sweep_id = " + es_sweep + " ORDER BY id")) {
+    configs["optimizer.lr=" + r[1]].push_back(std::stoll(r[0]));
+  }
+  ASSERT_EQ(configs.size(), 4u);
+  const std::vector<int64_t> rungs = rule->RungSteps();
+  int es_stops = 0;
+  for (const auto& [config, ids] : configs) {
+    int stopped_at = -1;
+    for (size_t rung = 0; rung < rungs.size(); ++rung) {
+      int judged = 0;
+      for (const auto& d : decisions) {
+        if (d.config != config || d.rung != int(rung)) continue;
+        ++judged;
+        if (d.decision == "stop") stopped_at = int(rung);
+      }
+      const bool after_stop = stopped_at >= 0 && stopped_at < int(rung);
+      bool all_reached = true;
+      for (int64_t id : ids) {
+        const auto& pts = series[id];
+        all_reached &= std::any_of(pts.begin(), pts.end(),
+                                   [&](const auto& p) { return p.first >= rungs[rung]; });
+      }
+      EXPECT_EQ(judged, after_stop || !all_reached ? 0 : 1)
+          << config << " at rung " << rung << " (step " << rungs[rung] << ")";
+    }
+    for (int64_t id : ids) {
+      auto st = Sql(c.db(), "SELECT state FROM trials WHERE id = " + std::to_string(id));
+      EXPECT_EQ(st[0][0], stopped_at >= 0 ? "stopped" : "succeeded") << config << " trial " << id;
+    }
+    es_stops += stopped_at >= 0;
+  }
+  EXPECT_GE(es_stops, 1) << "the hopeless learning rates were never stopped";
+
   // ---- Every trial succeeded exactly once. ----
-  Rows trials = Sql(c.db(), "SELECT id, state, attempts FROM trials ORDER BY id");
+  Rows trials = Sql(c.db(), "SELECT id, state, attempts FROM trials WHERE sweep_id = (SELECT id "
+                            "FROM sweeps WHERE name = 'chaos') ORDER BY id");
   ASSERT_EQ(int(trials.size()), kTrials);
   std::map<std::string, int> attempt_states;
   for (const auto& r : Sql(c.db(), "SELECT state, count(*) FROM attempts GROUP BY state")) {
@@ -648,10 +748,11 @@ TEST(Chaos, NothingLostUnderKillsAndCuts) {
       "kills: workers %d, trainers %d (+%d with none running), coordinator %d\n"
       "cuts:  shorter than the lease %d, longer %d\n"
       "unprompted exits: %d\n"
+      "early stopping: %d judgments, %d configurations stopped\n"
       "trials %d; attempts by state:",
       (unsigned long long)seed, counts.worker_kills, counts.trainer_kills,
       counts.trainer_kill_misses, counts.coordinator_kills, counts.short_cuts, counts.long_cuts,
-      c.crashes(), int(trials.size()));
+      c.crashes(), int(decisions.size()), es_stops, int(trials.size()));
   for (const auto& [s, k] : attempt_states) std::printf(" %s %d", s.c_str(), k);
   std::printf(
       "\nmetric points checked %lld; later attempts checked %d: resumed from the checkpoint %d, "

@@ -606,5 +606,110 @@ TEST(Coordinator, StatusSaysWhyQueuedTrialsWaitAndTheDataDirAloneIsEnough) {
     Kill(coordinator, SIGKILL), Wait(coordinator, seconds(5));
 }
 
+
+// Early stopping on the CPU: a learning-rate sweep whose two hopeless rates are stopped at their
+// first check (state stopped, before their last step, their judgments in SQLite, replayed equal
+// from the stored metrics), while the good rates run to the end. And a GPU-share spec dry-runs.
+TEST_F(Cluster, EarlyStoppingStopsHopelessRatesAndEveryJudgmentReplays) {
+  // The good rates come first in the grid, so they hold the four CPU slots and have recorded
+  // their values at every check before the hopeless ones start (median rule, min_configs 2).
+  std::string spec =
+      WriteSpec("esgrid", SmallBase(60) +
+                              "grid:\n"
+                              "  optimizer.lr: [0.01, 0.003, 0.000001, 0.0000001]\n"
+                              "seeds: [0, 1]\n"
+                              "order: grid\n"
+                              "early_stop: {rule: median, grace_steps: 20, interval: 20, "
+                              "min_configs: 2}\n");
+  Output sub = Cli({"submit", spec});
+  ASSERT_EQ(sub.code, 0) << sub.out;
+  Output watch = Cli({"watch", "esgrid"}, seconds(400));
+  ASSERT_EQ(watch.code, 0) << watch.out << ReadFile(*dir_ + "/worker0.log");
+  EXPECT_NE(watch.out.find("4 stopped early"), std::string::npos) << watch.out;
+
+  const std::string sweep_sql = "(SELECT id FROM sweeps WHERE name = 'esgrid')";
+  auto states = Sql("SELECT json_extract(axes_json, '$.\"optimizer.lr\"'), state, "
+                    "checkpoint_step FROM trials WHERE sweep_id = " + sweep_sql + " ORDER BY id");
+  ASSERT_EQ(states.size(), 8u);
+  for (const auto& r : states) {
+    const bool hopeless = r[0] == "1e-06" || r[0] == "1e-07";
+    EXPECT_EQ(r[1], hopeless ? "stopped" : "succeeded") << r[0];
+    if (hopeless) EXPECT_LT(std::stoi(r[2]), 60) << "stopped at its last step: " << r[0];
+  }
+  // Their attempts ended "stopped" after a checkpoint, their metrics kept.
+  auto stopped_attempts = Sql("SELECT count(*) FROM attempts a JOIN trials t ON t.id = a.trial_id "
+                              "WHERE t.sweep_id = " + sweep_sql + " AND a.state = 'stopped'");
+  EXPECT_EQ(stopped_attempts[0][0], "4");
+  // Every judgment is a row; the two stops name the hopeless configurations' seeds.
+  auto stops = Sql("SELECT config, trials_json, threshold, value FROM stop_decisions WHERE "
+                   "sweep_id = " + sweep_sql + " AND decision = 'stop' ORDER BY id");
+  ASSERT_EQ(stops.size(), 2u);
+  EXPECT_EQ(stops[0][0], "optimizer.lr=1e-06");
+  EXPECT_EQ(stops[1][0], "optimizer.lr=1e-07");
+  EXPECT_GT(std::stod(stops[0][3]), std::stod(stops[0][2]));  // worse than the median
+  // Replay: each judgment's seed values are the trials' first val_loss at or after its step, and
+  // its threshold is the median of the values recorded before it in the same check.
+  auto decisions = Sql("SELECT id, step, rung, trials_json, seed_values_json, compared_json, "
+                       "threshold, decision, config FROM stop_decisions WHERE sweep_id = " +
+                       sweep_sql + " ORDER BY id");
+  std::map<int, std::vector<double>> recorded;  // rung -> values so far
+  for (const auto& d : decisions) {
+    const int rung = std::stoi(d[2]);
+    json trials = json::parse(d[3]), seeds = json::parse(d[4]), compared = json::parse(d[5]);
+    ASSERT_EQ(trials.size(), seeds.size()) << d[0];
+    double mean = 0;
+    for (size_t i = 0; i < trials.size(); ++i) {
+      auto v = Sql("SELECT value FROM metrics WHERE trial_id = " + trials[i].dump() +
+                   " AND name = 'val_loss' AND step >= " + d[1] + " ORDER BY step, attempt DESC LIMIT 1");
+      ASSERT_EQ(v.size(), 1u) << d[0];
+      // (The query prints 15 significant digits.)
+      EXPECT_NEAR(std::stod(v[0][0]), seeds[i].get<double>(), 1e-13 * seeds[i].get<double>())
+          << d[0];
+      mean += seeds[i].get<double>() / double(seeds.size());
+    }
+    std::vector<double> before = recorded[rung];
+    ASSERT_EQ(compared.size(), before.size() + 1) << d[0];
+    if (before.size() >= 2) {
+      std::sort(before.begin(), before.end());
+      const size_t n = before.size();
+      const double median = n % 2 ? before[n / 2] : (before[n / 2 - 1] + before[n / 2]) / 2;
+      EXPECT_NEAR(std::stod(d[6]), median, 1e-13 * median) << d[0];
+      EXPECT_EQ(d[7], mean > median ? "stop" : "continue") << d[0];
+    } else {
+      EXPECT_EQ(d[7], "continue") << d[0];
+    }
+    recorded[rung].push_back(mean);
+  }
+  // The CLI shows them; compare and results count the stopped seeds apart, never averaged.
+  Output status = Cli({"status", "esgrid"});
+  EXPECT_NE(status.out.find("early stopping: median on val_loss"), std::string::npos) << status.out;
+  Output listed = Cli({"status", "esgrid", "--decisions", "--format", "json"});
+  ASSERT_EQ(listed.code, 0) << listed.out;
+  EXPECT_EQ(json::parse(listed.out).size(), decisions.size());
+  Output res = Cli({"results", "esgrid", "--format", "json"});
+  ASSERT_EQ(res.code, 0) << res.out;
+  for (const auto& row : json::parse(res.out)) {
+    const std::string lr = row["optimizer.lr"];
+    const bool hopeless = lr == "1e-06" || lr == "1e-07";
+    EXPECT_EQ(row["stopped"], hopeless ? 2 : 0) << lr;
+    EXPECT_EQ(row["n"], hopeless ? 0 : 2) << lr;
+  }
+  // retry --stopped resumes one configuration's trials from their checkpoints.
+  Output retry = Cli({"retry", "esgrid", "--stopped"});
+  ASSERT_EQ(retry.code, 0) << retry.out;
+  EXPECT_NE(retry.out.find("requeued 4 stopped trials"), std::string::npos) << retry.out;
+  ASSERT_EQ(Cli({"watch", "esgrid"}, seconds(300)).code, 0);
+  auto after = Sql("SELECT count(*) FROM trials WHERE sweep_id = " + sweep_sql +
+                   " AND state = 'succeeded' AND early_stop_exempt = 1");
+  EXPECT_EQ(after[0][0], "4");
+
+  // A share of a GPU: accepted, and a dry run shows the plan (no GPU needed to plan).
+  std::string shared = WriteSpec("shared", "base: {train: {steps: 10}}\nresources: {gpus: 0.25}\n"
+                                           "grid: {optimizer.lr: [0.01, 0.1]}\n");
+  Output dry = Cli({"submit", shared, "--dry-run"});
+  ASSERT_EQ(dry.code, 0) << dry.out;
+  EXPECT_NE(dry.out.find("2 trials"), std::string::npos) << dry.out;
+}
+
 }  // namespace
 }  // namespace ablate::testing

@@ -49,6 +49,10 @@ struct Agent::Attempt {
   std::vector<int> gpus;                   // the assignment's GPU indices
   std::vector<int> cpu_slots;              // CPU slot numbers held while the trainer runs
   double tokens_per_s = -1;                // last reported; < 0 before the first step line
+  int gpu_share = 1;                       // k > 1: a shared GPU (1/k of gpus[0])
+  int64_t memory_bytes = 0;                // the coordinator's memory figure for it
+  bool placed = false;                     // shared: its memory is counted on its GPU
+  bool waiting_logged = false;
 };
 
 namespace {
@@ -336,7 +340,8 @@ int Agent::CpuThreads(const v1::Assignment& a) const {
   const int nproc =
       options_.nproc > 0 ? options_.nproc : std::max(1, int(std::thread::hardware_concurrency()));
   if (a.gpu_indices_size() > 0) {
-    const int total = std::max(1, int(options_.gpus.size()));
+    // A GPU's share of the cores, split again among the k trials sharing it.
+    const int total = std::max(1, int(options_.gpus.size())) * std::max(1, a.gpu_share());
     return std::max(1, nproc / total) * a.gpu_indices_size();
   }
   const int total = std::max(1, options_.cpu_slots);
@@ -432,10 +437,23 @@ void Agent::StartAttempt(const v1::Assignment& a) {
   att->sink = std::make_unique<Sink>(this, k);
   att->gpus.assign(a.gpu_indices().begin(), a.gpu_indices().end());
 
+  att->gpu_share = std::max(1, a.gpu_share());
+  att->memory_bytes = a.memory_bytes();
   std::string refusal;
   int refusal_exit_code = 0;
   Status corpus_ok = CheckCorpus(a.config_json(), options_.data_roots);
-  if (refuse) {
+  MpsControl::Env mps_env;
+  if (att->gpu_share > 1 && env_.mps && !refuse) {
+    auto e = env_.mps->ClientEnv();
+    if (e.ok()) {
+      mps_env = std::move(*e);
+    } else {
+      refusal = e.status().message();
+    }
+  }
+  if (!refusal.empty()) {
+    // (MPS could not be started: an infrastructure failure of this worker.)
+  } else if (refuse) {
     refusal = "worker is draining";
   } else if (!corpus_ok.ok()) {
     refusal = "config refused: " + corpus_ok.message();
@@ -483,12 +501,20 @@ void Agent::StartAttempt(const v1::Assignment& a) {
               {"ABLATE_CPU_THREADS", std::to_string(CpuThreads(a))},
               {"ABLATE_TRIAL_ID", std::to_string(k.trial_id)},
               {"ABLATE_ATTEMPT", std::to_string(k.attempt)}};
+  for (const auto& kv : mps_env) spec.env.push_back(kv);
   spec.cwd = att->dir;
   spec.stderr_path = att->dir + "/stderr.log";
   att->supervisor = std::make_unique<Supervisor>(spec, env_.spawner, env_.clock, att->sink.get(),
                                                  options_.supervisor);
+  if (att->gpu_share > 1) {
+    att->supervisor->set_start_gate([this, k] { return SharedGpuRoom(k); });
+  }
   Log(what + ": starting" + (a.sweep_name().empty() ? "" : " (sweep " + a.sweep_name() + ")") +
-      (devices.empty() ? " on the CPU" : " on GPU " + devices) + " in " + att->dir);
+      (devices.empty() ? " on the CPU" : " on GPU " + devices) +
+      (att->gpu_share > 1 ? " (1/" + std::to_string(att->gpu_share) + " of it" +
+                                (mps_env.empty() ? "" : ", MPS") + ")"
+                          : "") +
+      " in " + att->dir);
   std::lock_guard<std::mutex> l(mu_);
   if (att->gpus.empty()) {
     // Number the CPU slots this trial takes, for the per-slot series of --metrics. The coordinator
@@ -506,7 +532,7 @@ void Agent::StartAttempt(const v1::Assignment& a) {
   raw->thread = std::thread([raw] { raw->supervisor->Run(); });
 }
 
-void Agent::CancelAttempt(const Key& k, const std::string& reason) {
+void Agent::CancelAttempt(const Key& k, const std::string& reason, bool checkpoint) {
   auto it = attempts_.find(k);
   if (it == attempts_.end()) {
     Log("cancel of " + Describe(k.trial_id, k.attempt) + ": not running here");
@@ -514,9 +540,63 @@ void Agent::CancelAttempt(const Key& k, const std::string& reason) {
   }
   Attempt& a = *it->second;
   if (a.supervisor && !a.child_done) {
-    Log(Describe(k.trial_id, k.attempt) + ": canceling (" + reason + ")");
-    a.supervisor->Cancel(reason);
+    Log(Describe(k.trial_id, k.attempt) + ": " +
+        (checkpoint ? "checkpointing and stopping (" : "canceling (") + reason + ")");
+    a.supervisor->Cancel(reason, checkpoint);
   }
+}
+
+void Agent::SampleGpuMemory() {
+  if (!env_.gpu_prober || options_.gpus.empty()) return;
+  std::vector<v1::GpuMemory> m = env_.gpu_prober->ReadMemory();  // not under mu_: NVML
+  std::lock_guard<std::mutex> l(mu_);
+  gpu_memory_ = std::move(m);
+  gpu_memory_at_ms_ = env_.clock->MonotonicMs();
+}
+
+std::string Agent::SharedGpuRoom(const Key& k) {
+  bool stale = false;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stale = gpu_memory_at_ms_ < 0 || env_.clock->MonotonicMs() - gpu_memory_at_ms_ > 500;
+  }
+  if (stale) SampleGpuMemory();
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = attempts_.find(k);
+  if (it == attempts_.end() || it->second->gpus.empty()) return "";
+  Attempt& a = *it->second;
+  const int g = a.gpus[0];
+  const v1::GpuMemory* reading = nullptr;
+  for (const auto& m : gpu_memory_) {
+    if (m.index() == g) reading = &m;
+  }
+  if (!reading || reading->total_bytes() <= 0 || a.memory_bytes <= 0) {
+    a.placed = true;  // nothing to check against
+    return "";
+  }
+  int64_t reserved = 0;
+  for (const auto& [key, other] : attempts_) {
+    if (other.get() == &a || !other->placed || other->child_done || other->gpus.empty() ||
+        other->gpus[0] != g) {
+      continue;
+    }
+    reserved += other->memory_bytes;
+  }
+  const int64_t total = reading->total_bytes();
+  const int64_t margin = std::max<int64_t>(int64_t(512) << 20, total / 20);
+  const int64_t room = total - std::max(reading->used_bytes(), reserved) - margin;
+  if (room >= a.memory_bytes) {
+    a.placed = true;
+    return "";
+  }
+  const std::string why = "GPU " + std::to_string(g) + " has " +
+                          std::to_string(std::max<int64_t>(0, room) >> 20) + " MiB free beside its margin, " +
+                          std::to_string(a.memory_bytes >> 20) + " MiB needed";
+  if (!a.waiting_logged) {
+    a.waiting_logged = true;
+    Log(Describe(k.trial_id, k.attempt) + ": waiting for memory: " + why);
+  }
+  return why;
 }
 
 void Agent::OnPoints(const Key& k, std::vector<v1::MetricPoint> points) {
@@ -625,7 +705,8 @@ void Agent::HandleMessage(const v1::CoordinatorMessage& m, Session* session) {
       const auto& c = m.cancel();
       std::lock_guard<std::mutex> l(mu_);
       CancelAttempt({c.trial_id(), c.attempt()},
-                    c.reason().empty() ? "canceled by the coordinator" : c.reason());
+                    c.reason().empty() ? "canceled by the coordinator" : c.reason(),
+                    c.checkpoint());
       break;
     }
     case v1::CoordinatorMessage::kAck: {
@@ -746,6 +827,7 @@ bool Agent::RunSession(CoordinatorStream* stream) {
             v1::WorkerMessage hb;
             FillRunning(hb.mutable_heartbeat()->mutable_running());
             hb.mutable_heartbeat()->set_draining(draining_);
+            for (const auto& m : gpu_memory_) *hb.mutable_heartbeat()->add_gpu_memory() = m;
             out.push_back(std::move(hb));
             ++stats_.heartbeats;
             heartbeat_now_ = false;
@@ -792,6 +874,27 @@ bool Agent::RunSession(CoordinatorStream* stream) {
 Status Agent::Run() {
   ABLATE_RETURN_IF_ERROR(MakeDirs(options_.work_dir + "/trials"));
   Recover();
+  // The GPUs' memory for the heartbeats, read every 2 s beside the session.
+  std::atomic<bool> sampling{true};
+  std::thread sampler;
+  if (env_.gpu_prober && !options_.gpus.empty()) {
+    sampler = std::thread([this, &sampling] {
+      while (sampling.load()) {
+        SampleGpuMemory();
+        for (int i = 0; i < 20 && sampling.load(); ++i) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+      }
+    });
+  }
+  struct StopSampler {
+    std::atomic<bool>& on;
+    std::thread& t;
+    ~StopSampler() {
+      on = false;
+      if (t.joinable()) t.join();
+    }
+  } stop_sampler{sampling, sampler};
   int64_t backoff = options_.backoff_initial_ms;
   int64_t failures = 0;  // consecutive failed connects
   auto sleep = [&](int64_t ms) {

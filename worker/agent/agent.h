@@ -12,7 +12,14 @@
 // Attempts: an Assignment runs `<trainer> --config <dir>/config.yaml --out <dir> [--resume <ckpt>]`
 // in <work_dir>/trials/<trial_id>/attempt-<n>/ (stderr → stderr.log, reports → spool) with
 // CUDA_VISIBLE_DEVICES set to the assigned GPUs ("" for CPU trials) and ABLATE_CPU_THREADS to the
-// attempt's share of the cores. Cancel (or Registered.stop) → SIGTERM, SIGKILL after the grace.
+// attempt's share of the cores. Cancel (or Registered.stop) → SIGTERM, SIGKILL after the grace;
+// a Cancel that asks for a checkpoint (an early stop) → SIGUSR1, as for a preemption, and the
+// attempt ends CANCELED once the trainer has checkpointed.
+// Shared GPUs (Assignment.gpu_share > 1): the trainer gets the MPS client environment (agent/
+// mps.h) and starts only once its GPU has room for its memory (Assignment.memory_bytes): the GPU's
+// memory less the larger of NVML's used bytes and the memory of the shared trials already placed
+// there, less a margin of max(512 MiB, 5%); until then it waits (logged once). A trainer that exits
+// 76 (a fatal device error) ends FAILED with status "gpu_fault".
 // An attempt is listed as running (Register, Heartbeat) until its final event is acknowledged, so a
 // coordinator that reconnects between the trainer's exit and that ack keeps the attempt instead of
 // declaring it lost.
@@ -39,6 +46,7 @@
 // from any thread (signal handling thread included, but not from a signal handler).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -52,6 +60,8 @@
 
 #include "ablate/status.h"
 #include "ablate/clock.h"
+#include "agent/gpus.h"
+#include "agent/mps.h"
 #include "agent/outbox.h"
 #include "agent/process.h"
 #include "agent/spool.h"
@@ -94,6 +104,11 @@ struct AgentEnv {
   CoordinatorConnector* connector = nullptr;
   ProcessSpawner* spawner = nullptr;
   const Clock* clock = nullptr;
+  // Optional. The GPUs' memory readings (heartbeats, and the memory check before a shared trial
+  // starts); null: none (a shared trial then starts at once).
+  GpuProber* gpu_prober = nullptr;
+  // Optional. MPS for the shared trials (agent/mps.h); null: they run without it.
+  MpsControl* mps = nullptr;
 };
 
 class Agent {
@@ -165,7 +180,10 @@ class Agent {
   void ReaderLoop(std::shared_ptr<Session> session, CoordinatorStream* stream);
   void HandleMessage(const v1::CoordinatorMessage& m, Session* session);
   void StartAttempt(const v1::Assignment& a);
-  void CancelAttempt(const Key& k, const std::string& reason);
+  void CancelAttempt(const Key& k, const std::string& reason, bool checkpoint = false);
+  // Whether the shared trial `k` fits on its GPU now ("" yes, else why not); marks it placed.
+  std::string SharedGpuRoom(const Key& k);
+  void SampleGpuMemory();
   void OnPoints(const Key& k, std::vector<v1::MetricPoint> points);
   void OnEvent(const Key& k, v1::TrialEvent event);
   v1::WorkerMessage MakeRegister();
@@ -195,6 +213,8 @@ class Agent {
   int64_t trials_started_ = 0;
   std::map<std::string, int64_t> finished_;
   OutboxCounters batch_counters_;
+  std::vector<v1::GpuMemory> gpu_memory_;  // GUARDED_BY(mu_): the last NVML reading
+  int64_t gpu_memory_at_ms_ = -1;          // GUARDED_BY(mu_)
   std::mt19937_64 rng_;                               // Run()'s thread only
 };
 

@@ -134,9 +134,49 @@ class DlopenNvml : public GpuProber {
     return error_;
   }
 
+  std::vector<v1::GpuMemory> ReadMemory() override {
+    std::lock_guard<std::mutex> l(mu_);
+    std::vector<v1::GpuMemory> out;
+    if (!mem_lib_) {
+      if (mem_failed_) return out;
+      // Loaded once and kept (nvmlInit is reference-counted; this one is never shut down).
+      mem_lib_ = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+      auto init = mem_lib_ ? reinterpret_cast<InitFn>(::dlsym(mem_lib_, "nvmlInit_v2")) : nullptr;
+      if (mem_lib_) {
+        mem_count_ = reinterpret_cast<GetCountFn>(::dlsym(mem_lib_, "nvmlDeviceGetCount_v2"));
+        mem_handle_ =
+            reinterpret_cast<GetHandleFn>(::dlsym(mem_lib_, "nvmlDeviceGetHandleByIndex_v2"));
+        mem_read_ = reinterpret_cast<GetMemoryFn>(::dlsym(mem_lib_, "nvmlDeviceGetMemoryInfo"));
+      }
+      if (!init || !mem_count_ || !mem_handle_ || !mem_read_ || init() != 0) {
+        mem_failed_ = true;
+        mem_lib_ = nullptr;
+        return out;
+      }
+    }
+    unsigned int count = 0;
+    if (mem_count_(&count) != 0) return out;
+    for (unsigned int i = 0; i < count; ++i) {
+      nvmlDevice_t dev = nullptr;
+      nvmlMemory_t mem{};
+      if (mem_handle_(i, &dev) != 0 || mem_read_(dev, &mem) != 0) continue;
+      v1::GpuMemory m;
+      m.set_index(int(i));
+      m.set_used_bytes(int64_t(mem.used));
+      m.set_total_bytes(int64_t(mem.total));
+      out.push_back(m);
+    }
+    return out;
+  }
+
  private:
   mutable std::mutex mu_;
   std::string error_;  // GUARDED_BY(mu_)
+  void* mem_lib_ = nullptr;  // GUARDED_BY(mu_): ReadMemory's handle, kept open
+  bool mem_failed_ = false;
+  GetCountFn mem_count_ = nullptr;
+  GetHandleFn mem_handle_ = nullptr;
+  GetMemoryFn mem_read_ = nullptr;
 };
 
 }  // namespace

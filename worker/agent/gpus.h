@@ -37,6 +37,9 @@ class GpuProber {
   virtual std::vector<v1::GpuInfo> Probe() = 0;
   // Why Probe() found nothing, for the log ("libnvidia-ml.so.1: cannot open shared object file").
   virtual std::string last_error() const = 0;
+  // Each GPU's memory now (used and total bytes, by index); empty when it cannot be read. Cheap
+  // enough to call every second (the library stays loaded after the first call).
+  virtual std::vector<v1::GpuMemory> ReadMemory() { return {}; }
 };
 
 // NVML through dlopen. Never null; not owned.

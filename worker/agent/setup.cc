@@ -163,6 +163,11 @@ int WorkerMain(int argc, char** argv) {
   app.add_flag("--metrics-public", metrics_public,
                "serve /metrics without the bearer token (bind it to a private address)")
       ->needs(metrics_opt);
+  std::string mps_mode = "auto";
+  app.add_option("--mps", mps_mode,
+                 "CUDA MPS for the trials that share a GPU (resources.gpus: 1/k): auto (join the "
+                 "host's daemon, else start one in <work-dir>/mps if nvidia-cuda-mps-control is "
+                 "on PATH, else share without MPS), own, host or off (default auto)");
   app.add_option("--tls-ca", tls_ca, "PEM CA certificate: connect with TLS");
   app.add_option("--tls-cert", tls_cert, "PEM client certificate (mutual TLS)");
   app.add_option("--tls-key", tls_key, "PEM client key (mutual TLS)");
@@ -289,10 +294,21 @@ int WorkerMain(int argc, char** argv) {
     }
     options.data_roots.push_back(buf);
   }
+  // MPS only matters to a worker with GPUs; a CPU worker never starts a daemon.
+  MpsOptions mps_options;
+  mps_options.mode = gpus->empty() && MpsControl::ValidMode(mps_mode) ? "off" : mps_mode;
+  mps_options.work_dir = *abs_work;
+  mps_options.log = [](const std::string& line) {
+    std::fprintf(stderr, "ablate-worker: %s\n", line.c_str());
+  };
+  auto mps = MpsControl::Create(mps_options);
+  if (!mps.ok()) return fail(2, mps.status().message());
   AgentEnv env;
   env.connector = connector->get();
   env.spawner = RealSpawner();
   env.clock = SystemClock();
+  env.gpu_prober = gpus->empty() ? nullptr : NvmlProber();
+  env.mps = mps->get();
   Agent agent(options, env);
 
   // The Prometheus endpoint. Its address goes to <work-dir>/worker.metrics (removed first, so a
@@ -330,10 +346,11 @@ int WorkerMain(int argc, char** argv) {
   }
   std::fprintf(stderr,
                "ablate-worker %s: id %s, coordinator %s, %s, %d CPU slot(s), trainer %s, work dir "
-               "%s\n",
+               "%s%s\n",
                ABLATE_VERSION, worker_id.c_str(), coordinator.c_str(),
                gpus->empty() ? "no GPU" : ("GPUs " + gpu_list).c_str(), cpu_slots,
-               abs_trainer->c_str(), abs_work->c_str());
+               abs_trainer->c_str(), abs_work->c_str(),
+               gpus->empty() ? "" : (", MPS " + (*mps)->Describe()).c_str());
   if (!metrics_bound.empty()) {
     std::fprintf(stderr, "ablate-worker: Prometheus metrics on http://%s/metrics (%s)\n",
                  metrics_bound.c_str(), metrics_public ? "public" : "bearer token required");
@@ -366,6 +383,7 @@ int WorkerMain(int argc, char** argv) {
   const Status st = agent.Run();
   done = true;
   signals.join();
+  (*mps)->Shutdown();  // every trainer has ended
   if (!metrics_bound.empty()) ::unlink(metrics_file.c_str());
   if (!st.ok()) return fail(1, st.message());
   return 0;

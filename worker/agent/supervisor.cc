@@ -2,7 +2,9 @@
 
 #include <csignal>
 #include <ctime>
+#include <chrono>
 #include <optional>
+#include <thread>
 
 #include "agent/trainer_output.h"
 #include "agent/util.h"
@@ -13,15 +15,20 @@ Supervisor::Supervisor(SpawnSpec spec, ProcessSpawner* spawner, const Clock* clo
                        SupervisorOptions options)
     : spec_(std::move(spec)), spawner_(spawner), clock_(clock), sink_(sink), options_(options) {}
 
-void Supervisor::Cancel(const std::string& reason) {
+void Supervisor::Cancel(const std::string& reason, bool checkpoint) {
   std::lock_guard<std::mutex> l(mu_);
   if (cancel_requested_) return;
   cancel_requested_ = true;
+  cancel_checkpoint_ = checkpoint;
   cancel_reason_ = reason;
   cancel_at_ms_ = clock_->MonotonicMs();
   if (child_ && !exited_) {
-    child_->SignalGroup(SIGTERM);
-    term_sent_ = true;
+    child_->SignalGroup(checkpoint ? SIGUSR1 : SIGTERM);
+    if (checkpoint) {
+      usr1_sent_ = true;
+    } else {
+      term_sent_ = true;
+    }
   }
 }
 
@@ -65,6 +72,17 @@ void Supervisor::CheckCancel() {
     }
   }
   if (!cancel_requested_) return;
+  if (cancel_checkpoint_) {
+    if (!usr1_sent_) {
+      child_->SignalGroup(SIGUSR1);
+      usr1_sent_ = true;
+    }
+    if (!kill_sent_ && clock_->MonotonicMs() - cancel_at_ms_ >= options_.preempt_grace_ms) {
+      child_->SignalGroup(SIGKILL);
+      kill_sent_ = true;
+    }
+    return;
+  }
   if (!term_sent_) {
     child_->SignalGroup(SIGTERM);
     term_sent_ = true;
@@ -151,6 +169,12 @@ v1::TrialEvent Supervisor::FinalEvent(const ExitStatus& status) const {
                                        : cancel_reason + " (" + what + ")");
     return e;
   }
+  if (!status.signaled && status.code == 76) {
+    e.set_kind(v1::TrialEvent::FAILED);
+    e.set_status("gpu_fault");
+    e.set_reason("a fatal device error (" + what + ")");
+    return e;
+  }
   // 75: ablate-train checkpointed and stopped on SIGUSR1 (ours, or sent by someone else).
   if (preempted || (!status.signaled && status.code == 75)) {
     e.set_kind(v1::TrialEvent::FAILED);
@@ -187,6 +211,28 @@ void Supervisor::Run() {
     return;
   }
   run_start_ms_ = clock_->MonotonicMs();
+  // A shared GPU: wait until it has room (the wait counts as start-up time).
+  while (gate_ && !gate_().empty()) {
+    bool ended = false;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (cancel_requested_ || killed_by_worker_ || preempt_requested_) {
+        ended = true;
+        exited_ = true;
+        early.emplace();
+        early->set_kind(cancel_requested_ ? v1::TrialEvent::CANCELED : v1::TrialEvent::FAILED);
+        if (preempt_requested_ && !cancel_requested_) early->set_status("preempted");
+        early->set_reason(cancel_requested_ ? cancel_reason_ + " (while waiting for GPU memory)"
+                          : killed_by_worker_ ? "worker stopped while waiting for GPU memory"
+                                              : "preempted while waiting for GPU memory");
+      }
+    }
+    if (ended) {
+      sink_->OnEvent(std::move(*early));
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(options_.poll_ms));
+  }
   auto spawned = spawner_->Spawn(spec_);
   if (!spawned.ok()) {
     exited_ = true;

@@ -11,6 +11,8 @@
 //   anyway); cannot be started         → FAILED with the spawn error ("exec /x: No such file or
 //   directory"),
 //                               exit_code 127.
+//   exit 76 (its CUDA context died of a fatal device error)
+//                             → FAILED status "gpu_fault", exit_code 76;
 //   preempted (Preempt(), or the trainer exited 75 on its own SIGUSR1)
 //                             → FAILED with status "preempted" (unless the run had finished anyway
 //                               or was cancelled), reason "preempted: ..." or the trainer's own
@@ -25,6 +27,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -63,7 +66,12 @@ class Supervisor {
 
   // SIGTERM to the trainer's process group now, SIGKILL after cancel_grace_ms; the final event is
   // CANCELED with `reason`. Repeated calls do nothing more. Before Run(): the trainer never starts.
-  void Cancel(const std::string& reason);
+  // With `checkpoint`: SIGUSR1 instead (the trainer checkpoints its step and exits 75), SIGKILL
+  // after preempt_grace_ms; the final event is CANCELED all the same (an early stop).
+  void Cancel(const std::string& reason, bool checkpoint = false);
+  // Before Run(): the trainer is spawned only once `gate` returns "" (polled every poll_ms; a
+  // Cancel, Kill or Preempt meanwhile ends the attempt without spawning it).
+  void set_start_gate(std::function<std::string()> gate) { gate_ = std::move(gate); }
   // SIGKILL to the process group now (the worker is going away); the final event is FAILED
   // "worker stopped: killed by signal 9 (SIGKILL)".
   void Kill();
@@ -88,10 +96,12 @@ class Supervisor {
   const Clock* const clock_;
   SupervisorSink* const sink_;
   const SupervisorOptions options_;
+  std::function<std::string()> gate_;
 
   mutable std::mutex mu_;
   std::unique_ptr<ChildProcess> child_;  // GUARDED_BY(mu_) for SignalGroup from other threads
   bool cancel_requested_ = false;        // GUARDED_BY(mu_)
+  bool cancel_checkpoint_ = false;       // GUARDED_BY(mu_): the cancel asked for a checkpoint
   std::string cancel_reason_;            // GUARDED_BY(mu_)
   int64_t cancel_at_ms_ = 0;             // GUARDED_BY(mu_)
   bool term_sent_ = false;               // GUARDED_BY(mu_)

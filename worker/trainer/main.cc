@@ -3,7 +3,10 @@
 // Exit codes: 0 the run ended (status ok or diverged, see the final line); 2 a bad config or bad
 // command line; 1 any other error (unreadable data, corrupt checkpoint, ...); 75 preempted: SIGUSR1
 // asked it to stop, it finished the current step, wrote a checkpoint (its "checkpoint" line came
-// before the final line, status "preempted") and exited; --resume continues bit-identically.
+// before the final line, status "preempted") and exited; --resume continues bit-identically;
+// 76 its CUDA context died of a fatal device error (an illegal address, a launch failure, an
+// MPS error, ...): its own fault, or on a GPU shared under MPS maybe another client's, which ends
+// every client of that GPU with the same error (the coordinator then reruns the trial alone).
 // Messages go to stderr.
 #include <unistd.h>
 
@@ -16,6 +19,7 @@
 #include <fstream>
 #include <iostream>
 #include <new>
+#include <thread>
 
 #include "ablate/files.h"
 #include "ablate/trial_config.h"
@@ -65,6 +69,20 @@ void OnPreemptSignal(int) { g_preempt.store(true); }
 
 // The exit code of a preempted run (EX_TEMPFAIL: try again later, from the checkpoint).
 constexpr int kExitPreempted = 75;
+// The exit code of a run whose CUDA context died (server/scheduler/scheduler.h).
+constexpr int kExitDeviceFault = 76;
+
+// The CUDA errors after which the context is unusable (the process must exit), by name as
+// CudaStatus writes them.
+bool IsFatalDeviceError(const std::string& message) {
+  for (const char* name :
+       {"cudaErrorIllegalAddress", "cudaErrorLaunchFailure", "cudaErrorHardwareStackError",
+        "cudaErrorIllegalInstruction", "cudaErrorMisalignedAddress", "cudaErrorInvalidAddressSpace",
+        "cudaErrorInvalidPc", "cudaErrorECCUncorrectable", "cudaErrorMps"}) {
+    if (message.find(name) != std::string::npos) return true;
+  }
+  return false;
+}
 
 }  // namespace
 
@@ -137,6 +155,16 @@ int main(int argc, char** argv) {
     int devices = 0;
     if (cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0) config->device = "cuda";
   }
+  // Creating the CUDA context takes a few hundred ms: start it now, beside the corpus load and
+  // the model's initialization in RunTrial (its first CUDA call waits for it if need be).
+  std::thread cuda_start;
+  if (config->device == "cuda") cuda_start = std::thread([] { (void)cudaFree(nullptr); });
+  struct Join {
+    std::thread& t;
+    ~Join() {
+      if (t.joinable()) t.join();
+    }
+  } join_cuda_start{cuda_start};
 #endif
   // Out of host memory (a model or batch larger than the machine, or other trials' memory on
   // it): a readable reason for the worker's log and exit 1 (retried elsewhere), not an abort.
@@ -154,6 +182,7 @@ int main(int argc, char** argv) {
   }
   if (!result.ok()) {
     std::fprintf(stderr, "ablate-train: %s\n", result.status().message().c_str());
+    if (IsFatalDeviceError(result.status().message())) return kExitDeviceFault;
     return result.status().code() == ablate::StatusCode::kInvalidArgument ? 2 : 1;
   }
   if (result->status == "preempted") return kExitPreempted;

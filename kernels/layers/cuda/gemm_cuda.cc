@@ -1,6 +1,8 @@
 // cuBLASLt linear layers: see gemm_cuda.h.
 #include "layers/cuda/gemm_cuda.h"
 
+#include "ablate/cuda_status.h"
+
 #include <string>
 
 namespace ablate::kernels::cuda {
@@ -44,10 +46,7 @@ StatusOr<std::unique_ptr<LtGemm>> LtGemm::Create(size_t workspace_bytes) {
   std::unique_ptr<LtGemm> g(new LtGemm());
   ABLATE_RETURN_IF_ERROR(LtCheck(cublasLtCreate(&g->handle_), "create"));
   if (workspace_bytes > 0) {
-    cudaError_t e = cudaMalloc(&g->workspace_, workspace_bytes);
-    if (e != cudaSuccess) {
-      return Internal(std::string("LtGemm: cudaMalloc of the workspace: ") + cudaGetErrorString(e));
-    }
+    ABLATE_RETURN_IF_ERROR(DeviceAlloc(&g->workspace_, workspace_bytes, "LtGemm workspace"));
   }
   g->workspace_bytes_ = workspace_bytes;
   return g;

@@ -221,9 +221,9 @@ TEST_F(CliTest, StatusListsSweeps) {
             " 1  pgrid      4       0        0          4       0         0         0      100%\n");
   r = Ablate({"status", "--format", "csv"});
   EXPECT_EQ(r.out,
-            "id,name,total,queued,running,succeeded,failed,diverged,canceled,progress_pct,"
+            "id,name,total,queued,running,succeeded,failed,diverged,canceled,stopped,progress_pct,"
             "waiting_reason\r\n"
-            "1,pgrid,4,0,0,4,0,0,0,100,\r\n");
+            "1,pgrid,4,0,0,4,0,0,0,0,100,\r\n");
   ExpectAuthenticated();
 }
 
@@ -406,7 +406,7 @@ TEST_F(CliTest, ResultsSendsMetricAndAxesAndMarksTheBest) {
   EXPECT_EQ(fake_.last_results().by_size(), 0);
   EXPECT_EQ(r.out.substr(0, r.out.find("\r\n")),
             "attention.kind,metric,mean,std,se,ci_low,ci_high,n,trials,min,max,diverged,failed,"
-            "builds,best");
+            "stopped,builds,best");
 }
 
 // A misspelled --metric printed a table of '-' with no word about it: now stderr says that no

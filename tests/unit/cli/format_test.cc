@@ -107,7 +107,7 @@ TEST(Results, MachineFormatsHaveSeparateFields) {
   EXPECT_EQ(j[3]["n"], 0);
   EXPECT_EQ(RenderCsv(t).substr(0, RenderCsv(t).find("\r\n")),
             "attention.kind,optimizer.p,metric,mean,std,se,ci_low,ci_high,n,trials,min,max,"
-            "diverged,failed,builds,best");
+            "diverged,failed,stopped,builds,best");
 }
 
 TEST(Status, SweepsTable) {

@@ -17,7 +17,7 @@ TEST(TrialState, EveryStateRoundTripsThroughItsName) {
     EXPECT_EQ(ParseTrialState(name), s) << name;
   }
   EXPECT_EQ(names, (std::set<std::string>{"queued", "running", "succeeded", "failed", "diverged",
-                                          "canceled"}));
+                                          "canceled", "stopped"}));
 }
 
 TEST(TrialState, UnknownNamesAndUnspecifiedAreRefused) {

@@ -8,7 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "ablate/cuda_status.h"
+#include "ablate/memory_estimate.h"
 #include "trainer/cuda/data_parallel.h"
+#include "trainer/cuda/fault_inject.h"
 #include "trainer/cuda/gpt_cuda.h"
 #include "trainer/cuda/optimizer_bridge.h"
 
@@ -27,6 +30,9 @@ class CudaBackend : public TrainBackend {
   size_t num_params() const override { return model_->num_params(); }
   double FlopsPerToken() const override { return model_->FlopsPerToken(); }
   std::pair<double, std::string> PeakFlops() const override { return GpuPeakFlops(); }
+  int64_t DeviceMemoryBytes() const override {
+    return DeviceBytesAllocated().load() + config::kContextBytes;
+  }
   nlohmann::json StartInfo() const override {
     return {{"backend", "cuda"},
             {"device", device_name_},
@@ -50,6 +56,7 @@ class CudaBackend : public TrainBackend {
     return model_->GradNormAndClip(max_norm);
   }
   Status OptimizerStep(int64_t step, double lr_scale, double p, OptimizerStats* stats) override {
+    if (InjectedFaultStep() == step) ABLATE_RETURN_IF_ERROR(InjectDeviceFault());
     ABLATE_RETURN_IF_ERROR(
         opt_->Step(model_->weights(), model_->grads(), step, lr_scale, p, stats));
     return model_->WeightsUpdated(mirror_by_opt_);

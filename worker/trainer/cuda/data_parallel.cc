@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "trainer/cuda/cuda_backend.h"
+#include "ablate/cuda_status.h"
+#include "ablate/memory_estimate.h"
 #include "trainer/cuda/gpt_cuda.h"
 #include "trainer/cuda/optimizer_bridge.h"
 
@@ -196,6 +198,10 @@ class DataParallelBackend : public TrainBackend {
     auto [peak, source] = GpuPeakFlops();
     const int k = int(ranks_.size());
     return {peak * k, std::to_string(k) + " x " + source};
+  }
+  int64_t DeviceMemoryBytes() const override {
+    // One process drives every rank: its allocations split evenly over them.
+    return DeviceBytesAllocated().load() / std::max(1, int(ranks_.size())) + config::kContextBytes;
   }
   nlohmann::json StartInfo() const override {
     return {{"backend", "cuda"},

@@ -230,8 +230,7 @@ struct DiagScratch::Impl {
   template <typename T>
   Status Alloc(T** out, size_t count) {
     void* p = nullptr;
-    cudaError_t e = cudaMalloc(&p, std::max<size_t>(count * sizeof(T), 256));
-    if (e != cudaSuccess) return Internal(std::string("diagnostics cudaMalloc: ") + cudaGetErrorString(e));
+    ABLATE_RETURN_IF_ERROR(DeviceAlloc(&p, std::max<size_t>(count * sizeof(T), 256), "diagnostics"));
     ptrs.push_back(p);
     *out = static_cast<T*>(p);
     return Status::Ok();

@@ -35,12 +35,7 @@ class DeviceArena {
   Status Alloc(T** out, size_t n) {
     void* p = nullptr;
     const size_t bytes = std::max<size_t>(n * sizeof(T), 256);
-    cudaError_t e = cudaMalloc(&p, bytes);
-    if (e != cudaSuccess) {
-      cudaGetLastError();
-      return Status(StatusCode::kResourceExhausted,
-                    "cudaMalloc of " + std::to_string(bytes) + " bytes: " + cudaGetErrorString(e));
-    }
+    ABLATE_RETURN_IF_ERROR(DeviceAlloc(&p, bytes, "activations"));
     ptrs_.push_back(p);
     *out = static_cast<T*>(p);
     return Status::Ok();
@@ -158,19 +153,19 @@ StatusOr<std::unique_ptr<GptCuda>> GptCuda::Create(const Gpt<float>& model) {
   ABLATE_RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&g->stream_, cudaStreamNonBlocking),
                                    "stream create"));
   const size_t P = g->num_params_;
-  ABLATE_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&g->w_, P * sizeof(float)), "malloc weights"));
-  ABLATE_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&g->g_, P * sizeof(float)), "malloc grads"));
-  ABLATE_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&g->wb_, P * sizeof(bf16)), "malloc bf16 weights"));
-  ABLATE_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&g->d_scalars_, 8 * sizeof(double)), "malloc"));
+  ABLATE_RETURN_IF_ERROR(DeviceAlloc(&g->w_, P * sizeof(float), "weights"));
+  ABLATE_RETURN_IF_ERROR(DeviceAlloc(&g->g_, P * sizeof(float), "grads"));
+  ABLATE_RETURN_IF_ERROR(DeviceAlloc(&g->wb_, P * sizeof(bf16), "bf16 weights"));
+  ABLATE_RETURN_IF_ERROR(DeviceAlloc(&g->d_scalars_, 8 * sizeof(double), "scalars"));
   ABLATE_RETURN_IF_ERROR(CudaStatus(cudaMemset(g->d_scalars_, 0, 8 * sizeof(double)), "memset"));
   g->norm_scratch_floats_ = kc::SumSquaresScratch(P);
   ABLATE_RETURN_IF_ERROR(
-      CudaStatus(cudaMalloc(&g->norm_scratch_, g->norm_scratch_floats_ * sizeof(float)), "malloc"));
+      DeviceAlloc(&g->norm_scratch_, g->norm_scratch_floats_ * sizeof(float), "norm scratch"));
   const size_t nr = size_t(c.seq_len) * (D / 2);
   std::vector<float> cs(nr), sn(nr);
   kk::RopeTables(cs.data(), sn.data(), c.seq_len, D);
-  ABLATE_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&g->rope_cos_, nr * sizeof(float)), "malloc"));
-  ABLATE_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&g->rope_sin_, nr * sizeof(float)), "malloc"));
+  ABLATE_RETURN_IF_ERROR(DeviceAlloc(&g->rope_cos_, nr * sizeof(float), "rope tables"));
+  ABLATE_RETURN_IF_ERROR(DeviceAlloc(&g->rope_sin_, nr * sizeof(float), "rope tables"));
   ABLATE_RETURN_IF_ERROR(CudaStatus(
       cudaMemcpy(g->rope_cos_, cs.data(), nr * sizeof(float), cudaMemcpyHostToDevice), "copy"));
   ABLATE_RETURN_IF_ERROR(CudaStatus(

@@ -35,6 +35,10 @@ class TrainBackend {
   virtual std::pair<double, std::string> PeakFlops() const = 0;
   // Backend-specific keys of the start line ("backend", "threads" or "device", ...).
   virtual nlohmann::json StartInfo() const = 0;
+  // The device memory this process holds for the trial (per rank; 0 for the CPU backend): what it
+  // allocated plus the context allowance (ablate/memory_estimate.h). Reported as
+  // gpu_mem_peak_bytes so the GPU-sharing placement can use it instead of the estimate.
+  virtual int64_t DeviceMemoryBytes() const { return 0; }
   virtual size_t optimizer_state_bytes() const = 0;
   virtual size_t optimizer_state_bytes_fp32() const = 0;
   virtual int spectral_tensors() const = 0;

@@ -16,6 +16,7 @@
 
 #include "ablate/build_info.h"
 #include "ablate/files.h"
+#include "ablate/memory_estimate.h"
 #include "numerics_version.h"
 #include "trainer/data/dataset.h"
 #include "trainer/loop/backend.h"
@@ -412,6 +413,7 @@ StatusOr<RunResult> RunTrial(const config::TrialConfig& cfg, const RunOptions& o
   };
 
   const int steps = cfg.train.steps;
+  int64_t reported_memory = 0;
   for (int step = start_step + 1; step <= steps; ++step) {
     const auto t0 = Clock::now();
     ABLATE_RETURN_IF_ERROR(backend->ZeroGrad());
@@ -462,6 +464,15 @@ StatusOr<RunResult> RunTrial(const config::TrialConfig& cfg, const RunOptions& o
     }
     line["update_rms_adamw"] = os.update_rms_adamw;
     emit(line);
+    // The device memory once it is known, and again whenever it grew (a first evaluation or
+    // diagnostics step may allocate), for the GPU-sharing placement.
+    if (const int64_t mem = backend->DeviceMemoryBytes(); mem > reported_memory) {
+      reported_memory = mem;
+      emit({{"type", "memory"},
+            {"step", step},
+            {"gpu_mem_peak_bytes", mem},
+            {"gpu_mem_estimate_bytes", config::EstimateDeviceBytes(cfg)}});
+    }
 
     if (cfg.train.diagnostics_every > 0 && step % cfg.train.diagnostics_every == 0) {
       const auto d0 = Clock::now();

@@ -5,6 +5,7 @@
 #include <sqlite3.h>
 
 #include <fstream>
+#include <future>
 #include <map>
 #include <sstream>
 #include <string>
@@ -125,9 +126,46 @@ TEST(MigrationTest, VersionOneDatabaseIsUpgradedInPlaceWithEveryRowKept) {
     a.add_tags = {"baseline"};
     a.note = "kept from version 1";
     ASSERT_TRUE((*store)->AnnotateTrial(a).ok());
+    // Version 3: a trial can be stopped early, its judgment stored beside it.
+    StopDecisionRecord d;
+    d.sweep_id = (*sweeps)[0].sweep.id;
+    d.rule = "asha";
+    d.metric = "val_loss";
+    d.config = "optimizer.lr=0.1";
+    d.trial_ids = {(*trials)[1].trial.id};
+    d.value = 5.0;
+    d.seed_values = {5.0};
+    d.compared = {{"optimizer.lr=0.01", 4.0}, {"optimizer.lr=0.1", 5.0}};
+    d.threshold = 4.0;
+    d.decision = "stop";
+    TrialUpdate u;
+    u.trial_id = (*trials)[1].trial.id;
+    u.state = v1::STOPPED;
+    std::promise<Status> done;
+    (*store)->RecordStopDecision(d, {u}, [&](const Status& st) { done.set_value(st); });
+    ASSERT_TRUE(done.get_future().get().ok());
+    auto stored = (*store)->GetStopDecisions(d.sweep_id);
+    ASSERT_TRUE(stored.ok());
+    ASSERT_EQ(stored->size(), 1u);
+    EXPECT_EQ(stored->at(0).compared, d.compared);
+    EXPECT_EQ((*store)->GetTrial(u.trial_id)->trial.state, v1::STOPPED);
+    EXPECT_EQ((*store)->GetTrial(u.trial_id)->trial.gpu_share, 1);
+    // (Back to its state, so that the rows compare equal to version 1's below.)
+    TrialUpdate restore;
+    restore.trial_id = u.trial_id;
+    restore.state = v1::SUCCEEDED;
+    (*store)->UpdateTrial(restore);
+    ASSERT_TRUE((*store)->Flush().ok());
   }
   RawDb db(path);
-  EXPECT_EQ(db.Rows("SELECT version FROM schema_version"), std::vector<std::string>{"2"});
+  EXPECT_EQ(db.Rows("SELECT version FROM schema_version"), std::vector<std::string>{"3"});
+  EXPECT_EQ(db.Rows("SELECT count(*) FROM stop_decisions"), std::vector<std::string>{"1"});
+  EXPECT_EQ(db.Rows("SELECT sql LIKE '%REFERENCES sweeps(id)%' FROM sqlite_schema WHERE name = "
+                    "'trials'"),
+            std::vector<std::string>{"1"});
+  EXPECT_EQ(db.Rows("SELECT count(*) FROM pragma_index_list('trials') WHERE name = "
+                    "'trials_by_sweep_state'"),
+            std::vector<std::string>{"1"});
   const auto after = Snapshot(db);
   for (const auto& [table, rows] : before) {
     EXPECT_EQ(after.at(table), rows) << "table " << table << " changed";
@@ -140,7 +178,7 @@ TEST(MigrationTest, VersionOneDatabaseIsUpgradedInPlaceWithEveryRowKept) {
   // Opening again is a no-op.
   ASSERT_TRUE(Store::Open(OptionsFor(path)).ok());
   RawDb again(path);
-  EXPECT_EQ(again.Rows("SELECT version FROM schema_version"), std::vector<std::string>{"2"});
+  EXPECT_EQ(again.Rows("SELECT version FROM schema_version"), std::vector<std::string>{"3"});
 }
 
 TEST(MigrationTest, AStepThatFailsLeavesTheDatabaseAsItWas) {

@@ -84,7 +84,7 @@ TEST_F(StoreTest, SchemaCreationIsIdempotent) {
   Reopen();
   EXPECT_EQ(QueryInt(*store_, "SELECT count(*) FROM sqlite_master"), tables);
   EXPECT_EQ(QueryInt(*store_, "SELECT count(*) FROM schema_version"), 1);
-  EXPECT_EQ(QueryInt(*store_, "SELECT version FROM schema_version"), 2);
+  EXPECT_EQ(QueryInt(*store_, "SELECT version FROM schema_version"), 3);
   EXPECT_EQ(QueryInt(*store_, "SELECT count(*) FROM trials"), 2);  // data kept
   auto mode = store_->Query("PRAGMA journal_mode");
   EXPECT_FALSE(mode.ok());  // PRAGMA is refused in Query; check WAL through the file instead

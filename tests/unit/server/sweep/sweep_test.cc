@@ -493,12 +493,12 @@ TEST(SweepErrors, AKeyGivenTwiceInBaseOrASecondDocument) {
 TEST(SweepErrors, MisspelledTopLevelKey) {
   EXPECT_EQ(ErrorOf("name: x\ngird: {optimizer.p: [0]}\n"),
             "s.yaml:2:1: gird: unknown sweep key (did you mean 'grid'?); sweep keys are 'name', "
-            "'base', 'grid', 'zip', 'exclude', 'seeds', 'order', 'resources', 'max_attempts' and "
-            "'priority'");
+            "'base', 'grid', 'zip', 'exclude', 'seeds', 'order', 'resources', 'max_attempts', "
+            "'priority' and 'early_stop'");
   EXPECT_EQ(ErrorOf("name: x\nseed: 3\n"),
             "s.yaml:2:1: seed: unknown sweep key (did you mean 'seeds'?); trial-config keys go "
             "under base: (base.seed); sweep keys are 'name', 'base', 'grid', 'zip', 'exclude', "
-            "'seeds', 'order', 'resources', 'max_attempts' and 'priority'");
+            "'seeds', 'order', 'resources', 'max_attempts', 'priority' and 'early_stop'");
   EXPECT_EQ(ErrorOf("name: x\nmodel: {layers: 2}\n").substr(0, 83),
             "s.yaml:2:1: model: unknown sweep key; trial-config keys go under base: (base.model)");
   EXPECT_EQ(ErrorOf("name: x\ngrid: {}\ngrid: {}\n"),
@@ -675,7 +675,8 @@ TEST(SweepErrors, SettingsAndResources) {
             "s.yaml:2:13: resources.gpu: unknown resource (did you mean 'gpus'?); known: gpus, "
             "cpu_slots");
   EXPECT_EQ(ErrorOf("name: x\nresources: {gpus: -1}\n"),
-            "s.yaml:2:19: resources.gpus: expected an integer in [0, 1024], got -1");
+            "s.yaml:2:19: resources.gpus: expected a whole number of GPUs (0 to 1024) or a share "
+            "1/k of one GPU (0.5, 0.25, 0.125, \"1/3\", ...; k from 2 to 64), got -1");
   EXPECT_EQ(ErrorOf("name: x\nresources: {gpus: 1, cpu_slots: 2}\n"),
             "s.yaml:2:33: resources.cpu_slots: only CPU trials (gpus: 0) take CPU slots; this "
             "sweep asks for 1 GPU(s) per trial");
@@ -694,6 +695,118 @@ TEST(SweepErrors, YamlAndShape) {
   EXPECT_EQ(ErrorOf("- a\n- b\n"),
             "s.yaml:1:1: spec: expected a mapping with name, base, grid, ... at the top level, got "
             "a list");
+}
+
+
+// ---- GPU shares and early stopping ---------------------------------------------------------------
+
+TEST(SweepResources, AShareOfOneGpuIsOneOverK) {
+  for (const auto& [text, k] : std::vector<std::pair<std::string, int>>{
+           {"0.5", 2}, {"0.25", 4}, {"0.125", 8}, {"0.333", 3}, {"\"1/3\"", 3}, {"\"1/64\"", 64}}) {
+    ExpandedSweep s = MustExpand("name: s\nresources: {gpus: " + text + "}\n");
+    EXPECT_EQ(s.gpus, 1) << text;
+    EXPECT_EQ(s.gpu_share, k) << text;
+    EXPECT_EQ(s.trials[0].config.gpus, 1) << text;  // one rank on its share
+  }
+  EXPECT_EQ(MustExpand("name: s\nresources: {gpus: 2}\n").gpu_share, 1);
+  // The share is how a trial runs, not what it computes: the same trials as a whole GPU.
+  EXPECT_EQ(MustExpand("name: s\nresources: {gpus: 0.25}\n").trials[0].config_hash,
+            MustExpand("name: s\nresources: {gpus: 1}\n").trials[0].config_hash);
+  const std::string above = ErrorOf("name: s\nresources: {gpus: 1.5}\n");
+  EXPECT_NE(above.find("resources.gpus: a fraction above 1 (1.5) is not allowed"),
+            std::string::npos)
+      << above;
+  for (const char* bad : {"0.3", "0.01", "\"2/3\"", "\"1/1\"", "-0.5", "many"}) {
+    const std::string e = ErrorOf(std::string("name: s\nresources: {gpus: ") + bad + "}\n");
+    EXPECT_NE(e.find("resources.gpus: expected a whole number of GPUs"), std::string::npos)
+        << bad << ": " << e;
+  }
+}
+
+constexpr const char* kLrSweep = R"(name: lr
+base: {device: cpu, train: {steps: 200, eval_every: 20}}
+grid: {optimizer.lr: [0.001, 0.01, 0.1]}
+seeds: [0, 1]
+order: grid
+)";
+
+TEST(SweepEarlyStop, ReadsTheRuleWithItsDefaults) {
+  ExpandedSweep s = MustExpand(std::string(kLrSweep) + "early_stop: {rule: asha}\n");
+  ASSERT_TRUE(s.has_early_stop);
+  EXPECT_EQ(s.early_stop.rule, "asha");
+  EXPECT_EQ(s.early_stop.metric, "val_loss");
+  EXPECT_TRUE(s.early_stop.minimize);
+  EXPECT_EQ(s.early_stop.grace_steps, 20);  // base.train.eval_every
+  EXPECT_EQ(s.early_stop.reduction, 3);
+  EXPECT_EQ(s.early_stop.max_steps, 200);
+  EXPECT_EQ(s.early_stop.RungSteps(), (std::vector<int64_t>{20, 60, 180}));
+  auto back = EarlyStopRuleFromJson(s.early_stop.ToJson());
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->RungSteps(), s.early_stop.RungSteps());
+  ExpandedSweep m = MustExpand(std::string(kLrSweep) +
+                               "early_stop: {rule: median, metric: loss, mode: min, grace_steps: 50, "
+                               "interval: 25, min_configs: 2}\n");
+  EXPECT_EQ(m.early_stop.RungSteps(), (std::vector<int64_t>{50, 75, 100, 125, 150, 175}));
+  EXPECT_EQ(m.early_stop.min_configs, 2);
+}
+
+TEST(SweepEarlyStop, KeepsAConfigurationsSeedsTogether) {
+  // Without early_stop the seed loop is outermost; with it, each configuration's seeds are
+  // adjacent (so they run, and are judged, together), in grid order or shuffled by configuration.
+  auto seeds_adjacent = [](const ExpandedSweep& s) {
+    for (size_t i = 0; i + 1 < s.trials.size(); i += 2) {
+      auto lr = [&](size_t j) { return s.trials[j].axes[0].second; };
+      if (lr(i) != lr(i + 1)) return false;
+    }
+    return true;
+  };
+  EXPECT_FALSE(seeds_adjacent(MustExpand(kLrSweep)));
+  ExpandedSweep grid = MustExpand(std::string(kLrSweep) + "early_stop: {rule: asha}\n");
+  EXPECT_TRUE(seeds_adjacent(grid));
+  EXPECT_EQ(grid.trials[0].axes[0].second, "0.001");
+  EXPECT_EQ(grid.trials[1].axes[1].second, "1");
+  std::string random = kLrSweep;
+  random.replace(random.find("order: grid"), 11, "order: random");
+  EXPECT_TRUE(seeds_adjacent(MustExpand(random + "early_stop: {rule: asha}\n")));
+}
+
+TEST(SweepEarlyStop, ErrorsNameTheKey) {
+  auto err = [](const std::string& rule) { return ErrorOf(std::string(kLrSweep) + rule); };
+  EXPECT_NE(err("early_stop: {metric: val_loss}\n").find("early_stop.rule: missing"),
+            std::string::npos);
+  EXPECT_NE(err("early_stop: {rule: hyperband}\n").find("early_stop.rule: expected"),
+            std::string::npos);
+  EXPECT_NE(err("early_stop: {rule: asha, reduciton: 3}\n")
+                .find("unknown early_stop key (did you mean 'reduction'?)"),
+            std::string::npos)
+      << err("early_stop: {rule: asha, reduciton: 3}\n");
+  EXPECT_NE(err("early_stop: {rule: asha, reduction: 1}\n").find("expected a number above 1"),
+            std::string::npos);
+  EXPECT_NE(err("early_stop: {rule: asha, grace_steps: 200}\n")
+                .find("early_stop.grace_steps: 200 is not below base.train.steps (200)"),
+            std::string::npos);
+  EXPECT_NE(err("early_stop: {rule: asha, interval: 10}\n").find("is a key of rule median"),
+            std::string::npos);
+  EXPECT_NE(err("early_stop: {rule: asha, factors: [optimizer.lrr]}\n")
+                .find("'optimizer.lrr' is not an axis of this sweep (did you mean "
+                      "'optimizer.lr'?)"),
+            std::string::npos);
+  // Two axes besides seed: the study's factors must be named.
+  const std::string two = "name: two\nbase: {device: cpu, train: {steps: 100}}\n"
+                          "grid: {optimizer.lr: [0.01, 0.1], attention.kind: [fpa, sagebwd]}\n";
+  const std::string missing = ErrorOf(two + "early_stop: {rule: asha}\n");
+  EXPECT_NE(missing.find("early_stop.factors: missing: this sweep has the axes 'optimizer.lr' "
+                         "and 'attention.kind'"),
+            std::string::npos)
+      << missing;
+  ExpandedSweep ok = MustExpand(two + "early_stop: {rule: asha, factors: [attention.kind]}\n");
+  EXPECT_EQ(ok.early_stop.factors, (std::vector<std::string>{"attention.kind"}));
+  // Every axis a factor: legal, but nothing can be stopped, and the submit says so.
+  ExpandedSweep none = MustExpand(
+      two + "early_stop: {rule: asha, factors: [attention.kind, optimizer.lr]}\n");
+  bool warned = false;
+  for (const auto& w : none.warnings) warned |= w.find("early_stop can stop nothing") != std::string::npos;
+  EXPECT_TRUE(warned);
 }
 
 }  // namespace

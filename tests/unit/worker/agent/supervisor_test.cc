@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <atomic>
 #include <mutex>
+#include <thread>
 
 #include "agent/util.h"
 #include "test_util.h"
@@ -294,6 +296,52 @@ TEST_F(WorkerSupervisorTest, OverlongLineIsDroppedAndCounted) {
   EXPECT_EQ(points[1].name(), "loss");
   EXPECT_EQ(points[2].name(), "startup_s");
   EXPECT_EQ(points[3].name(), "teardown_s");
+}
+
+
+TEST_F(WorkerSupervisorTest, ExitSeventySixIsAFatalDeviceError) {
+  auto ev = RunMode("mps");
+  ASSERT_EQ(ev.size(), 2u);
+  EXPECT_EQ(ev[1].kind(), v1::TrialEvent::FAILED);
+  EXPECT_EQ(ev[1].status(), "gpu_fault");
+  EXPECT_EQ(ev[1].exit_code(), 76);
+  EXPECT_NE(ev[1].log_tail().find("cudaErrorMpsClientTerminated"), std::string::npos);
+}
+
+TEST_F(WorkerSupervisorTest, ACancelWithCheckpointAsksForOneAndEndsCanceled) {
+  Supervisor sup(Spec("usr1"), RealSpawner(), SystemClock(), &sink_);
+  std::thread t([&] { sup.Run(); });
+  ASSERT_TRUE(WaitFor([&] { return !sink_.points().empty(); }, 5000));
+  sup.Cancel("stopped early", /*checkpoint=*/true);
+  t.join();
+  auto ev = sink_.events();
+  ASSERT_EQ(ev.size(), 3u);
+  EXPECT_EQ(ev[1].kind(), v1::TrialEvent::CHECKPOINTED);  // the trainer checkpointed first
+  EXPECT_EQ(ev[2].kind(), v1::TrialEvent::CANCELED);
+  EXPECT_EQ(ev[2].exit_code(), 75);
+  EXPECT_EQ(ev[2].reason(), "stopped early (exit code 75)");
+}
+
+TEST_F(WorkerSupervisorTest, AStartGateHoldsTheSpawnUntilItOpens) {
+  std::atomic<int> polls{0};
+  Supervisor sup(Spec("ok"), RealSpawner(), SystemClock(), &sink_);
+  sup.set_start_gate([&]() -> std::string { return ++polls < 4 ? "no room" : ""; });
+  sup.Run();
+  EXPECT_GE(polls.load(), 4);
+  auto ev = sink_.events();
+  ASSERT_GE(ev.size(), 2u);
+  EXPECT_EQ(ev.back().kind(), v1::TrialEvent::FINISHED);
+  // A cancel while it waits ends the attempt without spawning it.
+  RecordingSink sink2;
+  Supervisor waiting(Spec("ok"), RealSpawner(), SystemClock(), &sink2);
+  waiting.set_start_gate([] { return std::string("no room"); });
+  std::thread t([&] { waiting.Run(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  waiting.Cancel("canceled by the user");
+  t.join();
+  ASSERT_EQ(sink2.events().size(), 1u);
+  EXPECT_EQ(sink2.events()[0].kind(), v1::TrialEvent::CANCELED);
+  EXPECT_EQ(waiting.pid(), 0);
 }
 
 }  // namespace

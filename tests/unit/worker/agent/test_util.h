@@ -129,6 +129,15 @@ case "$mode" in
     echo $! > grandchild.pid
     echo '{"type":"step","step":1,"loss":5}'
     while true; do sleep 0.2; done ;;
+  mps)
+    echo "env CUDA_MPS_PIPE_DIRECTORY=[${CUDA_MPS_PIPE_DIRECTORY-unset}]" >&2
+    echo '{"type":"step","step":1,"loss":5}'
+    echo "ablate-train: step 2: cudaErrorMpsClientTerminated: the MPS client was terminated" >&2
+    exit 76 ;;
+  usr1)
+    trap 'echo "{\"type\":\"checkpoint\",\"step\":1,\"path\":\"/ckpt/step_1.ckpt\"}"; echo "{\"type\":\"final\",\"status\":\"preempted\",\"step\":1,\"reason\":\"preempted: checkpointed at step 1\"}"; exit 75' USR1
+    echo '{"type":"step","step":1,"loss":5}'
+    while true; do sleep 0.05; done ;;
   orphan)
     sleep 1000 &
     echo $! > grandchild.pid

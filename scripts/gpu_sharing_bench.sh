@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# The GPU-sharing benchmark (docs/bench/gpu_sharing.md): one small-model sweep run one trial per
+# GPU and shared k = 2, 4, 8 per GPU (CUDA MPS when the host has nvidia-cuda-mps-control), one after
+# the other by the whole system (ablated, one ablate-worker --gpus all, SQLite), in one call; then a
+# learning-rate sweep with and without ASHA. Prints a markdown report (also OUT/sharing.md):
+#   - per run: wall time (first start to last end), trials per GPU-hour and its ratio to the
+#     one-per-GPU run, nvidia-smi utilization over that window, start-up (startup_s: assignment to
+#     first step) and tear-down per trial, and whether each trial's final val_loss equals the same
+#     trial's in the one-per-GPU run (fpa attention: bit-identical reruns);
+#   - ASHA against the full grid: GPU time (wall time on the one GPU) to the end, the best
+#     configuration of each (mean final val_loss over seeds), and whether it is the same.
+#
+#   scripts/gpu_sharing_bench.sh --bundle ablate-*.tar.gz --out OUT [--steps S] [--runs R]
+#     --bundle F   a tarball or unpacked bundle of deploy/bundle.sh --tar
+#     --steps S    training steps per trial (default 1024; 8,192 tokens each)
+#     --runs R     which runs, comma-separated (default whole,k2,k4,k8,full,asha)
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+bundle="" out="" steps=1024 runs="whole,k2,k4,k8,full,asha"
+while (($#)); do
+  case "$1" in
+    --bundle) bundle="$2"; shift 2 ;;
+    --out) out="$2"; shift 2 ;;
+    --steps) steps="$2"; shift 2 ;;
+    --runs) runs="$2"; shift 2 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
+    *) echo "gpu_sharing_bench: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+[[ -n "$bundle" && -n "$out" ]] || { echo "usage: gpu_sharing_bench.sh --bundle F --out OUT" >&2; exit 2; }
+[[ "$steps" =~ ^[0-9]+$ ]] || { echo "gpu_sharing_bench: --steps wants a number" >&2; exit 2; }
+[[ "$runs" =~ ^[a-z0-9,]+$ ]] || { echo "gpu_sharing_bench: bad --runs" >&2; exit 2; }
+mkdir -p "$out"
+out="$(cd "$out" && pwd)"
+if [[ -d "$bundle" ]]; then
+  root="$(cd "$bundle" && pwd)"
+else
+  mkdir -p "$out/bundle"
+  tar -C "$out/bundle" -xzf "$bundle"
+  root="$(find "$out/bundle" -mindepth 1 -maxdepth 1 -type d | head -1)"
+fi
+[[ -x "$root/bin/ablated" ]] || { echo "gpu_sharing_bench: $root/bin/ablated missing" >&2; exit 2; }
+
+clean_env=(env -i "PATH=/usr/bin:/bin:/usr/local/bin" "HOME=$out")
+coord="$out/coordinator"
+mkdir -p "$coord" "$out/worker" "$out/specs"
+"${clean_env[@]}" "$root/bin/ablated" --data-dir "$coord" --grpc 127.0.0.1:0 --http 127.0.0.1:0 \
+  >>"$out/ablated.log" 2>&1 &
+coord_pid=$!
+smi_pid="" worker_pid=""
+cleanup() {
+  [[ -n "$smi_pid" ]] && kill "$smi_pid" 2>/dev/null || true
+  [[ -n "$worker_pid" ]] && kill "$worker_pid" 2>/dev/null && wait "$worker_pid" 2>/dev/null || true
+  kill "$coord_pid" 2>/dev/null && wait "$coord_pid" 2>/dev/null || true
+}
+trap cleanup EXIT
+for _ in $(seq 100); do [[ -s "$coord/ablated.addr" ]] && break; sleep 0.1; done
+[[ -s "$coord/ablated.addr" ]] || { cat "$out/ablated.log" >&2; exit 1; }
+addr="$(cat "$coord/ablated.addr")"
+cli=("${clean_env[@]}" "ABLATE_COORDINATOR=$addr" "ABLATE_TOKEN_FILE=$coord/token" "$root/bin/ablate")
+q() { "${cli[@]}" query --max-rows 1000000 --format csv "$1"; }
+q1() { q "$1" | tail -1 | tr -d '\r"'; }
+
+"${clean_env[@]}" "$root/bin/ablate-worker" --coordinator "$addr" --token-file "$coord/token" \
+  --gpus all --work-dir "$out/worker" --mps auto >>"$out/worker.log" 2>&1 &
+worker_pid=$!
+nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv,noheader \
+  -lms 250 >"$out/nvidia_smi.csv" 2>/dev/null &
+smi_pid=$!
+
+# The recorded small GPU sweeps' model (docs/RESULTS.md): a 7.2M-parameter byte-level GPT, fpa
+# attention (bit-identical reruns), AdamW, 8,192 tokens per step.
+spec() {  # name gpus lrs seeds [early_stop]
+  cat >"$out/specs/$1.yaml" <<EOF
+name: $1
+base:
+  data:      {corpus: brown, val_fraction: 0.05, eval_batches: 8}
+  model:     {seq_len: 256, layers: 4, d_model: 384, heads: 6, mlp: gelu, tie_embeddings: true}
+  attention: {kind: fpa, qk_norm: true}
+  optimizer: {kind: adamw, lr_vector: 0.002, weight_decay: 0.0}
+  train:     {steps: $steps, tokens_per_step: 8192, micro_batch: 32, warmup: 50, schedule: cosine,
+              grad_clip: 1.0, eval_every: 128, diagnostics_every: 0, checkpoint_every: 512}
+  device: cuda
+grid: {optimizer.lr: [$3]}
+seeds: [$4]
+order: grid
+resources: {gpus: $2}
+max_attempts: 2
+${5:-}
+EOF
+  echo "$out/specs/$1.yaml"
+}
+run_sweep() {  # spec -> waits until its sweep is done (canceled after ${SWEEP_DEADLINE:-200} s)
+  "${cli[@]}" submit "$1" >/dev/null
+  local name t0
+  name="$(basename "$1" .yaml)"
+  t0=$(date +%s)
+  while [[ "$(q1 "SELECT count(*) FROM trials t JOIN sweeps s ON s.id = t.sweep_id WHERE
+      s.name = '$name' AND t.state IN ('queued', 'running')")" != 0 ]]; do
+    if (($(date +%s) - t0 > ${SWEEP_DEADLINE:-200})); then
+      echo "gpu_sharing_bench: $name: past its deadline, canceled" >&2
+      "${cli[@]}" cancel "$name" >/dev/null || true
+    fi
+    sleep 0.5
+  done
+  echo "gpu_sharing_bench: $name done after $(($(date +%s) - t0)) s" >&2
+}
+
+lrs8="0.0005, 0.001, 0.0015, 0.002, 0.003, 0.004, 0.006, 0.008"
+lrs12="0.0002, 0.0003, 0.0005, 0.0007, 0.001, 0.0015, 0.002, 0.003, 0.004, 0.006, 0.008, 0.012"
+IFS=, read -ra want <<<"$runs"
+for r in "${want[@]}"; do
+  case "$r" in
+    whole) run_sweep "$(spec whole 1 "$lrs8" "0, 1")" ;;
+    k2) run_sweep "$(spec k2 0.5 "$lrs8" "0, 1")" ;;
+    k4) run_sweep "$(spec k4 0.25 "$lrs8" "0, 1")" ;;
+    k8) run_sweep "$(spec k8 0.125 "$lrs8" "0, 1")" ;;
+    full) run_sweep "$(spec full 0.25 "$lrs12" "0, 1")" ;;
+    asha) run_sweep "$(spec asha 0.25 "$lrs12" "0, 1" \
+            "early_stop: {rule: asha, metric: val_loss, grace_steps: 128, reduction: 3}")" ;;
+    *) echo "gpu_sharing_bench: unknown run $r" >&2; exit 2 ;;
+  esac
+done
+kill "$smi_pid" 2>/dev/null || true
+smi_pid=""
+
+# Everything the report needs, in one CSV per table.
+q "SELECT s.name AS sweep, t.id, t.state, json_extract(t.axes_json, '$.\"optimizer.lr\"') AS lr,
+          json_extract(t.axes_json, '$.seed') AS seed, t.started_at, t.finished_at,
+          (SELECT value FROM latest_metrics WHERE trial_id = t.id AND name = 'final_val_loss') AS final,
+          (SELECT value FROM latest_metrics WHERE trial_id = t.id AND name = 'startup_s') AS startup,
+          (SELECT value FROM latest_metrics WHERE trial_id = t.id AND name = 'teardown_s') AS teardown,
+          (SELECT value FROM latest_metrics WHERE trial_id = t.id AND name = 'gpu_mem_peak_bytes') AS peak,
+          (SELECT value FROM latest_metrics WHERE trial_id = t.id AND name = 'gpu_mem_estimate_bytes') AS estimate,
+          (SELECT min(a.started_at) FROM attempts a WHERE a.trial_id = t.id) AS a_start,
+          (SELECT max(a.ended_at) FROM attempts a WHERE a.trial_id = t.id) AS a_end
+   FROM trials t JOIN sweeps s ON s.id = t.sweep_id ORDER BY t.id" >"$out/trials.csv"
+grep -m3 -i "mps" "$out/worker.log" >"$out/mps.txt" || true
+python3 "$here/gpu_sharing_report.py" "$out/trials.csv" "$out/nvidia_smi.csv" "$out/mps.txt" \
+  | tee "$out/sharing.md"
