@@ -8,16 +8,20 @@
 #     first step) and tear-down per trial, and whether each trial's final val_loss equals the same
 #     trial's in the one-per-GPU run (fpa attention: bit-identical reruns);
 #   - ASHA against the full grid: GPU time (wall time on the one GPU) to the end, the best
-#     configuration of each (mean final val_loss over seeds), and whether it is the same.
+#     configuration of each (mean final val_loss over seeds), and whether it is the same;
+#   - a fault: the same small sweep shared 1/4, one trial's trainer faulting on purpose at step 200
+#     (ABLATE_INJECT_DEVICE_FAULT_*): the states and attempts of every trial, and whether the
+#     others' final losses equal their one-per-GPU run.
 #
 #   scripts/gpu_sharing_bench.sh --bundle ablate-*.tar.gz --out OUT [--steps S] [--runs R]
 #     --bundle F   a tarball or unpacked bundle of deploy/bundle.sh --tar
 #     --steps S    training steps per trial (default 1024; 8,192 tokens each)
-#     --runs R     which runs, comma-separated (default whole,k2,k4,k8,full,asha)
+#     --runs R     which runs, comma-separated (default whole,k2,k4,k8,asha,fault; whole
+#                  first: the others compare with it; asha is held to k4, the same grid)
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-bundle="" out="" steps=1024 runs="whole,k2,k4,k8,full,asha"
+bundle="" out="" steps=1024 runs="whole,k2,k4,k8,asha,fault"
 while (($#)); do
   case "$1" in
     --bundle) bundle="$2"; shift 2 ;;
@@ -33,14 +37,7 @@ done
 [[ "$runs" =~ ^[a-z0-9,]+$ ]] || { echo "gpu_sharing_bench: bad --runs" >&2; exit 2; }
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"
-if [[ -d "$bundle" ]]; then
-  root="$(cd "$bundle" && pwd)"
-else
-  mkdir -p "$out/bundle"
-  tar -C "$out/bundle" -xzf "$bundle"
-  root="$(find "$out/bundle" -mindepth 1 -maxdepth 1 -type d | head -1)"
-fi
-[[ -x "$root/bin/ablated" ]] || { echo "gpu_sharing_bench: $root/bin/ablated missing" >&2; exit 2; }
+root="$("$here/bundle_root.sh" "$bundle" "$out")"
 
 clean_env=(env -i "PATH=/usr/bin:/bin:/usr/local/bin" "HOME=$out")
 coord="$out/coordinator"
@@ -62,9 +59,13 @@ cli=("${clean_env[@]}" "ABLATE_COORDINATOR=$addr" "ABLATE_TOKEN_FILE=$coord/toke
 q() { "${cli[@]}" query --max-rows 1000000 --format csv "$1"; }
 q1() { q "$1" | tail -1 | tr -d '\r"'; }
 
-"${clean_env[@]}" "$root/bin/ablate-worker" --coordinator "$addr" --token-file "$coord/token" \
-  --gpus all --work-dir "$out/worker" --mps auto >>"$out/worker.log" 2>&1 &
-worker_pid=$!
+start_worker() {  # extra environment for the trainers, as NAME=VALUE words
+  "${clean_env[@]}" "$@" "$root/bin/ablate-worker" --coordinator "$addr" \
+    --token-file "$coord/token" --gpus all --work-dir "$out/worker" --mps auto \
+    >>"$out/worker.log" 2>&1 &
+  worker_pid=$!
+}
+start_worker
 nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv,noheader \
   -lms 250 >"$out/nvidia_smi.csv" 2>/dev/null &
 smi_pid=$!
@@ -107,35 +108,33 @@ run_sweep() {  # spec -> waits until its sweep is done (canceled after ${SWEEP_D
   echo "gpu_sharing_bench: $name done after $(($(date +%s) - t0)) s" >&2
 }
 
-lrs8="0.0005, 0.001, 0.0015, 0.002, 0.003, 0.004, 0.006, 0.008"
 lrs12="0.0002, 0.0003, 0.0005, 0.0007, 0.001, 0.0015, 0.002, 0.003, 0.004, 0.006, 0.008, 0.012"
 IFS=, read -ra want <<<"$runs"
 for r in "${want[@]}"; do
   case "$r" in
-    whole) run_sweep "$(spec whole 1 "$lrs8" "0, 1")" ;;
-    k2) run_sweep "$(spec k2 0.5 "$lrs8" "0, 1")" ;;
-    k4) run_sweep "$(spec k4 0.25 "$lrs8" "0, 1")" ;;
-    k8) run_sweep "$(spec k8 0.125 "$lrs8" "0, 1")" ;;
-    full) run_sweep "$(spec full 0.25 "$lrs12" "0, 1")" ;;
+    whole) run_sweep "$(spec whole 1 "$lrs12" "0, 1")" ;;
+    k2) run_sweep "$(spec k2 0.5 "$lrs12" "0, 1")" ;;
+    k4) run_sweep "$(spec k4 0.25 "$lrs12" "0, 1")" ;;  # also the full grid ASHA is held to
+    k8) run_sweep "$(spec k8 0.125 "$lrs12" "0, 1")" ;;
     asha) run_sweep "$(spec asha 0.25 "$lrs12" "0, 1" \
-            "early_stop: {rule: asha, metric: val_loss, grace_steps: 128, reduction: 3}")" ;;
+            "early_stop: {rule: asha, metric: val_loss, grace_steps: 256, reduction: 3}")" ;;
+    fault)
+      # The worker again, its trainers told to fault at step 200 if they are the sweep's first
+      # trial (queued before the worker is back, so its id is known).
+      kill "$worker_pid" && wait "$worker_pid" 2>/dev/null || true
+      "${cli[@]}" submit "$(spec fault 0.25 "0.001, 0.002" "0, 1")" >/dev/null
+      first="$(q1 "SELECT min(t.id) FROM trials t JOIN sweeps s ON s.id = t.sweep_id WHERE
+                   s.name = 'fault'")"
+      start_worker ABLATE_INJECT_DEVICE_FAULT_AT_STEP=200 ABLATE_INJECT_DEVICE_FAULT_TRIAL="$first"
+      run_sweep "$out/specs/fault.yaml"
+      q "SELECT a.trial_id, a.attempt, a.state, a.exit_code, a.gpu_share, substr(a.reason, 1, 90)
+         AS reason FROM attempts a JOIN trials t ON t.id = a.trial_id JOIN sweeps s ON
+         s.id = t.sweep_id WHERE s.name = 'fault' ORDER BY a.trial_id, a.attempt" \
+        >"$out/fault_attempts.csv" ;;
     *) echo "gpu_sharing_bench: unknown run $r" >&2; exit 2 ;;
   esac
 done
 kill "$smi_pid" 2>/dev/null || true
 smi_pid=""
 
-# Everything the report needs, in one CSV per table.
-q "SELECT s.name AS sweep, t.id, t.state, json_extract(t.axes_json, '$.\"optimizer.lr\"') AS lr,
-          json_extract(t.axes_json, '$.seed') AS seed, t.started_at, t.finished_at,
-          (SELECT value FROM latest_metrics WHERE trial_id = t.id AND name = 'final_val_loss') AS final,
-          (SELECT value FROM latest_metrics WHERE trial_id = t.id AND name = 'startup_s') AS startup,
-          (SELECT value FROM latest_metrics WHERE trial_id = t.id AND name = 'teardown_s') AS teardown,
-          (SELECT value FROM latest_metrics WHERE trial_id = t.id AND name = 'gpu_mem_peak_bytes') AS peak,
-          (SELECT value FROM latest_metrics WHERE trial_id = t.id AND name = 'gpu_mem_estimate_bytes') AS estimate,
-          (SELECT min(a.started_at) FROM attempts a WHERE a.trial_id = t.id) AS a_start,
-          (SELECT max(a.ended_at) FROM attempts a WHERE a.trial_id = t.id) AS a_end
-   FROM trials t JOIN sweeps s ON s.id = t.sweep_id ORDER BY t.id" >"$out/trials.csv"
-grep -m3 -i "mps" "$out/worker.log" >"$out/mps.txt" || true
-python3 "$here/gpu_sharing_report.py" "$out/trials.csv" "$out/nvidia_smi.csv" "$out/mps.txt" \
-  | tee "$out/sharing.md"
+python3 "$here/gpu_sharing_report.py" "$out" | tee "$out/sharing.md"

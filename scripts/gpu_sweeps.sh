@@ -55,14 +55,7 @@ if [[ -z "$bundle" ]]; then
   "$here/build.sh"
   bundle="$(bash "$here/../deploy/bundle.sh" --tar "${ABLATE_BUILD_DIR:-$here/../build}" "$out/dist" | tail -n 1)"
 fi
-if [[ -d "$bundle" ]]; then
-  root="$(cd "$bundle" && pwd)"
-else
-  mkdir -p "$out/bundle"
-  tar -C "$out/bundle" -xzf "$bundle"
-  root="$(find "$out/bundle" -mindepth 1 -maxdepth 1 -type d | head -1)"
-fi
-[[ -x "$root/bin/ablated" ]] || { echo "gpu_sweeps: $root/bin/ablated missing (not a bundle?)" >&2; exit 2; }
+root="$("$here/bundle_root.sh" "$bundle" "$out")"
 
 clean_env=(env -i "PATH=/usr/bin:/bin" "HOME=$out")
 coord="$out/coordinator"

@@ -26,9 +26,13 @@
 //                                        value of AXIS
 //   /api/sweeps/{id|name}/export         ?format=jsonl|csv: one row per trial; &metrics=a,b: the
 //                                        long table of those metrics (analysis/export.h)
-//   /api/trials/{id}                     config, attempts (with log tails), latest metrics
+//   /api/sweeps/{id|name}/decisions      every early-stopping judgment, in the order taken
+//                                        (scheduler/early_stop.h)
+//   /api/trials/{id}                     config, attempts (with log tails), latest metrics, the
+//                                        early-stopping judgments of its configuration
 //   /api/trials/{id}/series              ?name=loss&points=500 (2..10000): min/max downsampled
-//   /api/workers                         workers with GPUs, running attempts, busy GPUs
+//   /api/workers                         workers with GPUs, running attempts, busy GPUs, and per
+//                                        GPU (gpu_load) its trials, share, estimated and used memory
 //   /api/metrics/catalog                 the metric catalog (names, types, units, help)
 //   /api/events                          server-sent events (served by http_server; see sse.h)
 //   /metrics                             Prometheus text exposition

@@ -397,6 +397,17 @@ int Scheduler::PickSharedGpuLocked(TrialState& t, WorkerState& w) {
   return best;
 }
 
+void Scheduler::HoldLocked(TrialState& t, WorkerState& w) {
+  for (int g : t.gpu_indices) {
+    w.free_gpus.erase(g);
+    auto& u = w.gpu_use[g];
+    u.trials.insert(t.id);
+    u.share += t.gpu_share > 1 ? 1.0 / t.gpu_share : 1.0;
+    if (t.gpu_share > 1) u.bytes += TrialBytesLocked(t);
+  }
+  if (t.gpus == 0) w.free_slots -= std::max(1, t.cpu_slots);
+}
+
 void Scheduler::StartAttemptLocked(TrialState& t, WorkerState& w, const std::vector<int>& gpus) {
   const double now = clock_->UnixSeconds();
   t.attempts++;
@@ -407,14 +418,7 @@ void Scheduler::StartAttemptLocked(TrialState& t, WorkerState& w, const std::vec
   t.cancel_requested = false;
   t.assignment_sent = false;
   if (t.started_at == 0) t.started_at = now;
-  for (int g : gpus) {
-    w.free_gpus.erase(g);
-    auto& u = w.gpu_use[g];
-    u.trials.insert(t.id);
-    u.share += t.gpu_share > 1 ? 1.0 / t.gpu_share : 1.0;
-    if (t.gpu_share > 1) u.bytes += TrialBytesLocked(t);
-  }
-  if (t.gpus == 0) w.free_slots -= std::max(1, t.cpu_slots);
+  HoldLocked(t, w);
   w.running.insert(t.id);
   sweeps_[t.sweep_id]->running++;
   counters_.assignments++;
@@ -570,7 +574,15 @@ void Scheduler::EndAttemptLocked(TrialState& t, const std::string& attempt_state
 void Scheduler::TrialEndedLocked(int64_t sweep_id, int64_t trial_id) {
   auto sw = sweeps_.find(sweep_id);
   if (sw == sweeps_.end() || !sw->second->stopper) return;
-  ApplyDecisionsLocked(sw->second->stopper->OnTrialEnded(trial_id));
+  // After the trial's last metrics: their batches were queued to the store before the event that
+  // ended it, so their callbacks (which feed the stopper) run before this barrier's. Judging at
+  // once could take a seed as ended without the values still being committed.
+  store_->Barrier([this, sweep_id, trial_id](const Status&) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto sw = sweeps_.find(sweep_id);
+    if (sw == sweeps_.end() || !sw->second->stopper) return;
+    ApplyDecisionsLocked(sw->second->stopper->OnTrialEnded(trial_id));
+  });
 }
 
 void Scheduler::ApplyDecisionsLocked(std::vector<StopDecisionRecord> decisions) {
@@ -743,16 +755,7 @@ v1::Registered Scheduler::Register(const v1::Register& reg, std::shared_ptr<Work
   // Resources held by the adopted attempts.
   for (int64_t id : w.running) {
     auto it = trials_.find(id);
-    if (it == trials_.end()) continue;
-    TrialState& t = *it->second;
-    for (int g : t.gpu_indices) {
-      w.free_gpus.erase(g);
-      auto& u = w.gpu_use[g];
-      u.trials.insert(t.id);
-      u.share += t.gpu_share > 1 ? 1.0 / t.gpu_share : 1.0;
-      if (t.gpu_share > 1) u.bytes += TrialBytesLocked(t);
-    }
-    if (t.gpus == 0) w.free_slots -= std::max(1, t.cpu_slots);
+    if (it != trials_.end()) HoldLocked(*it->second, w);
   }
   // Attempts this worker held whose assignment was sent but which it no longer runs: lost.
   std::vector<int64_t> gone;
@@ -1002,9 +1005,12 @@ void Scheduler::OnEvent(const std::string& worker_id, const v1::TrialEvent& ev) 
       }
       // Exit code 2 is ablate-train's "bad config": deterministic, so neither retried nor held
       // against the worker.
+      // A trial canceled or stopped early is over whatever its trainer did on the way out (the
+      // worker restarted and lost it, say): nothing to retry, nothing against the worker.
       const bool config_error = ev.exit_code() == 2;
-      EndAttemptLocked(t, "failed", v1::FAILED, ev.reason(), ev.exit_code(), ev.log_tail(),
-                       !config_error, !config_error);
+      const bool counts = !config_error && !t.cancel_requested;
+      EndAttemptLocked(t, "failed", v1::FAILED, ev.reason(), ev.exit_code(), ev.log_tail(), counts,
+                       counts);
       record_and_ack();
       return;
     }

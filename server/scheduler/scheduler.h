@@ -166,12 +166,16 @@ class Scheduler {
   StatusOr<std::unique_ptr<EarlyStopper>> LoadStopper(int64_t sweep_id, const std::string& json,
                                                       std::vector<StopDecisionRecord>* due);
   void ApplyDecisionsLocked(std::vector<StopDecisionRecord> decisions);
+  // Tells the sweep's stopper the trial reports no more, once its last metrics are in.
   void TrialEndedLocked(int64_t sweep_id, int64_t trial_id);
   void ScheduleLocked();
   bool TryPlaceLocked(WorkerState& w);
   // The GPU of `w` that a shared trial fits on, or -1.
   int PickSharedGpuLocked(TrialState& t, WorkerState& w);
   int64_t TrialBytesLocked(TrialState& t);
+  // Counts the resources of t's attempt (its gpu_indices or CPU slots) as held on w; ReleaseLocked
+  // gives them back.
+  void HoldLocked(TrialState& t, WorkerState& w);
   void StartAttemptLocked(TrialState& t, WorkerState& w, const std::vector<int>& gpus);
   void EndAttemptLocked(TrialState& t, const std::string& attempt_state, v1::TrialState trial_state,
                         const std::string& reason, int exit_code, const std::string& log_tail,

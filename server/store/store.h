@@ -356,6 +356,10 @@ class Store {
   // duplicate == true when it was recorded before.
   void RecordSeq(int64_t trial_id, int attempt, int64_t seq, MetricsDone done);
 
+  // Runs `done` (on the writer thread) once every operation enqueued before it has committed and
+  // its callback has run; writes nothing.
+  void Barrier(Done done);
+
   // Blocks until every operation enqueued before the call has committed. Returns the first error
   // of the operations applied since the previous Flush (by any caller), if any.
   Status Flush();

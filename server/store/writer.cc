@@ -359,6 +359,10 @@ void Store::RecordSeq(int64_t trial_id, int attempt, int64_t seq, MetricsDone do
                                              std::move(done), /*record_only=*/true));
 }
 
+void Store::Barrier(Done done) {
+  impl_->Enqueue(std::make_unique<FnOp>([](Writer&) { return Status::Ok(); }, std::move(done)));
+}
+
 Status Store::Flush() {
   if (impl_->OnWriterThread()) {
     return FailedPrecondition("store: Flush called from a done callback (writer thread)");

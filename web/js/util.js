@@ -32,7 +32,7 @@ export function replace(el, ...children) {
   return el;
 }
 
-export const STATES = ['queued', 'running', 'succeeded', 'failed', 'diverged', 'canceled'];
+export const STATES = ['queued', 'running', 'succeeded', 'failed', 'diverged', 'canceled', 'stopped'];
 
 export function stateBadge(state) {
   return h('span', {class: `badge state-${state}`}, state || '-');
@@ -48,7 +48,7 @@ export function stateCounts(counts, {all = false} = {}) {
 
 // A stacked progress bar: finished states left to right, then running; queued is the remainder.
 export function progressBar(counts, total) {
-  const done = ['succeeded', 'failed', 'diverged', 'canceled'].reduce(
+  const done = ['succeeded', 'failed', 'diverged', 'canceled', 'stopped'].reduce(
       (a, s) => a + (counts?.[s] ?? 0), 0);
   const pct = total > 0 ? Math.round((100 * done) / total) : 0;
   const bar = h('div', {
@@ -56,7 +56,7 @@ export function progressBar(counts, total) {
     'aria-valuenow': done, 'aria-label': `${done} of ${total} trials finished`,
     title: `${done} / ${total} finished (${pct}%)`,
   });
-  for (const s of ['succeeded', 'diverged', 'failed', 'canceled', 'running']) {
+  for (const s of ['succeeded', 'stopped', 'diverged', 'failed', 'canceled', 'running']) {
     const n = counts?.[s] ?? 0;
     if (n > 0 && total > 0) {
       bar.append(h('span', {class: `seg state-${s}`, style: `width:${(100 * n) / total}%`}));

@@ -12,6 +12,7 @@
 
 #include <CLI/CLI.hpp>
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -87,6 +88,7 @@ bool IsFatalDeviceError(const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const auto process_start = std::chrono::steady_clock::now();
   TuneEnvironmentAndReexec(argv);
 #if ABLATE_TRAINER_HAVE_CUDA
   ablate::trainer::cuda::RegisterCudaBackend();  // device: cuda
@@ -158,7 +160,15 @@ int main(int argc, char** argv) {
   // Creating the CUDA context takes a few hundred ms: start it now, beside the corpus load and
   // the model's initialization in RunTrial (its first CUDA call waits for it if need be).
   std::thread cuda_start;
-  if (config->device == "cuda") cuda_start = std::thread([] { (void)cudaFree(nullptr); });
+  std::atomic<double> context_s{-1};
+  if (config->device == "cuda") {
+    cuda_start = std::thread([&context_s] {
+      const auto t0 = std::chrono::steady_clock::now();
+      (void)cudaFree(nullptr);
+      context_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    });
+  }
+  options.device_context_s = &context_s;
   struct Join {
     std::thread& t;
     ~Join() {
@@ -169,6 +179,8 @@ int main(int argc, char** argv) {
   // Out of host memory (a model or batch larger than the machine, or other trials' memory on
   // it): a readable reason for the worker's log and exit 1 (retried elsewhere), not an abort.
   ablate::StatusOr<ablate::trainer::RunResult> result = ablate::Internal("not run");
+  options.before_run_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - process_start).count();
   try {
     result = ablate::trainer::RunTrial(*config, options);
   } catch (const std::bad_alloc&) {

@@ -10,6 +10,7 @@ import {curvesView} from '../views/curves.js';
 import {diagnosticsView} from '../views/diagnostics.js';
 import {pairedView} from '../views/paired.js';
 import {resultsView} from '../views/results.js';
+import {decisionsView} from '../views/decisions.js';
 import {trialsView} from '../views/trials.js';
 
 // Metrics reported once (the trainer's start and final lines, the worker's overhead): not curves.
@@ -42,6 +43,7 @@ export function sweepPage(main, [ref]) {
     curves: h('section', {class: 'card', id: 'curves-section'}),
     trials: h('section', {class: 'card', id: 'trials-section'}),
     diagnostics: h('section', {class: 'card', id: 'diagnostics-section'}),
+    decisions: h('section', {class: 'card', id: 'decisions-section'}),
   };
   replace(main, header);
   let sweep = null;
@@ -209,6 +211,7 @@ export function sweepPage(main, [ref]) {
     views.trials?.refresh();
     views.results?.refresh();
     views.paired?.refresh();
+    views.decisions?.refresh();
   }, 1000);
   const refreshCharts = debounce(() => {
     views.curves?.refresh();
@@ -223,12 +226,14 @@ export function sweepPage(main, [ref]) {
       return;
     }
     main.append(sections.results, sections.paired, filters, sections.curves, sections.trials, sections.diagnostics);
+    if (sweep.early_stop) main.insertBefore(sections.decisions, filters);
     views = {
       results: resultsView(sections.results, ctx),
       paired: pairedView(sections.paired, ctx),
       curves: curvesView(sections.curves, ctx),
       trials: trialsView(sections.trials, ctx),
       diagnostics: diagnosticsView(sections.diagnostics, ctx),
+      ...(sweep.early_stop ? {decisions: decisionsView(sections.decisions, ctx)} : {}),
     };
     // Filter values and metric names fill their selects when they arrive (the views do not wait).
     loadAxisValues().then(renderFilters).catch(() => {});

@@ -111,6 +111,20 @@ export function trialPage(main, [id]) {
               class: 'log', dataset: {attempt: a.attempt}},
                 h('summary', {}, `log tail of attempt ${a.attempt}`),
                 a.log_tail ? h('pre', {class: 'code log-tail'}, a.log_tail) : h('p', {class: 'muted'}, 'empty')))),
+        trial.decisions?.length ? h('section', {class: 'card', id: 'trial-decisions'},
+            h('h2', {}, 'Early stopping'),
+            h('p', {class: 'muted small'}, 'the judgments of its configuration (its seeds together)'),
+            h('div', {class: 'table-scroll'}, h('table', {class: 'data'},
+                h('thead', {}, h('tr', {}, ['step', 'rung', 'value (seed mean)', 'threshold',
+                  'compared with', 'decision'].map((c) => h('th', {scope: 'col'}, c)))),
+                h('tbody', {}, trial.decisions.map((d) => h('tr', {dataset: {decision: d.decision}},
+                    h('td', {class: 'num'}, String(d.step)), h('td', {class: 'num'}, String(d.rung)),
+                    h('td', {class: 'num'}, d.value === null ? '—' : d.value.toFixed(4)),
+                    h('td', {class: 'num'}, d.threshold === null ? '—' : d.threshold.toFixed(4)),
+                    h('td', {class: 'small'}, d.compared.map((c) =>
+                      `${c.config} ${c.value === null ? '—' : c.value.toFixed(4)}`).join('; ')),
+                    h('td', {}, h('span', {class: `badge state-${d.decision === 'stop' ? 'stopped' : 'succeeded'}`},
+                        d.decision)))))))) : null,
         h('section', {class: 'card', id: 'trial-config'}, h('h2', {}, 'Config (resolved)'),
             h('pre', {class: 'code'}, JSON.stringify(trial.config, null, 2))));
   };

@@ -1,4 +1,6 @@
-// #/workers: every worker with its state, GPUs (busy ones marked), CPU slots and running trials.
+// #/workers: every worker with its state, GPUs (busy ones marked; for each, the trials on it, the
+// share given out and its memory: estimated for its trials and used as NVML reads it), CPU slots
+// and running trials.
 // Live: worker and trial events refetch (debounced); a 5 s tick keeps "last seen" current.
 import {api} from '../api.js';
 import {h, replace, fmtAgo, fmtBytes, debounce, errorBox, mapLimit} from '../util.js';
@@ -47,11 +49,18 @@ export function workersPage(main) {
             h('td', {}, w.gpus.length === 0 ? h('span', {class: 'muted'}, 'none') :
               h('ul', {class: 'gpus'}, w.gpus.map((g) => {
                 const isBusy = w.busy_gpus.includes(g.index);
-                const on = w.running.find((r) => gpuOf(details.get(r.trial_id), r.attempt).includes(g.index));
-                return h('li', {class: isBusy ? 'busy' : 'idle', title: g.uuid},
+                const load = (w.gpu_load || []).find((l) => l.index === g.index);
+                const on = load?.trial_ids?.length ? load.trial_ids :
+                  w.running.filter((r) => gpuOf(details.get(r.trial_id), r.attempt).includes(g.index))
+                      .map((r) => r.trial_id);
+                const share = load && load.share > 0 && load.share < 0.999 ? ` (${Math.round(100 * load.share)}% shared out)` : '';
+                const mem = load && load.total_bytes > 0 ?
+                  ` · memory ${fmtBytes(load.used_bytes)} used, ${fmtBytes(load.estimated_bytes)} estimated for its trials` : '';
+                return h('li', {class: isBusy ? 'busy' : 'idle', title: g.uuid, dataset: {gpu: g.index, trials: on.length}},
                     h('span', {class: 'dot', 'aria-hidden': 'true'}),
                     `${g.index}: ${g.name || 'GPU'} ${fmtBytes(g.memory_bytes)} — `,
-                    on ? h('a', {href: `#/trials/${on.trial_id}`}, `trial #${on.trial_id}`) : (isBusy ? 'busy' : 'idle'));
+                    on.length ? on.map((id, i) => [i ? ', ' : '', h('a', {href: `#/trials/${id}`}, `trial #${id}`)]) :
+                      (isBusy ? 'busy' : 'idle'), share, mem);
               }))),
             h('td', {class: 'num'}, w.cpu_slots ? `${w.busy_cpu_slots}/${w.cpu_slots} busy` : '-'),
             h('td', {}, w.running.length === 0 ? h('span', {class: 'muted'}, 'idle') :

@@ -234,12 +234,14 @@ StatusOr<RunResult> RunTrial(const config::TrialConfig& cfg, const RunOptions& o
   omp_set_num_threads(threads);
   openblas_set_num_threads(threads);
 
+  const auto t_data = Clock::now();
   DataConfig dc;
   dc.corpus = cfg.data.corpus;
   dc.val_fraction = cfg.data.val_fraction;
   dc.vocab_size = cfg.data.vocab_size;
   ABLATE_ASSIGN_OR_RETURN(Dataset data, LoadDataset(dc));
 
+  const auto t_model = Clock::now();
   const ModelConfig mc = ToModelConfig(cfg, data.vocab_size);
   ABLATE_ASSIGN_OR_RETURN(Gpt<float> model, Gpt<float>::Create(mc));
   model.Init(cfg.seed);
@@ -247,6 +249,7 @@ StatusOr<RunResult> RunTrial(const config::TrialConfig& cfg, const RunOptions& o
                              .WithPrefix("training split of " + data.description));
   ABLATE_RETURN_IF_ERROR(model.CheckTokens(data.val.data(), int64_t(data.val.size()))
                              .WithPrefix("validation split of " + data.description));
+  const auto t_backend = Clock::now();
   std::unique_ptr<TrainBackend> backend;
   if (on_cuda) {
     ABLATE_ASSIGN_OR_RETURN(backend, Registry()["cuda"](cfg, std::move(model)));
@@ -255,6 +258,7 @@ StatusOr<RunResult> RunTrial(const config::TrialConfig& cfg, const RunOptions& o
                             Optimizer::Create(cfg.optimizer, model.params(), model.num_params()));
     backend = std::make_unique<CpuBackend>(std::move(model), std::move(optimizer), threads);
   }
+  const auto t_after_backend = Clock::now();
   auto sampler_or = BatchSampler::Create(&data.train, cfg.model.seq_len, cfg.seed);
   if (!sampler_or.ok()) return sampler_or.status().WithPrefix("training split of " + data.description);
   BatchSampler sampler = std::move(sampler_or).value();
@@ -339,6 +343,19 @@ StatusOr<RunResult> RunTrial(const config::TrialConfig& cfg, const RunOptions& o
                    double(std::max<size_t>(1, backend->optimizer_state_bytes_fp32()))},
         {"spectral_tensors", backend->spectral_tensors()}};
   start.update(backend->StartInfo());
+  // Where the start-up went (seconds): main to RunTrial, the corpus, the model's initialization on
+  // the host, the backend (device copies, buffers; it waits for the CUDA context when that is
+  // still being created), the rest (resume, evaluation batches), and the context itself (created
+  // beside the corpus load, so it overlaps the others).
+  // (Top-level numbers, so the worker stores them as metrics at step 0.)
+  start["start_before_run_s"] = options.before_run_s;
+  start["start_data_s"] = Seconds(t_data, t_model);
+  start["start_model_init_s"] = Seconds(t_model, t_backend);
+  start["start_backend_s"] = Seconds(t_backend, t_after_backend);
+  start["start_rest_s"] = Seconds(t_after_backend, Clock::now());
+  if (options.device_context_s && options.device_context_s->load() >= 0) {
+    start["start_cuda_context_s"] = options.device_context_s->load();
+  }
   emit(start);
 
   std::vector<int32_t> inputs(size_t(mb) * cfg.model.seq_len), targets(inputs.size());

@@ -34,6 +34,11 @@ struct RunOptions {
   // "preempted"; a later --resume continues bit-identically. Read once per step; may be set from a
   // signal handler. Null: never preempted.
   const std::atomic<bool>* preempt = nullptr;
+  // Where the start-up time goes, for the start line's start_*_s fields (seconds): the time from
+  // main to RunTrial, and the CUDA context's creation (started beside the corpus load by
+  // ablate-train; < 0 when not measured). Set by the caller; 0 / null when unknown.
+  double before_run_s = 0;
+  const std::atomic<double>* device_context_s = nullptr;
 };
 
 struct RunResult {

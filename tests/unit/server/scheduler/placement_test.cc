@@ -232,5 +232,29 @@ TEST_F(PlacementTest, AGpuShareSurvivesARestart) {
   EXPECT_DOUBLE_EQ(w[0].gpu_load(0).share(), 1.0);
 }
 
+
+TEST_F(PlacementTest, AfterAFaultEveryTrialOfTheGpuRunsAloneInTurn) {
+  // One GPU, four trials sharing it; MPS ends all four with the fault of one (trial 1).
+  SubmitShared("s", 4, 4);
+  auto link = Connect("w", 0, 1, {}, 80 * kGiB);
+  ASSERT_TRUE(WaitFor([&] { return link->Count(MC::kAssign) == 4; }));
+  for (const auto& m : link->Of(MC::kAssign)) {
+    sched_->OnEvent("w", Event(m.assign(), v1::TrialEvent::FAILED, 1, "gpu_fault",
+                               kTrainerExitDeviceFault));
+  }
+  // Trial 1 runs alone first and faults again; the three others then run alone in turn.
+  ASSERT_TRUE(WaitFor([&] { return link->Count(MC::kAssign) == 5; }));
+  auto alone = link->Of(MC::kAssign)[4].assign();
+  EXPECT_EQ(alone.trial_id(), 1);
+  EXPECT_EQ(alone.gpu_share(), 0);
+  sched_->OnEvent("w", Event(alone, v1::TrialEvent::FAILED, 1, "gpu_fault", kTrainerExitDeviceFault));
+  ASSERT_TRUE(WaitFor([&] { return link->Count(MC::kAssign) == 6; }))
+      << "nothing placed after the isolated trial failed";
+  auto next = link->Of(MC::kAssign)[5].assign();
+  EXPECT_EQ(next.trial_id(), 2);
+  sched_->OnEvent("w", Event(next, v1::TrialEvent::FINISHED, 1));
+  ASSERT_TRUE(WaitFor([&] { return link->Count(MC::kAssign) == 7; }));
+}
+
 }  // namespace
 }  // namespace ablate::server

@@ -224,5 +224,31 @@ TEST_F(SchedulerEarlyStopTest, RetryStoppedResumesAndIsLeftAlone) {
   EXPECT_EQ(store_->GetStopDecisions(sweep)->size(), before);
 }
 
+
+TEST_F(SchedulerEarlyStopTest, AStoppedTrialLostOnItsWayOutCountsNothingAgainstItsWorker) {
+  // Found on the GPU machine: the worker restarted while two stopped trainers were checkpointing;
+  // their attempts came back FAILED ("trainer lost") and, counted as failures, quarantined the
+  // worker with the next real failure.
+  SubmitLrSweep();
+  auto link = Connect("w", 4);
+  ASSERT_TRUE(WaitFor([&] { return link->Count(MC::kAssign) == 4; }));
+  Report(*link, "w", 1, 10, 3.0);
+  Report(*link, "w", 2, 10, 3.2);
+  Report(*link, "w", 3, 10, 4.0);
+  Report(*link, "w", 4, 10, 4.4);
+  ASSERT_TRUE(WaitFor([&] { return link->Count(MC::kCancel) == 2; }));
+  for (const auto& m : link->Of(MC::kAssign)) {
+    if (m.assign().trial_id() == 3 || m.assign().trial_id() == 4) {
+      auto e = Event(m.assign(), v1::TrialEvent::FAILED, 70, "", 0);
+      e.set_reason("trainer lost: the worker restarted while it ran");
+      sched_->OnEvent("w", e);
+    }
+  }
+  ASSERT_TRUE(store_->Flush().ok());
+  EXPECT_EQ(State(3), "stopped");
+  EXPECT_EQ(store_->GetAttempts(3)->back().state, "stopped");
+  EXPECT_EQ(sched_->Workers()[0].failures(), 0);
+}
+
 }  // namespace
 }  // namespace ablate::server
