@@ -93,7 +93,8 @@ TEST(ExampleSweeps, Counts) {
                                           {"smoothing", 8},
                                           {"optimizer_p", 16},
                                           {"state_bits", 8},
-                                          {"quick", 8}};
+                                          {"quick", 8},
+                                          {"lr_early_stop", 8}};
   for (const auto& [name, count] : expect) {
     std::filesystem::path p = std::filesystem::path(ABLATE_EXAMPLES_SWEEPS_DIR) / (name + ".yaml");
     auto r = ExpandSweep(Read(p), p.filename().string());
