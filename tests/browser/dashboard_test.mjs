@@ -8,8 +8,8 @@
 // tokens) and its band drawn (pixels of its fill colour), the hover readout, the trial table's
 // server-side paging, sorting and filtering, the trial page, the compare view (only the config keys
 // that differ, curves of both trials), tags / note / build per attempt / archived as the CLI set
-// them. Screenshots go to
-// --artifacts (dashboard-*.png).
+// them, and an early-stopping sweep (stopped counts, every judgment with its threshold, the
+// trial page's judgments). Screenshots go to --artifacts (dashboard-*.png).
 //
 //   node dashboard_test.mjs --ablated BIN --worker BIN --cli BIN --trainer BIN --source-dir DIR
 //                           [--artifacts DIR]
@@ -628,6 +628,47 @@ test('tags, note, build and archived are shown, as the CLI set them', async () =
   await page.locator('#show-archived').uncheck();
   await page.reload();
   await page.locator('#sweeps-table a', {hasText: 'web-dashboard'}).waitFor({timeout: 15000});
+});
+
+test('early stopping: stopped trials, every judgment, and the trial page say why', async () => {
+  // Four learning rates x 2 seeds, the two hopeless ones last: the median rule stops them at
+  // their first check (the CPU e2e test's sweep).
+  const es = path.join(dir, 'es.yaml');
+  fs.writeFileSync(es, `name: web-es
+base:
+  data:      {corpus: brown, val_fraction: 0.05, eval_batches: 2}
+  model:     {seq_len: 64, layers: 2, d_model: 64, heads: 4}
+  attention: {kind: fpa}
+  optimizer: {kind: adamw, lr_vector: 0.003}
+  train:     {steps: 100, tokens_per_step: 1024, micro_batch: 16, warmup: 10, eval_every: 20,
+              diagnostics_every: 0, checkpoint_every: 20, threads: 1}
+  device: cpu
+grid: {optimizer.lr: [0.01, 0.003, 0.00001, 0.000001]}
+seeds: [0, 1]
+order: grid
+resources: {gpus: 0}
+early_stop: {rule: median, grace_steps: 20, interval: 20, min_configs: 2}
+`);
+  await cli('submit', es);
+  await cli('watch', 'web-es');
+  const {decisions} = await apiGet('sweeps/web-es/decisions');
+  const stops = decisions.filter((d) => d.decision === 'stop');
+  assert.deepEqual(stops.map((d) => d.config), ['optimizer.lr=1e-05', 'optimizer.lr=1e-06']);
+  await page.goto(`${base}/#/sweeps/web-es`);
+  // The header counts the stopped trials; the judgments table lists every judgment of the API.
+  await page.locator('.chip.state-stopped', {hasText: '4 stopped'}).first().waitFor({timeout: 15000});
+  await page.locator('#decisions tbody tr').first().waitFor({timeout: 15000});
+  assert.equal(await page.locator('#decisions tbody tr').count(), decisions.length);
+  assert.equal(await page.locator('#decisions tbody tr[data-decision=stop]').count(), 2);
+  const row = page.locator('#decisions tbody tr[data-decision=stop]').first();
+  assert.equal(await row.getAttribute('data-config'), 'optimizer.lr=1e-05');
+  const threshold = await row.locator('td').nth(6).innerText();
+  assert.equal(Number(threshold), Number(stops[0].threshold.toFixed(4)), `threshold cell ${threshold}`);
+  // A stopped trial's page shows its configuration's judgments.
+  const stopped = stops[0].trial_ids[0];
+  await page.goto(`${base}/#/trials/${stopped}`);
+  await page.locator('#trial-decisions tr[data-decision=stop]').waitFor({timeout: 15000});
+  await page.screenshot({path: path.join(artifacts, 'dashboard-early-stop.png'), fullPage: true});
 });
 
 test('no script errors', () => {
