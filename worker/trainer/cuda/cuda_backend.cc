@@ -13,18 +13,19 @@
 #include "trainer/cuda/data_parallel.h"
 #include "trainer/cuda/fault_inject.h"
 #include "trainer/cuda/gpt_cuda.h"
-#include "trainer/cuda/optimizer_bridge.h"
+#include "trainer/cuda/device_optimizer.h"
 
 namespace ablate::trainer::cuda {
 namespace {
 
 class CudaBackend : public TrainBackend {
  public:
-  CudaBackend(std::unique_ptr<GptCuda> model, std::unique_ptr<OptimizerBridge> opt,
+  CudaBackend(std::unique_ptr<GptCuda> model, std::unique_ptr<DeviceOptimizer> opt,
               std::string device_name)
       : model_(std::move(model)), opt_(std::move(opt)), device_name_(std::move(device_name)) {
     // The optimizer writes the bf16 weight mirror in its update kernels (saves a full pass).
-    mirror_by_opt_ = opt_->SetBf16Mirror(model_->bf16_weights());
+    opt_->SetBf16Mirror(model_->bf16_weights());
+    mirror_by_opt_ = model_->bf16_weights() != nullptr;
   }
 
   size_t num_params() const override { return model_->num_params(); }
@@ -39,7 +40,7 @@ class CudaBackend : public TrainBackend {
             {"gpus", 1},
             {"precision", "bf16 GEMM operands and activations, fp32 master weights, grads, "
                           "residual stream and reductions"},
-            {"optimizer_device", opt_->uses_device() ? "cuda" : "host"}};
+            {"optimizer_device", "cuda"}};
   }
   size_t optimizer_state_bytes() const override { return opt_->state_bytes(); }
   size_t optimizer_state_bytes_fp32() const override { return opt_->state_bytes_fp32(); }
@@ -86,7 +87,7 @@ class CudaBackend : public TrainBackend {
 
  private:
   std::unique_ptr<GptCuda> model_;
-  std::unique_ptr<OptimizerBridge> opt_;
+  std::unique_ptr<DeviceOptimizer> opt_;
   std::string device_name_;
   bool mirror_by_opt_ = false;
 };
@@ -127,8 +128,8 @@ StatusOr<std::unique_ptr<TrainBackend>> CreateCudaBackend(const config::TrialCon
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, 0);
   ABLATE_ASSIGN_OR_RETURN(std::unique_ptr<GptCuda> gpu, GptCuda::Create(model));
-  ABLATE_ASSIGN_OR_RETURN(std::unique_ptr<OptimizerBridge> opt,
-                          OptimizerBridge::Create(config.optimizer, gpu->params(),
+  ABLATE_ASSIGN_OR_RETURN(std::unique_ptr<DeviceOptimizer> opt,
+                          DeviceOptimizer::Create(config.optimizer, gpu->params(),
                                                   gpu->num_params(), gpu->stream()));
   return std::unique_ptr<TrainBackend>(
       new CudaBackend(std::move(gpu), std::move(opt), std::string(prop.name)));

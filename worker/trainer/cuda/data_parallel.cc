@@ -16,7 +16,7 @@
 #include "ablate/cuda_status.h"
 #include "ablate/memory_estimate.h"
 #include "trainer/cuda/gpt_cuda.h"
-#include "trainer/cuda/optimizer_bridge.h"
+#include "trainer/cuda/device_optimizer.h"
 
 #if ABLATE_HAVE_NCCL
 #include <nccl.h>
@@ -121,7 +121,7 @@ class RankThread {
 
 struct Rank {
   std::unique_ptr<GptCuda> model;
-  std::unique_ptr<OptimizerBridge> opt;
+  std::unique_ptr<DeviceOptimizer> opt;
   bool mirror_by_opt = false;  // the optimizer writes the model's bf16 weight mirror
   ncclComm_t comm = nullptr;
   double loss = 0;
@@ -168,9 +168,10 @@ class DataParallelBackend : public TrainBackend {
       ABLATE_RETURN_IF_ERROR(Run(r, [&, p]() -> Status {
         ABLATE_ASSIGN_OR_RETURN(p->model, GptCuda::Create(model));
         ABLATE_ASSIGN_OR_RETURN(
-            p->opt, OptimizerBridge::Create(config.optimizer, p->model->params(),
+            p->opt, DeviceOptimizer::Create(config.optimizer, p->model->params(),
                                             p->model->num_params(), p->model->stream()));
-        p->mirror_by_opt = p->opt->SetBf16Mirror(p->model->bf16_weights());
+        p->opt->SetBf16Mirror(p->model->bf16_weights());
+        p->mirror_by_opt = p->model->bf16_weights() != nullptr;
         return Status::Ok();
       }));
       cudaDeviceProp prop{};
@@ -214,7 +215,7 @@ class DataParallelBackend : public TrainBackend {
             {"precision",
              "bf16 GEMM operands and activations, fp32 master weights, grads, "
              "residual stream and reductions"},
-            {"optimizer_device", ranks_[0].opt->uses_device() ? "cuda" : "host"}};
+            {"optimizer_device", "cuda"}};
   }
   size_t optimizer_state_bytes() const override { return ranks_[0].opt->state_bytes(); }
   size_t optimizer_state_bytes_fp32() const override { return ranks_[0].opt->state_bytes_fp32(); }
@@ -330,7 +331,7 @@ class DataParallelBackend : public TrainBackend {
   StatusOr<std::string> SaveOptimizer() override {
     std::string blob;
     ABLATE_RETURN_IF_ERROR(Run(0, [&]() -> Status {
-      ABLATE_ASSIGN_OR_RETURN(blob, ranks_[0].opt->Save());
+      blob = ranks_[0].opt->Save();
       return Status::Ok();
     }));
     return blob;
