@@ -147,8 +147,9 @@ const std::vector<Field>& Fields() {
     f.push_back(IntField("seed", [](C& c) -> uint64_t& { return c.seed; }, 0,
                          std::numeric_limits<int64_t>::max()));
     f.push_back(StringField("data.corpus", [](C& c) -> std::string& { return c.data.corpus; }));
+    // 0: the held-out _val_ shards of a _train_ shard pattern (worker/trainer/data/dataset.h).
     f.push_back(DoubleField("data.val_fraction", [](C& c) -> double& { return c.data.val_fraction; },
-                            1e-6, 0.5));
+                            0, 0.5));
     f.push_back(IntField("data.eval_batches", [](C& c) -> int& { return c.data.eval_batches; }, 1,
                          100000));
     f.push_back(IntField("data.vocab_size", [](C& c) -> int& { return c.data.vocab_size; }, 0,

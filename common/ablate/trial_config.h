@@ -24,7 +24,8 @@ namespace ablate::config {
 
 struct DataSection {
   std::string corpus = "brown";  // brown | nlp | path to a text file | glob of llm.c .bin shards
-  double val_fraction = 0.05;    // the last val_fraction of the token stream is held out
+  double val_fraction = 0.05;    // the last val_fraction of the token stream is held out; 0: the
+                                 // _val_ shards of a _train_ shard pattern
   int eval_batches = 8;          // micro-batches of the validation split per evaluation
   int vocab_size = 0;            // 0: 256 for text, inferred from the token ids for shards
 };

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include "trainer/data/corpora.h"
@@ -37,8 +38,9 @@ Status ValidateDataConfig(const DataConfig& cfg) {
     return InvalidArgument(
         "data.corpus: empty (expected brown, nlp, a text file or a glob of llm.c .bin shards)");
   }
-  if (!(cfg.val_fraction > 0.0 && cfg.val_fraction <= 0.5)) {
-    return InvalidArgument("data.val_fraction: expected a number in (0, 0.5], got " +
+  if (!(cfg.val_fraction >= 0.0 && cfg.val_fraction <= 0.5)) {
+    return InvalidArgument("data.val_fraction: expected a number in (0, 0.5] (or 0: the held-out "
+                           "_val_ shards of a _train_ shard pattern), got " +
                            std::to_string(cfg.val_fraction));
   }
   if (cfg.vocab_size < 0) {
@@ -120,7 +122,26 @@ StatusOr<Dataset> LoadDataset(const DataConfig& cfg) {
 
   StatusOr<ShardSet> shards = ReadShards(cfg.corpus);
   if (!shards.ok()) return shards.status();
-  const int needed = shards->max_token + 1;
+  // val_fraction 0: the validation split is the held-out shards beside the training ones
+  // (PREFIX_val_*.bin for PREFIX_train_*.bin, as llm.c and ablate-tokenize write them).
+  std::optional<ShardSet> held_out;
+  if (cfg.val_fraction == 0) {
+    const size_t at = cfg.corpus.rfind("_train_");
+    if (at == std::string::npos) {
+      return InvalidArgument("data.val_fraction 0 reads the validation split from the _val_ "
+                             "shards of a _train_ pattern; data.corpus '" + cfg.corpus +
+                             "' has no _train_");
+    }
+    const std::string val_pattern = cfg.corpus.substr(0, at) + "_val_" + cfg.corpus.substr(at + 7);
+    StatusOr<ShardSet> val = ReadShards(val_pattern);
+    if (!val.ok()) {
+      return val.status().code() == StatusCode::kNotFound
+                 ? NotFound("data.val_fraction 0: no held-out shards match '" + val_pattern + "'")
+                 : val.status();
+    }
+    held_out = std::move(*val);
+  }
+  const int needed = std::max(shards->max_token, held_out ? held_out->max_token : -1) + 1;
   std::string source = "llm.c shards " + Join(shards->files, 3);
   int vocab = cfg.vocab_size;
   if (vocab == 0) {
@@ -133,8 +154,21 @@ StatusOr<Dataset> LoadDataset(const DataConfig& cfg) {
                            " is below the largest token id + 1 = " + std::to_string(needed) +
                            " in " + cfg.corpus);
   }
-  return SplitDataset(std::move(shards->tokens), vocab, cfg.val_fraction, /*byte_level=*/false,
-                      source);
+  if (!held_out) {
+    return SplitDataset(std::move(shards->tokens), vocab, cfg.val_fraction, /*byte_level=*/false,
+                        source);
+  }
+  if (shards->tokens.empty() || held_out->tokens.empty()) {
+    return InvalidArgument(source + ": the training or the held-out shards hold no token");
+  }
+  Dataset ds;
+  ds.vocab_size = vocab;
+  ds.train = std::move(shards->tokens);
+  ds.val = std::move(held_out->tokens);
+  ds.description = source + ": llm.c token ids, vocab " + std::to_string(vocab) + "; train " +
+                   std::to_string(ds.train.size()) + ", val " + std::to_string(ds.val.size()) +
+                   " (held-out shards " + Join(held_out->files, 3) + ")";
+  return ds;
 }
 
 double UnigramEntropyNats(std::span<const int32_t> tokens, int vocab) {

@@ -10,7 +10,10 @@
 // have no ".bin" as text; a mix is an error.
 //
 // The validation split is the LAST val_fraction of the stream: floor(n * val_fraction) tokens,
-// never sampled for training. Batches come from sampler.h (included here for convenience).
+// never sampled for training; or, with val_fraction 0 and a shard pattern with "_train_" in it,
+// the shards of the same pattern with "_val_" instead (held-out documents, as llm.c's FineWeb and
+// ablate-tokenize write them), the training shards then all for training. Batches come from
+// sampler.h (included here for convenience).
 //
 // Thread safety: pure functions; a Dataset is a value.
 #pragma once
@@ -27,7 +30,7 @@ namespace ablate::trainer {
 
 struct DataConfig {
   std::string corpus = "brown";  // brown | nlp | path to a text file | glob of llm.c .bin shards
-  double val_fraction = 0.05;    // in (0, 0.5]
+  double val_fraction = 0.05;    // in (0, 0.5], or 0: the held-out _val_ shards (above)
   // 0: inferred — 256 for bytes; for shards the largest id + 1 rounded up to a multiple of 128 (as
   // llm.c pads GPT-2's 50257 to 50304). Set it (e.g. 50257) to state the tokenizer's true size; it
   // must exceed every id present.

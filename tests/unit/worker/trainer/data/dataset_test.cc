@@ -34,7 +34,9 @@ TEST(DataConfig, ChecksValFraction) {
   EXPECT_TRUE(ValidateDataConfig(cfg).ok());
   cfg.val_fraction = 0.5;
   EXPECT_TRUE(ValidateDataConfig(cfg).ok());
-  for (double bad : {0.0, -0.1, 0.51, 1.0, std::nan("")}) {
+  cfg.val_fraction = 0;  // the held-out _val_ shards (checked when they are read)
+  EXPECT_TRUE(ValidateDataConfig(cfg).ok());
+  for (double bad : {-0.1, 0.51, 1.0, std::nan("")}) {
     cfg.val_fraction = bad;
     const Status st = ValidateDataConfig(cfg);
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << bad;
@@ -143,6 +145,31 @@ TEST(LoadDataset, ShardsInferOrTakeTheVocabulary) {
   ASSERT_FALSE(ds.ok());
   EXPECT_THAT(ds.status().message(), HasSubstr("data.vocab_size 300 is below the largest token id "
                                                "+ 1 = 301"));
+}
+
+TEST(LoadDataset, ValFractionZeroReadsTheHeldOutShards) {
+  TempDir dir;
+  std::vector<int32_t> train(700), val(90);
+  for (size_t i = 0; i < train.size(); ++i) train[i] = static_cast<int32_t>(i % 200);
+  for (size_t i = 0; i < val.size(); ++i) val[i] = static_cast<int32_t>(500 - i);
+  ASSERT_TRUE(WriteShard(dir.Join("mix_train_000000.bin"), train).ok());
+  ASSERT_TRUE(WriteShard(dir.Join("mix_val_000000.bin"), val).ok());
+  DataConfig cfg;
+  cfg.corpus = dir.Join("mix_train_*.bin");
+  cfg.val_fraction = 0;
+  StatusOr<Dataset> ds = LoadDataset(cfg);
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  EXPECT_EQ(ds->train, train);  // every training token trains
+  EXPECT_EQ(ds->val, val);
+  EXPECT_EQ(ds->vocab_size, 512);  // the held-out ids count too: 500 + 1, rounded up to 128
+  EXPECT_THAT(ds->description, HasSubstr("held-out shards"));
+  // Not a _train_ pattern, or no _val_ shards beside it: said so.
+  cfg.corpus = dir.Join("mix_*.bin");
+  EXPECT_THAT(LoadDataset(cfg).status().message(), HasSubstr("has no _train_"));
+  TempDir lone;
+  ASSERT_TRUE(WriteShard(lone.Join("x_train_000000.bin"), train).ok());
+  cfg.corpus = lone.Join("x_train_*.bin");
+  EXPECT_EQ(LoadDataset(cfg).status().code(), StatusCode::kNotFound);
 }
 
 TEST(LoadDataset, CorruptShardErrorReachesTheCaller) {
