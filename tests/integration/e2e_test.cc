@@ -614,7 +614,7 @@ TEST_F(Cluster, EarlyStoppingStopsHopelessRatesAndEveryJudgmentReplays) {
   // The good rates come first in the grid, so they hold the four CPU slots and have recorded
   // their values at every check before the hopeless ones start (median rule, min_configs 2).
   std::string spec =
-      WriteSpec("esgrid", SmallBase(60) +
+      WriteSpec("esgrid", SmallBase(300) +
                               "grid:\n"
                               "  optimizer.lr: [0.01, 0.003, 0.000001, 0.0000001]\n"
                               "seeds: [0, 1]\n"
@@ -634,7 +634,9 @@ TEST_F(Cluster, EarlyStoppingStopsHopelessRatesAndEveryJudgmentReplays) {
   for (const auto& r : states) {
     const bool hopeless = r[0] == "1e-06" || r[0] == "1e-07";
     EXPECT_EQ(r[1], hopeless ? "stopped" : "succeeded") << r[0];
-    if (hopeless) EXPECT_LT(std::stoi(r[2]), 60) << "stopped at its last step: " << r[0];
+    // (300 steps: the hopeless trials are judged at step 20 and must still be running when the
+    // stop arrives, also on a loaded machine.)
+    if (hopeless) EXPECT_LT(std::stoi(r[2]), 300) << "stopped at its last step: " << r[0];
   }
   // Their attempts ended "stopped" after a checkpoint, their metrics kept.
   auto stopped_attempts = Sql("SELECT count(*) FROM attempts a JOIN trials t ON t.id = a.trial_id "
