@@ -21,6 +21,7 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+source "$here/bundle_cluster.sh"
 bundle="" out="" steps=1024 runs="whole,k2,k4,k8,asha,fault"
 while (($#)); do
   case "$1" in
@@ -37,27 +38,11 @@ done
 [[ "$runs" =~ ^[a-z0-9,]+$ ]] || { echo "gpu_sharing_bench: bad --runs" >&2; exit 2; }
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"
-root="$("$here/bundle_root.sh" "$bundle" "$out")"
+root="$(bundle_root "$bundle" "$out")"
 
 clean_env=(env -i "PATH=/usr/bin:/bin:/usr/local/bin" "HOME=$out")
-coord="$out/coordinator"
-mkdir -p "$coord" "$out/worker" "$out/specs"
-"${clean_env[@]}" "$root/bin/ablated" --data-dir "$coord" --grpc 127.0.0.1:0 --http 127.0.0.1:0 \
-  >>"$out/ablated.log" 2>&1 &
-coord_pid=$!
-smi_pid="" worker_pid=""
-cleanup() {
-  [[ -n "$smi_pid" ]] && kill "$smi_pid" 2>/dev/null || true
-  [[ -n "$worker_pid" ]] && kill "$worker_pid" 2>/dev/null && wait "$worker_pid" 2>/dev/null || true
-  kill "$coord_pid" 2>/dev/null && wait "$coord_pid" 2>/dev/null || true
-}
-trap cleanup EXIT
-for _ in $(seq 100); do [[ -s "$coord/ablated.addr" ]] && break; sleep 0.1; done
-[[ -s "$coord/ablated.addr" ]] || { cat "$out/ablated.log" >&2; exit 1; }
-addr="$(cat "$coord/ablated.addr")"
-cli=("${clean_env[@]}" "ABLATE_COORDINATOR=$addr" "ABLATE_TOKEN_FILE=$coord/token" "$root/bin/ablate")
-q() { "${cli[@]}" query --max-rows 1000000 --format csv "$1"; }
-q1() { q "$1" | tail -1 | tr -d '\r"'; }
+mkdir -p "$out/worker" "$out/specs"
+start_coordinator
 
 start_worker() {  # extra environment for the trainers, as NAME=VALUE words
   "${clean_env[@]}" "$@" "$root/bin/ablate-worker" --coordinator "$addr" \

@@ -20,6 +20,7 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+source "$here/bundle_cluster.sh"
 bundle="" out="" metric="final_val_loss" deadline=0 plots=1
 specs=()
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' >&2; }
@@ -55,30 +56,13 @@ if [[ -z "$bundle" ]]; then
   "$here/build.sh"
   bundle="$(bash "$here/../deploy/bundle.sh" --tar "${ABLATE_BUILD_DIR:-$here/../build}" "$out/dist" | tail -n 1)"
 fi
-root="$("$here/bundle_root.sh" "$bundle" "$out")"
+root="$(bundle_root "$bundle" "$out")"
 
 clean_env=(env -i "PATH=/usr/bin:/bin" "HOME=$out")
-coord="$out/coordinator"
 res="$out/results"
-mkdir -p "$coord" "$out/worker" "$res"
-rm -f "$coord/ablated.addr" "$coord/ablated.http" "$res/utilization.md"
-"${clean_env[@]}" "$root/bin/ablated" --data-dir "$coord" --grpc 127.0.0.1:0 --http 127.0.0.1:0 \
-  >>"$out/ablated.log" 2>&1 &
-coord_pid=$!
-smi_pid=""
-worker_pid=""
-cleanup() {
-  [[ -n "$smi_pid" ]] && kill "$smi_pid" 2>/dev/null || true
-  [[ -n "$worker_pid" ]] && kill "$worker_pid" 2>/dev/null && wait "$worker_pid" 2>/dev/null || true
-  kill "$coord_pid" 2>/dev/null && wait "$coord_pid" 2>/dev/null || true
-}
-trap cleanup EXIT
-for _ in $(seq 100); do [[ -s "$coord/ablated.addr" ]] && break; sleep 0.1; done
-[[ -s "$coord/ablated.addr" ]] || { cat "$out/ablated.log" >&2; exit 1; }
-addr="$(cat "$coord/ablated.addr")"
-cli=("${clean_env[@]}" "ABLATE_COORDINATOR=$addr" "ABLATE_TOKEN_FILE=$coord/token" "$root/bin/ablate")
-q() { "${cli[@]}" query --max-rows 1000000 --format csv "$1"; }   # read-only SQL, CSV with header
-q1() { q "$1" | tail -1 | tr -d '\r"'; }                           # one value (CSV has CRLF)
+mkdir -p "$out/worker" "$res"
+rm -f "$res/utilization.md"
+start_coordinator
 
 "${clean_env[@]}" "$root/bin/ablate-worker" --coordinator "$addr" --token-file "$coord/token" \
   --gpus all --work-dir "$out/worker" --metrics 127.0.0.1:0 >>"$out/worker.log" 2>&1 &
