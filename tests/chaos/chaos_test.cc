@@ -483,26 +483,28 @@ TEST(Chaos, NothingLostUnderKillsAndCuts) {
   // six trainers on 2 cores), a checkpoint every 10 steps: the sweep needs about as long as the
   // chaos (it stops early when the sweep is done).
   // max_attempts 10: see the top comment.
+  // The two sweeps' common base (they differ in the optimizer line and how often they evaluate).
+  auto base = [&](const std::string& optimizer, int eval_every) {
+    return "base:\n"
+           "  data: {corpus: " + dir + "/corpus.txt, val_fraction: 0.1, eval_batches: 2}\n"
+           "  model: {seq_len: 32, layers: 1, d_model: 64, heads: 2}\n"
+           "  attention: {block_q: 16, block_kv: 16}\n"
+           "  optimizer: {" + optimizer + "}\n"
+           "  train: {steps: 200, tokens_per_step: 256, micro_batch: 8, warmup: 2,\n"
+           "          eval_every: " + std::to_string(eval_every) +
+           ", diagnostics_every: 100, checkpoint_every: 10,\n"
+           "          threads: 1}\n"
+           "resources: {gpus: 0}\n"
+           "order: grid\n"
+           "max_attempts: " + std::to_string(kMaxAttempts) + "\n";
+  };
   const std::string spec = dir + "/chaos.yaml";
   std::ofstream(spec) << "name: chaos\n"
-                         "base:\n"
-                         "  data: {corpus: "
-                      << dir
-                      << "/corpus.txt, val_fraction: 0.1, eval_batches: 2}\n"
-                         "  model: {seq_len: 32, layers: 1, d_model: 64, heads: 2}\n"
-                         "  attention: {block_q: 16, block_kv: 16}\n"
-                         "  optimizer: {lr: 0.01, lr_vector: 0.003}\n"
-                         "  train: {steps: 200, tokens_per_step: 256, micro_batch: 8, warmup: 2,\n"
-                         "          eval_every: 50, diagnostics_every: 100, checkpoint_every: 10,\n"
-                         "          threads: 1}\n"
-                         "grid:\n"
+                      << base("lr: 0.01, lr_vector: 0.003", 50)
+                      << "grid:\n"
                          "  optimizer.p: [0, 0.25, 0.5, 1]\n"
                          "  attention.kind: [fpa, sagebwd]\n"
-                         "seeds: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]\n"
-                         "order: grid\n"
-                         "resources: {gpus: 0}\n"
-                         "max_attempts: "
-                      << kMaxAttempts << "\n";
+                         "seeds: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]\n";
   Output sub = c.Cli({"submit", spec});
   ASSERT_EQ(sub.code, 0) << sub.out;
   const int kTrials = 128;
@@ -511,24 +513,11 @@ TEST(Chaos, NothingLostUnderKillsAndCuts) {
   const std::string es_spec = dir + "/chaos-es.yaml";
   std::ofstream(es_spec) << "name: chaos-es\n"
                             "priority: 1\n"
-                            "base:\n"
-                            "  data: {corpus: "
-                         << dir
-                         << "/corpus.txt, val_fraction: 0.1, eval_batches: 2}\n"
-                            "  model: {seq_len: 32, layers: 1, d_model: 64, heads: 2}\n"
-                            "  attention: {block_q: 16, block_kv: 16}\n"
-                            "  optimizer: {lr_vector: 0.003}\n"
-                            "  train: {steps: 200, tokens_per_step: 256, micro_batch: 8, warmup: 2,\n"
-                            "          eval_every: 20, diagnostics_every: 100, checkpoint_every: 10,\n"
-                            "          threads: 1}\n"
-                            "grid:\n"
+                         << base("lr_vector: 0.003", 20)
+                         << "grid:\n"
                             "  optimizer.lr: [0.03, 0.01, 0.000001, 0.0000001]\n"
                             "seeds: [0, 1]\n"
-                            "order: grid\n"
-                            "resources: {gpus: 0}\n"
-                            "early_stop: {rule: asha, grace_steps: 20, reduction: 2}\n"
-                            "max_attempts: "
-                         << kMaxAttempts << "\n";
+                            "early_stop: {rule: asha, grace_steps: 20, reduction: 2}\n";
   Output es_sub = c.Cli({"submit", es_spec});
   ASSERT_EQ(es_sub.code, 0) << es_sub.out;
 
