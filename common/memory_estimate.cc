@@ -33,6 +33,13 @@ int64_t EstimateDeviceBytes(const TrialConfig& c) {
   }
   bytes += int64_t(24) * B * T * C * L * 4;  // activations kept for the backward
   bytes += int64_t(2) * B * T * V * 4;       // logits and their gradient
+  if (c.attention.deterministic) {
+    // The deterministic backward's dQ slices: one fp32 (B, T, C) slice per 128 keys (per 64 for
+    // SageBwd at head dim 64), shared by the layers (kernels/attention/cuda/attention_cuda.h).
+    const int hd = c.model.heads > 0 ? int(C / c.model.heads) : 64;
+    const int64_t keys = c.attention.kind == "sagebwd" && hd <= 64 ? 64 : 128;
+    bytes += (T + keys - 1) / keys * B * T * (C + c.model.heads) * 4;
+  }
   return bytes;
 }
 

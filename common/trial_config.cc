@@ -172,10 +172,8 @@ const std::vector<Field>& Fields() {
     f.push_back(BoolField("attention.int8_dp", [](C& c) -> bool& { return c.attention.int8_dp; }));
     f.push_back(BoolField("attention.dq_correction",
                           [](C& c) -> bool& { return c.attention.dq_correction; }));
-    f.push_back(IntField("attention.block_q", [](C& c) -> int& { return c.attention.block_q; }, 1,
-                         1024));
-    f.push_back(IntField("attention.block_kv", [](C& c) -> int& { return c.attention.block_kv; },
-                         1, 1024));
+    f.push_back(BoolField("attention.deterministic",
+                          [](C& c) -> bool& { return c.attention.deterministic; }));
     f.push_back(EnumField("optimizer.kind", [](C& c) -> std::string& { return c.optimizer.kind; },
                           {"spectral", "adamw"}));
     f.push_back(EnumField("optimizer.family",
@@ -297,6 +295,17 @@ std::vector<std::string> ChildKeys(const std::string& prefix) {
 bool IsSection(const std::string& path) { return !ChildKeys(path + ".").empty(); }
 
 // `seen`: the key paths set so far in this document, with where (a key given twice is an error).
+// A key that no longer exists: "" for any other key; "ok" at its last default (configs stored by
+// an earlier release still load: that default is what the key meant on the GPU); else why it went,
+// for the error that names it.
+std::string RemovedKey(const std::string& path, const YAML::Node& value) {
+  const bool q = path == "attention.block_q", kv = path == "attention.block_kv";
+  if (!q && !kv) return "";
+  if (value.IsScalar() && value.Scalar() == (q ? "128" : "64")) return "ok";
+  return "removed in numerics version 2: SageBwd always runs the GPU kernels' tiles (64 query "
+         "rows, 64 or 128 keys), on the CPU too; delete the key";
+}
+
 Status ApplyMap(const YAML::Node& map, const std::string& prefix, const std::string& file,
                 TrialConfig* config, SourceMap* sources, std::map<std::string, std::string>* seen) {
   for (auto it = map.begin(); it != map.end(); ++it) {
@@ -319,6 +328,11 @@ Status ApplyMap(const YAML::Node& map, const std::string& prefix, const std::str
                              ")");
     }
     const Field* field = FindField(path);
+    if (const std::string why = field ? "" : RemovedKey(path, value); why == "ok") {
+      continue;
+    } else if (!why.empty()) {
+      return InvalidArgument(where + ": " + path + ": " + why);
+    }
     if (field == nullptr) {
       std::vector<std::string> siblings = ChildKeys(prefix.empty() ? "" : prefix + ".");
       std::string hint = SuggestKey(key, siblings);
@@ -384,6 +398,11 @@ std::vector<std::string> KnownKeys() {
 Status SetField(TrialConfig* config, const std::string& path, const YAML::Node& value,
                 const std::string& where) {
   const Field* field = FindField(path);
+  if (const std::string why = field ? "" : RemovedKey(path, value); why == "ok") {
+    return Status::Ok();
+  } else if (!why.empty()) {
+    return InvalidArgument(where + ": " + path + ": " + why);
+  }
   if (field == nullptr) {
     std::string hint = SuggestKey(path, KnownKeys());
     return InvalidArgument(where + ": " + path + ": unknown key" +
@@ -535,6 +554,12 @@ std::string ConfigHash(const TrialConfig& config) {
   // Where and how fast it runs, not what it computes.
   j["train"].erase("threads");
   j["train"].erase("peak_tflops");
+  // Identities hold across releases: a key added later is hashed only away from its default (the
+  // behaviour of the releases before it, or a change of numerics the numerics version records),
+  // and a removed key is hashed at its last default.
+  if (config.attention.deterministic) j["attention"].erase("deterministic");
+  j["attention"]["block_q"] = 128;
+  j["attention"]["block_kv"] = 64;
   std::string text = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   uint64_t h = 1469598103934665603ull;
   for (unsigned char ch : text) {

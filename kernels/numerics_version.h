@@ -14,6 +14,6 @@
 
 namespace ablate::kernels {
 
-inline constexpr std::string_view kNumericsVersion = "1";
+inline constexpr std::string_view kNumericsVersion = "2";
 
 }  // namespace ablate::kernels

@@ -6,9 +6,10 @@
 // one byte per value plus block scales with optimizer.state_bits 8, plus the spectral
 // optimizer's Gram/Newton scratch for the largest matrix), the activations kept for the backward
 // (about 24 (B, T, C)-sized float tensors per layer, the 4C-wide MLP counting 4 each), the
-// logits and their gradient (two (B, T, V) floats), and a fixed allowance for the CUDA context,
-// cuBLAS workspaces and allocator slack (kContextBytes). A trial's real peak replaces the
-// estimate once the trainer reports it (gpu_mem_peak_bytes, after its first step).
+// logits and their gradient (two (B, T, V) floats), the deterministic backward's dQ slices with
+// attention.deterministic (one (B, T, C) float slice per 64 or 128 keys), and a fixed allowance for
+// the CUDA context, cuBLAS workspaces and allocator slack (kContextBytes). A trial's real peak
+// replaces the estimate once the trainer reports it (gpu_mem_peak_bytes, after its first step).
 //
 // Thread safety: pure functions.
 #pragma once

@@ -47,8 +47,9 @@ struct AttentionSection {
   bool smooth_q = false;
   bool int8_dp = false;  // quantize dP too (measures the paper's claim that dS/dP precision dominates)
   bool dq_correction = true;  // K-smoothing's dQ += rowsum(dS) kbar term (see attention_cpu.h)
-  int block_q = 128;     // SageBwd tile sizes (mirror the GPU kernel's)
-  int block_kv = 64;
+  // GPU: dQ summed over key blocks in a fixed order, so that reruns are bit-identical (both kinds;
+  // costs scratch memory and some backward time, docs/bench/attention.md). The CPU always is.
+  bool deterministic = true;
 };
 
 struct OptimizerSection {

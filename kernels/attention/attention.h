@@ -20,10 +20,27 @@ struct AttnShape {
 
 enum class AttnKind { kFpa, kSageBwd };
 
+// SageBwd's INT8 products (AttnOptions::int8_products): the forward's logits S = Q K^T (and the
+// backward's recomputed S), O = P~ V, the backward's dV = P^T dO, dQ = dS K, dK = dS^T Q, and
+// dP = dO V^T (INT8 only with int8_dp; bf16 otherwise).
+enum SageProduct : uint32_t {
+  kSageS = 1,
+  kSagePV = 2,
+  kSageDV = 4,
+  kSageDQ = 8,
+  kSageDK = 16,
+  kSageDP = 32,
+};
+inline constexpr uint32_t kSageAllProducts = 63;
+
 // FPA is exact attention; SageBwd quantizes Q, K, V, P and dS (and dP with int8_dp) to INT8 as
 // kernels/ALGORITHMS.md §1.2 says (attention_cpu.h has the quantization groups in detail).
 struct AttnOptions {
   AttnKind kind = AttnKind::kSageBwd;
+  // Both kinds, GPU only (the CPU is deterministic): reduce dQ over key blocks in a fixed order,
+  // so identical runs are bit-identical (cuda/attention_cuda.h, AttnDetScratchBytes). Off: fp32
+  // atomics add the key blocks' parts in arrival order.
+  bool deterministic = false;
   // SageBwd only (FPA has no options):
   // The CPU emulator's tiles. The GPU kernels run their own (SageGpuTiles in
   // attention/cuda/attention_cuda.h gives the emulator options that match them).
@@ -41,6 +58,35 @@ struct AttnOptions {
   // sum to 0) by |kbar|: dQ rel. L2 0.114 with it vs 0.018 without at a sigma-8 key offset. A switch
   // so the trade-off can be measured; on by default as the contract says.
   bool dq_kmean_correction = true;
+  // The CPU emulator's INT8 products (SageProduct bits; the mechanism probes' error
+  // decomposition): a product whose bit is clear is computed in T from its unquantized (smoothed)
+  // operands. The GPU kernels run every product in INT8 and refuse any other mask.
+  uint32_t int8_products = kSageAllProducts;
 };
+
+// The tiles of the SageBwd GPU kernels, which the CPU emulator runs too wherever a model trains
+// (the trainer sets them with SageGpuTiles; the emulator's other tiles are for the kernels' tests).
+inline constexpr int kSageBq = 64;   // SageBwd query rows per tile (fwd and bwd, D = 64 and 128)
+inline constexpr int kSageBkv = 64;  // SageBwd key rows per tile
+
+// The K / V quantization group the SageBwd kernels run at head dim d: 128 keys at d128 without
+// Q-smoothing (the forward steps two K tiles at a time), else 64.
+inline int SageKvGroup(const AttnOptions& opt, int d) {
+  return d == 128 && !opt.smooth_q ? 2 * kSageBkv : kSageBkv;
+}
+
+// The SageBwd backward's key block (the emulator's bkv) at head dim d: 128 where the backward
+// quantizes dS^ for dQ with one scale per query row over 128 keys (with 128-key K / V groups),
+// else 64.
+inline int SageBwdKeyBlock(const AttnOptions& opt, int d) { return SageKvGroup(opt, d); }
+
+// The CPU emulator options that the SageBwd kernels implement for `opt` at head dim d.
+inline AttnOptions SageGpuTiles(const AttnOptions& opt, int d) {
+  AttnOptions o = opt;
+  o.bq = kSageBq;
+  o.bkv = SageBwdKeyBlock(opt, d);
+  o.kv_group = SageKvGroup(opt, d);
+  return o;
+}
 
 }  // namespace ablate::kernels

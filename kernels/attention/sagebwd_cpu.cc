@@ -140,6 +140,7 @@ struct Geometry {
 // K and V of one (b, h), quantized per kvg-key group, plus the K-smoothing mean.
 template <typename T>
 struct QuantKV {
+  const T *k = nullptr, *v = nullptr;  // this head's K and V (N, D), for the exact products
   std::vector<T> kbar;         // (D), zeros when !smooth_k
   std::vector<QInt> kh, vh;    // (N, D) psi(K - kbar), psi(V), group by group
   std::vector<QInt> kht, vht;  // (D, N) their transposes
@@ -151,6 +152,8 @@ template <typename T>
 void QuantizeKV(const Geometry<T>& g, const T* k, const T* v, const T* kbar, bool smooth_k,
                 QuantKV<T>* out) {
   const int64_t nd = int64_t(g.N) * g.D;
+  out->k = k;
+  out->v = v;
   out->kbar.assign(kbar, kbar + g.D);
   out->kh.resize(nd);
   out->vh.resize(nd);
@@ -198,9 +201,12 @@ void BlockBias(const Geometry<T>& g, int j, const T* k, const T* kbar, const T* 
 //   S = (tau * sQ_i * sK_j) * (Q^_i K^_j^T)  [+ bias_c when Q-smoothing]
 // The forward and the backward call this same function, so the backward sees the forward's S.
 // qh_tile: Q^_i (nr x D); bias: (nc) from BlockBias, or null.
+// exact (int8_products without kSageS): tau (Q_i - mu) (K_j - kbar)^T from q_tile (this tile's
+// rows of Q), mu and kv.k instead.
 template <typename T>
 void BlockLogits(const Geometry<T>& g, int i, int j, const QInt* qh_tile, T sq,
-                 const QuantKV<T>& kv, const T* bias, T* s) {
+                 const QuantKV<T>& kv, const T* bias, T* s, bool exact = false,
+                 const T* q_tile = nullptr, const T* mu = nullptr) {
   const int r0 = i * g.bq, c0 = j * g.bkv, nr = g.QRows(i), nc = g.KRows(j), D = g.D;
   const T a = g.tau * sq * kv.sk[g.GroupOf(j)];
   const T inf = std::numeric_limits<T>::infinity();
@@ -209,7 +215,16 @@ void BlockLogits(const Geometry<T>& g, int i, int j, const QInt* qh_tile, T sq,
     T* sr = s + int64_t(r) * nc;
     const int nvalid = g.VisibleKeys(r0 + r, j);
     for (int c = 0; c < nvalid; ++c) {
-      const T x = a * T(DotI16(qr, kv.kh.data() + int64_t(c0 + c) * D, D));
+      T x;
+      if (exact) {
+        const T* qx = q_tile + int64_t(r) * D;
+        const T* kx = kv.k + int64_t(c0 + c) * D;
+        T acc = 0;
+        for (int d = 0; d < D; ++d) acc += (qx[d] - mu[d]) * (kx[d] - kv.kbar[d]);
+        x = g.tau * acc;
+      } else {
+        x = a * T(DotI16(qr, kv.kh.data() + int64_t(c0 + c) * D, D));
+      }
       sr[c] = bias ? x + bias[c] : x;
     }
     std::fill(sr + nvalid, sr + nc, -inf);
@@ -231,7 +246,8 @@ void ForwardQTile(const Geometry<T>& g, const AttnOptions& opt, const T* q, cons
   for (int j = 0; j <= g.LastKTile(i); ++j) {
     const int c0 = j * g.bkv, nc = g.KRows(j);
     if (opt.smooth_q) BlockBias(g, j, k, kv.kbar.data(), mu.data(), bias.data());
-    BlockLogits(g, i, j, qh.data(), sq, kv, opt.smooth_q ? bias.data() : nullptr, s.data());
+    BlockLogits(g, i, j, qh.data(), sq, kv, opt.smooth_q ? bias.data() : nullptr, s.data(),
+                !(opt.int8_products & kSageS), q + int64_t(r0) * D, mu.data());
     for (int r = 0; r < nr; ++r) {
       const T* sr = s.data() + int64_t(r) * nc;
       const int nvalid = g.VisibleKeys(r0 + r, j);
@@ -251,9 +267,17 @@ void ForwardQTile(const Geometry<T>& g, const AttnOptions& opt, const T* q, cons
       const T alpha = std::exp(m[r] - m_new);  // 0 on the first visible tile
       const T coef = sp * kv.sv[g.GroupOf(j)];
       T* ar = acc.data() + int64_t(r) * D;
-      for (int d = 0; d < D; ++d) {
-        const int32_t pv = DotI16(ph.data(), kv.vht.data() + int64_t(d) * N + c0, nvalid);
-        ar[d] = ar[d] * alpha + coef * T(pv);
+      if (opt.int8_products & kSagePV) {
+        for (int d = 0; d < D; ++d) {
+          const int32_t pv = DotI16(ph.data(), kv.vht.data() + int64_t(d) * N + c0, nvalid);
+          ar[d] = ar[d] * alpha + coef * T(pv);
+        }
+      } else {  // exact: P~ V in T
+        for (int d = 0; d < D; ++d) ar[d] *= alpha;
+        for (int c = 0; c < nvalid; ++c) {
+          const T* vr = kv.v + int64_t(c0 + c) * D;
+          for (int d = 0; d < D; ++d) ar[d] += p[c] * vr[d];
+        }
       }
       l[r] = l[r] * alpha + rowsum;
       m[r] = m_new;
@@ -318,7 +342,8 @@ void BackwardHead(const Geometry<T>& g, const AttnOptions& opt, const T* q, cons
       const int c0 = j * g.bkv, nc = g.KRows(j);
       if (mui) BlockBias(g, j, k, kv.kbar.data(), mui, bias.data());
       BlockLogits(g, i, j, qh.data() + int64_t(r0) * D, sq[i], kv, mui ? bias.data() : nullptr,
-                  pm.data());
+                  pm.data(), !(opt.int8_products & kSageS), q + int64_t(r0) * D,
+                  mu.data() + int64_t(i) * D);
       // P = exp(S - LSE), dP = dO V^T, dS = P o (dP - D_i); masked entries 0.
       const T sdv = sdo[i] * kv.sv[g.GroupOf(j)];
       for (int r = 0; r < nr; ++r) {
@@ -328,9 +353,10 @@ void BackwardHead(const Geometry<T>& g, const AttnOptions& opt, const T* q, cons
         for (int c = 0; c < nvalid; ++c) {
           const int64_t gc = c0 + c;
           pr[c] = std::exp(pr[c] - lse[gr]);
-          const T dp = opt.int8_dp
+          const T dp = !opt.int8_dp ? Dot(dob.data() + int64_t(gr) * D, vb.data() + gc * D, D)
+                       : (opt.int8_products & kSageDP)
                            ? sdv * T(DotI16(doh.data() + int64_t(gr) * D, kv.vh.data() + gc * D, D))
-                           : Dot(dob.data() + int64_t(gr) * D, vb.data() + gc * D, D);
+                           : Dot(do_ + int64_t(gr) * D, v + gc * D, D);
           dsr[c] = pr[c] * (dp - drow[gr]);
         }
         std::fill(pr + nvalid, pr + nc, T(0));
@@ -357,8 +383,16 @@ void BackwardHead(const Geometry<T>& g, const AttnOptions& opt, const T* q, cons
         const T coef = colscale[c] * sdo[i];
         const QInt* pc = qblk.data() + int64_t(c) * nr;
         T* dvr = dv + int64_t(c0 + c) * D;
-        for (int d = 0; d < D; ++d) {
-          dvr[d] += coef * T(DotI16(pc, doht.data() + int64_t(d) * N + r0, nr));
+        if (opt.int8_products & kSageDV) {
+          for (int d = 0; d < D; ++d) {
+            dvr[d] += coef * T(DotI16(pc, doht.data() + int64_t(d) * N + r0, nr));
+          }
+        } else {  // exact: P^T dO in T
+          for (int r = 0; r < nr; ++r) {
+            const T pr = pm[int64_t(r) * nc + c];
+            const T* dor = do_ + int64_t(r0 + r) * D;
+            for (int d = 0; d < D; ++d) dvr[d] += pr * dor[d];
+          }
         }
       }
 
@@ -376,8 +410,15 @@ void BackwardHead(const Geometry<T>& g, const AttnOptions& opt, const T* q, cons
         for (int c = 0; c < nc; ++c) dsq[c] = Quantize(dsr[c], scale);
         const T coef = tau * scale * kv.sk[g.GroupOf(j)];
         T* dqr = dq + int64_t(r0 + r) * D;
-        for (int d = 0; d < D; ++d) {
-          dqr[d] += coef * T(DotI16(dsq, kv.kht.data() + int64_t(d) * N + c0, nc));
+        if (opt.int8_products & kSageDQ) {
+          for (int d = 0; d < D; ++d) {
+            dqr[d] += coef * T(DotI16(dsq, kv.kht.data() + int64_t(d) * N + c0, nc));
+          }
+        } else {  // exact: tau dS (K - kbar) in T (the K-smoothing term below adds kbar back)
+          for (int c = 0; c < nc; ++c) {
+            const T* kr = k + int64_t(c0 + c) * D;
+            for (int d = 0; d < D; ++d) dqr[d] += tau * dsr[c] * (kr[d] - kv.kbar[d]);
+          }
         }
       }
 
@@ -401,8 +442,17 @@ void BackwardHead(const Geometry<T>& g, const AttnOptions& opt, const T* q, cons
         const T coef = tau * colscale[c] * sq[i];
         const QInt* dsc = qblk.data() + int64_t(c) * nr;
         T* dkr = dk + int64_t(c0 + c) * D;
-        for (int d = 0; d < D; ++d) {
-          dkr[d] += coef * T(DotI16(dsc, qht.data() + int64_t(d) * N + r0, nr));
+        if (opt.int8_products & kSageDK) {
+          for (int d = 0; d < D; ++d) {
+            dkr[d] += coef * T(DotI16(dsc, qht.data() + int64_t(d) * N + r0, nr));
+          }
+        } else {  // exact: tau dS^T (Q - mu) in T (Q-smoothing's term below adds mu back)
+          const T* mq = mu.data() + int64_t(i) * D;
+          for (int r = 0; r < nr; ++r) {
+            const T x = tau * ds[int64_t(r) * nc + c];
+            const T* qr = q + int64_t(r0 + r) * D;
+            for (int d = 0; d < D; ++d) dkr[d] += x * (qr[d] - mq[d]);
+          }
         }
         // Q-smoothing: the quantized product saw Q - mu_Q(i); add back dS^T 1 mu_Q(i).
         if (mui) {

@@ -11,7 +11,10 @@
 // Output: a markdown table on stdout and a JSON file (--json, default attention_bench.json):
 //   {"device": ..., "results": [{"impl", "B", "H", "N", "D", "causal", "pass", "ms", "tflops"}]}
 // Usage: ablate-attention-bench [--json PATH] [--iters N] [--warmup N] [--impl fpa|sage|all]
-//          [--shape B,H,N,D] [--causal yes|no] [--sync-each]
+//          [--shape B,H,N,D] [--causal yes|no] [--deterministic yes|no|both] [--sync-each]
+// --deterministic both (the default) times each backward both ways: impl "fpa" / "sagebwd" with
+// dQ's atomics, "fpa-det" / "sagebwd-det" with the deterministic reduction (no forward rows: the
+// forward is the same).
 // --shape / --causal restrict the run to one shape / one masking (for a profiler such as ncu).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -116,11 +119,12 @@ int main(int argc, char** argv) {
   int iters = 30, warmup = 5;
   int only_causal = -1;  // -1: both, 0: non-causal only, 1: causal only
   bool sync_each = false;
+  std::vector<bool> det_modes = {false, true};
   struct Sh { int B, H, N, D; };
   std::vector<Sh> shapes = {{4, 16, 2048, 128}, {2, 16, 8192, 128}, {8, 16, 1024, 64}};
   const char* usage =
       "usage: %s [--json PATH] [--iters N>=20] [--warmup N] [--impl fpa|sage|all] "
-      "[--shape B,H,N,D] [--causal yes|no] [--sync-each]\n";
+      "[--shape B,H,N,D] [--causal yes|no] [--deterministic yes|no|both] [--sync-each]\n";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -135,6 +139,14 @@ int main(int argc, char** argv) {
     else if (a == "--warmup") warmup = std::max(1, std::atoi(next().c_str()));
     else if (a == "--impl") impl = next();
     else if (a == "--sync-each") sync_each = true;
+    else if (a == "--deterministic") {
+      const std::string c = next();
+      if (c != "yes" && c != "no" && c != "both") {
+        std::fprintf(stderr, "--deterministic takes yes, no or both, not '%s'\n", c.c_str());
+        return 2;
+      }
+      det_modes = c == "both" ? std::vector<bool>{false, true} : std::vector<bool>{c == "yes"};
+    }
     else if (a == "--causal") {
       const std::string c = next();
       if (c != "yes" && c != "no") {
@@ -185,10 +197,15 @@ int main(int argc, char** argv) {
       for (bf16** p : {&q, &k, &v, &o, &dO, &dq, &dk, &dv}) CHECK_CUDA(cudaMalloc(p, numel * 2));
       CHECK_CUDA(cudaMalloc(&lse, rows * 4));
       size_t ws_bytes = ablate::kernels::FpaWorkspaceBytes(s);
-      const ablate::kernels::AttnOptions sopt;
       ws_bytes = std::max(ws_bytes, ablate::kernels::SageWorkspaceBytes(s));
       void* ws;
       CHECK_CUDA(cudaMalloc(&ws, ws_bytes));
+      ablate::kernels::AttnOptions det_opt;
+      det_opt.deterministic = true;
+      const size_t det_bytes = std::max(ablate::kernels::FpaDetScratchBytes(s),
+                                        ablate::kernels::SageDetScratchBytes(s, det_opt));
+      void* det_ws;
+      CHECK_CUDA(cudaMalloc(&det_ws, det_bytes));
       uint32_t seed = 1;
       for (bf16* p : {q, k, v, dO}) {
         FillNormalish<<<unsigned((numel + 255) / 256), 256, 0, stream>>>(p, int64_t(numel), seed++);
@@ -200,40 +217,48 @@ int main(int argc, char** argv) {
         results.push_back({name, s, pass, ms, flops / (ms * 1e-3) / 1e12});
       };
 
+      for (const bool det : det_modes) {
+      ablate::kernels::AttnOptions sopt;
+      sopt.deterministic = det;
+      void* const dws = det ? det_ws : nullptr;
       if (impl == "all" || impl == "fpa") {
         namespace c = ablate::kernels;
+        const char* name = det ? "fpa-det" : "fpa";
         auto fwd = [&] {
           CheckStatus(c::FpaForwardCuda(s, q, k, v, o, lse, stream), "fpa fwd");
         };
         auto bwd = [&] {
-          CheckStatus(
-              c::FpaBackwardCuda(s, q, k, v, o, lse, dO, dq, dk, dv, ws, ws_bytes, stream),
-              "fpa bwd");
+          CheckStatus(c::FpaBackwardCuda(s, q, k, v, o, lse, dO, dq, dk, dv, ws, ws_bytes, stream,
+                                         dws, det_bytes),
+                      "fpa bwd");
         };
-        add("fpa", "fwd", TimeMs(fwd, warmup, iters, stream, sync_each), ff);
+        if (!det) add(name, "fwd", TimeMs(fwd, warmup, iters, stream, sync_each), ff);
         fwd();
-        add("fpa", "bwd", TimeMs(bwd, warmup, iters, stream, sync_each), 2.5 * ff);
-        add("fpa", "fwd+bwd", TimeMs([&] { fwd(); bwd(); }, warmup, iters, stream, sync_each),
+        add(name, "bwd", TimeMs(bwd, warmup, iters, stream, sync_each), 2.5 * ff);
+        add(name, "fwd+bwd", TimeMs([&] { fwd(); bwd(); }, warmup, iters, stream, sync_each),
             3.5 * ff);
       }
       if (impl == "all" || impl == "sage") {
         namespace kk = ablate::kernels;
+        const char* name = det ? "sagebwd-det" : "sagebwd";
         auto fwd = [&] {
           CheckStatus(kk::SageForwardCuda(s, sopt, q, k, v, o, lse, ws, ws_bytes, stream), "sage fwd");
         };
         auto bwd = [&] {
-          CheckStatus(kk::SageBackwardCuda(s, sopt, q, k, v, o, lse, dO, dq, dk, dv, ws, ws_bytes, stream),
+          CheckStatus(kk::SageBackwardCuda(s, sopt, q, k, v, o, lse, dO, dq, dk, dv, ws, ws_bytes,
+                                           stream, dws, det_bytes),
                       "sage bwd");
         };
-        add("sagebwd", "fwd", TimeMs(fwd, warmup, iters, stream, sync_each), ff);
+        if (!det) add(name, "fwd", TimeMs(fwd, warmup, iters, stream, sync_each), ff);
         fwd();
-        add("sagebwd", "bwd", TimeMs(bwd, warmup, iters, stream, sync_each), 2.5 * ff);
-        add("sagebwd", "fwd+bwd", TimeMs([&] { fwd(); bwd(); }, warmup, iters, stream, sync_each),
+        add(name, "bwd", TimeMs(bwd, warmup, iters, stream, sync_each), 2.5 * ff);
+        add(name, "fwd+bwd", TimeMs([&] { fwd(); bwd(); }, warmup, iters, stream, sync_each),
             3.5 * ff);
+      }
       }
       CHECK_CUDA(cudaStreamSynchronize(stream));
       for (void* p : {(void*)q, (void*)k, (void*)v, (void*)o, (void*)dO, (void*)dq, (void*)dk,
-                      (void*)dv, (void*)lse, ws}) {
+                      (void*)dv, (void*)lse, ws, det_ws}) {
         CHECK_CUDA(cudaFree(p));
       }
     }

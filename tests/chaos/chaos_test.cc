@@ -25,7 +25,11 @@
 // exhaust a trial's attempts.
 //
 // Environment: ABLATE_CHAOS_SEED (the schedule's seed; printed), ABLATE_CHAOS_SECONDS (default
-// 120), ABLATE_CHAOS_KEEP=1 keeps the scratch folder.
+// 120), ABLATE_CHAOS_KEEP=1 keeps the scratch folder. ABLATE_CHAOS_GPU_SHARE=1/k (on a GPU
+// machine): worker 0 also gets `--gpus all --mps auto`, and the early-stopping sweep's trials run
+// on it with device cuda and resources.gpus 1/k (k of them sharing the GPU under MPS), so that the
+// kills hit a shared-GPU worker, its trainers and their MPS daemon too. ABLATE_CHAOS_BIN_DIR: take
+// the four programs from that folder (a bundle's bin/) instead of the build's.
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -69,6 +73,18 @@ using Clock = std::chrono::steady_clock;
 constexpr int kWorkers = 3;
 constexpr double kLeaseS = 3;
 constexpr int kMaxAttempts = 10;
+
+// A program: ABLATE_CHAOS_BIN_DIR/name, or the build's.
+std::string Bin(const char* name, const char* built) {
+  const char* dir = std::getenv("ABLATE_CHAOS_BIN_DIR");
+  return dir != nullptr && *dir != '\0' ? std::string(dir) + "/" + name : std::string(built);
+}
+
+// ABLATE_CHAOS_GPU_SHARE (top comment), or null.
+const char* GpuShare() {
+  const char* v = std::getenv("ABLATE_CHAOS_GPU_SHARE");
+  return v != nullptr && *v != '\0' ? v : nullptr;
+}
 
 int64_t EnvInt(const char* name, int64_t fallback) {
   const char* v = std::getenv(name);
@@ -225,7 +241,7 @@ class ChaosCluster {
   int crashes() const { return crashes_; }
 
   Output Cli(std::vector<std::string> args, seconds timeout = seconds(60)) {
-    args.insert(args.begin(), ABLATE_CLI_BIN);
+    args.insert(args.begin(), Bin("ablate", ABLATE_CLI_BIN));
     return Run(
         args, dir_,
         {"ABLATE_COORDINATOR=" + coordinator_addr(), "ABLATE_TOKEN_FILE=" + dir_ + "/coord/token"},
@@ -249,8 +265,8 @@ class ChaosCluster {
     for (int attempt = 0; attempt < 20; ++attempt) {
       ::unlink(addr_file.c_str());
       coordinator_ =
-          Spawn({ABLATED_BIN, "--data-dir", dir_ + "/coord", "--grpc", coordinator_addr(),
-                 "--lease-seconds", "3", "--heartbeat-seconds", "0.5"},
+          Spawn({Bin("ablated", ABLATED_BIN), "--data-dir", dir_ + "/coord", "--grpc",
+                 coordinator_addr(), "--lease-seconds", "3", "--heartbeat-seconds", "0.5"},
                 dir_ + "/ablated.log");
       for (int i = 0; i < 200; ++i) {
         if (!ReadFile(addr_file).empty()) return true;
@@ -267,11 +283,13 @@ class ChaosCluster {
 
   void StartWorkerLocked(int i) {
     const std::string n = std::to_string(i);
-    workers_[i] = Spawn(
-        {ABLATE_WORKER_BIN, "--coordinator", "127.0.0.1:" + std::to_string(proxies_[i]->port()),
-         "--token-file", dir_ + "/coord/token", "--gpus", "none", "--cpu-slots", "2", "--work-dir",
-         dir_ + "/w" + n, "--trainer", ABLATE_TRAIN_BIN, "--data-root", dir_},
-        dir_ + "/worker" + n + ".log");
+    const bool gpu = i == 0 && GpuShare() != nullptr;
+    workers_[i] = Spawn({Bin("ablate-worker", ABLATE_WORKER_BIN), "--coordinator",
+                         "127.0.0.1:" + std::to_string(proxies_[i]->port()), "--token-file",
+                         dir_ + "/coord/token", "--gpus", gpu ? "all" : "none", "--mps",
+                         gpu ? "auto" : "off", "--cpu-slots", "2", "--work-dir", dir_ + "/w" + n,
+                         "--trainer", Bin("ablate-train", ABLATE_TRAIN_BIN), "--data-root", dir_},
+                        dir_ + "/worker" + n + ".log");
   }
 
   const std::string dir_;
@@ -484,19 +502,28 @@ TEST(Chaos, NothingLostUnderKillsAndCuts) {
   // chaos (it stops early when the sweep is done).
   // max_attempts 10: see the top comment.
   // The two sweeps' common base (they differ in the optimizer line and how often they evaluate).
-  auto base = [&](const std::string& optimizer, int eval_every) {
+  // gpu (ABLATE_CHAOS_GPU_SHARE): device cuda, one head of 64 (the kernels' head sizes).
+  auto base = [&](const std::string& optimizer, int eval_every, bool gpu = false) {
     return "base:\n"
-           "  data: {corpus: " + dir + "/corpus.txt, val_fraction: 0.1, eval_batches: 2}\n"
-           "  model: {seq_len: 32, layers: 1, d_model: 64, heads: 2}\n"
-           "  attention: {block_q: 16, block_kv: 16}\n"
-           "  optimizer: {" + optimizer + "}\n"
+           "  data: {corpus: " +
+           dir + "/corpus.txt, val_fraction: 0.1, eval_batches: 2}\n" +
+           (gpu ? "  device: cuda\n" : "") +
+           "  model: {seq_len: 32, layers: 1, d_model: 64, heads: " + (gpu ? "1" : "2") +
+           "}\n"
+           "  optimizer: {" +
+           optimizer +
+           "}\n"
            "  train: {steps: 200, tokens_per_step: 256, micro_batch: 8, warmup: 2,\n"
-           "          eval_every: " + std::to_string(eval_every) +
+           "          eval_every: " +
+           std::to_string(eval_every) +
            ", diagnostics_every: 100, checkpoint_every: 10,\n"
            "          threads: 1}\n"
-           "resources: {gpus: 0}\n"
+           "resources: {gpus: " +
+           std::string(gpu ? GpuShare() : "0") +
+           "}\n"
            "order: grid\n"
-           "max_attempts: " + std::to_string(kMaxAttempts) + "\n";
+           "max_attempts: " +
+           std::to_string(kMaxAttempts) + "\n";
   };
   const std::string spec = dir + "/chaos.yaml";
   std::ofstream(spec) << "name: chaos\n"
@@ -513,7 +540,7 @@ TEST(Chaos, NothingLostUnderKillsAndCuts) {
   const std::string es_spec = dir + "/chaos-es.yaml";
   std::ofstream(es_spec) << "name: chaos-es\n"
                             "priority: 1\n"
-                         << base("lr_vector: 0.003", 20)
+                         << base("lr_vector: 0.003", 20, GpuShare() != nullptr)
                          << "grid:\n"
                             "  optimizer.lr: [0.03, 0.01, 0.000001, 0.0000001]\n"
                             "seeds: [0, 1]\n"
@@ -721,8 +748,9 @@ TEST(Chaos, NothingLostUnderKillsAndCuts) {
   const std::string bad_token = dir + "/bad_token";
   std::ofstream(bad_token) << "0123456789abcdef0123456789abcdef\n";
   ::chmod(bad_token.c_str(), 0600);
-  Output refused = ::ablate::testing::Run({ABLATE_CLI_BIN, "status", "--token-file", bad_token},
-                                          dir, {"ABLATE_COORDINATOR=" + c.coordinator_addr()});
+  Output refused =
+      ::ablate::testing::Run({Bin("ablate", ABLATE_CLI_BIN), "status", "--token-file", bad_token},
+                             dir, {"ABLATE_COORDINATOR=" + c.coordinator_addr()});
   EXPECT_EQ(refused.code, 5) << refused.out;
   Output status = c.Cli({"status", "chaos"});
   EXPECT_EQ(status.code, 0) << status.out;

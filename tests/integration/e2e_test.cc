@@ -90,11 +90,13 @@ class Cluster : public ::testing::Test {
 
   static std::string SmallBase(int steps) {
     return "base:\n"
-           "  data: {corpus: " + *dir_ + "/corpus.txt, val_fraction: 0.1, eval_batches: 2}\n"
+           "  data: {corpus: " +
+           *dir_ +
+           "/corpus.txt, val_fraction: 0.1, eval_batches: 2}\n"
            "  model: {seq_len: 32, layers: 1, d_model: 32, heads: 2}\n"
-           "  attention: {block_q: 16, block_kv: 16}\n"
            "  optimizer: {lr: 0.01, lr_vector: 0.003}\n"
-           "  train: {steps: " + std::to_string(steps) +
+           "  train: {steps: " +
+           std::to_string(steps) +
            ", tokens_per_step: 256, micro_batch: 8, warmup: 2, eval_every: 10,\n"
            "          diagnostics_every: 10, checkpoint_every: 10, threads: 1}\n"
            "resources: {gpus: 0}\n";

@@ -145,9 +145,10 @@ TEST(Prometheus, ScrapesAblatedAndAWorker) {
 
   std::string spec = dir + "/tiny.yaml";
   std::ofstream(spec) << "name: tiny\nbase:\n"
-                         "  data: {corpus: " << dir << "/corpus.txt, val_fraction: 0.1, eval_batches: 2}\n"
+                         "  data: {corpus: "
+                      << dir
+                      << "/corpus.txt, val_fraction: 0.1, eval_batches: 2}\n"
                          "  model: {seq_len: 32, layers: 1, d_model: 32, heads: 2}\n"
-                         "  attention: {block_q: 16, block_kv: 16}\n"
                          // ~6 s per trial on 2 cores: several 1 s scrapes while it runs.
                          "  train: {steps: 1200, tokens_per_step: 256, micro_batch: 8, warmup: 2,\n"
                          "          eval_every: 400, diagnostics_every: 400,\n"

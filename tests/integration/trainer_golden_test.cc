@@ -59,7 +59,7 @@ std::string* TrainerGolden::dir_ = nullptr;
 const char* kSageSpectral = R"(
 seed: 1
 model: {seq_len: 32, layers: 2, d_model: 32, heads: 2, mlp: gelu, tie_embeddings: true}
-attention: {kind: sagebwd, qk_norm: true, smooth_k: true, block_q: 16, block_kv: 8}
+attention: {kind: sagebwd, qk_norm: true, smooth_k: true}
 optimizer: {kind: spectral, family: rms, p: 0.5, lr: 0.02, lr_vector: 0.003, newton_iters: 15}
 train: {steps: 20, tokens_per_step: 256, micro_batch: 4, warmup: 2, eval_every: 10,
         diagnostics_every: 10, checkpoint_every: 10, threads: 1}

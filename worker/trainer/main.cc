@@ -26,6 +26,7 @@
 #include "ablate/trial_config.h"
 #include "trainer/loop/checkpoint.h"
 #include "trainer/loop/train_loop.h"
+#include "trainer/probe/probe.h"
 #if ABLATE_TRAINER_HAVE_CUDA
 #include "trainer/cuda/cuda_backend.h"
 #include <cuda_runtime_api.h>
@@ -85,6 +86,48 @@ bool IsFatalDeviceError(const std::string& message) {
   return false;
 }
 
+// --probe: the config is --config's, else the checkpoint's, else the defaults.
+int RunProbe(const std::string& what, const std::string& config_path, const std::string& resume,
+             std::string out_dir, int batches, uint64_t seed) {
+  ablate::StatusOr<ablate::config::TrialConfig> config = ablate::config::TrialConfig{};
+  if (!config_path.empty()) {
+    config = ablate::config::LoadTrialConfig(config_path);
+  } else if (!resume.empty()) {
+    config = ablate::trainer::probe::ConfigOfCheckpoint(resume);
+  } else {
+    ablate::config::Normalize(&*config);
+  }
+  if (!config.ok()) {
+    std::fprintf(stderr, "ablate-train: %s\n", config.status().message().c_str());
+    return 2;
+  }
+  ablate::trainer::probe::ProbeOptions opt;
+  opt.what = what;
+  opt.checkpoint = resume;
+  opt.batches = batches;
+  opt.seed = seed;
+  auto result = ablate::trainer::probe::RunProbes(*config, opt, std::cout);
+  std::cout << std::flush;
+  if (!result.ok()) {
+    std::fprintf(stderr, "ablate-train: %s\n", result.status().message().c_str());
+    return result.status().code() == ablate::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  if (out_dir.empty()) out_dir = "ablate-runs/probe-" + ablate::config::ConfigHash(*config);
+  if (auto st = ablate::MakeDirs(out_dir); !st.ok()) {
+    std::fprintf(stderr, "ablate-train: %s\n", st.message().c_str());
+    return 1;
+  }
+  const std::string path = out_dir + "/probe.json";
+  (*result)["config_hash"] = ablate::config::ConfigHash(*config);
+  (*result)["checkpoint"] = resume;
+  if (auto st = ablate::WriteFileAtomic(path, result->dump(2) + "\n"); !st.ok()) {
+    std::fprintf(stderr, "ablate-train: %s\n", st.message().c_str());
+    return 1;
+  }
+  std::printf("\nwrote %s\n", path.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -102,15 +145,23 @@ int main(int argc, char** argv) {
   }
   CLI::App app{"ablate-train: the built-in training loop (GPT, fpa/sagebwd attention, AdamW and "
                "spectral optimizers). Prints one JSON object per line."};
-  std::string config_path, out_dir, resume;
+  std::string config_path, out_dir, resume, probe;
   bool print_config = false;
-  app.add_option("--config", config_path, "trial config (YAML); every key has a default")
-      ->required();
+  int probe_batches = 32;
+  uint64_t probe_seed = 1;
+  app.add_option("--config", config_path,
+                 "trial config (YAML); every key has a default (required unless --probe takes "
+                 "the config of its --resume checkpoint)");
   app.add_option("--out", out_dir,
                  "output folder: checkpoints/ and metrics.jsonl (default: ablate-runs/<config hash>)");
   app.add_option("--resume", resume, "checkpoint to continue from");
   app.add_flag("--print-config", print_config,
                "print the resolved config (every key, as JSON) and its hash, then exit");
+  app.add_option("--probe", probe,
+                 "run a mechanism probe instead of training (sigma | decompose | bias-noise | "
+                 "all; docs/probes.md): tables on stdout, JSON in OUT/probe.json");
+  app.add_option("--probe-batches", probe_batches, "bias-noise: micro-batches to sample");
+  app.add_option("--probe-seed", probe_seed, "the probes' synthetic inputs and batches");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -118,6 +169,12 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
 
+  if (!probe.empty())
+    return RunProbe(probe, config_path, resume, out_dir, probe_batches, probe_seed);
+  if (config_path.empty()) {
+    std::fprintf(stderr, "ablate-train: --config is required\n");
+    return 2;
+  }
   auto config = ablate::config::LoadTrialConfig(config_path);
   if (!config.ok()) {
     std::fprintf(stderr, "ablate-train: %s\n", config.status().message().c_str());

@@ -11,6 +11,11 @@ size_t AttnWorkspaceBytes(const AttnShape& shape, const AttnOptions& opt) {
   return opt.kind == AttnKind::kFpa ? FpaWorkspaceBytes(shape) : SageWorkspaceBytes(shape);
 }
 
+size_t AttnDetScratchBytes(const AttnShape& shape, const AttnOptions& opt) {
+  if (!opt.deterministic) return 0;
+  return opt.kind == AttnKind::kFpa ? FpaDetScratchBytes(shape) : SageDetScratchBytes(shape, opt);
+}
+
 Status AttnForwardCuda(const AttnShape& shape, const AttnOptions& opt, const __nv_bfloat16* q,
                        const __nv_bfloat16* k, const __nv_bfloat16* v, __nv_bfloat16* o,
                        float* lse, void* workspace, size_t workspace_bytes, cudaStream_t stream,
@@ -24,13 +29,19 @@ Status AttnBackwardCuda(const AttnShape& shape, const AttnOptions& opt, const __
                         const __nv_bfloat16* k, const __nv_bfloat16* v, const __nv_bfloat16* o,
                         const float* lse, const __nv_bfloat16* do_, __nv_bfloat16* dq,
                         __nv_bfloat16* dk, __nv_bfloat16* dv, void* workspace,
-                        size_t workspace_bytes, cudaStream_t stream) {
+                        size_t workspace_bytes, cudaStream_t stream, void* det_scratch,
+                        size_t det_scratch_bytes) {
   if (opt.kind == AttnKind::kFpa) {
+    if (opt.deterministic && det_scratch == nullptr) {
+      return InvalidArgument(
+          "AttnBackwardCuda: deterministic FPA needs its scratch "
+          "(AttnDetScratchBytes)");
+    }
     return FpaBackwardCuda(shape, q, k, v, o, lse, do_, dq, dk, dv, workspace, workspace_bytes,
-                           stream);
+                           stream, opt.deterministic ? det_scratch : nullptr, det_scratch_bytes);
   }
-  return SageBackwardCuda(shape, opt, q, k, v, o, lse, do_, dq, dk, dv, workspace,
-                          workspace_bytes, stream);
+  return SageBackwardCuda(shape, opt, q, k, v, o, lse, do_, dq, dk, dv, workspace, workspace_bytes,
+                          stream, det_scratch, det_scratch_bytes);
 }
 
 }  // namespace ablate::kernels

@@ -16,6 +16,13 @@
 // bits, vary from run to run), then scaled and rounded to bf16; dK, dV, O and lse are
 // deterministic. FPA has no options; the forward needs no workspace (it may be null).
 //
+// Deterministic backward (opt.deterministic; FpaBackwardCuda: a det_scratch given), both kinds:
+// each key block's CTA adds its part of dQ (and SageBwd's rowsum(dS)) into a slice of its own in
+// a separate scratch (AttnDetScratchBytes: one fp32 (B, H, N, D) slice per CTA, i.e. per 128 keys,
+// or 64 for SageBwd at d64; shared by every layer, as it only lives within one backward call), at
+// most two adders per element onto zero, and the conversion sums a row's slices in key order. The
+// outputs are then the same bits on every run, the sums' order (not their precision) changed.
+//
 // SageBwd tiles: kSageBq query rows x kSageBkv key rows for every head dim and both passes, K and
 // V quantized in groups of SageKvGroup(opt, d) keys (128 at d128 without Q-smoothing, where the
 // forward steps 128 keys at a time; else 64), the backward's dS^ row scales (for dQ) over
@@ -27,9 +34,9 @@
 // SageBwd workspace: caller-provided, SageWorkspaceBytes(shape) bytes, 256-byte aligned. The
 // forward writes the quantized Q^, K^, V^ (and their transposes), their scales, the K mean and the
 // per-Q-tile means into it; the backward reads them back, so the backward MUST get the same
-// workspace (unchanged) that the forward of the same q, k, v, shape and options used. The rest (dO^,
-// D_i, the fp32 dQ accumulator) is scratch for the backward. Layout (BH = B*H, Np = N rounded up
-// to 64, tq = Np/kSageBq, tk = Np/kSageBkv, each region 256-byte aligned, in this order):
+// workspace (unchanged) that the forward of the same q, k, v, shape and options used. The rest
+// (dO^, D_i, the fp32 dQ accumulator) is scratch for the backward. Layout (BH = B*H, Np = N rounded
+// up to 64, tq = Np/kSageBq, tk = Np/kSageBkv, each region 256-byte aligned, in this order):
 //   qh, qht, kh, kht, vh, vht, doh, doht : int8 (BH, Np, D) / transposes (BH, D, Np)
 //   sq (BH, tq) f32, sk (BH, tk), sv (BH, tk), sdo (BH, tq), kbar (BH, D), mu (BH, tq, D),
 //   drow (BH, N) f32 = rowsum(dO o O), dsrow (BH, N) f32 = rowsum(dS), dqacc (BH, Np, D) f32 in
@@ -63,35 +70,17 @@
 
 namespace ablate::kernels {
 
-inline constexpr int kSageBq = 64;   // SageBwd query rows per tile (fwd and bwd, D = 64 and 128)
-inline constexpr int kSageBkv = 64;  // SageBwd key rows per tile
-
-// The K / V quantization group the SageBwd kernels run at head dim d: 128 keys at d128 without
-// Q-smoothing (the forward steps two K tiles at a time), else 64.
-inline int SageKvGroup(const AttnOptions& opt, int d) {
-  return d == 128 && !opt.smooth_q ? 2 * kSageBkv : kSageBkv;
-}
-
-// The SageBwd backward's key block (the emulator's bkv) at head dim d: 128 where the backward
-// quantizes dS^ for dQ with one scale per query row over 128 keys (with 128-key K / V groups),
-// else 64.
-inline int SageBwdKeyBlock(const AttnOptions& opt, int d) { return SageKvGroup(opt, d); }
-
-// The CPU emulator options that the SageBwd kernels implement for `opt` at head dim d.
-inline AttnOptions SageGpuTiles(const AttnOptions& opt, int d) {
-  AttnOptions o = opt;
-  o.bq = kSageBq;
-  o.bkv = SageBwdKeyBlock(opt, d);
-  o.kv_group = SageKvGroup(opt, d);
-  return o;
-}
-
 // Workspace bytes: FPA's backward (the fp32 dQ accumulator, B*H*N*D, and D = rowsum(dO o O),
 // B*H*N, each rounded up to 256 bytes; its forward needs 0), SageBwd's forward and backward (the
 // layout above); AttnWorkspaceBytes for opt.kind. 0 for an empty shape.
 size_t FpaWorkspaceBytes(const AttnShape& shape);
 size_t SageWorkspaceBytes(const AttnShape& shape);
 size_t AttnWorkspaceBytes(const AttnShape& shape, const AttnOptions& opt);
+// The deterministic backward's scratch (256-byte aligned); AttnDetScratchBytes is 0 unless
+// opt.deterministic.
+size_t FpaDetScratchBytes(const AttnShape& shape);
+size_t SageDetScratchBytes(const AttnShape& shape, const AttnOptions& opt);
+size_t AttnDetScratchBytes(const AttnShape& shape, const AttnOptions& opt);
 
 // The SageBwd K mean's first pass (K-smoothing): partial sums over `parts` row ranges of each
 // head, part p = rows [p rows_per_part, min(N, (p + 1) rows_per_part)). The forward sums K itself
@@ -114,12 +103,15 @@ Status AttnForwardCuda(const AttnShape& shape, const AttnOptions& opt, const __n
                        float* lse, void* workspace, size_t workspace_bytes, cudaStream_t stream,
                        const double* k_parts = nullptr);
 // o and lse from AttnForwardCuda on the same q, k, v and options (SageBwd: and workspace);
-// do_: dL/dO. dq, dk, dv: out, overwritten (every element written).
+// do_: dL/dO. dq, dk, dv: out, overwritten (every element written). det_scratch:
+// AttnDetScratchBytes(shape, opt) bytes with opt.deterministic (InvalidArgument without), else
+// unused.
 Status AttnBackwardCuda(const AttnShape& shape, const AttnOptions& opt, const __nv_bfloat16* q,
                         const __nv_bfloat16* k, const __nv_bfloat16* v, const __nv_bfloat16* o,
                         const float* lse, const __nv_bfloat16* do_, __nv_bfloat16* dq,
                         __nv_bfloat16* dk, __nv_bfloat16* dv, void* workspace,
-                        size_t workspace_bytes, cudaStream_t stream);
+                        size_t workspace_bytes, cudaStream_t stream, void* det_scratch = nullptr,
+                        size_t det_scratch_bytes = 0);
 
 // The two kinds' launchers (what AttnForwardCuda / AttnBackwardCuda call).
 Status FpaForwardCuda(const AttnShape& shape, const __nv_bfloat16* q, const __nv_bfloat16* k,
@@ -128,7 +120,8 @@ Status FpaBackwardCuda(const AttnShape& shape, const __nv_bfloat16* q, const __n
                        const __nv_bfloat16* v, const __nv_bfloat16* o, const float* lse,
                        const __nv_bfloat16* do_, __nv_bfloat16* dq, __nv_bfloat16* dk,
                        __nv_bfloat16* dv, void* workspace, size_t workspace_bytes,
-                       cudaStream_t stream);
+                       cudaStream_t stream, void* det_scratch = nullptr,
+                       size_t det_scratch_bytes = 0);
 Status SageForwardCuda(const AttnShape& shape, const AttnOptions& opt, const __nv_bfloat16* q,
                        const __nv_bfloat16* k, const __nv_bfloat16* v, __nv_bfloat16* o,
                        float* lse, void* workspace, size_t workspace_bytes, cudaStream_t stream,
@@ -137,6 +130,7 @@ Status SageBackwardCuda(const AttnShape& shape, const AttnOptions& opt, const __
                         const __nv_bfloat16* k, const __nv_bfloat16* v, const __nv_bfloat16* o,
                         const float* lse, const __nv_bfloat16* do_, __nv_bfloat16* dq,
                         __nv_bfloat16* dk, __nv_bfloat16* dv, void* workspace,
-                        size_t workspace_bytes, cudaStream_t stream);
+                        size_t workspace_bytes, cudaStream_t stream, void* det_scratch = nullptr,
+                        size_t det_scratch_bytes = 0);
 
 }  // namespace ablate::kernels

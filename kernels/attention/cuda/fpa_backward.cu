@@ -6,7 +6,9 @@
 // cp.async; per Q tile S^T, dP^T -> P^T, dS^T in shared memory; dV += P^T dO, dK += dS^T Q in
 // registers; dQ_tile = dS K added to the fp32 accumulator with float2 atomics; (3) postprocess:
 // dq = bf16(tau * dQ_acc). dK is scaled by tau at the store. Queries past N get lse = +inf
-// (P = 0) and are never stored.
+// (P = 0) and are never stored. Deterministic (a det scratch given): each K tile's CTA adds into
+// its own slice of the scratch (one adder per element onto zero), the preprocess zeroes the slices
+// a row will receive and the postprocess sums them in K-tile order.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -33,27 +35,41 @@ struct BwdParams {
   float scale_log2;
   float tau;
   int lpt_heads;  // causal: heads per longest-first group (LptBlock)
+  // Deterministic: B*H, and dq_acc is the scratch of ceil(N / 128) slices (B, H, N, D), K tile
+  // jb's CTA adding into slice jb; 0: dq_acc is the one shared accumulator.
+  int det_heads;
 };
+
+// Slices of the deterministic scratch that row n of a head receives: K tiles 0..n/128 (causal),
+// else all.
+__host__ __device__ __forceinline__ int DetSlicesOfRow(int n, int slices, bool causal) {
+  return causal ? min(slices, n / 128 + 1) : slices;
+}
 
 // Stores a warp's 16 x (8*NT) fp32 accumulator rows (row0 + g, row0 + g + 8) as bf16 (times
 // `mul`) into a row-major (rows, D) global matrix; rows >= n_rows are skipped.
 
 // Dv[row] = sum_d dO[row][d] * O[row][d] (fp32), one warp per row; zeroes the row of the fp32
 // dQ accumulator.
+// Deterministic (slices > 0): zeroes the row in each slice that it receives (DetSlicesOfRow).
 template <int D>
 __global__ void __launch_bounds__(256) FpaBwdPreprocessKernel(const bf16* o, const bf16* do_,
                                                               float* dvec, float* dq_acc,
-                                                              int64_t rows) {
+                                                              int64_t rows, int n, int slices,
+                                                              bool causal) {
   GridDepLaunchDependents();  // the main kernel (pdl) waits for this grid's completion
   const int64_t row = int64_t(blockIdx.x) * 8 + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (row >= rows) return;
   constexpr int kPer = D / 32;  // 2 or 4 elements per lane
-  float* zrow = dq_acc + row * D + lane * kPer;
-  if constexpr (kPer == 4) {
-    *reinterpret_cast<float4*>(zrow) = make_float4(0.f, 0.f, 0.f, 0.f);
-  } else {
-    *reinterpret_cast<float2*>(zrow) = make_float2(0.f, 0.f);
+  const int ns = slices > 0 ? DetSlicesOfRow(int(row % n), slices, causal) : 1;
+  for (int sl = 0; sl < ns; ++sl) {
+    float* zrow = dq_acc + (int64_t(sl) * rows + row) * D + lane * kPer;
+    if constexpr (kPer == 4) {
+      *reinterpret_cast<float4*>(zrow) = make_float4(0.f, 0.f, 0.f, 0.f);
+    } else {
+      *reinterpret_cast<float2*>(zrow) = make_float2(0.f, 0.f);
+    }
   }
   const bf16* orow = o + row * D + lane * kPer;
   const bf16* drow = do_ + row * D + lane * kPer;
@@ -69,13 +85,27 @@ __global__ void __launch_bounds__(256) FpaBwdPreprocessKernel(const bf16* o, con
   if (lane == 0) dvec[row] = acc;
 }
 
-// dq[i] = bf16(tau * dq_acc[i]), 4 elements per thread.
+// dq[i] = bf16(tau * dq_acc[i]), 4 elements per thread; deterministic (slices > 0): of the sum of
+// the row's slices in K-tile order.
+template <int D>
 __global__ void __launch_bounds__(256) FpaBwdPostprocessKernel(const float* dq_acc, bf16* dq,
-                                                               int64_t n4, float tau) {
+                                                               int64_t n4, float tau, int n,
+                                                               int slices, bool causal) {
   GridDepWait();  // dq_acc: the main kernel (pdl)
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n4) return;
-  const float4 a = reinterpret_cast<const float4*>(dq_acc)[i];
+  const float4* acc = reinterpret_cast<const float4*>(dq_acc);
+  float4 a = acc[i];
+  if (slices > 0) {
+    const int ns = DetSlicesOfRow(int((i / (D / 4)) % n), slices, causal);
+    for (int sl = 1; sl < ns; ++sl) {
+      const float4 b = acc[int64_t(sl) * n4 + i];
+      a.x += b.x;
+      a.y += b.y;
+      a.z += b.z;
+      a.w += b.w;
+    }
+  }
   uint2 out;
   out.x = PackBf16x2(a.x * tau, a.y * tau);
   out.y = PackBf16x2(a.z * tau, a.w * tau);
@@ -161,7 +191,7 @@ __global__ void __launch_bounds__(256, 1) FpaBackwardKernel(BwdParams p) {
   const bf16* dO = p.do_ + head;
   const float* lse = p.lse + int64_t(bh) * N;
   const float* dvec = p.dvec + int64_t(bh) * N;
-  float* dq_acc = p.dq_acc + head;
+  float* dq_acc = p.dq_acc + (int64_t(p.det_heads) * jb * N) * D + head;
   // lse and D of Q tile `qt` into stage `st` (4-byte cp.async, zero past N; the readers select
   // +inf / 0 there). Threads 0..kBq-1 copy lse, kBq..2kBq-1 copy D.
   auto load_rowvecs = [&](int st, int qt, int tid_) {
@@ -379,8 +409,9 @@ template <int D, bool kCausal>
 Status LaunchBackward(const AttnShape& s, BwdParams p, const bf16* o, bf16* dq,
                       cudaStream_t stream) {
   const int64_t rows = s.rows();
+  const int slices = p.det_heads > 0 ? CeilDiv(s.N, BwdConfig<D>::kBkv) : 0;
   FpaBwdPreprocessKernel<D><<<unsigned((rows + 7) / 8), 256, 0, stream>>>(
-      o, p.do_, const_cast<float*>(p.dvec), p.dq_acc, rows);
+      o, p.do_, const_cast<float*>(p.dvec), p.dq_acc, rows, s.N, slices, kCausal);
   ABLATE_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "FpaBackwardCuda: preprocess launch");
   using Cfg2 = BwdConfig<D>;
   auto kernel = FpaBackwardKernel<D, kCausal>;
@@ -395,8 +426,9 @@ Status LaunchBackward(const AttnShape& s, BwdParams p, const bf16* o, bf16* dq,
       LaunchKernel(kernel, grid, dim3(Cfg2::kThreads), Cfg2::kSmem, stream, /*pdl=*/true, p),
       "FpaBackwardCuda: main launch");
   const int64_t n4 = s.numel() / 4;  // D is a multiple of 4
-  return CudaStatus(LaunchKernel(FpaBwdPostprocessKernel, dim3(unsigned((n4 + 255) / 256)),
-                                 dim3(256), 0, stream, /*pdl=*/true, p.dq_acc, dq, n4, p.tau),
+  return CudaStatus(LaunchKernel(FpaBwdPostprocessKernel<D>, dim3(unsigned((n4 + 255) / 256)),
+                                 dim3(256), 0, stream, /*pdl=*/true, p.dq_acc, dq, n4, p.tau,
+                                 s.N, slices, kCausal),
                     "FpaBackwardCuda: postprocess launch");
 }
 
@@ -415,9 +447,17 @@ size_t FpaWorkspaceBytes(const AttnShape& s) {
          size_t(cuda::RoundUp(s.rows() * int64_t(sizeof(float)), fpa::kAlign));
 }
 
+size_t FpaDetScratchBytes(const AttnShape& s) {
+  if (s.B < 1 || s.H < 1 || s.N < 1 || s.D < 1) return 0;
+  return size_t(cuda::RoundUp(int64_t(cuda::CeilDiv(s.N, 128)) * s.numel() *
+                                  int64_t(sizeof(float)),
+                              fpa::kAlign));
+}
+
 Status FpaBackwardCuda(const AttnShape& s, const bf16* q, const bf16* k, const bf16* v,
                        const bf16* o, const float* lse, const bf16* do_, bf16* dq, bf16* dk,
-                       bf16* dv, void* workspace, size_t ws_bytes, cudaStream_t stream) {
+                       bf16* dv, void* workspace, size_t ws_bytes, cudaStream_t stream,
+                       void* det_scratch, size_t det_scratch_bytes) {
   using namespace fpa;
   constexpr const char* kWho = "FpaBackwardCuda";
   ABLATE_RETURN_IF_ERROR(CheckShared(s, q, k, v, o, kWho));
@@ -432,11 +472,20 @@ Status FpaBackwardCuda(const AttnShape& s, const bf16* q, const bf16* k, const b
     return InvalidArgument("FpaBackwardCuda: workspace has " + std::to_string(ws_bytes) +
                            " bytes, needs " + std::to_string(need) + " (FpaWorkspaceBytes)");
   }
-  float* dq_acc = static_cast<float*>(workspace);
+  if (det_scratch != nullptr && det_scratch_bytes < FpaDetScratchBytes(s)) {
+    return InvalidArgument("FpaBackwardCuda: deterministic scratch has " +
+                           std::to_string(det_scratch_bytes) + " bytes, needs " +
+                           std::to_string(FpaDetScratchBytes(s)) + " (FpaDetScratchBytes)");
+  }
+  if (reinterpret_cast<uintptr_t>(det_scratch) % 16 != 0) {
+    return InvalidArgument("FpaBackwardCuda: deterministic scratch not 16-byte aligned");
+  }
+  float* dq_acc = det_scratch ? static_cast<float*>(det_scratch) : static_cast<float*>(workspace);
   float* dvec = reinterpret_cast<float*>(static_cast<char*>(workspace) +
                                          cuda::RoundUp(s.numel() * int64_t(sizeof(float)), fpa::kAlign));
   const float tau = 1.f / std::sqrt(float(s.D));
-  const BwdParams p{q, k, v, do_, lse, dvec, dq_acc, dk, dv, s.N, tau * kLog2e, tau, 0};
+  const BwdParams p{q,  k,          v,   do_, lse, dvec, dq_acc, dk, dv, s.N, tau * kLog2e, tau,
+                    0, det_scratch ? s.B * s.H : 0};
   if (s.D == 64) {
     return s.causal ? LaunchBackward<64, true>(s, p, o, dq, stream)
                     : LaunchBackward<64, false>(s, p, o, dq, stream);

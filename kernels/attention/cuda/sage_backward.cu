@@ -6,7 +6,8 @@
 // (DqFinalizeKernel: dqacc + the K-smoothing correction to bf16) and the launcher, which runs
 // the dO quantization (sage_quant.cu), the kernel and the conversion as programmatic dependents.
 // Accumulation order differs from the emulator; dQ's fp32 atomics make its last bits vary from
-// run to run.
+// run to run unless the backward is deterministic (opt.deterministic: each CTA adds into its own
+// slice of the scratch, the conversion sums the slices in K order).
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -343,6 +344,7 @@ __global__ void __launch_bounds__(BwdThreads(BwdPlanFor(D, kCausal, kKv128, kInt
   }
   BwdTile<D, kCausal, kKv128, kInt8Dp> tile{.p = p, .buf = buf, .base = base, .cw = cw, .tid = tid, .bh = bh,
                                  .j = j, .c0 = c0, .warp = warp, .lane = lane, .g = g, .t = t,
+                                 .qbh = p.det_heads * jb + bh,
                                  .kr = {kr[0], kr[1]}, .pt_base = pt_base, .dsh_base = dsh_base,
                                  .dsh_sw = dsh_sw, .tau = tau, .skj = skj, .svj = svj, .dlo = dlo,
                                  .dlo_c0 = dlo_c0, .dlo_c1 = dlo_c1, .tma_bar = tma_bar,
@@ -480,11 +482,13 @@ template <int D>
 __host__ __device__ constexpr int DqFinRuns(int n, int np) {
   return DqByRed<D>() ? np * D / 16 : n * D / 8;
 }
-template <int D>
+// kDet: dqacc and dsrow are the deterministic scratch's slices (DetSlicesOfRow), summed in slice
+// order.
+template <int D, bool kDet>
 __global__ void __launch_bounds__(kDqFinThreads) DqFinalizeKernel(
     const float* __restrict__ dqacc, const float* __restrict__ dsrow,
     const float* __restrict__ kbar, int n, int np, bool correct, float tau,
-    __nv_bfloat16* __restrict__ dq, int* __restrict__ armed) {
+    __nv_bfloat16* __restrict__ dq, int* __restrict__ armed, int slices, int keys, bool causal) {
   constexpr int kRun = D / 8;  // runs of eight per row
   constexpr bool kPairs = DqByRed<D>();
   // Heads last to first: the backward kernel finished the last heads last, so theirs are the
@@ -515,14 +519,31 @@ __global__ void __launch_bounds__(kDqFinThreads) DqFinalizeKernel(
     if (i < runs) {
       int row, d;
       run_of(i, row, d);
-      if constexpr (kPairs) {
-        const float4* src =
-            reinterpret_cast<const float4*>(dqacc + DqAccIndex<D>(bh, np, row, d));
+      const auto load = [&](int64_t hb, float4(&x)[kUnits]) {
+        if constexpr (kPairs) {
+          const float4* src =
+              reinterpret_cast<const float4*>(dqacc + DqAccIndex<D>(hb, np, row, d));
 #pragma unroll
-        for (int t = 0; t < 4; ++t) u[k][t] = src[t];
-      } else {
-        u[k][0] = *reinterpret_cast<const float4*>(dqacc + DqAccIndex<D>(bh, np, row, d));
-        u[k][1] = *reinterpret_cast<const float4*>(dqacc + DqAccIndex<D>(bh, np, row, d + 1));
+          for (int t = 0; t < 4; ++t) x[t] = src[t];
+        } else {
+          x[0] = *reinterpret_cast<const float4*>(dqacc + DqAccIndex<D>(hb, np, row, d));
+          x[1] = *reinterpret_cast<const float4*>(dqacc + DqAccIndex<D>(hb, np, row, d + 1));
+        }
+      };
+      load(bh, u[k]);
+      if constexpr (kDet) {  // (rows r and r + 8 of a run are in one Q tile: the same slices)
+        const int ns = DetSlicesOfRow(row, slices, keys, causal);
+        for (int sl = 1; sl < ns; ++sl) {
+          float4 x[kUnits];
+          load(int64_t(sl) * gridDim.y + bh, x);
+#pragma unroll
+          for (int t = 0; t < kUnits; ++t) {
+            u[k][t].x += x[t].x;
+            u[k][t].y += x[t].y;
+            u[k][t].z += x[t].z;
+            u[k][t].w += x[t].w;
+          }
+        }
       }
     }
   }
@@ -550,7 +571,12 @@ __global__ void __launch_bounds__(kDqFinThreads) DqFinalizeKernel(
         for (int e = 0; e < 8; ++e) v[e] = w[e];
       }
       if (correct) {
-        const float c = tau * dsrow[int64_t(bh) * n + row];
+        float rs = dsrow[int64_t(bh) * n + row];
+        if constexpr (kDet) {
+          const int ns = DetSlicesOfRow(row, slices, keys, causal);
+          for (int sl = 1; sl < ns; ++sl) rs += dsrow[(int64_t(sl) * gridDim.y + bh) * n + row];
+        }
+        const float c = tau * rs;
         const float4 k0 = *reinterpret_cast<const float4*>(kbar + bh * D + d);
         const float4 k1 = *reinterpret_cast<const float4*>(kbar + bh * D + d + 4);
         const float kb[8] = {k0.x, k0.y, k0.z, k0.w, k1.x, k1.y, k1.z, k1.w};
@@ -602,13 +628,46 @@ BwdLaunch BwdLaunchFor(bool causal, bool kv128, bool int8_dp) {
   return causal ? BwdLaunchOf<D, true, false, false>() : BwdLaunchOf<D, false, false, false>();
 }
 
+// The deterministic backward's scratch (DetSlicesOfRow): one slice per CTA of the kernel that
+// `opt` selects at head dim D, the dQ slices, then the rowsum(dS) slices.
+struct DetLayout {
+  int slices = 0, keys = 0;
+  size_t dq_bytes = 0, bytes = 0;
+};
+template <int D>
+DetLayout DetLayoutFor(const AttnShape& s, const AttnOptions& opt) {
+  const bool kv128 = SageKvGroup(opt, D) == 2 * kTile;
+  DetLayout d;
+  d.keys = BwdLaunchFor<D>(s.causal, kv128, opt.int8_dp).keys;
+  d.slices = CeilDiv(s.N, d.keys);
+  const int64_t heads = int64_t(d.slices) * s.B * s.H, np = int64_t(CeilDiv(s.N, kTile)) * kTile;
+  d.dq_bytes = size_t(cuda::RoundUp(4 * heads * np * D, 256));
+  d.bytes = d.dq_bytes + size_t(cuda::RoundUp(4 * heads * s.N, 256));
+  return d;
+}
+
 template <int D>
 Status BackwardImpl(const AttnShape& s, const AttnOptions& opt, const __nv_bfloat16* k,
                     const __nv_bfloat16* v, const __nv_bfloat16* o, const __nv_bfloat16* do_,
                     const float* lse, __nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv,
-                    const Workspace& w, cudaStream_t stream) {
+                    const Workspace& w, cudaStream_t stream, void* det_scratch,
+                    size_t det_scratch_bytes) {
   const int bh = s.B * s.H, nt = CeilDiv(s.N, kTile);
   const int kvg = SageKvGroup(opt, D);
+  DetLayout det;
+  float *det_dq = nullptr, *det_dsrow = nullptr;
+  if (opt.deterministic) {
+    det = DetLayoutFor<D>(s, opt);
+    if (det_scratch == nullptr || det_scratch_bytes < det.bytes ||
+        reinterpret_cast<uintptr_t>(det_scratch) % 256 != 0) {
+      return InvalidArgument("SageBwd CUDA: the deterministic backward needs a 256-byte aligned "
+                             "scratch of " + std::to_string(det.bytes) + " bytes (got " +
+                             std::to_string(det_scratch ? det_scratch_bytes : 0) +
+                             "; AttnDetScratchBytes)");
+    }
+    det_dq = static_cast<float*>(det_scratch);
+    det_dsrow = reinterpret_cast<float*>(static_cast<char*>(det_scratch) + det.dq_bytes);
+  }
   // dO^ (row-major codes only with int8_dp), D_i = rowsum(dO o O), dsrow and dqacc zeroed.
   QuantParams qp{};
   qp.n = s.N;
@@ -619,6 +678,11 @@ Status BackwardImpl(const AttnShape& s, const AttnOptions& opt, const __nv_bfloa
   qp.dsrow = w.dsrow;
   qp.dqacc = w.dqacc;
   qp.armed = w.armed;
+  qp.det_dq = det_dq;
+  qp.det_dsrow = det_dsrow;
+  qp.det_slices = det.slices;
+  qp.det_keys = det.keys;
+  qp.det_causal = s.causal;
   ABLATE_RETURN_IF_ERROR((LaunchQuantize<D, true, 1>(s, qp, 1, stream)));
 
   BwdParams p;
@@ -640,8 +704,9 @@ Status BackwardImpl(const AttnShape& s, const AttnOptions& opt, const __nv_bfloa
   p.mu = w.mu;
   p.lse = lse;
   p.drow = w.drow;
-  p.dsrow = w.dsrow;
-  p.dqacc = w.dqacc;
+  p.dsrow = opt.deterministic ? det_dsrow : w.dsrow;
+  p.dqacc = opt.deterministic ? det_dq : w.dqacc;
+  p.det_heads = opt.deterministic ? bh : 0;
   p.dk = dk;
   p.dv = dv;
   p.n = s.N;
@@ -681,13 +746,15 @@ Status BackwardImpl(const AttnShape& s, const AttnOptions& opt, const __nv_bfloa
 
   const int per_block = kDqFinThreads * DqFinPer<D>();
   return CudaStatus(
-      cuda::LaunchKernel(DqFinalizeKernel<D>,
+      cuda::LaunchKernel(opt.deterministic ? DqFinalizeKernel<D, true> : DqFinalizeKernel<D, false>,
                          dim3(static_cast<unsigned>(
                                   CeilDiv(DqFinRuns<D>(s.N, nt * kTile), per_block)),
                               bh),
-                         dim3(kDqFinThreads), 0, stream, /*pdl=*/true, w.dqacc, w.dsrow, w.kbar,
-                         s.N, nt * kTile, opt.smooth_k && opt.dq_kmean_correction, p.tau, dq,
-                         w.armed),
+                         dim3(kDqFinThreads), 0, stream, /*pdl=*/true,
+                         static_cast<const float*>(p.dqacc), static_cast<const float*>(p.dsrow),
+                         static_cast<const float*>(w.kbar), s.N, nt * kTile,
+                         opt.smooth_k && opt.dq_kmean_correction, p.tau, dq, w.armed,
+                         det.slices, det.keys, s.causal),
       "SageBwd DqFinalizeKernel launch");
 }
 }  // namespace
@@ -695,17 +762,29 @@ Status BackwardImpl(const AttnShape& s, const AttnOptions& opt, const __nv_bfloa
 
 namespace ablate::kernels {
 
+size_t SageDetScratchBytes(const AttnShape& shape, const AttnOptions& opt) {
+  if (shape.B < 1 || shape.H < 1 || shape.N < 1 || (shape.D != 64 && shape.D != 128)) return 0;
+  return shape.D == 64 ? sage::DetLayoutFor<64>(shape, opt).bytes
+                       : sage::DetLayoutFor<128>(shape, opt).bytes;
+}
+
 Status SageBackwardCuda(const AttnShape& shape, const AttnOptions& opt, const __nv_bfloat16* q,
                         const __nv_bfloat16* k, const __nv_bfloat16* v, const __nv_bfloat16* o,
                         const float* lse, const __nv_bfloat16* do_, __nv_bfloat16* dq,
                         __nv_bfloat16* dk, __nv_bfloat16* dv, void* workspace,
-                        size_t workspace_bytes, cudaStream_t stream) {
+                        size_t workspace_bytes, cudaStream_t stream, void* det_scratch,
+                        size_t det_scratch_bytes) {
   ABLATE_RETURN_IF_ERROR(sage::CheckArgs(shape, workspace, workspace_bytes,
                                          {q, k, v, o, do_, lse, dq, dk, dv}));
+  if (opt.int8_products != kSageAllProducts) {
+    return InvalidArgument("SageBwd CUDA: the kernels run every product in INT8 "
+                           "(AttnOptions::int8_products is the CPU emulator's)");
+  }
   const sage::Workspace w = sage::CarveWorkspace(shape, static_cast<char*>(workspace));
-  return shape.D == 64
-             ? sage::BackwardImpl<64>(shape, opt, k, v, o, do_, lse, dq, dk, dv, w, stream)
-             : sage::BackwardImpl<128>(shape, opt, k, v, o, do_, lse, dq, dk, dv, w, stream);
+  return shape.D == 64 ? sage::BackwardImpl<64>(shape, opt, k, v, o, do_, lse, dq, dk, dv, w,
+                                                stream, det_scratch, det_scratch_bytes)
+                       : sage::BackwardImpl<128>(shape, opt, k, v, o, do_, lse, dq, dk, dv, w,
+                                                 stream, det_scratch, det_scratch_bytes);
 }
 
 }  // namespace ablate::kernels

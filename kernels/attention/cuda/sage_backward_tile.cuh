@@ -222,6 +222,10 @@ struct BwdParams {
   int n, np, ntq, ntk;
   int kv_shift;   // as FwdParams::kv_shift
   int lpt_heads;  // causal: heads per longest-first group (LptBlock; set by LptGrid)
+  // Deterministic: B*H, and dqacc / dsrow are the scratch's slices, one per CTA (K tiles C jb ..
+  // C jb + C - 1): CTA jb adds into head jb * det_heads + bh (at most two adders per element,
+  // onto zero, so the order does not matter); 0: the one shared accumulator.
+  int det_heads;
   bool smooth_q, int8_dp;
   float tau;
 };
@@ -353,6 +357,7 @@ struct BwdTile {
   char* buf;   // the CTA's 1024-byte-aligned shared memory
   char* base;  // this consumer's region (kWs), else buf
   int cw, tid, bh, j, c0, warp, lane, g, t;
+  int qbh;    // the head index of dqacc and dsrow: bh, or this CTA's slice (BwdParams::det_heads)
   int kr[2];  // this thread's key rows (dK, dV)
   // Byte offsets of this thread's P^T / dS^T and dS^ code stores (PtOff, DshOff).
   int pt_base, dsh_base, dsh_sw;
@@ -400,7 +405,7 @@ struct BwdTile {
     if constexpr (DqByRed<D>()) {
       // Run n of the warp's 4 KB block of dqacc holds this lane's v[4n..4n+3] at unit `lane`
       // (DqAccIndex). Padded rows past N add zeros: dqacc holds whole blocks.
-      RedAddV4x8(p.dqacc + (int64_t(bh) * p.np + r0 + warp * 16) * D + ch * 1024 + 4 * lane, v);
+      RedAddV4x8(p.dqacc + (int64_t(qbh) * p.np + r0 + warp * 16) * D + ch * 1024 + 4 * lane, v);
     } else {
       // This warp's 16 rows x 64 columns are one 4 KB block of dqacc (DqAccIndex), staged in
       // shared memory in the block's own order (once the previous bulk read of the staging is
@@ -410,7 +415,7 @@ struct BwdTile {
       // of row k of matrix i: row r = k + 8 (i / 2), unit (2n + i % 2) ^ k, i.e. byte
       // (32 n) ^ (16 (i % 2 ^ k)) of the row.
       static_assert(L::kDqSt % 256 == 0, "the staging rows' bases are 256-byte aligned");
-      const int64_t blk = (int64_t(bh) * p.np + r0 + warp * 16) * D + ch * 1024;
+      const int64_t blk = (int64_t(qbh) * p.np + r0 + warp * 16) * D + ch * 1024;
       namespace wg = cuda::wgmma;
       float* st = reinterpret_cast<float*>(base + L::kDqSt) + warp * 1024;
       const int mi = lane >> 3, mk = lane & 7;
@@ -641,7 +646,7 @@ struct BwdTile {
         float sum = 0.0f;
 #pragma unroll
         for (int w = 0; w < 4; ++w) sum += pa[(4 + w) * kTile + c] + pb[(4 + w) * kTile + c];
-        RedAddIf(r0 + c < p.n, p.dsrow + int64_t(bh) * p.n + r0 + c, sum);
+        RedAddIf(r0 + c < p.n, p.dsrow + int64_t(qbh) * p.n + r0 + c, sum);
       }
     }
     wg::Wait<0>();
@@ -812,9 +817,9 @@ struct BwdTile {
       if constexpr (kPair && !kCausal) {
         // (Measured: the predicated add below 0.986-0.988x here, 1.022-1.030x on the causal
         // kernel, 1.017-1.036x at d64.)
-        if (t == 0 && grow < p.n) atomicAdd(p.dsrow + int64_t(bh) * p.n + grow, rs);
+        if (t == 0 && grow < p.n) atomicAdd(p.dsrow + int64_t(qbh) * p.n + grow, rs);
       } else {
-        RedAddIf(t == 0 && grow < p.n, p.dsrow + int64_t(bh) * p.n + grow, rs);
+        RedAddIf(t == 0 && grow < p.n, p.dsrow + int64_t(qbh) * p.n + grow, rs);
       }
     }
     // Column partials over this warp's 16 rows (its two rows, then the 8 groups: lane bits 2..4).

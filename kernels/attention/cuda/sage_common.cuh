@@ -420,7 +420,22 @@ struct QuantParams {
   float *drow, *dsrow, *dqacc;
   const int* armed;
   int n, np;
+  // Deterministic backward (det_slices > 0): the scratch's dQ and rowsum(dS) slices (DetSlices),
+  // of which the prep zeroes, always, those each row receives.
+  float *det_dq, *det_dsrow;
+  int det_slices, det_keys;
+  bool det_causal;
 };
+
+// The deterministic backward's slices (BwdParams::det_heads): one per CTA of `keys` keys, slice s
+// holding the sums over keys s keys .. (s + 1) keys - 1, as dqacc (BH, np, D) in DqAccIndex blocks
+// and dsrow (BH, n), slice after slice. Row `row` of a head receives slices 0 ..
+// DetSlicesOfRow - 1 (causal: those with a key at or before the row's Q tile's last row; keys is a
+// multiple of the 64-row Q tile): the prep zeroes exactly those rows, the conversion sums exactly
+// those, in slice order, so a slice row that a CTA never adds into is neither read nor needed.
+__host__ __device__ __forceinline__ int DetSlicesOfRow(int row, int slices, int keys, bool causal) {
+  return causal ? min(slices, row / keys + 1) : slices;
+}
 
 
 // QuantizeKernel over `jobs` tensors of qp (grid: tiles, BH, jobs): kPrep = the backward's dO

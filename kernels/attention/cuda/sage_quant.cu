@@ -213,6 +213,13 @@ __global__ void __launch_bounds__(256 * kG, (QuantizeMinBlocks<D, kPrep, kG>()))
       if (rows[k] < nr && c8 == 0) p.drow[xrow0 + rows[k]] = dot[k];
     }
     if (zero) ZeroDqRows<D>(p.dsrow, p.dqacc, bh, p.n, p.np, r0, kTile, threadIdx.x, blockDim.x);
+    if (p.det_slices > 0) {
+      const int ns = DetSlicesOfRow(r0, p.det_slices, p.det_keys, p.det_causal);
+      for (int sl = 0; sl < ns; ++sl) {
+        ZeroDqRows<D>(p.det_dsrow, p.det_dq, int64_t(sl) * gridDim.y + bh, p.n, p.np, r0, kTile,
+                      threadIdx.x, blockDim.x);
+      }
+    }
   }
   float sh[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};  // modes 1, 2: the shift
   if (J.mode != 0) {

@@ -226,7 +226,6 @@ log "chroot: glibc ($(sort -u "$tmp/glibc_files" | xargs -n1 basename | tr '\n' 
 cat >"$root/work/tiny.yaml" <<'EOF'
 data: {corpus: brown, val_fraction: 0.05, eval_batches: 2}
 model: {seq_len: 32, layers: 1, d_model: 32, heads: 2}
-attention: {block_q: 16, block_kv: 16}
 optimizer: {lr: 0.01, lr_vector: 0.003}
 train: {steps: 20, tokens_per_step: 256, micro_batch: 8, warmup: 2, eval_every: 10,
         diagnostics_every: 10, checkpoint_every: 10, threads: 1}
@@ -237,7 +236,6 @@ name: chroot-sweep
 base:
   data: {corpus: brown, val_fraction: 0.05, eval_batches: 2}
   model: {seq_len: 32, layers: 1, d_model: 32, heads: 2}
-  attention: {block_q: 16, block_kv: 16}
   optimizer: {lr: 0.01, lr_vector: 0.003}
   train: {steps: 40, tokens_per_step: 256, micro_batch: 8, warmup: 2, eval_every: 20,
           diagnostics_every: 20, checkpoint_every: 20, threads: 1}

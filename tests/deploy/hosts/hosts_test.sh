@@ -187,7 +187,6 @@ name: hosts
 base:
   data: {corpus: brown, val_fraction: 0.05, eval_batches: 2}
   model: {seq_len: 32, layers: 1, d_model: 32, heads: 2}
-  attention: {block_q: 16, block_kv: 16}
   optimizer: {lr: 0.01, lr_vector: 0.003}
   train: {steps: 1000, tokens_per_step: 256, micro_batch: 8, warmup: 10, eval_every: 250,
           diagnostics_every: 0, checkpoint_every: 250, threads: 1}

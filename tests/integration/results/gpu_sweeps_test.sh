@@ -20,7 +20,7 @@ name: $name
 base:
   data:      {corpus: brown, val_fraction: 0.05, eval_batches: 2}
   model:     {seq_len: 32, layers: 2, d_model: 32, heads: 2}
-  attention: {kind: sagebwd, block_q: 16, block_kv: 16}
+  attention: {kind: sagebwd}
   optimizer: {lr: 0.01, lr_vector: 0.003}
   train:     {steps: 20, tokens_per_step: 256, micro_batch: 8, warmup: 2, eval_every: 10,
               diagnostics_every: 10, checkpoint_every: 10, threads: 1}

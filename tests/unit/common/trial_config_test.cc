@@ -159,6 +159,43 @@ TEST(TrialConfig, HashIsCanonicalAndIgnoresName) {
   EXPECT_EQ(ConfigHash(*a), ConfigHash(*d));
 }
 
+// Identities hold across releases: a config stored by the first release (the v1 database of the
+// store's migration test, its stored hash) still loads, with the removed attention.block_q /
+// block_kv at their old defaults, and hashes as it did; the new attention.deterministic at its
+// default leaves the hash alone, off it changes it. The removed keys at any other value are an
+// error that says why.
+TEST(TrialConfig, IdentityHoldsAcrossReleases) {
+  const std::string v1 =
+      R"({"attention":{"block_kv":64,"block_q":128,"dq_correction":true,"int8_dp":false,)"
+      R"("kind":"fpa","qk_norm":true,"smooth_k":true,"smooth_q":false},"data":{"corpus":"brown",)"
+      R"("eval_batches":1,"val_fraction":0.05,"vocab_size":0},"device":"cpu","gpus":1,"model":)"
+      R"({"d_model":32,"heads":2,"init_std":0.02,"layers":1,"mlp":"gelu","seq_len":32,)"
+      R"("tie_embeddings":true},"name":"tiny-v1","optimizer":{"beta1":0.9,"beta2":0.95,)"
+      R"("eps":1e-08,"family":"rms","kind":"adamw","lr":0.003,"lr_vector":0.0003,)"
+      R"("momentum":0.9,"momentum_kind":"sum","nesterov":false,"newton_iters":15,"ns_steps":5,)"
+      R"("p":0.5,"p_end":0.5,"p_schedule":"constant","psi_method":"auto",)"
+      R"("spectral_embeddings":false,"state_bits":32,"state_quant":"dynamic","tf32":false,)"
+      R"("weight_decay":0.0},"seed":0,"train":{"checkpoint_every":6,"decay_fraction":0.2,)"
+      R"("diagnostics_every":50,"eval_every":6,"grad_clip":1.0,"max_loss":20.0,"micro_batch":8,)"
+      R"("min_lr_ratio":0.0,"peak_tflops":0.0,"schedule":"cosine","steps":12,"threads":1,)"
+      R"("tokens_per_step":256,"warmup":2}})";
+  auto old = ParseTrialConfig(v1, "stored");
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  EXPECT_EQ(ConfigHash(*old),
+            "93f27cf9b691d800");  // tests/unit/server/store/testdata/schema_v1.sql
+  EXPECT_TRUE(old->attention.deterministic);
+  TrialConfig atomics = *old;
+  atomics.attention.deterministic = false;
+  EXPECT_NE(ConfigHash(atomics), ConfigHash(*old));
+  auto tiles = ParseTrialConfig("attention: {block_q: 64}\n", "t.yaml");
+  ASSERT_FALSE(tiles.ok());
+  EXPECT_NE(tiles.status().message().find("t.yaml:1"), std::string::npos)
+      << tiles.status().ToString();
+  EXPECT_NE(tiles.status().message().find("attention.block_q: removed in numerics version 2"),
+            std::string::npos)
+      << tiles.status().ToString();
+}
+
 TEST(TrialConfig, JsonRoundTripsThroughYaml) {
   auto a = ParseTrialConfig("optimizer: {p: 0.25, family: momentum}\ntrain: {steps: 7, warmup: 1}\n",
                             "a");

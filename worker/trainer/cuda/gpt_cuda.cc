@@ -49,17 +49,6 @@ class DeviceArena {
   std::vector<void*> ptrs_;
 };
 
-// The model's attention options as the GPU kernels take them: its switches; the tiles are the
-// kernels' own (attention_cuda.h: bq / bkv / kv_group configure the CPU emulator only).
-kk::AttnOptions SageOpts(const kk::AttnOptions& o) {
-  kk::AttnOptions s;
-  s.smooth_k = o.smooth_k;
-  s.smooth_q = o.smooth_q;
-  s.int8_dp = o.int8_dp;
-  s.dq_kmean_correction = o.dq_kmean_correction;
-  return s;
-}
-
 }  // namespace
 
 struct GptCuda::Buffers {
@@ -83,6 +72,10 @@ struct GptCuda::Buffers {
   std::vector<Layer> layers;
   std::vector<float*> res;
   size_t sage_ws_bytes = 0, fpa_ws_bytes = 0, rms_scratch_floats = 0;
+  // attention.deterministic: the backward's dQ slices (AttnDetScratchBytes), one buffer for all
+  // layers (it lives within one backward call).
+  void* det_ws = nullptr;
+  size_t det_ws_bytes = 0;
   // SageBwd with K-smoothing: the K mean's partial sums, made by the QK-norm / RoPE pass that
   // writes K and read by the next SageForwardCuda (one buffer for all layers: stream-ordered).
   double* k_parts = nullptr;
@@ -223,9 +216,10 @@ Status GptCuda::EnsureCapacity(int B) {
   const size_t N = size_t(B) * Tn, NC = N * C, NH = N * H;
   const bool fpa = cfg_.attention.kind == kernels::AttnKind::kFpa;
   const kk::AttnShape shape{B, int(H), int(Tn), head_dim_, true};
-  const kk::AttnOptions sopt = SageOpts(cfg_.attention);
+  const kk::AttnOptions& sopt = cfg_.attention;
   b.sage_ws_bytes = fpa ? 0 : kk::SageWorkspaceBytes(shape);
   b.fpa_ws_bytes = kk::FpaWorkspaceBytes(shape);
+  b.det_ws_bytes = kk::AttnDetScratchBytes(shape, sopt);
   b.rms_scratch_floats = std::max({kc::RmsNormBackwardScratch(int64_t(N), int(C)),
                                    kc::RmsNormBackwardFusedScratch(int64_t(N), int(C)),
                                    kc::QkvNormRopeBackwardScratch(B, int(Tn), int(H), head_dim_),
@@ -282,6 +276,11 @@ Status GptCuda::EnsureCapacity(int B) {
   char* fws = nullptr;
   ABLATE_RETURN_IF_ERROR(a.Alloc(&fws, b.fpa_ws_bytes));
   b.fpa_ws = fws;
+  if (b.det_ws_bytes > 0) {
+    char* dws = nullptr;
+    ABLATE_RETURN_IF_ERROR(a.Alloc(&dws, b.det_ws_bytes));
+    b.det_ws = dws;
+  }
   ABLATE_RETURN_IF_ERROR(a.Alloc(&b.rms_scratch, b.rms_scratch_floats));
   ABLATE_RETURN_IF_ERROR(a.Alloc(&b.inputs, N));
   ABLATE_RETURN_IF_ERROR(a.Alloc(&b.targets, N));
@@ -314,7 +313,7 @@ Status GptCuda::RunForward(const int32_t* inputs, const int32_t* targets, int B,
     RET(CudaStatus(cudaMemcpyAsync(b.enc_plan, b.enc.data.data(), b.enc.data.size() * sizeof(int32_t),
                                   cudaMemcpyHostToDevice, s), "upload embedding plan"));
   }
-  const kk::AttnOptions sopt = SageOpts(cfg_.attention);
+  const kk::AttnOptions& sopt = cfg_.attention;
   const int k_rows_per_part = kk::SageKMeanParts(Tn).rows_per_part;  // with b.k_parts
 
   RET(kc::EncoderForwardCuda(b.res[0], b.inputs, w + wte_, N, C, s));
@@ -418,7 +417,7 @@ Status GptCuda::Backward(float grad_scale) {
   const kk::AttnShape shape{B, H, Tn, D, /*causal=*/true};
   cudaStream_t s = stream_;
   kc::LtGemm& gemm = *b.gemm;
-  const kk::AttnOptions sopt = SageOpts(cfg_.attention);
+  const kk::AttnOptions& sopt = cfg_.attention;
   float* rs = b.rms_scratch;
   const size_t rsn = b.rms_scratch_floats;
 
@@ -472,11 +471,11 @@ Status GptCuda::Backward(float grad_scale) {
     RET(gemm.BackwardWeight(g + li.wo, b.dres_bf, la.atty, N, C, C, 1.f, 1.f, s));
     RET(kc::HeadsMergeBackwardCuda<bf16>(la.dout_att, b.datty, B, Tn, H, D, s));
     if (cfg_.attention.kind == kernels::AttnKind::kFpa) {
-      RET(kk::FpaBackwardCuda(shape, la.q, la.k, la.v, la.o, la.lse, la.dout_att, b.dq, b.dk,
-                              b.dv, b.fpa_ws, b.fpa_ws_bytes, s));
+      RET(kk::AttnBackwardCuda(shape, sopt, la.q, la.k, la.v, la.o, la.lse, la.dout_att, b.dq, b.dk,
+                               b.dv, b.fpa_ws, b.fpa_ws_bytes, s, b.det_ws, b.det_ws_bytes));
     } else {
-      RET(kk::SageBackwardCuda(shape, sopt, la.q, la.k, la.v, la.o, la.lse, la.dout_att, b.dq,
-                               b.dk, b.dv, la.sage_ws, b.sage_ws_bytes, s));
+      RET(kk::AttnBackwardCuda(shape, sopt, la.q, la.k, la.v, la.o, la.lse, la.dout_att, b.dq, b.dk,
+                               b.dv, la.sage_ws, b.sage_ws_bytes, s, b.det_ws, b.det_ws_bytes));
     }
     const bool qn = cfg_.qk_norm;
     RET(kc::QkvNormRopeBackwardCuda(
@@ -512,7 +511,7 @@ StatusOr<std::vector<GptCuda::LayerDiagnostics>> GptCuda::AttentionDiagnostics(i
   Buffers& b = *buf_;
   const int B = last_b_, nb = std::min(B, max_batch);
   const int Tn = cfg_.seq_len, H = cfg_.heads, D = head_dim_;
-  const kk::AttnOptions sopt = SageOpts(cfg_.attention);
+  const kk::AttnOptions& sopt = cfg_.attention;
   std::vector<float> gains;
   if (cfg_.qk_norm) {
     gains.resize(num_params_);

@@ -17,8 +17,11 @@
 //     gradients accumulate straight into the fp32 gradient buffer (beta = 1).
 //   * SageBwd runs at the kernel's tiles (kSageBq x kSageBkv = 64 x 64, K / V quantized in
 //     SageKvGroup's groups: 128 keys at head size 128 without Q-smoothing, else 64; the backward's
-//     dS^ row scales over SageBwdKeyBlock's keys, the same 128 or 64) whatever attention.block_q /
-//     block_kv say (those configure the CPU emulator).
+//     dS^ row scales over SageBwdKeyBlock's keys, the same 128 or 64), which the CPU backend runs
+//     too (ToModelConfig: SageGpuTiles).
+//   * attention.deterministic (the default): the backward reduces dQ over key blocks in a fixed
+//     order (AttnDetScratchBytes of scratch, one buffer for all layers), so reruns are
+//     bit-identical; off, fp32 atomics add the blocks in arrival order.
 // Requirements beyond Gpt::Create: head size d_model / heads in {64, 128} (the attention kernels),
 // B * heads <= 65535.
 //

@@ -58,27 +58,6 @@ std::pair<double, std::string> CpuPeakFlops(int threads) {
   return {peak, os.str()};
 }
 
-ModelConfig ToModelConfig(const config::TrialConfig& c, int vocab) {
-  ModelConfig m;
-  m.vocab_size = vocab;
-  m.seq_len = c.model.seq_len;
-  m.layers = c.model.layers;
-  m.d_model = c.model.d_model;
-  m.heads = c.model.heads;
-  m.mlp = c.model.mlp == "relu2" ? MlpKind::kRelu2 : MlpKind::kGelu;
-  m.tie_embeddings = c.model.tie_embeddings;
-  m.qk_norm = c.attention.qk_norm;
-  m.attention.kind = c.attention.kind == "fpa" ? kernels::AttnKind::kFpa : kernels::AttnKind::kSageBwd;
-  m.attention.bq = c.attention.block_q;
-  m.attention.bkv = c.attention.block_kv;
-  m.attention.smooth_k = c.attention.smooth_k;
-  m.attention.smooth_q = c.attention.smooth_q;
-  m.attention.int8_dp = c.attention.int8_dp;
-  m.attention.dq_kmean_correction = c.attention.dq_correction;
-  m.init_std = float(c.model.init_std);
-  return m;
-}
-
 // Keys a resumed run may change without breaking the computation it continues.
 nlohmann::json ResumeComparable(nlohmann::json j) {
   j.erase("name");
@@ -203,6 +182,30 @@ class CpuBackend : public TrainBackend {
 };
 
 }  // namespace
+
+ModelConfig ToModelConfig(const config::TrialConfig& c, int vocab) {
+  ModelConfig m;
+  m.vocab_size = vocab;
+  m.seq_len = c.model.seq_len;
+  m.layers = c.model.layers;
+  m.d_model = c.model.d_model;
+  m.heads = c.model.heads;
+  m.mlp = c.model.mlp == "relu2" ? MlpKind::kRelu2 : MlpKind::kGelu;
+  m.tie_embeddings = c.model.tie_embeddings;
+  m.qk_norm = c.attention.qk_norm;
+  m.attention.kind =
+      c.attention.kind == "fpa" ? kernels::AttnKind::kFpa : kernels::AttnKind::kSageBwd;
+  m.attention.smooth_k = c.attention.smooth_k;
+  m.attention.smooth_q = c.attention.smooth_q;
+  m.attention.int8_dp = c.attention.int8_dp;
+  m.attention.dq_kmean_correction = c.attention.dq_correction;
+  m.attention.deterministic = c.attention.deterministic;
+  // Both backends run the GPU kernels' tiles, so that a CPU run computes what a GPU run does.
+  if (c.model.heads > 0)
+    m.attention = kernels::SageGpuTiles(m.attention, c.model.d_model / c.model.heads);
+  m.init_std = float(c.model.init_std);
+  return m;
+}
 
 void RegisterTrainBackend(const std::string& device, TrainBackendFactory factory) {
   Registry()[device] = std::move(factory);

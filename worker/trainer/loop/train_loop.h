@@ -22,6 +22,7 @@
 
 #include "ablate/status.h"
 #include "ablate/trial_config.h"
+#include "trainer/model/gpt.h"
 
 namespace ablate::trainer {
 
@@ -49,5 +50,8 @@ struct RunResult {
 };
 
 StatusOr<RunResult> RunTrial(const config::TrialConfig& config, const RunOptions& options);
+
+// The model a trial trains (its attention at the GPU kernels' tiles on either backend).
+ModelConfig ToModelConfig(const config::TrialConfig& c, int vocab);
 
 }  // namespace ablate::trainer

@@ -420,6 +420,25 @@ void Gpt<T>::Backward(T grad_scale) {
 }
 
 template <typename T>
+StatusOr<typename Gpt<T>::AttentionInputs> Gpt<T>::LiveAttention(int layer) {
+  if (!backward_done_) {
+    return FailedPrecondition("the attention inputs need a Forward followed by its Backward");
+  }
+  if (layer < 0 || layer >= cfg_.layers) {
+    return InvalidArgument("layer " + std::to_string(layer) + " of a model with " +
+                           std::to_string(cfg_.layers) + " layers");
+  }
+  const LayerActs& la = train_->layer(layer);
+  AttentionInputs in;
+  in.shape = {last_b_, cfg_.heads, cfg_.seq_len, head_dim_, /*causal=*/true};
+  in.q = la.q.data();
+  in.k = la.k.data();
+  in.v = la.v.data();
+  in.dout = la.dout_att.data();
+  return in;
+}
+
+template <typename T>
 StatusOr<std::vector<typename Gpt<T>::LayerDiagnostics>> Gpt<T>::AttentionDiagnostics(
     int max_batch) {
   if (!backward_done_) {

@@ -148,6 +148,16 @@ class Gpt {
   };
   StatusOr<std::vector<LayerDiagnostics>> AttentionDiagnostics(int max_batch = 1);
 
+  // The attention inputs of layer `layer` in the last Forward + Backward batch (the q, k, v it
+  // saw after QK-norm and RoPE, and the dO it received), (B, H, T, D) each with shape.B = the
+  // batch; valid until the next Forward. FailedPrecondition as for AttentionDiagnostics,
+  // InvalidArgument for a layer out of range.
+  struct AttentionInputs {
+    kernels::AttnShape shape;
+    const T *q = nullptr, *k = nullptr, *v = nullptr, *dout = nullptr;
+  };
+  StatusOr<AttentionInputs> LiveAttention(int layer);
+
   // Training FLOPs per token (forward + backward), the MFU numerator (kernels/ALGORITHMS.md §3):
   //   6 * N_matmul + 6 * L * C * T
   // N_matmul = L * 12 C^2 + V C: the weights that take part in a matmul per token (wq, wk, wv, wo,

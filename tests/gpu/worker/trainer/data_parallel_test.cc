@@ -179,7 +179,7 @@ optimizer: {kind: adamw, lr: 3.0e-3, lr_vector: 3.0e-3, weight_decay: 0.01}
 TEST_F(DataParallel, SageBwdSpectralTwoGpusMatchOne) {
   SKIP_WITHOUT_TWO_GPUS();
   TwoGpusMatchOne(R"(
-attention: {kind: sagebwd, block_q: 64, block_kv: 64}
+attention: {kind: sagebwd}
 optimizer: {kind: spectral, p: 0.5, lr: 1.0e-2, lr_vector: 3.0e-3, weight_decay: 0.01}
 )",
                   "sage_spectral", 8, kChaoticLossTol);

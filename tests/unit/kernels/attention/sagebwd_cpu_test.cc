@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "ablate/bf16.h"
 #include "attention/attention_cpu.h"
 #include "attention_test_util.h"
 
@@ -105,13 +106,58 @@ TEST(SageSigmaTest, ErrorsGrowWithSigma) {
                 r.dv.rel_l2);
     reports.push_back(r);
   }
-  // dQ and dK degrade first and fastest (the quantization of dS): strictly worse at each step.
+  // dQ and dK degrade first and fastest (through the logits' quantization, which softmax
+  // amplifies: SageProductsTest and the probes' decomposition): strictly worse at each step.
   for (size_t x = 1; x < reports.size(); ++x) {
     EXPECT_GT(reports[x].dq.rel_l2, reports[x - 1].dq.rel_l2) << "sigma " << sigmas[x];
     EXPECT_GT(reports[x].dk.rel_l2, reports[x - 1].dk.rel_l2) << "sigma " << sigmas[x];
   }
   EXPECT_GT(reports.back().dq.rel_l2, 3 * reports.front().dq.rel_l2);
   EXPECT_LT(reports.back().dq.cosine, reports.front().dq.cosine);
+}
+
+// The mechanism probes' decomposition (AttnOptions::int8_products): each product, alone in INT8,
+// adds error exactly to the outputs downstream of it, and none at all leaves exact attention (the
+// inputs are bf16 values, so bf16 dP operands are exact).
+TEST(SageProductsTest, EachProductErrsOnlyDownstream) {
+  const AttnShape s{.B = 1, .H = 2, .N = 200, .D = 64, .causal = true};
+  Inputs in = MakeInputs(s, 3.0, 300);
+  for (auto* x : {&in.q, &in.k, &in.v, &in.dout}) {
+    for (double& e : *x) e = RoundToBf16(e);
+  }
+  const Result ref = RunFpa(in);
+  struct Case {
+    uint32_t mask;
+    bool o, dq, dk, dv;  // which outputs err
+  };
+  const Case cases[] = {{0, false, false, false, false},      {kSageS, true, true, true, true},
+                        {kSagePV, true, true, true, false},  // dQ, dK through D = rowsum(dO o O)
+                        {kSageDV, false, false, false, true}, {kSageDQ, false, true, false, false},
+                        {kSageDK, false, false, true, false}};
+  for (const Case& c : cases) {
+    AttnOptions opt;
+    opt.int8_products = c.mask;
+    const Report r = Compare(RunSage<double>(in, opt), ref);
+    PrintReport("int8_products " + std::to_string(c.mask), r);
+    const std::pair<double, bool> outs[] = {
+        {r.o.rel_l2, c.o}, {r.dq.rel_l2, c.dq}, {r.dk.rel_l2, c.dk}, {r.dv.rel_l2, c.dv}};
+    for (const auto& [err, errs] : outs) {
+      if (errs) {
+        EXPECT_GT(err, 1e-3) << "mask " << c.mask;
+      } else {
+        EXPECT_LT(err, 1e-9) << "mask " << c.mask;
+      }
+    }
+  }
+  // int8_dp's product alone: dQ and dK err, O and dV do not.
+  AttnOptions dp;
+  dp.int8_dp = true;
+  dp.int8_products = kSageDP;
+  const Report r = Compare(RunSage<double>(in, dp), ref);
+  EXPECT_LT(r.o.rel_l2, 1e-9);
+  EXPECT_LT(r.dv.rel_l2, 1e-9);
+  EXPECT_GT(r.dq.rel_l2, 1e-3);
+  EXPECT_GT(r.dk.rel_l2, 1e-3);
 }
 
 // ---- 4. Options: tiles, smoothing, int8 dP

@@ -90,7 +90,7 @@ class PreemptTest : public ::testing::Test {
     std::ofstream(dir_ + "/trial.yaml")
         << "seed: 3\n"
            "model: {seq_len: 32, layers: 1, d_model: 32, heads: 2}\n"
-           "attention: {kind: sagebwd, block_q: 16, block_kv: 16}\n"
+           "attention: {kind: sagebwd}\n"
            "optimizer: {kind: spectral, p: 0.5, lr: 0.003}\n"
            "train: {steps: 400, tokens_per_step: 256, micro_batch: 8, warmup: 5, eval_every: 50,\n"
            "        diagnostics_every: 0, checkpoint_every: 1000, threads: 1}\n";

@@ -7,7 +7,7 @@ bench_trial_yaml() {
 seed: 1
 data: {corpus: $1, vocab_size: 50304, val_fraction: 0.01, eval_batches: 1}
 model: {seq_len: 1024, layers: 12, d_model: 768, heads: 12, mlp: gelu, tie_embeddings: true}
-attention: {kind: $2, qk_norm: true, block_q: 64, block_kv: 64}
+attention: {kind: $2, qk_norm: true}
 optimizer: {kind: adamw, lr: 6.0e-4, lr_vector: 6.0e-4, weight_decay: 0.1}
 train: {steps: $3, tokens_per_step: 16384, micro_batch: 16, warmup: 5, eval_every: 0,
         diagnostics_every: 0, checkpoint_every: 0, grad_clip: 1.0}
