@@ -713,6 +713,17 @@ TEST_F(Cluster, EarlyStoppingStopsHopelessRatesAndEveryJudgmentReplays) {
   Output dry = Cli({"submit", shared, "--dry-run"});
   ASSERT_EQ(dry.code, 0) << dry.out;
   EXPECT_NE(dry.out.find("2 trials"), std::string::npos) << dry.out;
+
+  // The papers' own settings (examples/paper/) dry-run: accepted as they are, over llm.c shards
+  // this machine does not have (a dry run plans; it reads no data).
+  for (const auto& [file, trials] : {std::pair<std::string, std::string>{"sagebwd_tps", "4 trials"},
+                                     {"beyondmuon_gpt2", "8 trials"},
+                                     {"muon8bit_1p6b", "6 trials"}}) {
+    Output paper =
+        Cli({"submit", std::string(ABLATE_EXAMPLES_PAPER_DIR) + "/" + file + ".yaml", "--dry-run"});
+    ASSERT_EQ(paper.code, 0) << file << ": " << paper.out;
+    EXPECT_NE(paper.out.find(trials), std::string::npos) << file << ": " << paper.out;
+  }
 }
 
 }  // namespace

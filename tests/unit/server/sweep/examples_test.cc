@@ -1,5 +1,6 @@
 // Every spec in examples/sweeps/ expands; the CPU specs run on the CPU as its README promises, the
-// gpu_* specs ask for GPUs.
+// gpu_* specs ask for GPUs. The papers' settings (examples/paper/) expand to their trial counts
+// on GPUs over llm.c shards (the e2e test also dry-runs them through a coordinator).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -100,6 +101,43 @@ TEST(ExampleSweeps, Counts) {
     auto r = ExpandSweep(Read(p), p.filename().string());
     ASSERT_TRUE(r.ok()) << name << ": " << r.status().message();
     EXPECT_EQ(r->trials.size(), count) << name;
+  }
+}
+
+// examples/paper/: the papers' own settings, as the specs' comments state them.
+TEST(ExamplePaperSpecs, ExpandToThePapersSettings) {
+  struct Want {
+    const char* name;
+    size_t trials;
+    int seq_len;
+    int64_t params_m;  // millions, as the comment says
+  };
+  const Want wants[] = {{"sagebwd_tps", 4, 4096, 328},
+                        {"beyondmuon_gpt2", 8, 1024, 124},
+                        {"muon8bit_1p6b", 6, 2048, 1613}};
+  int files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(ABLATE_EXAMPLES_PAPER_DIR)) {
+    files += e.path().extension() == ".yaml";
+  }
+  EXPECT_EQ(files, 3);
+  for (const Want& w : wants) {
+    SCOPED_TRACE(w.name);
+    const std::filesystem::path p =
+        std::filesystem::path(ABLATE_EXAMPLES_PAPER_DIR) / (std::string(w.name) + ".yaml");
+    auto r = ExpandSweep(Read(p), p.filename().string());
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    EXPECT_EQ(r->name, w.name);
+    EXPECT_EQ(r->trials.size(), w.trials);
+    EXPECT_EQ(r->gpus, 8);
+    for (const auto& t : r->trials) {
+      EXPECT_EQ(t.config.device, "cuda");
+      EXPECT_EQ(t.config.model.seq_len, w.seq_len);
+      EXPECT_EQ(t.config.data.val_fraction, 0);  // the shards' own _val_ split
+      EXPECT_NE(t.config.data.corpus.find("_train_"), std::string::npos);
+      // 12 L C^2 + V C with the GPT-2 vocabulary padded to 50304, as the comment counts it.
+      const int64_t L = t.config.model.layers, C = t.config.model.d_model;
+      EXPECT_EQ((12 * L * C * C + 50304 * C + 500000) / 1000000, w.params_m);
+    }
   }
 }
 
