@@ -445,6 +445,9 @@ StatusOr<json> RunProbes(const config::TrialConfig& config, const ProbeOptions& 
     }
     result["sigma_gpu_test_shape"] = grows;
     if (!live.empty()) {
+      out << "\nLive layers (one training sequence of the checkpoint; q and k also scaled by 2 "
+             "and 4):\n\n"
+          << head;
       json lrows = json::array();
       for (size_t l = 0; l < live.size(); ++l) {
         for (double f : {1.0, 2.0, 4.0}) {

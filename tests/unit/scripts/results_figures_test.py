@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""scripts/results_figures.py: Student's t against published quantiles, Welch's interval worked by
+hand, and the committed docs/results/comparisons.md and SVGs are what the committed data gives
+(so docs/RESULTS.md's intervals cannot drift from docs/results/*.csv / *.json)."""
+import filecmp
+import importlib.util
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+SCRIPT = os.path.join(ROOT, "scripts", "results_figures.py")
+spec = importlib.util.spec_from_file_location("results_figures", SCRIPT)
+rf = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(rf)
+
+
+class TQuantile(unittest.TestCase):
+    def test_published_values(self):
+        # Two-sided 95% critical values (t tables) and a one-sided 80% one.
+        for df, want in [(1, 12.7062), (2, 4.3027), (4, 2.7764), (10, 2.2281), (30, 2.0423)]:
+            self.assertAlmostEqual(rf.t_quantile(0.975, df), want, places=3)
+        self.assertAlmostEqual(rf.t_quantile(0.80, 4), 0.9410, places=3)
+        self.assertAlmostEqual(rf.t_quantile(0.5, 3), 0.0, places=6)
+
+    def test_welch_by_hand(self):
+        a = {"mean": 1.0, "std": 0.3, "n": 3}
+        b = {"mean": 0.8, "std": 0.3, "n": 3}
+        w = rf.welch(a, b)
+        se = (0.09 / 3 + 0.09 / 3) ** 0.5  # equal variances and sizes: df = 4
+        self.assertAlmostEqual(w["d"], 0.2)
+        self.assertAlmostEqual(w["se"], se)
+        self.assertAlmostEqual(w["df"], 4.0)
+        self.assertAlmostEqual(w["hi"] - w["d"], 2.7764 * se, places=3)
+        self.assertAlmostEqual(w["mdd"], (2.7764 + 0.9410) * se, places=3)
+
+
+class CommittedOutputs(unittest.TestCase):
+    def test_regenerated_outputs_equal_the_committed_ones(self):
+        data = os.path.join(ROOT, "docs", "results")
+        with tempfile.TemporaryDirectory() as out:
+            subprocess.run([sys.executable, SCRIPT, "--data", data, "--out", out], check=True,
+                           stdout=subprocess.DEVNULL)
+            for name in ["comparisons.md", "intervals.svg", "sigma.svg", "decompose.svg",
+                         "bias_noise.svg"]:
+                self.assertTrue(filecmp.cmp(os.path.join(out, name), os.path.join(data, name),
+                                            shallow=False), name + " differs: rerun "
+                                "scripts/results_figures.py and commit its outputs")
+
+    def test_results_page_quotes_the_intervals(self):
+        with open(os.path.join(ROOT, "docs", "RESULTS.md")) as f:
+            page = f.read()
+        with open(os.path.join(ROOT, "docs", "results", "comparisons.md")) as f:
+            rows = f.read().splitlines()[2:]
+        for row in rows:
+            cells = [c.strip() for c in row.strip("|").split("|")]
+            interval = cells[4].split("]")[0] + "]"
+            # RESULTS.md writes the same bounds with a real minus sign.
+            quoted = interval.replace("-", "\u2212")
+            self.assertTrue(quoted in page, "docs/RESULTS.md does not quote %s for %s"
+                            % (quoted, cells[1]))
+
+
+if __name__ == "__main__":
+    unittest.main()
