@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -1232,6 +1233,33 @@ std::string Scheduler::WaitingReason(int64_t sweep_id) const {
     if (max_gpus == 0) return need + "; the connected workers have only CPU slots";
     if (max_gpus < t.gpus) {
       return need + "; the connected workers have at most " + std::to_string(max_gpus);
+    }
+    if (t.gpu_share > 1) {
+      // A shared trial that no GPU could hold even empty: its memory (the reported peak, or the
+      // config's estimate) plus the margin exceeds every GPU's memory, so it would wait forever.
+      int64_t bytes = t.peak_bytes > 0 ? t.peak_bytes : t.memory_bytes;
+      if (bytes == 0) {
+        auto c = config::ParseTrialConfig(t.config_json, "trial " + std::to_string(t.id));
+        bytes = c.ok() ? config::EstimateDeviceBytes(*c) : config::kContextBytes;
+      }
+      int64_t largest = 0;
+      bool fits = false;
+      for (const WorkerState* w : taking) {
+        for (const v1::GpuInfo& g : w->gpus) {
+          largest = std::max(largest, int64_t(g.memory_bytes()));
+          fits |= g.memory_bytes() == 0 || bytes + GpuMargin(g.memory_bytes()) <= g.memory_bytes();
+        }
+      }
+      if (!fits) {
+        char buf[200];
+        std::snprintf(buf, sizeof buf,
+                      "the queued trials need about %.1f GiB of GPU memory each (%s) and the "
+                      "margin; the connected GPUs have at most %.1f GiB",
+                      double(bytes) / double(int64_t(1) << 30),
+                      t.peak_bytes > 0 ? "their reported peak" : "the config's estimate",
+                      double(largest) / double(int64_t(1) << 30));
+        return buf;
+      }
     }
     return "";
   }

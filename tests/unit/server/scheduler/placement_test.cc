@@ -146,6 +146,22 @@ TEST_F(PlacementTest, PacksByMemoryWithAMarginAndTheRestWait) {
   ASSERT_TRUE(WaitFor([&] { return link->Count(MC::kAssign) == 8; }));
 }
 
+// A shared trial larger than any GPU, even empty, waits forever: the sweep's waiting reason says
+// why, in GiB; a GPU that can hold it clears the reason.
+TEST_F(PlacementTest, ATrialNoGpuCanHoldSaysSoInTheWaitingReason) {
+  const int64_t est = EstimateOf(64);
+  const int64_t small = est / 2;  // below the estimate itself
+  const int64_t id = SubmitShared("big", 2, 4, 64);
+  auto link = Connect("w", 0, 1, {}, small);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(link->Count(MC::kAssign), 0u);
+  const std::string why = sched_->WaitingReason(id);
+  EXPECT_NE(why.find("GiB of GPU memory each (the config's estimate)"), std::string::npos) << why;
+  EXPECT_NE(why.find("at most"), std::string::npos) << why;
+  auto big = Connect("w2", 0, 1, {}, 80 * kGiB);
+  ASSERT_TRUE(WaitFor([&] { return big->Count(MC::kAssign) == 2; }));
+}
+
 TEST_F(PlacementTest, ANvmlReadingAboveTheEstimatesKeepsTrialsOut) {
   // Another process holds most of the GPU: the worker's heartbeat says so, and nothing more is
   // packed beside it.
