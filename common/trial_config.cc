@@ -170,6 +170,7 @@ const std::vector<Field>& Fields() {
     f.push_back(BoolField("attention.smooth_k", [](C& c) -> bool& { return c.attention.smooth_k; }));
     f.push_back(BoolField("attention.smooth_q", [](C& c) -> bool& { return c.attention.smooth_q; }));
     f.push_back(BoolField("attention.int8_dp", [](C& c) -> bool& { return c.attention.int8_dp; }));
+    f.push_back(BoolField("attention.ds_bf16", [](C& c) -> bool& { return c.attention.ds_bf16; }));
     f.push_back(BoolField("attention.dq_correction",
                           [](C& c) -> bool& { return c.attention.dq_correction; }));
     f.push_back(BoolField("attention.deterministic",
@@ -558,6 +559,7 @@ std::string ConfigHash(const TrialConfig& config) {
   // behaviour of the releases before it, or a change of numerics the numerics version records),
   // and a removed key is hashed at its last default.
   if (config.attention.deterministic) j["attention"].erase("deterministic");
+  if (!config.attention.ds_bf16) j["attention"].erase("ds_bf16");
   j["attention"]["block_q"] = 128;
   j["attention"]["block_kv"] = 64;
   std::string text = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);

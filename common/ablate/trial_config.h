@@ -46,6 +46,9 @@ struct AttentionSection {
   bool smooth_k = true;
   bool smooth_q = false;
   bool int8_dp = false;  // quantize dP too (measures the paper's claim that dS/dP precision dominates)
+  // The dS products (dQ = dS K, dK = dS^T Q) in bf16 instead of INT8, to isolate the paper's
+  // claim (ii); CPU only for now (device cuda refuses it).
+  bool ds_bf16 = false;
   bool dq_correction = true;  // K-smoothing's dQ += rowsum(dS) kbar term (see attention_cpu.h)
   // GPU: dQ summed over key blocks in a fixed order, so that reruns are bit-identical (both kinds;
   // costs scratch memory and some backward time, docs/bench/attention.md). The CPU always is.

@@ -53,6 +53,10 @@ struct AttnOptions {
   bool smooth_k = true;   // subtract the per-(b,h) mean of K over tokens before quantizing
   bool smooth_q = false;  // subtract the per-Q-tile mean of Q and add its bias back
   bool int8_dp = false;   // also quantize dP = dO V^T (to measure the paper's dS/dP claim)
+  // The dS products in bf16 instead of INT8 (the paper's claim (ii) isolated): dQ = dS K and
+  // dK = dS^T Q take dS and the smoothed K / Q rounded to bf16, accumulated in T. CPU emulator
+  // only for now: the GPU kernels refuse it.
+  bool ds_bf16 = false;
   // With smooth_k, add tau * rowsum(dS) (x) kbar to dQ (kernels/ALGORITHMS.md §1.2). Measured: when K has a
   // large mean this term multiplies the forward's quantization error (rows of the emulated dS do not
   // sum to 0) by |kbar|: dQ rel. L2 0.114 with it vs 0.018 without at a sigma-8 key offset. A switch

@@ -107,6 +107,12 @@ void CheckOptions(const AttnShape& s, const AttnOptions& opt) {
   }
 }
 
+// x, rounded to bf16 when `round` (the ds_bf16 products' operands).
+template <typename T>
+T Bf16If(bool round, T x) {
+  return round ? T(RoundToBf16(x)) : x;
+}
+
 // Tiles of one pass: the forward walks K tiles of kvg keys (forward = true), the backward blocks
 // of bkv keys; both read the K / V scales of kvg-key groups.
 template <typename T>
@@ -410,14 +416,16 @@ void BackwardHead(const Geometry<T>& g, const AttnOptions& opt, const T* q, cons
         for (int c = 0; c < nc; ++c) dsq[c] = Quantize(dsr[c], scale);
         const T coef = tau * scale * kv.sk[g.GroupOf(j)];
         T* dqr = dq + int64_t(r0 + r) * D;
-        if (opt.int8_products & kSageDQ) {
+        if ((opt.int8_products & kSageDQ) && !opt.ds_bf16) {
           for (int d = 0; d < D; ++d) {
             dqr[d] += coef * T(DotI16(dsq, kv.kht.data() + int64_t(d) * N + c0, nc));
           }
-        } else {  // exact: tau dS (K - kbar) in T (the K-smoothing term below adds kbar back)
+        } else {  // tau dS (K - kbar) in T, or with bf16 operands (the K-smoothing term below
+                  // adds kbar back)
           for (int c = 0; c < nc; ++c) {
             const T* kr = k + int64_t(c0 + c) * D;
-            for (int d = 0; d < D; ++d) dqr[d] += tau * dsr[c] * (kr[d] - kv.kbar[d]);
+            const T x = tau * Bf16If(opt.ds_bf16, dsr[c]);
+            for (int d = 0; d < D; ++d) dqr[d] += x * Bf16If(opt.ds_bf16, kr[d] - kv.kbar[d]);
           }
         }
       }
@@ -442,16 +450,17 @@ void BackwardHead(const Geometry<T>& g, const AttnOptions& opt, const T* q, cons
         const T coef = tau * colscale[c] * sq[i];
         const QInt* dsc = qblk.data() + int64_t(c) * nr;
         T* dkr = dk + int64_t(c0 + c) * D;
-        if (opt.int8_products & kSageDK) {
+        if ((opt.int8_products & kSageDK) && !opt.ds_bf16) {
           for (int d = 0; d < D; ++d) {
             dkr[d] += coef * T(DotI16(dsc, qht.data() + int64_t(d) * N + r0, nr));
           }
-        } else {  // exact: tau dS^T (Q - mu) in T (Q-smoothing's term below adds mu back)
+        } else {  // tau dS^T (Q - mu) in T, or with bf16 operands (Q-smoothing's term below adds
+                  // mu back)
           const T* mq = mu.data() + int64_t(i) * D;
           for (int r = 0; r < nr; ++r) {
-            const T x = tau * ds[int64_t(r) * nc + c];
+            const T x = tau * Bf16If(opt.ds_bf16, ds[int64_t(r) * nc + c]);
             const T* qr = q + int64_t(r0 + r) * D;
-            for (int d = 0; d < D; ++d) dkr[d] += x * (qr[d] - mq[d]);
+            for (int d = 0; d < D; ++d) dkr[d] += x * Bf16If(opt.ds_bf16, qr[d] - mq[d]);
           }
         }
         // Q-smoothing: the quantized product saw Q - mu_Q(i); add back dS^T 1 mu_Q(i).

@@ -640,10 +640,21 @@ TEST_F(Cluster, EarlyStoppingStopsHopelessRatesAndEveryJudgmentReplays) {
     // stop arrives, also on a loaded machine.)
     if (hopeless) EXPECT_LT(std::stoi(r[2]), 300) << "stopped at its last step: " << r[0];
   }
-  // Their attempts ended "stopped" after a checkpoint, their metrics kept.
+  // Their attempts ended "stopped" after a checkpoint, their metrics kept; a seed still queued
+  // when its configuration was judged (a slot freed early on a loaded machine) never started.
   auto stopped_attempts = Sql("SELECT count(*) FROM attempts a JOIN trials t ON t.id = a.trial_id "
                               "WHERE t.sweep_id = " + sweep_sql + " AND a.state = 'stopped'");
-  EXPECT_EQ(stopped_attempts[0][0], "4");
+  auto never_started = Sql("SELECT count(*) FROM trials t WHERE t.sweep_id = " + sweep_sql +
+                           " AND t.state = 'stopped' AND NOT EXISTS (SELECT 1 FROM attempts a "
+                           "WHERE a.trial_id = t.id)");
+  EXPECT_EQ(std::stoi(stopped_attempts[0][0]) + std::stoi(never_started[0][0]), 4)
+      << stopped_attempts[0][0] << " stopped attempts, " << never_started[0][0]
+      << " stopped before they started";
+  auto other =
+      Sql("SELECT count(*) FROM attempts a JOIN trials t ON t.id = a.trial_id WHERE "
+          "t.sweep_id = " +
+          sweep_sql + " AND t.state = 'stopped' AND a.state <> 'stopped'");
+  EXPECT_EQ(other[0][0], "0") << "a stopped trial's attempt ended otherwise";
   // Every judgment is a row; the two stops name the hopeless configurations' seeds.
   auto stops = Sql("SELECT config, trials_json, threshold, value FROM stop_decisions WHERE "
                    "sweep_id = " + sweep_sql + " AND decision = 'stop' ORDER BY id");

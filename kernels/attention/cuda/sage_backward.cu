@@ -776,10 +776,7 @@ Status SageBackwardCuda(const AttnShape& shape, const AttnOptions& opt, const __
                         size_t det_scratch_bytes) {
   ABLATE_RETURN_IF_ERROR(sage::CheckArgs(shape, workspace, workspace_bytes,
                                          {q, k, v, o, do_, lse, dq, dk, dv}));
-  if (opt.int8_products != kSageAllProducts) {
-    return InvalidArgument("SageBwd CUDA: the kernels run every product in INT8 "
-                           "(AttnOptions::int8_products is the CPU emulator's)");
-  }
+  ABLATE_RETURN_IF_ERROR(sage::CheckOptions(opt));
   const sage::Workspace w = sage::CarveWorkspace(shape, static_cast<char*>(workspace));
   return shape.D == 64 ? sage::BackwardImpl<64>(shape, opt, k, v, o, do_, lse, dq, dk, dv, w,
                                                 stream, det_scratch, det_scratch_bytes)

@@ -395,6 +395,8 @@ Workspace CarveWorkspace(const AttnShape& s, char* base);
 
 // The launchers' argument checks: the shape, the workspace (size, 256-byte alignment) and the
 // tensors (non-null, 16-byte aligned).
+// InvalidArgument for the emulator-only options (ds_bf16, int8_products other than all).
+Status CheckOptions(const AttnOptions& opt);
 Status CheckArgs(const AttnShape& s, void* workspace, size_t workspace_bytes,
                  std::initializer_list<const void*> ptrs);
 

@@ -917,10 +917,7 @@ Status SageForwardCuda(const AttnShape& shape, const AttnOptions& opt, const __n
                        float* lse, void* workspace, size_t workspace_bytes, cudaStream_t stream,
                        const double* k_parts) {
   ABLATE_RETURN_IF_ERROR(sage::CheckArgs(shape, workspace, workspace_bytes, {q, k, v, o, lse}));
-  if (opt.int8_products != kSageAllProducts) {
-    return InvalidArgument("SageBwd CUDA: the kernels run every product in INT8 "
-                           "(AttnOptions::int8_products is the CPU emulator's)");
-  }
+  ABLATE_RETURN_IF_ERROR(sage::CheckOptions(opt));
   const sage::Workspace w = sage::CarveWorkspace(shape, static_cast<char*>(workspace));
   return shape.D == 64
              ? sage::ForwardImpl<64>(shape, opt, q, k, v, o, lse, w, k_parts, stream)

@@ -378,6 +378,18 @@ Workspace CarveWorkspace(const AttnShape& s, char* base) {
   return w;
 }
 
+Status CheckOptions(const AttnOptions& opt) {
+  if (opt.ds_bf16) {
+    return InvalidArgument("SageBwd CUDA: ds_bf16 (the dS products in bf16) has no GPU kernel "
+                           "yet; it runs on the CPU emulator");
+  }
+  if (opt.int8_products != kSageAllProducts) {
+    return InvalidArgument("SageBwd CUDA: the kernels run every product in INT8 "
+                           "(AttnOptions::int8_products is the CPU emulator's)");
+  }
+  return Status::Ok();
+}
+
 Status CheckArgs(const AttnShape& s, void* workspace, size_t workspace_bytes,
                  std::initializer_list<const void*> ptrs) {
   if (s.B < 1 || s.H < 1 || s.N < 1 || (s.D != 64 && s.D != 128)) {

@@ -187,6 +187,9 @@ TEST(TrialConfig, IdentityHoldsAcrossReleases) {
   TrialConfig atomics = *old;
   atomics.attention.deterministic = false;
   EXPECT_NE(ConfigHash(atomics), ConfigHash(*old));
+  TrialConfig bf16 = *old;
+  bf16.attention.ds_bf16 = true;  // a new key: hashed only away from its default
+  EXPECT_NE(ConfigHash(bf16), ConfigHash(*old));
   auto tiles = ParseTrialConfig("attention: {block_q: 64}\n", "t.yaml");
   ASSERT_FALSE(tiles.ok());
   EXPECT_NE(tiles.status().message().find("t.yaml:1"), std::string::npos)

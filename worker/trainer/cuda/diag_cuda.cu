@@ -1,4 +1,5 @@
 // Device attention diagnostics: see diag_cuda.h.
+#include <algorithm>
 #include "trainer/cuda/diag_cuda.h"
 
 #include <cmath>
@@ -218,11 +219,12 @@ struct DiagScratch::Impl {
   std::vector<void*> ptrs;
   int64_t n = 0, rows = 0;  // capacity: elements of one (nb, H, N, D) tensor, rows (nb, H, N)
   int64_t ntq_total = 0, kbar_n = 0;
-  size_t sage_ws_bytes = 0, fpa_ws_bytes = 0;
+  size_t sage_ws_bytes = 0, fpa_ws_bytes = 0, det_ws_bytes = 0;
   bf16 *o_s, *dq_s, *dk_s, *dv_s, *o_f, *dq_f, *dk_f, *dv_f;
   float *lse_s, *lse_f, *drow_s, *drow_f, *kbar, *mu, *sq, *sdo, *sk, *sv, *mx;
   signed char *kh, *vh;
   void *sage_ws, *fpa_ws;
+  void* det_ws = nullptr;  // opt.deterministic: both backward calls' dQ slices
   double* acc;  // 6 tensors x 6 sums
   ~Impl() {
     for (void* p : ptrs) cudaFree(p);
@@ -249,13 +251,19 @@ Status ShadowAttentionErrors(const LayerShadowInput& in, const kk::AttnOptions& 
   const int ntq = (in.N + kTile - 1) / kTile;
   const size_t sage_bytes = kk::SageWorkspaceBytes(sub);
   const size_t fpa_bytes = kk::FpaWorkspaceBytes(sub);
-  if (!scratch->impl || scratch->impl->n < n || scratch->impl->sage_ws_bytes < sage_bytes) {
+  // The shadow pair runs deterministic like the model (diagnostics repeat to the bit too).
+  const size_t det_bytes =
+      opt.deterministic ? std::max(kk::SageDetScratchBytes(sub, opt), kk::FpaDetScratchBytes(sub))
+                        : 0;
+  if (!scratch->impl || scratch->impl->n < n || scratch->impl->sage_ws_bytes < sage_bytes ||
+      scratch->impl->det_ws_bytes < det_bytes) {
     ABLATE_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(s), "sync"));
     auto im = std::make_unique<DiagScratch::Impl>();
     im->n = n;
     im->rows = rows;
     im->sage_ws_bytes = sage_bytes;
     im->fpa_ws_bytes = fpa_bytes;
+    im->det_ws_bytes = det_bytes;
     for (bf16** b : {&im->o_s, &im->dq_s, &im->dk_s, &im->dv_s, &im->o_f, &im->dq_f, &im->dk_f,
                      &im->dv_f}) {
       ABLATE_RETURN_IF_ERROR(im->Alloc(b, n));
@@ -276,6 +284,11 @@ Status ShadowAttentionErrors(const LayerShadowInput& in, const kk::AttnOptions& 
     ABLATE_RETURN_IF_ERROR(im->Alloc(&ws2, fpa_bytes));
     im->sage_ws = ws1;
     im->fpa_ws = ws2;
+    if (det_bytes > 0) {
+      char* ws3 = nullptr;
+      ABLATE_RETURN_IF_ERROR(im->Alloc(&ws3, det_bytes));
+      im->det_ws = ws3;
+    }
     ABLATE_RETURN_IF_ERROR(im->Alloc(&im->acc, 36));
     scratch->impl = std::move(im);
   }
@@ -285,10 +298,13 @@ Status ShadowAttentionErrors(const LayerShadowInput& in, const kk::AttnOptions& 
   ABLATE_RETURN_IF_ERROR(kk::SageForwardCuda(sub, opt, in.q, in.k, in.v, d.o_s, d.lse_s, d.sage_ws,
                                              d.sage_ws_bytes, s));
   ABLATE_RETURN_IF_ERROR(kk::SageBackwardCuda(sub, opt, in.q, in.k, in.v, d.o_s, d.lse_s, in.dout,
-                                              d.dq_s, d.dk_s, d.dv_s, d.sage_ws, d.sage_ws_bytes, s));
+                                              d.dq_s, d.dk_s, d.dv_s, d.sage_ws, d.sage_ws_bytes, s,
+                                              d.det_ws, d.det_ws_bytes));
   ABLATE_RETURN_IF_ERROR(kk::FpaForwardCuda(sub, in.q, in.k, in.v, d.o_f, d.lse_f, s));
   ABLATE_RETURN_IF_ERROR(kk::FpaBackwardCuda(sub, in.q, in.k, in.v, d.o_f, d.lse_f, in.dout, d.dq_f,
-                                             d.dk_f, d.dv_f, d.fpa_ws, d.fpa_ws_bytes, s));
+                                             d.dk_f, d.dv_f, d.fpa_ws, d.fpa_ws_bytes, s,
+                                             opt.deterministic ? d.det_ws : nullptr,
+                                             d.det_ws_bytes));
   ABLATE_RETURN_IF_ERROR((kc::CompareAccumulateCuda<bf16, bf16>(d.acc + 0, d.o_s, d.o_f, n, s)));
   ABLATE_RETURN_IF_ERROR((kc::CompareAccumulateCuda<bf16, bf16>(d.acc + 6, d.dq_s, d.dq_f, n, s)));
   ABLATE_RETURN_IF_ERROR((kc::CompareAccumulateCuda<bf16, bf16>(d.acc + 12, d.dk_s, d.dk_f, n, s)));

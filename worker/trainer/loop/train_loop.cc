@@ -198,6 +198,7 @@ ModelConfig ToModelConfig(const config::TrialConfig& c, int vocab) {
   m.attention.smooth_k = c.attention.smooth_k;
   m.attention.smooth_q = c.attention.smooth_q;
   m.attention.int8_dp = c.attention.int8_dp;
+  m.attention.ds_bf16 = c.attention.ds_bf16;
   m.attention.dq_kmean_correction = c.attention.dq_correction;
   m.attention.deterministic = c.attention.deterministic;
   // Both backends run the GPU kernels' tiles, so that a CPU run computes what a GPU run does.

@@ -166,6 +166,7 @@ struct Product {
   const char* name;
   uint32_t mask;
   bool int8_dp;
+  bool ds_bf16 = false;
 };
 constexpr Product kProducts[] = {
     {"all INT8 (production)", k::kSageAllProducts, false},
@@ -176,6 +177,7 @@ constexpr Product kProducts[] = {
     {"dK = dS^T Q only", k::kSageDK, false},
     {"dP = dO V^T only (int8_dp)", k::kSageDP, true},
     {"none (dP in bf16 only)", 0, false},
+    {"all, the dS products in bf16 (ds_bf16)", k::kSageAllProducts, false, true},
 };
 
 json Decompose(const Inputs& in, const k::AttnOptions& base, const std::string& label,
@@ -193,6 +195,7 @@ json Decompose(const Inputs& in, const k::AttnOptions& base, const std::string& 
     k::AttnOptions opt = base;
     opt.int8_products = p.mask;
     opt.int8_dp = p.int8_dp;
+    opt.ds_bf16 = p.ds_bf16;
     const Outputs r = Sage(in, opt);
     json row = {{"products", p.name},
                 {"o", RelL2(r.o, e.o)},
@@ -204,7 +207,8 @@ json Decompose(const Inputs& in, const k::AttnOptions& base, const std::string& 
                   row["dv"].get<double>());
     out << buf;
     // Dominance among the products the configuration quantizes (dP only with int8_dp).
-    const bool single = p.mask != k::kSageAllProducts && p.mask != 0 && p.int8_dp == base.int8_dp;
+    const bool single =
+        p.mask != k::kSageAllProducts && p.mask != 0 && p.int8_dp == base.int8_dp && !p.ds_bf16;
     if (single && row["dq"].get<double>() > max_dq) {
       max_dq = row["dq"].get<double>();
       top_dq = p.name;

@@ -149,6 +149,20 @@ TEST(SageProductsTest, EachProductErrsOnlyDownstream) {
       }
     }
   }
+  // ds_bf16: the dS products with bf16 operands instead of INT8. O and dV are the INT8 run's
+  // exactly; dQ and dK lose their own INT8 rounding (less error, but not none).
+  {
+    AttnOptions int8, bf16;
+    bf16.ds_bf16 = true;
+    const Result ri = RunSage<double>(in, int8), rb = RunSage<double>(in, bf16);
+    EXPECT_EQ(rb.o, ri.o);
+    EXPECT_EQ(rb.dv, ri.dv);
+    const Report ei = Compare(ri, ref), eb = Compare(rb, ref);
+    PrintReport("ds_bf16", eb);
+    EXPECT_LT(eb.dq.rel_l2, ei.dq.rel_l2);
+    EXPECT_LT(eb.dk.rel_l2, ei.dk.rel_l2);
+    EXPECT_GT(eb.dq.rel_l2, 1e-3);  // the logits' and P~V's errors remain
+  }
   // int8_dp's product alone: dQ and dK err, O and dV do not.
   AttnOptions dp;
   dp.int8_dp = true;
