@@ -16,12 +16,14 @@
 #     --bundle F      a tarball or unpacked bundle; without it, set up, build and bundle here first
 #     --metric NAME   results metric (default final_val_loss)
 #     --deadline S    cancel the trials still unfinished S seconds after the submission (default: none)
+#     --compare AXIS  also NAME.compare.txt: `ablate compare NAME --factor AXIS` (paired by seed,
+#                     with 95% intervals) for each sweep that has AXIS
 #     --no-plots      skip scripts/plot_results.py
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/bundle_cluster.sh"
-bundle="" out="" metric="final_val_loss" deadline=0 plots=1
+bundle="" out="" metric="final_val_loss" deadline=0 plots=1 compare=""
 specs=()
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' >&2; }
 while (($#)); do
@@ -30,6 +32,7 @@ while (($#)); do
     --out) out="$2"; shift 2 ;;
     --metric) metric="$2"; shift 2 ;;
     --deadline) deadline="$2"; shift 2 ;;
+    --compare) compare="$2"; shift 2 ;;
     --no-plots) plots=0; shift ;;
     -h|--help) usage; exit 0 ;;
     -*) echo "gpu_sweeps: unknown option $1" >&2; exit 2 ;;
@@ -39,6 +42,7 @@ done
 [[ -n "$out" && ${#specs[@]} -gt 0 ]] || { usage; exit 2; }
 [[ "$deadline" =~ ^[0-9]+$ ]] || { echo "gpu_sweeps: --deadline wants whole seconds, got '$deadline'" >&2; exit 2; }
 [[ "$metric" =~ ^[A-Za-z0-9_.]+$ ]] || { echo "gpu_sweeps: bad --metric '$metric'" >&2; exit 2; }
+[[ -z "$compare" || "$compare" =~ ^[A-Za-z0-9_.]+$ ]] || { echo "gpu_sweeps: bad --compare '$compare'" >&2; exit 2; }
 names=()
 for s in "${specs[@]}"; do
   [[ -f "$s" ]] || { echo "gpu_sweeps: no such spec: $s" >&2; exit 2; }
@@ -111,6 +115,9 @@ for name in "${names[@]}"; do
   "${cli[@]}" results "$name" --metric "$metric" | tee "$res/$name.txt"
   "${cli[@]}" results "$name" --metric "$metric" --format csv >"$res/$name.csv"
   "${cli[@]}" status "$name" --format csv >"$res/$name.trials.csv" || true
+  if [[ -n "$compare" ]]; then
+    "${cli[@]}" compare "$name" --factor "$compare" --metric "$metric" >"$res/$name.compare.txt" 2>&1 || true
+  fi
   # Axis columns for the curve and diagnostics CSVs, from the sweep's own axis list.
   axes_csv="$(q "SELECT axes_json FROM sweeps WHERE name = '$name'")"
   cols=""

@@ -8,6 +8,8 @@ Reads, in --data:
                          loss per configuration (mean and sample std over n seeds)
   probe_synthetic.json   `ablate-train --probe all` (no checkpoint: synthetic inputs)
   probe_checkpoint.json  `ablate-train --probe all --resume CKPT` (live layers and bias-noise)
+  gpu_seed_spread_trials.csv / _curves.csv  examples/sweeps/gpu_seed_spread.yaml's trials (final
+                         val loss per seed) and curves (loss, val_loss by step)
 and writes, in --out:
   comparisons.md         every contrast RESULTS.md reads, as difference, 95% interval and the
                          smallest difference the cells could detect (below)
@@ -17,6 +19,10 @@ and writes, in --out:
   decompose.svg          dQ's and dK's error with one product in INT8 at a time, sigma 1 and 8
   bias_noise.svg         the gradient's quantization bias and its minibatch noise against tokens
                          per step (log-log), with the crossover
+  seed_spread.svg        the seed-spread sweep's validation loss by step: each kind's mean over
+                         seeds with a band of +-1 sd
+  seed_spread.md         its paired (by seed) sagebwd - fpa difference, 95% t interval and the
+                         smallest difference detectable at 80% power
 
 Intervals: the seeds are not paired in the stored cells (means and stds only), so a contrast
 a - b is Welch's: se = sqrt(sa^2/na + sb^2/nb), df by Welch-Satterthwaite, 95% interval
@@ -251,6 +257,39 @@ def line_plot(path, series, xlabel, ylabel, title, logx=False, logy=False, vline
     svg.write(path)
 
 
+def band_plot(path, groups, xlabel, ylabel, title):
+    """groups: [(label, color, [(x, mean, sd)])]: a line for the mean, a band of +-1 sd."""
+    W, H = 640, 400
+    x0, y0, x1, y1 = 70, 40, 620, 330
+    xs = [x for _, _, pts in groups for x, _, _ in pts]
+    lo = min(m - sd for _, _, pts in groups for _, m, sd in pts)
+    hi = max(m + sd for _, _, pts in groups for _, m, sd in pts)
+    pad = (hi - lo) * 0.05
+    lo, hi = lo - pad, hi + pad
+    xlo, xhi = min(xs), max(xs)
+
+    def fx(x):
+        return x0 + (x - xlo) / (xhi - xlo) * (x1 - x0)
+
+    def fy(y):
+        return y1 - (y - lo) / (hi - lo) * (y1 - y0)
+
+    svg = Svg(W, H)
+    step = (hi - lo) / 5
+    axes(svg, x0, y0, x1, y1, [(fx(x), f"{x:g}") for x in sorted(set(xs))],
+         [(fy(lo + i * step), f"{lo + i * step:.3f}") for i in range(6)], xlabel, ylabel, title)
+    for i, (label, color, pts) in enumerate(groups):
+        upper = [(fx(x), fy(m + sd)) for x, m, sd in pts]
+        lower = [(fx(x), fy(m - sd)) for x, m, sd in reversed(pts)]
+        poly = " ".join(f"{x:.1f},{y:.1f}" for x, y in upper + lower)
+        svg.add(f'<polygon points="{poly}" fill="{color}" fill-opacity="0.18" stroke="none"/>')
+        svg.polyline([(fx(x), fy(m)) for x, m, _ in pts], color, 2)
+        ly = y0 + 16 + 16 * i
+        svg.line(x1 - 250, ly - 4, x1 - 228, ly - 4, color, 2)
+        svg.text(x1 - 222, ly, label, 11)
+    svg.write(path)
+
+
 def forest(path, rows):
     W = 760
     H = 60 + 26 * len(rows) + 40
@@ -384,6 +423,50 @@ def main():
                   vlines=[(262144, "the paper's 260K"), (2097152, "2.1M")] +
                   ([(cross, "crossover %s" % fmt_tick(cross))] if cross else []),
                   legend_at="topright")
+    trials_path = os.path.join(a.data, "gpu_seed_spread_trials.csv")
+    if os.path.exists(trials_path):
+        with open(trials_path) as f:
+            tr = list(csv.DictReader(f))
+        final = {(r["attention.kind"], r["seed"]): float(r["final_val_loss"]) for r in tr
+                 if r["state"] == "succeeded"}
+        seeds = sorted({s for k, s in final if (("fpa", s) in final and ("sagebwd", s) in final)})
+        d = [final[("sagebwd", s)] - final[("fpa", s)] for s in seeds]
+        n = len(d)
+        mean = sum(d) / n
+        sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1))
+        se = sd / math.sqrt(n)
+        tc = t_quantile(0.975, n - 1)
+        mdd = (tc + t_quantile(0.80, n - 1)) * se
+
+        def spread(kind):
+            v = [final[(kind, s)] for s in seeds]
+            m = sum(v) / len(v)
+            return m, math.sqrt(sum((x - m) ** 2 for x in v) / (len(v) - 1))
+        with open(os.path.join(a.out, "seed_spread.md"), "w") as f:
+            f.write("| attention | final val loss, mean | sd over seeds | seeds |\n|---|---:|---:|---:|\n")
+            for kind in ("fpa", "sagebwd"):
+                m, s_ = spread(kind)
+                f.write(f"| {kind} | {m:.4f} | {s_:.4f} | {n} |\n")
+            f.write(f"\nsagebwd - fpa, paired by seed: {mean:+.4f} "
+                    f"[{mean - tc * se:+.4f}, {mean + tc * se:+.4f}] (95% t, {n - 1} df); "
+                    f"detectable at 80% power: {mdd:.4f}\n")
+        with open(os.path.join(a.data, "gpu_seed_spread_curves.csv")) as f:
+            cur = [r for r in csv.DictReader(f) if r["metric"] == "val_loss"]
+        groups = []
+        for kind, color in (("fpa", COLORS[0]), ("sagebwd", COLORS[1])):
+            by_step = {}
+            for r in cur:
+                if r["attention.kind"] == kind:
+                    by_step.setdefault(int(r["step"]), []).append(float(r["value"]))
+            pts = []
+            for st in sorted(by_step):
+                v = by_step[st]
+                m = sum(v) / len(v)
+                pts.append((st, m, math.sqrt(sum((x - m) ** 2 for x in v) / max(1, len(v) - 1))))
+            groups.append((f"{kind}: mean, band +-1 sd ({len(by_step[max(by_step)])} seeds)", color,
+                           pts))
+        band_plot(os.path.join(a.out, "seed_spread.svg"), groups, "step", "validation loss (nats/byte)",
+                  "20M-parameter GPT, seq 1024, 65,536 tokens/step (gpu_seed_spread)")
     print("wrote", ", ".join(sorted(f for f in os.listdir(a.out) if f.endswith((".svg", ".md")))))
     return 0
 

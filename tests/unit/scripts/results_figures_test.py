@@ -44,10 +44,19 @@ class CommittedOutputs(unittest.TestCase):
             subprocess.run([sys.executable, SCRIPT, "--data", data, "--out", out], check=True,
                            stdout=subprocess.DEVNULL)
             for name in ["comparisons.md", "intervals.svg", "sigma.svg", "decompose.svg",
-                         "bias_noise.svg"]:
+                         "bias_noise.svg", "seed_spread.md", "seed_spread.svg"]:
                 self.assertTrue(filecmp.cmp(os.path.join(out, name), os.path.join(data, name),
                                             shallow=False), name + " differs: rerun "
                                 "scripts/results_figures.py and commit its outputs")
+
+    def test_the_paired_interval_equals_ablate_compares(self):
+        # The same seeds through `ablate compare` on the GPU machine (its output is committed).
+        with open(os.path.join(ROOT, "docs", "results", "seed_spread.md")) as f:
+            ours = f.read()
+        with open(os.path.join(ROOT, "docs", "results", "gpu_seed_spread_compare.txt")) as f:
+            theirs = f.read()
+        self.assertIn("-0.0016 [-0.0183, +0.0151]", ours)
+        self.assertIn("-0.0016 [-0.0183, 0.0151]", theirs)
 
     def test_results_page_quotes_the_intervals(self):
         with open(os.path.join(ROOT, "docs", "RESULTS.md")) as f:

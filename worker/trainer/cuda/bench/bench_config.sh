@@ -1,13 +1,14 @@
 # Sourced by gpu_train_bench.sh and train_ab.sh: the trial config both measure, GPT-2 small on one
 # GPU (12 layers, d_model 768, 12 heads, T 1024, vocab 50304 as padded bytes, micro-batch 16, one
-# micro-batch per step, AdamW; no eval, diagnostics or checkpoints inside the timed steps).
+# micro-batch per step, AdamW; no eval, diagnostics or checkpoints inside the timed steps; the
+# attention backward with atomics, as PyTorch's, not the deterministic default: docs/bench/gpu_train.md).
 #   bench_trial_yaml CORPUS KIND STEPS > trial.yaml      (KIND: fpa | sagebwd)
 bench_trial_yaml() {
   cat <<YAML
 seed: 1
 data: {corpus: $1, vocab_size: 50304, val_fraction: 0.01, eval_batches: 1}
 model: {seq_len: 1024, layers: 12, d_model: 768, heads: 12, mlp: gelu, tie_embeddings: true}
-attention: {kind: $2, qk_norm: true}
+attention: {kind: $2, qk_norm: true, deterministic: false}
 optimizer: {kind: adamw, lr: 6.0e-4, lr_vector: 6.0e-4, weight_decay: 0.1}
 train: {steps: $3, tokens_per_step: 16384, micro_batch: 16, warmup: 5, eval_every: 0,
         diagnostics_every: 0, checkpoint_every: 0, grad_clip: 1.0}
