@@ -1099,6 +1099,12 @@ StatusOr<int> Scheduler::Retry(int64_t sweep_id, RetryWhich which) {
         u.reason = "retried";
         u.finished_at = 0;
         u.max_attempts = live->second->max_attempts;
+        if (stopped) {  // as below: resumed from the checkpoint its stop is writing, exempt
+          live->second->early_stop_exempt = true;
+          u.early_stop_exempt = true;
+          u.reason = "resumed after an early stop";
+          if (sw->second->stopper) sw->second->stopper->SetExempt(r.id);
+        }
         store_->UpdateTrial(u);
         ++n;
       }

@@ -640,6 +640,15 @@ TEST_F(Cluster, EarlyStoppingStopsHopelessRatesAndEveryJudgmentReplays) {
     // stop arrives, also on a loaded machine.)
     if (hopeless) EXPECT_LT(std::stoi(r[2]), 300) << "stopped at its last step: " << r[0];
   }
+  // A stopped trial's state is committed with its judgment; its attempt ends when the trainer has
+  // written its checkpoint and exited, a moment later on a loaded machine.
+  const auto attempts_done = [&] {
+    return Sql("SELECT count(*) FROM attempts a JOIN trials t ON t.id = a.trial_id WHERE "
+               "t.sweep_id = " +
+               sweep_sql + " AND a.state = 'running'")[0][0] == "0";
+  };
+  for (int i = 0; i < 600 && !attempts_done(); ++i) std::this_thread::sleep_for(milliseconds(100));
+  ASSERT_TRUE(attempts_done()) << "an attempt still runs a minute after the sweep ended";
   // Their attempts ended "stopped" after a checkpoint, their metrics kept; a seed still queued
   // when its configuration was judged (a slot freed early on a loaded machine) never started.
   auto stopped_attempts = Sql("SELECT count(*) FROM attempts a JOIN trials t ON t.id = a.trial_id "
@@ -654,7 +663,14 @@ TEST_F(Cluster, EarlyStoppingStopsHopelessRatesAndEveryJudgmentReplays) {
       Sql("SELECT count(*) FROM attempts a JOIN trials t ON t.id = a.trial_id WHERE "
           "t.sweep_id = " +
           sweep_sql + " AND t.state = 'stopped' AND a.state <> 'stopped'");
-  EXPECT_EQ(other[0][0], "0") << "a stopped trial's attempt ended otherwise";
+  if (other[0][0] != "0") {
+    for (const auto& r : Sql("SELECT a.trial_id, a.attempt, a.state, a.exit_code, a.reason FROM "
+                             "attempts a JOIN trials t ON t.id = a.trial_id WHERE t.sweep_id = " +
+                             sweep_sql + " AND t.state = 'stopped'")) {
+      ADD_FAILURE() << "a stopped trial's attempt: trial " << r[0] << " attempt " << r[1] << " "
+                    << r[2] << " exit " << r[3] << ": " << r[4];
+    }
+  }
   // Every judgment is a row; the two stops name the hopeless configurations' seeds.
   auto stops = Sql("SELECT config, trials_json, threshold, value FROM stop_decisions WHERE "
                    "sweep_id = " + sweep_sql + " AND decision = 'stop' ORDER BY id");

@@ -224,6 +224,40 @@ TEST_F(SchedulerEarlyStopTest, RetryStoppedResumesAndIsLeftAlone) {
   EXPECT_EQ(store_->GetStopDecisions(sweep)->size(), before);
 }
 
+// retry --stopped while the stopped trials' trainers are still writing their checkpoints (the
+// attempts have not ended): requeued once they end, and exempt all the same.
+TEST_F(SchedulerEarlyStopTest, RetryStoppedBeforeTheAttemptsEndIsExemptToo) {
+  const int64_t sweep = SubmitLrSweep();
+  auto link = Connect("w", 4);
+  ASSERT_TRUE(WaitFor([&] { return link->Count(MC::kAssign) == 4; }));
+  Report(*link, "w", 1, 10, 3.0);
+  Report(*link, "w", 2, 10, 3.2);
+  Report(*link, "w", 3, 10, 4.0);
+  Report(*link, "w", 4, 10, 4.4);
+  ASSERT_TRUE(WaitFor([&] { return link->Count(MC::kCancel) == 2; }));
+  ASSERT_TRUE(WaitFor([&] { return State(3) == "stopped" && State(4) == "stopped"; }));
+  auto n = sched_->Retry(sweep, Scheduler::RetryWhich::kStopped);  // attempts still running
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 2);
+  for (const auto& m : link->Of(MC::kAssign)) {
+    if (m.assign().trial_id() == 3 || m.assign().trial_id() == 4) {
+      sched_->OnEvent("w", Event(m.assign(), v1::TrialEvent::CANCELED, 50));
+    }
+  }
+  ASSERT_TRUE(store_->Flush().ok());
+  EXPECT_TRUE(store_->GetTrial(3)->trial.early_stop_exempt);
+  EXPECT_TRUE(store_->GetTrial(4)->trial.early_stop_exempt);
+  // Requeued after their attempts ended: they start again once the slots are theirs.
+  ASSERT_TRUE(WaitFor([&] {
+    int again = 0;
+    for (const auto& m : link->Of(MC::kAssign)) again += m.assign().attempt() == 2;
+    return again == 2;
+  }));
+  const size_t before = store_->GetStopDecisions(sweep)->size();
+  Report(*link, "w", 3, 20, 9.0);
+  ASSERT_TRUE(store_->Flush().ok());
+  EXPECT_EQ(store_->GetStopDecisions(sweep)->size(), before);
+}
 
 TEST_F(SchedulerEarlyStopTest, AStoppedTrialLostOnItsWayOutCountsNothingAgainstItsWorker) {
   // Found on the GPU machine: the worker restarted while two stopped trainers were checkpointing;
