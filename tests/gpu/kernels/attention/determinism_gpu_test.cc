@@ -152,5 +152,28 @@ TEST(DetCudaArgs, NeedsItsScratch) {
   }
 }
 
+// The emulator-only options (ds_bf16, a partial int8_products mask) are refused by the GPU
+// launchers before anything runs, naming the option.
+TEST(DetCudaArgs, EmulatorOnlyOptionsAreRefused) {
+  const AttnShape s{1, 2, 256, 64, true};
+  void* fake = reinterpret_cast<void*>(uintptr_t(1) << 20);
+  auto* b = static_cast<__nv_bfloat16*>(fake);
+  auto* f = static_cast<float*>(fake);
+  const size_t ws = SageWorkspaceBytes(s);
+  AttnOptions bf16;
+  bf16.ds_bf16 = true;
+  AttnOptions mask;
+  mask.int8_products = kSageS;
+  for (const AttnOptions& opt : {bf16, mask}) {
+    const Status fwd = SageForwardCuda(s, opt, b, b, b, b, f, fake, ws, nullptr);
+    const Status bwd = SageBackwardCuda(s, opt, b, b, b, b, f, b, b, b, b, fake, ws, nullptr);
+    for (const Status& st : {fwd, bwd}) {
+      EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+      EXPECT_NE(st.message().find(opt.ds_bf16 ? "ds_bf16" : "int8_products"), std::string::npos)
+          << st.ToString();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ablate::kernels

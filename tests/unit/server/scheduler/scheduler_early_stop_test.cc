@@ -57,6 +57,14 @@ class SchedulerEarlyStopTest : public SchedulerTest {
       sched_->OnMetrics(worker, b);
     }
   }
+  // Step 10 (rung 0) of the first two configurations' seeds: lr 0.001 (3.0, 3.2) ahead of lr 0.01
+  // (4.0, 4.4), so the ASHA rule stops lr 0.01 (trials 3 and 4).
+  void ReportRungZero(FakeLink& link) {
+    Report(link, "w", 1, 10, 3.0);
+    Report(link, "w", 2, 10, 3.2);
+    Report(link, "w", 3, 10, 4.0);
+    Report(link, "w", 4, 10, 4.4);
+  }
   int64_t seq_ = 1000;
 };
 
@@ -184,10 +192,7 @@ TEST_F(SchedulerEarlyStopTest, RetryStoppedResumesAndIsLeftAlone) {
     e.set_checkpoint_path("/w/trials/3/attempt-1/checkpoints/step_00000010.ckpt");
     sched_->OnEvent("w", e);
   }
-  Report(*link, "w", 1, 10, 3.0);
-  Report(*link, "w", 2, 10, 3.2);
-  Report(*link, "w", 3, 10, 4.0);
-  Report(*link, "w", 4, 10, 4.4);
+  ReportRungZero(*link);
   ASSERT_TRUE(WaitFor([&] { return link->Count(MC::kCancel) == 2; }));
   for (const auto& m : link->Of(MC::kAssign)) {
     if (m.assign().trial_id() == 3 || m.assign().trial_id() == 4) {
@@ -230,10 +235,7 @@ TEST_F(SchedulerEarlyStopTest, RetryStoppedBeforeTheAttemptsEndIsExemptToo) {
   const int64_t sweep = SubmitLrSweep();
   auto link = Connect("w", 4);
   ASSERT_TRUE(WaitFor([&] { return link->Count(MC::kAssign) == 4; }));
-  Report(*link, "w", 1, 10, 3.0);
-  Report(*link, "w", 2, 10, 3.2);
-  Report(*link, "w", 3, 10, 4.0);
-  Report(*link, "w", 4, 10, 4.4);
+  ReportRungZero(*link);
   ASSERT_TRUE(WaitFor([&] { return link->Count(MC::kCancel) == 2; }));
   ASSERT_TRUE(WaitFor([&] { return State(3) == "stopped" && State(4) == "stopped"; }));
   auto n = sched_->Retry(sweep, Scheduler::RetryWhich::kStopped);  // attempts still running
@@ -266,10 +268,7 @@ TEST_F(SchedulerEarlyStopTest, AStoppedTrialLostOnItsWayOutCountsNothingAgainstI
   SubmitLrSweep();
   auto link = Connect("w", 4);
   ASSERT_TRUE(WaitFor([&] { return link->Count(MC::kAssign) == 4; }));
-  Report(*link, "w", 1, 10, 3.0);
-  Report(*link, "w", 2, 10, 3.2);
-  Report(*link, "w", 3, 10, 4.0);
-  Report(*link, "w", 4, 10, 4.4);
+  ReportRungZero(*link);
   ASSERT_TRUE(WaitFor([&] { return link->Count(MC::kCancel) == 2; }));
   for (const auto& m : link->Of(MC::kAssign)) {
     if (m.assign().trial_id() == 3 || m.assign().trial_id() == 4) {
