@@ -8,6 +8,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "ablate/files.h"
@@ -296,15 +297,15 @@ std::vector<std::string> ChildKeys(const std::string& prefix) {
 bool IsSection(const std::string& path) { return !ChildKeys(path + ".").empty(); }
 
 // `seen`: the key paths set so far in this document, with where (a key given twice is an error).
-// A key that no longer exists: "" for any other key; "ok" at its last default (configs stored by
-// an earlier release still load: that default is what the key meant on the GPU); else why it went,
-// for the error that names it.
-std::string RemovedKey(const std::string& path, const YAML::Node& value) {
+// A key that no longer exists: nullopt for any other key; Ok at its last default (configs stored
+// by an earlier release still load: that default is what the key meant on the GPU); else
+// InvalidArgument saying why it went (the caller adds where).
+std::optional<Status> RemovedKey(const std::string& path, const YAML::Node& value) {
   const bool q = path == "attention.block_q", kv = path == "attention.block_kv";
-  if (!q && !kv) return "";
-  if (value.IsScalar() && value.Scalar() == (q ? "128" : "64")) return "ok";
-  return "removed in numerics version 2: SageBwd always runs the GPU kernels' tiles (64 query "
-         "rows, 64 or 128 keys), on the CPU too; delete the key";
+  if (!q && !kv) return std::nullopt;
+  if (value.IsScalar() && value.Scalar() == (q ? "128" : "64")) return Status::Ok();
+  return InvalidArgument("removed in numerics version 2: SageBwd always runs the GPU kernels' "
+                         "tiles (64 query rows, 64 or 128 keys), on the CPU too; delete the key");
 }
 
 Status ApplyMap(const YAML::Node& map, const std::string& prefix, const std::string& file,
@@ -329,10 +330,9 @@ Status ApplyMap(const YAML::Node& map, const std::string& prefix, const std::str
                              ")");
     }
     const Field* field = FindField(path);
-    if (const std::string why = field ? "" : RemovedKey(path, value); why == "ok") {
-      continue;
-    } else if (!why.empty()) {
-      return InvalidArgument(where + ": " + path + ": " + why);
+    if (const auto removed = field ? std::nullopt : RemovedKey(path, value)) {
+      if (removed->ok()) continue;
+      return InvalidArgument(where + ": " + path + ": " + removed->message());
     }
     if (field == nullptr) {
       std::vector<std::string> siblings = ChildKeys(prefix.empty() ? "" : prefix + ".");
@@ -399,10 +399,9 @@ std::vector<std::string> KnownKeys() {
 Status SetField(TrialConfig* config, const std::string& path, const YAML::Node& value,
                 const std::string& where) {
   const Field* field = FindField(path);
-  if (const std::string why = field ? "" : RemovedKey(path, value); why == "ok") {
-    return Status::Ok();
-  } else if (!why.empty()) {
-    return InvalidArgument(where + ": " + path + ": " + why);
+  if (const auto removed = field ? std::nullopt : RemovedKey(path, value)) {
+    if (removed->ok()) return Status::Ok();
+    return InvalidArgument(where + ": " + path + ": " + removed->message());
   }
   if (field == nullptr) {
     std::string hint = SuggestKey(path, KnownKeys());
