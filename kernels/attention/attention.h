@@ -57,6 +57,14 @@ struct AttnOptions {
   // dK = dS^T Q take dS and the smoothed K / Q rounded to bf16, accumulated in T. CPU emulator
   // only for now: the GPU kernels refuse it.
   bool ds_bf16 = false;
+  // Finer scale groups for the backward's INT8 operands (CPU emulator only, to explore the
+  // accuracy of a kernel design before writing it; the GPU kernels refuse them; 0 = the block):
+  // the dQ product's dS row scales over groups of ds_row_keys keys (else the block's bkv), the
+  // dK product's dS column scales over groups of ds_col_rows query rows (else the Q tile's bq),
+  // the dV product's P column scales over groups of p_col_rows query rows (else bq).
+  int ds_row_keys = 0;
+  int ds_col_rows = 0;
+  int p_col_rows = 0;
   // With smooth_k, add tau * rowsum(dS) (x) kbar to dQ (kernels/ALGORITHMS.md §1.2). Measured: when K has a
   // large mean this term multiplies the forward's quantization error (rows of the emulated dS do not
   // sum to 0) by |kbar|: dQ rel. L2 0.114 with it vs 0.018 without at a sigma-8 key offset. A switch

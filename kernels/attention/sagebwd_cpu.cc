@@ -340,7 +340,8 @@ void BackwardHead(const Geometry<T>& g, const AttnOptions& opt, const T* q, cons
   const int64_t blk = int64_t(g.bq) * g.bkv;
   std::vector<T> pm(blk), ds(blk);
   std::vector<QInt> qblk(blk);  // a quantized block: P^T, dS^ or dS^T
-  std::vector<T> colscale(g.bkv), colsum(g.bkv), bias(g.bkv);
+  std::vector<T> colsum(g.bkv), bias(g.bkv);
+  std::vector<T> gscale(blk);  // scales of the finer groups (one per group and column), <= blk
   for (int i = 0; i < g.ntq; ++i) {
     const int r0 = i * g.bq, nr = g.QRows(i);
     const T* mui = opt.smooth_q ? mu.data() + int64_t(i) * D : nullptr;
@@ -375,23 +376,30 @@ void BackwardHead(const Geometry<T>& g, const AttnOptions& opt, const T* q, cons
 
       // dV_j += (P^, one scale per key column)^T (dO^_i, one scale per Q tile). P >= 0 and masked
       // entries are 0, so the column max over all rows is the max over the valid ones.
-      std::fill(colscale.begin(), colscale.begin() + nc, T(0));
-      for (int r = 0; r < nr; ++r) {
-        for (int c = 0; c < nc; ++c) colscale[c] = std::max(colscale[c], pm[int64_t(r) * nc + c]);
-      }
-      for (int c = 0; c < nc; ++c) colscale[c] = GroupScale(colscale[c]);
-      for (int r = 0; r < nr; ++r) {
+      // (p_col_rows: one scale per key column and group of that many rows.)
+      const int pg = opt.p_col_rows > 0 ? std::min(opt.p_col_rows, nr) : nr;
+      for (int ra = 0; ra < nr; ra += pg) {
+        const int rb = std::min(nr, ra + pg), gi = ra / pg;
         for (int c = 0; c < nc; ++c) {
-          qblk[int64_t(c) * nr + r] = Quantize(pm[int64_t(r) * nc + c], colscale[c]);
+          T m = 0;
+          for (int r = ra; r < rb; ++r) m = std::max(m, pm[int64_t(r) * nc + c]);
+          gscale[int64_t(gi) * nc + c] = GroupScale(m);
+          for (int r = ra; r < rb; ++r) {
+            qblk[int64_t(c) * nr + r] =
+                Quantize(pm[int64_t(r) * nc + c], gscale[int64_t(gi) * nc + c]);
+          }
         }
       }
       for (int c = 0; c < nc; ++c) {
-        const T coef = colscale[c] * sdo[i];
         const QInt* pc = qblk.data() + int64_t(c) * nr;
         T* dvr = dv + int64_t(c0 + c) * D;
         if (opt.int8_products & kSageDV) {
-          for (int d = 0; d < D; ++d) {
-            dvr[d] += coef * T(DotI16(pc, doht.data() + int64_t(d) * N + r0, nr));
+          for (int ra = 0; ra < nr; ra += pg) {
+            const int len = std::min(nr, ra + pg) - ra;
+            const T coef = gscale[int64_t(ra / pg) * nc + c] * sdo[i];
+            for (int d = 0; d < D; ++d) {
+              dvr[d] += coef * T(DotI16(pc + ra, doht.data() + int64_t(d) * N + r0 + ra, len));
+            }
           }
         } else {  // exact: P^T dO in T
           for (int r = 0; r < nr; ++r) {
@@ -405,20 +413,27 @@ void BackwardHead(const Geometry<T>& g, const AttnOptions& opt, const T* q, cons
       // dQ_i += tau * (dS^, one scale per query row) K^_j sK_j.
       for (int r = 0; r < nr; ++r) {
         const T* dsr = ds.data() + int64_t(r) * nc;
-        T max_abs = 0, rowsum = 0;
-        for (int c = 0; c < nc; ++c) {
-          max_abs = std::max(max_abs, std::fabs(dsr[c]));
-          rowsum += dsr[c];
-        }
+        T rowsum = 0;
+        for (int c = 0; c < nc; ++c) rowsum += dsr[c];
         ds_rowsum[r0 + r] += rowsum;
-        const T scale = GroupScale(max_abs);
+        // One scale per group of ds_row_keys keys (default: the block's nc).
+        const int kg = opt.ds_row_keys > 0 ? std::min(opt.ds_row_keys, nc) : nc;
         QInt* dsq = qblk.data();
-        for (int c = 0; c < nc; ++c) dsq[c] = Quantize(dsr[c], scale);
-        const T coef = tau * scale * kv.sk[g.GroupOf(j)];
+        for (int ca = 0; ca < nc; ca += kg) {
+          const int cb = std::min(nc, ca + kg);
+          T max_abs = 0;
+          for (int c = ca; c < cb; ++c) max_abs = std::max(max_abs, std::fabs(dsr[c]));
+          gscale[ca / kg] = GroupScale(max_abs);
+          for (int c = ca; c < cb; ++c) dsq[c] = Quantize(dsr[c], gscale[ca / kg]);
+        }
         T* dqr = dq + int64_t(r0 + r) * D;
         if ((opt.int8_products & kSageDQ) && !opt.ds_bf16) {
-          for (int d = 0; d < D; ++d) {
-            dqr[d] += coef * T(DotI16(dsq, kv.kht.data() + int64_t(d) * N + c0, nc));
+          for (int ca = 0; ca < nc; ca += kg) {
+            const int len = std::min(nc, ca + kg) - ca;
+            const T coef = tau * gscale[ca / kg] * kv.sk[g.GroupOf(j)];
+            for (int d = 0; d < D; ++d) {
+              dqr[d] += coef * T(DotI16(dsq + ca, kv.kht.data() + int64_t(d) * N + c0 + ca, len));
+            }
           }
         } else {  // tau dS (K - kbar) in T, or with bf16 operands (the K-smoothing term below
                   // adds kbar back)
@@ -431,28 +446,34 @@ void BackwardHead(const Geometry<T>& g, const AttnOptions& opt, const T* q, cons
       }
 
       // dK_j += tau * (dS^, one scale per key column)^T Q^_i sQ_i.
-      std::fill(colscale.begin(), colscale.begin() + nc, T(0));
+      // (ds_col_rows: one scale per key column and group of that many rows.)
       std::fill(colsum.begin(), colsum.begin() + nc, T(0));
       for (int r = 0; r < nr; ++r) {
-        for (int c = 0; c < nc; ++c) {
-          const T x = ds[int64_t(r) * nc + c];
-          colscale[c] = std::max(colscale[c], std::fabs(x));
-          colsum[c] += x;
-        }
+        for (int c = 0; c < nc; ++c) colsum[c] += ds[int64_t(r) * nc + c];
       }
-      for (int c = 0; c < nc; ++c) colscale[c] = GroupScale(colscale[c]);
-      for (int r = 0; r < nr; ++r) {
+      const int dg = opt.ds_col_rows > 0 ? std::min(opt.ds_col_rows, nr) : nr;
+      for (int ra = 0; ra < nr; ra += dg) {
+        const int rb = std::min(nr, ra + dg), gi = ra / dg;
         for (int c = 0; c < nc; ++c) {
-          qblk[int64_t(c) * nr + r] = Quantize(ds[int64_t(r) * nc + c], colscale[c]);
+          T m = 0;
+          for (int r = ra; r < rb; ++r) m = std::max(m, std::fabs(ds[int64_t(r) * nc + c]));
+          gscale[int64_t(gi) * nc + c] = GroupScale(m);
+          for (int r = ra; r < rb; ++r) {
+            qblk[int64_t(c) * nr + r] =
+                Quantize(ds[int64_t(r) * nc + c], gscale[int64_t(gi) * nc + c]);
+          }
         }
       }
       for (int c = 0; c < nc; ++c) {
-        const T coef = tau * colscale[c] * sq[i];
         const QInt* dsc = qblk.data() + int64_t(c) * nr;
         T* dkr = dk + int64_t(c0 + c) * D;
         if ((opt.int8_products & kSageDK) && !opt.ds_bf16) {
-          for (int d = 0; d < D; ++d) {
-            dkr[d] += coef * T(DotI16(dsc, qht.data() + int64_t(d) * N + r0, nr));
+          for (int ra = 0; ra < nr; ra += dg) {
+            const int len = std::min(nr, ra + dg) - ra;
+            const T coef = tau * gscale[int64_t(ra / dg) * nc + c] * sq[i];
+            for (int d = 0; d < D; ++d) {
+              dkr[d] += coef * T(DotI16(dsc + ra, qht.data() + int64_t(d) * N + r0 + ra, len));
+            }
           }
         } else {  // tau dS^T (Q - mu) in T, or with bf16 operands (Q-smoothing's term below adds
                   // mu back)

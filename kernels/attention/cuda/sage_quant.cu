@@ -383,6 +383,10 @@ Status CheckOptions(const AttnOptions& opt) {
     return InvalidArgument("SageBwd CUDA: ds_bf16 (the dS products in bf16) has no GPU kernel "
                            "yet; it runs on the CPU emulator");
   }
+  if (opt.ds_row_keys != 0 || opt.ds_col_rows != 0 || opt.p_col_rows != 0) {
+    return InvalidArgument("SageBwd CUDA: finer dS / P scale groups (AttnOptions::ds_row_keys, "
+                           "ds_col_rows, p_col_rows) are the CPU emulator's");
+  }
   if (opt.int8_products != kSageAllProducts) {
     return InvalidArgument("SageBwd CUDA: the kernels run every product in INT8 "
                            "(AttnOptions::int8_products is the CPU emulator's)");

@@ -225,6 +225,47 @@ json Decompose(const Inputs& in, const k::AttnOptions& base, const std::string& 
           {"rows", rows},   {"dominant_dq", top_dq}, {"dominant_dk", top_dk}};
 }
 
+// granularity: the backward's scale groups made finer, one knob at a time and all together
+// (AttnOptions::ds_row_keys, ds_col_rows, p_col_rows), against the kernels' groups.
+json Granularity(const k::AttnShape& shape, const k::AttnOptions& base, uint64_t seed,
+                 std::ostream& out) {
+  struct Variant {
+    const char* name;
+    int row_keys, col_rows, p_rows;
+  };
+  const Variant variants[] = {{"the kernels' groups", 0, 0, 0},
+                              {"dS row scales per 32 keys (dQ)", 32, 0, 0},
+                              {"dS row scales per 16 keys (dQ)", 16, 0, 0},
+                              {"dS column scales per 32 rows (dK)", 0, 32, 0},
+                              {"dS column scales per 16 rows (dK)", 0, 16, 0},
+                              {"P column scales per 16 rows (dV)", 0, 0, 16},
+                              {"all three per 16", 16, 16, 16}};
+  json rows = json::array();
+  char buf[256];
+  out << "\n| scale groups | sigma | dQ | dK | dV |\n|---|---:|---:|---:|---:|\n";
+  for (double sigma : {1.0, 3.0, 8.0}) {
+    const Inputs in = Synthetic(shape, sigma, seed);
+    const Outputs e = Exact(in);
+    for (const Variant& v : variants) {
+      k::AttnOptions opt = base;
+      opt.ds_row_keys = v.row_keys;
+      opt.ds_col_rows = v.col_rows;
+      opt.p_col_rows = v.p_rows;
+      const Outputs r = Sage(in, opt);
+      json row = {{"groups", v.name},
+                  {"sigma", sigma},
+                  {"dq", RelL2(r.dq, e.dq)},
+                  {"dk", RelL2(r.dk, e.dk)},
+                  {"dv", RelL2(r.dv, e.dv)}};
+      std::snprintf(buf, sizeof buf, "| %s | %g | %.4f | %.4f | %.4f |\n", v.name, sigma,
+                    row["dq"].get<double>(), row["dk"].get<double>(), row["dv"].get<double>());
+      out << buf;
+      rows.push_back(row);
+    }
+  }
+  return rows;
+}
+
 // The probes' model: the checkpoint's weights in a CPU Gpt<float> with `kind` attention.
 struct Loaded {
   Dataset data;
@@ -370,8 +411,9 @@ StatusOr<config::TrialConfig> ConfigOfCheckpoint(const std::string& path) {
 StatusOr<json> RunProbes(const config::TrialConfig& config, const ProbeOptions& opt,
                          std::ostream& out) {
   const std::string& w = opt.what;
-  if (w != "sigma" && w != "decompose" && w != "bias-noise" && w != "all") {
-    return InvalidArgument("--probe " + w + ": not a probe (sigma, decompose, bias-noise, all)");
+  if (w != "sigma" && w != "decompose" && w != "granularity" && w != "bias-noise" && w != "all") {
+    return InvalidArgument("--probe " + w +
+                           ": not a probe (sigma, decompose, granularity, bias-noise, all)");
   }
   if (w == "bias-noise" && opt.checkpoint.empty()) {
     return InvalidArgument("--probe bias-noise needs a checkpoint (--resume CKPT)");
@@ -479,6 +521,10 @@ StatusOr<json> RunProbes(const config::TrialConfig& config, const ProbeOptions& 
       dec.push_back(Decompose(live[l], base, "live layer " + std::to_string(l), out));
     }
     result["decompose"] = dec;
+  }
+  if (w == "granularity" || w == "all") {
+    out << "\n## Finer scale groups for the backward's INT8 operands (emulator only)\n";
+    result["granularity"] = Granularity(syn, base, opt.seed, out);
   }
   if ((w == "bias-noise" || w == "all") && loaded) {
     out << "\n## Bias against noise by tokens per step\n";

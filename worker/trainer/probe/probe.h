@@ -11,6 +11,10 @@
 //   decompose  the paper's Table 2: one product in INT8 at a time (the others exact), each
 //              output's error, at sigma 1 and 8 (and live, with a checkpoint): which product's
 //              quantization dominates dQ's and dK's error.
+//   granularity the backward's INT8 scale groups made finer (dS row scales per 32 / 16 keys for
+//              dQ, dS and P column scales per 32 / 16 rows for dK and dV), each output's error
+//              at sigma 1, 3, 8 against the kernels' groups: what a kernel redesign would gain
+//              before it is written.
 //   bias-noise (needs a checkpoint) the gradient's quantization bias against its minibatch noise
 //              as a function of tokens per step: M micro-batches of the trial's training data,
 //              the gradient of each with exact attention (fpa) and with SageBwd from the same
@@ -35,7 +39,7 @@
 namespace ablate::trainer::probe {
 
 struct ProbeOptions {
-  std::string what = "all";  // sigma | decompose | bias-noise | all
+  std::string what = "all";  // sigma | decompose | granularity | bias-noise | all
   std::string checkpoint;    // a trial's checkpoint (live tensors, bias-noise); may be empty
   int batches = 32;          // bias-noise: micro-batches sampled (M >= 4)
   uint64_t seed = 1;         // synthetic inputs and the batches' sampler

@@ -164,13 +164,17 @@ TEST(DetCudaArgs, EmulatorOnlyOptionsAreRefused) {
   bf16.ds_bf16 = true;
   AttnOptions mask;
   mask.int8_products = kSageS;
-  for (const AttnOptions& opt : {bf16, mask}) {
+  AttnOptions groups;
+  groups.ds_row_keys = 16;
+  for (const AttnOptions& opt : {bf16, mask, groups}) {
     const Status fwd = SageForwardCuda(s, opt, b, b, b, b, f, fake, ws, nullptr);
     const Status bwd = SageBackwardCuda(s, opt, b, b, b, b, f, b, b, b, b, fake, ws, nullptr);
     for (const Status& st : {fwd, bwd}) {
       EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
-      EXPECT_NE(st.message().find(opt.ds_bf16 ? "ds_bf16" : "int8_products"), std::string::npos)
-          << st.ToString();
+      const char* what = opt.ds_bf16       ? "ds_bf16"
+                         : opt.ds_row_keys ? "ds_row_keys"
+                                           : "int8_products";
+      EXPECT_NE(st.message().find(what), std::string::npos) << st.ToString();
     }
   }
 }

@@ -174,6 +174,39 @@ TEST(SageProductsTest, EachProductErrsOnlyDownstream) {
   EXPECT_GT(r.dk.rel_l2, 1e-3);
 }
 
+// Finer backward scale groups (the probes' granularity): a group as large as the block is the
+// default exactly; groups of 16 lower the error of the product they feed at sigma 1 and leave the
+// others' outputs as they were.
+TEST(SageProductsTest, FinerScaleGroupsAreExactAtBlockSizeAndHelpTheirProduct) {
+  const AttnShape s{.B = 1, .H = 2, .N = 256, .D = 64, .causal = true};
+  const Inputs in = MakeInputs(s, 1.0, 400);
+  const Result ref = RunFpa(in);
+  const AttnOptions base;  // bq 128, bkv 64
+  AttnOptions whole = base;
+  whole.ds_row_keys = base.bkv;
+  whole.ds_col_rows = base.bq;
+  whole.p_col_rows = base.bq;
+  const Result rb = RunSage<double>(in, base), rw = RunSage<double>(in, whole);
+  EXPECT_EQ(rw.dq, rb.dq);
+  EXPECT_EQ(rw.dk, rb.dk);
+  EXPECT_EQ(rw.dv, rb.dv);
+  const Report eb = Compare(rb, ref);
+  AttnOptions q16 = base, k16 = base, v16 = base;
+  q16.ds_row_keys = 16;
+  k16.ds_col_rows = 16;
+  v16.p_col_rows = 16;
+  const Result rq = RunSage<double>(in, q16), rk = RunSage<double>(in, k16),
+               rv = RunSage<double>(in, v16);
+  EXPECT_LT(Compare(rq, ref).dq.rel_l2, eb.dq.rel_l2);
+  EXPECT_EQ(rq.dk, rb.dk);
+  EXPECT_EQ(rq.dv, rb.dv);
+  EXPECT_LT(Compare(rk, ref).dk.rel_l2, eb.dk.rel_l2);
+  EXPECT_EQ(rk.dq, rb.dq);
+  EXPECT_LT(Compare(rv, ref).dv.rel_l2, eb.dv.rel_l2);
+  EXPECT_EQ(rv.dq, rb.dq);
+  EXPECT_EQ(rv.o, rb.o);
+}
+
 // ---- 4. Options: tiles, smoothing, int8 dP
 // --------------------------------------------------------
 

@@ -44,6 +44,7 @@ TEST(ProbeTest, SigmaAndDecompositionOnSyntheticInputs) {
   EXPECT_LT(sigma[0]["dq"].get<double>(), 0.03);  // the published accuracy at sigma 1
   EXPECT_EQ((*r)["sigma_gpu_test_shape"].size(), 5u);
   EXPECT_FALSE(r->contains("bias_noise"));
+  EXPECT_EQ((*r)["granularity"].size(), 3u * 7u);  // sigma 1, 3, 8 x seven group choices
   const auto& dec = (*r)["decompose"];
   ASSERT_EQ(dec.size(), 2u);
   for (const auto& d : dec) {
