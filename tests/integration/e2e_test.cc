@@ -671,9 +671,10 @@ TEST_F(Cluster, EarlyStoppingStopsHopelessRatesAndEveryJudgmentReplays) {
                     << r[2] << " exit " << r[3] << ": " << r[4];
     }
   }
-  // Every judgment is a row; the two stops name the hopeless configurations' seeds.
+  // Every judgment is a row; the two stops name the hopeless configurations' seeds (in either
+  // order: which of them reaches its check first depends on the machine's load).
   auto stops = Sql("SELECT config, trials_json, threshold, value FROM stop_decisions WHERE "
-                   "sweep_id = " + sweep_sql + " AND decision = 'stop' ORDER BY id");
+                   "sweep_id = " + sweep_sql + " AND decision = 'stop' ORDER BY config");
   ASSERT_EQ(stops.size(), 2u);
   EXPECT_EQ(stops[0][0], "optimizer.lr=1e-06");
   EXPECT_EQ(stops[1][0], "optimizer.lr=1e-07");
