@@ -91,30 +91,29 @@ std::pair<double, double> DsRounding(const std::vector<double>& ds, const k::Att
                                      int bkv) {
   const int N = s.N;
   double err_r = 0, err_c = 0, ref = 0;
-  auto q = [](double x, double scale) { return std::nearbyint(x / scale) * scale; };
+  // The squared rounding error of one group of n values x(0..n-1), one scale for all of them.
+  const auto group_err = [](int n, const auto& x) {
+    double mx = 0, e = 0;
+    for (int k = 0; k < n; ++k) mx = std::max(mx, std::fabs(x(k)));
+    const double sc = mx > 0 ? mx / 127 : 1;
+    for (int k = 0; k < n; ++k) {
+      const double d = std::nearbyint(x(k) / sc) * sc - x(k);
+      e += d * d;
+    }
+    return e;
+  };
   for (int64_t bh = 0; bh < int64_t(s.B) * s.H; ++bh) {
     const double* m = ds.data() + bh * N * N;
     for (int i0 = 0; i0 < N; i0 += bq) {
       for (int j0 = 0; j0 < N; j0 += bkv) {
         const int i1 = std::min(N, i0 + bq), j1 = std::min(N, j0 + bkv);
-        for (int i = i0; i < i1; ++i) {
-          double mx = 0;
-          for (int j = j0; j < j1; ++j) mx = std::max(mx, std::fabs(m[int64_t(i) * N + j]));
-          const double sc = mx > 0 ? mx / 127 : 1;
-          for (int j = j0; j < j1; ++j) {
-            const double x = m[int64_t(i) * N + j];
-            err_r += (q(x, sc) - x) * (q(x, sc) - x);
-            ref += x * x;
-          }
+        for (int i = i0; i < i1; ++i) {  // row scales (dQ's operand)
+          const double* row = m + int64_t(i) * N + j0;
+          err_r += group_err(j1 - j0, [&](int k) { return row[k]; });
+          for (int j = j0; j < j1; ++j) ref += row[j - j0] * row[j - j0];
         }
-        for (int j = j0; j < j1; ++j) {
-          double mx = 0;
-          for (int i = i0; i < i1; ++i) mx = std::max(mx, std::fabs(m[int64_t(i) * N + j]));
-          const double sc = mx > 0 ? mx / 127 : 1;
-          for (int i = i0; i < i1; ++i) {
-            const double x = m[int64_t(i) * N + j];
-            err_c += (q(x, sc) - x) * (q(x, sc) - x);
-          }
+        for (int j = j0; j < j1; ++j) {  // column scales (dK's operand)
+          err_c += group_err(i1 - i0, [&](int k) { return m[int64_t(i0 + k) * N + j]; });
         }
       }
     }
