@@ -1080,6 +1080,13 @@ StatusOr<int> Scheduler::Retry(int64_t sweep_id, RetryWhich which) {
   std::lock_guard<std::mutex> lock(mu_);
   auto sw = sweeps_.find(sweep_id);
   if (sw == sweeps_.end()) return NotFound("sweep " + std::to_string(sweep_id));
+  // A stopped trial retried runs to its end: exempt from early stopping, on record.
+  const auto ResumeAfterStop = [&](TrialState& t, TrialUpdate* u) {
+    t.early_stop_exempt = true;
+    u->early_stop_exempt = true;
+    u->reason = "resumed after an early stop";
+    if (sw->second->stopper) sw->second->stopper->SetExempt(t.id);
+  };
   int n = 0;
   for (const auto& ts : all) {
     const TrialRecord& r = ts.trial;
@@ -1099,12 +1106,8 @@ StatusOr<int> Scheduler::Retry(int64_t sweep_id, RetryWhich which) {
         u.reason = "retried";
         u.finished_at = 0;
         u.max_attempts = live->second->max_attempts;
-        if (stopped) {  // as below: resumed from the checkpoint its stop is writing, exempt
-          live->second->early_stop_exempt = true;
-          u.early_stop_exempt = true;
-          u.reason = "resumed after an early stop";
-          if (sw->second->stopper) sw->second->stopper->SetExempt(r.id);
-        }
+        // (Resumed from the checkpoint its stop is writing, once its attempt has ended.)
+        if (stopped) ResumeAfterStop(*live->second, &u);
         store_->UpdateTrial(u);
         ++n;
       }
@@ -1120,13 +1123,8 @@ StatusOr<int> Scheduler::Retry(int64_t sweep_id, RetryWhich which) {
     u.reason = "retried";
     u.finished_at = 0;
     u.max_attempts = t->max_attempts;  // durable, so a restart keeps the fresh budget
-    if (stopped) {
-      // Resumed from its checkpoint (the trial keeps its checkpoint_path) and run to the end.
-      t->early_stop_exempt = true;
-      u.early_stop_exempt = true;
-      u.reason = "resumed after an early stop";
-      if (sw->second->stopper) sw->second->stopper->SetExempt(r.id);
-    }
+    // Resumed from its checkpoint (the trial keeps its checkpoint_path) and run to the end.
+    if (stopped) ResumeAfterStop(*t, &u);
     store_->UpdateTrial(u);
     trials_[r.id] = std::move(t);
     ++n;
