@@ -217,6 +217,9 @@ const std::vector<Field>& Fields() {
     f.push_back(EnumField("optimizer.state_quant",
                           [](C& c) -> std::string& { return c.optimizer.state_quant; },
                           {"linear", "dynamic"}));
+    f.push_back(EnumField("optimizer.state_quant_v",
+                          [](C& c) -> std::string& { return c.optimizer.state_quant_v; },
+                          {"linear", "dynamic"}));
     f.push_back(BoolField("optimizer.tf32", [](C& c) -> bool& { return c.optimizer.tf32; }));
     f.push_back(IntField("train.steps", [](C& c) -> int& { return c.train.steps; }, 1, kIntMax));
     f.push_back(IntField("train.tokens_per_step",
@@ -559,6 +562,7 @@ std::string ConfigHash(const TrialConfig& config) {
   // and a removed key is hashed at its last default.
   if (config.attention.deterministic) j["attention"].erase("deterministic");
   if (!config.attention.ds_bf16) j["attention"].erase("ds_bf16");
+  if (config.optimizer.state_quant_v == "dynamic") j["optimizer"].erase("state_quant_v");
   j["attention"]["block_q"] = 128;
   j["attention"]["block_kv"] = 64;
   std::string text = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);

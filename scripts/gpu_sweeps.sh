@@ -18,13 +18,15 @@
 #     --deadline S    cancel the trials still unfinished S seconds after the submission (default: none)
 #     --compare AXIS  also NAME.compare.txt: `ablate compare NAME --factor AXIS` (paired by seed,
 #                     with 95% intervals) for each sweep that has AXIS
+#     --data-root D   let the worker read corpora under D (repeatable): specs whose data.corpus is
+#                     a file or glob, e.g. the BPE mix's shards (docs/data.md)
 #     --no-plots      skip scripts/plot_results.py
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/bundle_cluster.sh"
 bundle="" out="" metric="final_val_loss" deadline=0 plots=1 compare=""
-specs=()
+specs=() data_roots=()
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' >&2; }
 while (($#)); do
   case "$1" in
@@ -33,6 +35,7 @@ while (($#)); do
     --metric) metric="$2"; shift 2 ;;
     --deadline) deadline="$2"; shift 2 ;;
     --compare) compare="$2"; shift 2 ;;
+    --data-root) data_roots+=(--data-root "$2"); shift 2 ;;
     --no-plots) plots=0; shift ;;
     -h|--help) usage; exit 0 ;;
     -*) echo "gpu_sweeps: unknown option $1" >&2; exit 2 ;;
@@ -69,7 +72,7 @@ rm -f "$res/utilization.md"
 start_coordinator
 
 "${clean_env[@]}" "$root/bin/ablate-worker" --coordinator "$addr" --token-file "$coord/token" \
-  --gpus all --work-dir "$out/worker" --metrics 127.0.0.1:0 >>"$out/worker.log" 2>&1 &
+  --gpus all --work-dir "$out/worker" --metrics 127.0.0.1:0 "${data_roots[@]}" >>"$out/worker.log" 2>&1 &
 worker_pid=$!
 
 if command -v nvidia-smi >/dev/null 2>&1; then

@@ -23,6 +23,17 @@ and writes, in --out:
                          seeds with a band of +-1 sd
   seed_spread.md         its paired (by seed) sagebwd - fpa difference, 95% t interval and the
                          smallest difference detectable at 80% power
+  studies.md             the powered studies (examples/sweeps/gpu_study_*.yaml; per-trial final
+                         validation loss in gpu_study_*_trials.csv, from `ablate export`): each
+                         arm at its best learning rate, and the contrasts RESULTS.md reads, paired
+                         by seed (below)
+
+Studies: an arm is a configuration but for its learning rate. Its best rate is the one with the
+lowest mean over the seeds that finished at every rate of the arm (so each rate is judged on the
+same seeds); "edge" marks a best rate at the end of the arm's grid. A contrast a - b pairs the two
+arms' chosen rates by seed, on the seeds both have: the mean difference, its 95% t interval and
+(t(0.975, n-1) + t(0.80, n-1)) sd/sqrt(n), the smallest difference detectable at 80% power. The
+rates are chosen on the seeds they are then tested on: optimistic, as the page says.
 
 Intervals: the seeds are not paired in the stored cells (means and stds only), so a contrast
 a - b is Welch's: se = sqrt(sa^2/na + sb^2/nb), df by Welch-Satterthwaite, 95% interval
@@ -127,6 +138,166 @@ CONTRASTS = [
     ("8-bit Muon", "AdamS: 8-bit - 32-bit", "gpu_state_bits", "adams 8-bit", "adams 32-bit"),
     ("8-bit Muon", "AdamW: 8-bit - 32-bit", "gpu_state_bits", "adamw 8-bit", "adamw 32-bit"),
 ]
+
+
+# ---- the powered studies -----------------------------------------------------------------------
+# (finding, label, arm a, arm b): arms as {axis: value} over every axis but optimizer.lr and seed;
+# the difference is a - b. A contrast (a - b) - (c - d) is written with "minus" arms.
+STUDY_CONTRASTS = {
+    "gpu_study_spectral_p": [
+        ("BeyondMuon 1", "momentum - rms, p = 1", {"optimizer.family": "momentum", "optimizer.p": "1"},
+         {"optimizer.family": "rms", "optimizer.p": "1"}),
+        ("BeyondMuon 1", "momentum - rms, p = 1/2",
+         {"optimizer.family": "momentum", "optimizer.p": "0.5"},
+         {"optimizer.family": "rms", "optimizer.p": "0.5"}),
+        ("BeyondMuon 1", "momentum - rms, p = 1/4",
+         {"optimizer.family": "momentum", "optimizer.p": "0.25"},
+         {"optimizer.family": "rms", "optimizer.p": "0.25"}),
+        ("BeyondMuon 1", "momentum - rms, p = 0", {"optimizer.family": "momentum", "optimizer.p": "0"},
+         {"optimizer.family": "rms", "optimizer.p": "0"}),
+        ("BeyondMuon 2", "momentum: p = 1/2 - p = 1",
+         {"optimizer.family": "momentum", "optimizer.p": "0.5"},
+         {"optimizer.family": "momentum", "optimizer.p": "1"}),
+        ("BeyondMuon 2", "momentum: p = 0 - p = 1", {"optimizer.family": "momentum", "optimizer.p": "0"},
+         {"optimizer.family": "momentum", "optimizer.p": "1"}),
+        ("BeyondMuon 2", "rms: p = 1/2 - p = 1", {"optimizer.family": "rms", "optimizer.p": "0.5"},
+         {"optimizer.family": "rms", "optimizer.p": "1"}),
+        ("BeyondMuon 2", "rms: p = 0 - p = 1", {"optimizer.family": "rms", "optimizer.p": "0"},
+         {"optimizer.family": "rms", "optimizer.p": "1"}),
+        ("BeyondMuon 3", "Muon - Adam", {"optimizer.family": "momentum", "optimizer.p": "0"},
+         {"optimizer.family": "rms", "optimizer.p": "1"}),
+        ("BeyondMuon 3", "Muon - AdamZ (rms, p = 0)",
+         {"optimizer.family": "momentum", "optimizer.p": "0"},
+         {"optimizer.family": "rms", "optimizer.p": "0"}),
+    ],
+    "gpu_study_attention": [
+        ("SageBwd iii", f"sagebwd - fpa, {qk}, {tps} tokens/step",
+         {"attention.kind": "sagebwd", "attention.qk_norm": q, "train.tokens_per_step": t},
+         {"attention.kind": "fpa", "attention.qk_norm": q, "train.tokens_per_step": t})
+        for q, qk in (("true", "QK-norm"), ("false", "no QK-norm"))
+        for t, tps in (("16384", "16K"), ("131072", "128K"))
+    ] + [
+        ("QK-norm", f"{k}: no QK-norm - QK-norm, {tps} tokens/step",
+         {"attention.kind": k, "attention.qk_norm": "false", "train.tokens_per_step": t},
+         {"attention.kind": k, "attention.qk_norm": "true", "train.tokens_per_step": t})
+        for k in ("fpa", "sagebwd") for t, tps in (("16384", "16K"), ("131072", "128K"))
+    ],
+    "gpu_study_state_bits": [
+        ("8-bit Muon", "AdamW: 8-bit dynamic - 32-bit",
+         {"optimizer.kind": "adamw", "optimizer.state_bits": "8", "optimizer.state_quant": "dynamic"},
+         {"optimizer.kind": "adamw", "optimizer.state_bits": "32"}),
+        ("8-bit Muon", "AdamW: 8-bit linear (m and v) - 32-bit",
+         {"optimizer.kind": "adamw", "optimizer.state_bits": "8", "optimizer.state_quant": "linear"},
+         {"optimizer.kind": "adamw", "optimizer.state_bits": "32"}),
+        ("8-bit Muon", "Muon: 8-bit dynamic - 32-bit",
+         {"optimizer.kind": "spectral", "optimizer.state_bits": "8", "optimizer.state_quant": "dynamic"},
+         {"optimizer.kind": "spectral", "optimizer.state_bits": "32"}),
+        ("8-bit Muon", "Muon: 8-bit linear - 32-bit",
+         {"optimizer.kind": "spectral", "optimizer.state_bits": "8", "optimizer.state_quant": "linear"},
+         {"optimizer.kind": "spectral", "optimizer.state_bits": "32"}),
+        ("8-bit Muon", "Muon 8-bit linear - AdamW 8-bit linear",
+         {"optimizer.kind": "spectral", "optimizer.state_bits": "8", "optimizer.state_quant": "linear"},
+         {"optimizer.kind": "adamw", "optimizer.state_bits": "8", "optimizer.state_quant": "linear"}),
+    ],
+}
+STUDY_SKIP = {"trial_id", "state", "attempt", "seed", "final_val_loss"}
+
+
+def paired(d):
+    """Mean, 95% t interval and the detectable difference of paired differences d (n >= 2)."""
+    n = len(d)
+    mean = sum(d) / n
+    sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1))
+    se = sd / math.sqrt(n)
+    tc = t_quantile(0.975, n - 1)
+    return {"d": mean, "lo": mean - tc * se, "hi": mean + tc * se, "sd": sd,
+            "mdd": (tc + t_quantile(0.80, n - 1)) * se, "n": n}
+
+
+def load_study(path, axes):
+    """trial rows -> {(arm key, lr): {seed: final val loss}}, plus every arm's key -> its axes."""
+    cells, arms = {}, {}
+    with open(path) as f:
+        for r in csv.DictReader(f):
+            if r["state"] != "succeeded" or not r.get("final_val_loss"):
+                continue
+            arm = tuple((k, r[k]) for k in axes if k != "optimizer.lr")
+            arms[arm] = dict(arm)
+            cells.setdefault((arm, r.get("optimizer.lr", "")), {})[r["seed"]] = \
+                float(r["final_val_loss"])
+    return cells, arms
+
+
+def best_rates(cells, arms, grid):
+    """Each arm's best rate on the seeds that finished at all its rates; grid: arm -> rates."""
+    out = {}
+    for arm in arms:
+        rates = sorted({lr for (a, lr) in cells if a == arm}, key=float)
+        common = set.intersection(*(set(cells[(arm, lr)]) for lr in rates)) if rates else set()
+        if not common:
+            continue
+        means = {lr: sum(cells[(arm, lr)][s] for s in common) / len(common) for lr in rates}
+        best = min(means, key=means.get)
+        full = sorted(grid.get(arm, rates), key=float)
+        edge = len(full) > 1 and best in (full[0], full[-1])
+        out[arm] = {"lr": best, "mean": means[best], "seeds": sorted(common, key=int),
+                    "edge": edge, "rates": rates, "grid": full, "means": means}
+    return out
+
+
+def study_tables(data_dir):
+    """The markdown of studies.md, or "" when no study's trials are in data_dir."""
+    out = []
+    for name, contrasts in STUDY_CONTRASTS.items():
+        path = os.path.join(data_dir, f"{name}_trials.csv")
+        if not os.path.exists(path):
+            continue
+        with open(path) as f:
+            header = next(csv.reader(f))
+        axes = [h for h in header if h not in STUDY_SKIP and
+                (h.startswith(("optimizer.", "attention.", "train.", "model.")))]
+        cells, arms = load_study(path, axes)
+        with open(path) as f:  # the grid every arm was given, finished or not
+            grid = {}
+            for r in csv.DictReader(f):
+                arm = tuple((k, r[k]) for k in axes if k != "optimizer.lr")
+                grid.setdefault(arm, set()).add(r.get("optimizer.lr", ""))
+        best = best_rates(cells, arms, grid)
+        shown = [k for k in axes if k != "optimizer.lr"]
+        out.append(f"## {name}\n")
+        out.append("| " + " | ".join(shown) + " | best lr | mean final val loss | seeds | lr grid "
+                   "(mean at each rate) |")
+        out.append("|" + "---|" * len(shown) + "---|---:|---:|---|")
+        for arm in sorted(best, key=lambda a: [v for _, v in a]):
+            b = best[arm]
+            grid_txt = ", ".join(f"{lr}: {b['means'][lr]:.4f}" if lr in b["means"] else f"{lr}: -"
+                                 for lr in b["grid"])
+            out.append("| " + " | ".join(v for _, v in arm) +
+                       f" | {b['lr']}{' (edge)' if b['edge'] else ''} | {b['mean']:.4f} | "
+                       f"{len(b['seeds'])} | {grid_txt} |")
+        out.append("")
+        out.append("| finding | contrast (a - b), each at its best lr | seeds | difference | "
+                   "95% interval | detectable at 80% | sd of differences |")
+        out.append("|---|---|---:|---:|---|---:|---:|")
+        for finding, label, qa, qb in contrasts:
+            def find(q):
+                m = [a for a in best if all(dict(a).get(k) == v for k, v in q.items())]
+                return m[0] if len(m) == 1 else None
+            a, b = find(qa), find(qb)
+            if a is None or b is None:
+                out.append(f"| {finding} | {label} | 0 | - | not run | - | - |")
+                continue
+            ca, cb = cells[(a, best[a]["lr"])], cells[(b, best[b]["lr"])]
+            seeds = sorted(set(ca) & set(cb), key=int)
+            if len(seeds) < 2:
+                out.append(f"| {finding} | {label} | {len(seeds)} | - | too few seeds | - | - |")
+                continue
+            r = paired([ca[s] - cb[s] for s in seeds])
+            note = " (includes 0)" if r["lo"] <= 0 <= r["hi"] else ""
+            out.append(f"| {finding} | {label} | {r['n']} | {r['d']:+.4f} | "
+                       f"[{r['lo']:+.4f}, {r['hi']:+.4f}]{note} | {r['mdd']:.4f} | {r['sd']:.4f} |")
+        out.append("")
+    return "\n".join(out)
 
 
 # ---- SVG -----------------------------------------------------------------------------------------
@@ -467,6 +638,10 @@ def main():
                            pts))
         band_plot(os.path.join(a.out, "seed_spread.svg"), groups, "step", "validation loss (nats/byte)",
                   "20M-parameter GPT, seq 1024, 65,536 tokens/step (gpu_seed_spread)")
+    studies = study_tables(a.data)
+    if studies:
+        with open(os.path.join(a.out, "studies.md"), "w") as f:
+            f.write("<!-- scripts/results_figures.py from gpu_study_*_trials.csv -->\n" + studies)
     print("wrote", ", ".join(sorted(f for f in os.listdir(a.out) if f.endswith((".svg", ".md")))))
     return 0
 

@@ -75,7 +75,11 @@ struct OptimizerSection {
   int ns_steps = 5;            // Newton–Schulz steps for p = 0 (5: Muon, 15: BeyondMuon)
   bool spectral_embeddings = false;  // put the embedding and head under Psi_p too
   int state_bits = 32;         // 32 | 8 (blockwise 8-bit optimizer state)
-  std::string state_quant = "dynamic";  // linear | dynamic (for state_bits 8)
+  std::string state_quant = "dynamic";  // linear | dynamic (for state_bits 8): m and momentum
+  // The code of the second moment v (state_bits 8): dynamic (the default), or linear, the unstable
+  // baseline of 8-bit AdamW (entries below absmax / 510 of a block decode to 0, so only the fresh
+  // (1 - beta2) g^2 is left of such a coordinate's v and its update is inflated).
+  std::string state_quant_v = "dynamic";
   // device: cuda only: the spectral GEMMs (Newton-Schulz, coupled Newton, Gram) use TF32 tensor
   // cores (10-bit mantissa, fp32 accumulation); reported in psi_route as "+tf32". The CPU ignores it.
   bool tf32 = false;

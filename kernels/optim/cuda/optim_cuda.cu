@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   StoreState(s, 0, lo, len, arena, dyn, true, tables.sth, m);
-  StoreState(s, 1, lo, len, arena, true, false, tables.uth, v);
+  StoreState(s, 1, lo, len, arena, qt->unsigned_dynamic != 0, false, tables.uth, v);
 }
 
 // The spectral group's W <- W * decay - scale * Psi_p(U). One block per chunk.

@@ -6,10 +6,11 @@
 
 namespace ablate::kernels::cuda {
 
-QuantTables MakeQuantTables(QuantScheme signed_scheme) {
+QuantTables MakeQuantTables(QuantScheme signed_scheme, QuantScheme unsigned_scheme) {
   QuantTables tables{};
   const auto& st = kernels::QuantCodeTable(signed_scheme, true);
-  const auto& ut = kernels::QuantCodeTable(kernels::QuantScheme::kDynamic, false);
+  const auto& ut = kernels::QuantCodeTable(unsigned_scheme, false);
+  const auto& udyn = kernels::QuantCodeTable(kernels::QuantScheme::kDynamic, false);
   const auto& sdyn = kernels::QuantCodeTable(kernels::QuantScheme::kDynamic, true);
   std::copy(st.begin(), st.end(), tables.signed_table);
   std::copy(ut.begin(), ut.end(), tables.unsigned_table);
@@ -19,9 +20,10 @@ QuantTables MakeQuantTables(QuantScheme signed_scheme) {
     tables.signed_th[i] = float(0.5 * (double(sdyn[size_t(i)]) + double(sdyn[size_t(i) + 1])));
   tables.signed_th[127] = INFINITY;
   for (int i = 0; i < 255; ++i)
-    tables.unsigned_th[i] = float(0.5 * (double(ut[size_t(i)]) + double(ut[size_t(i) + 1])));
+    tables.unsigned_th[i] = float(0.5 * (double(udyn[size_t(i)]) + double(udyn[size_t(i) + 1])));
   tables.unsigned_th[255] = INFINITY;
   tables.signed_dynamic = signed_scheme == kernels::QuantScheme::kDynamic ? 1 : 0;
+  tables.unsigned_dynamic = unsigned_scheme == kernels::QuantScheme::kDynamic ? 1 : 0;
   return tables;
 }
 

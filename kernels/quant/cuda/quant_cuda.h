@@ -11,19 +11,21 @@
 namespace ablate::kernels::cuda {
 
 // Code tables of kernels/quant, uploaded once: the decoded values of the signed code in use
-// (linear or dynamic) and of the unsigned dynamic code (v), and the dynamic codes' midpoints
+// (linear or dynamic) and of the unsigned one (v), and the dynamic codes' midpoints
 // (QuantizeNormalized's binary search), padded with +inf.
 struct QuantTables {
   float signed_table[256];
   float unsigned_table[256];
   float signed_th[128];
   float unsigned_th[256];
-  int signed_dynamic;  // 1: the signed states use the dynamic code, 0: linear
+  int signed_dynamic;    // 1: the signed states use the dynamic code, 0: linear
+  int unsigned_dynamic;  // 1: the unsigned states (v) use the dynamic code, 0: linear
 };
 
-// The tables of a state whose signed tensors use `signed_scheme` (m, momentum; the unsigned
-// tensors, the second moment v, always use the unsigned dynamic code): QuantCodeTable's values and
-// the midpoints of the sorted dynamic magnitudes as kernels/quant builds them.
-QuantTables MakeQuantTables(QuantScheme signed_scheme);
+// The tables of a state whose signed tensors (m, momentum) use `signed_scheme` and whose unsigned
+// tensors (the second moment v) use `unsigned_scheme`: QuantCodeTable's values and the midpoints
+// of the sorted dynamic magnitudes as kernels/quant builds them.
+QuantTables MakeQuantTables(QuantScheme signed_scheme,
+                            QuantScheme unsigned_scheme = QuantScheme::kDynamic);
 
 }  // namespace ablate::kernels::cuda

@@ -190,6 +190,9 @@ TEST(TrialConfig, IdentityHoldsAcrossReleases) {
   TrialConfig bf16 = *old;
   bf16.attention.ds_bf16 = true;  // a new key: hashed only away from its default
   EXPECT_NE(ConfigHash(bf16), ConfigHash(*old));
+  TrialConfig linear_v = *old;
+  linear_v.optimizer.state_quant_v = "linear";  // a new key: hashed only away from its default
+  EXPECT_NE(ConfigHash(linear_v), ConfigHash(*old));
   auto tiles = ParseTrialConfig("attention: {block_q: 64}\n", "t.yaml");
   ASSERT_FALSE(tiles.ok());
   EXPECT_NE(tiles.status().message().find("t.yaml:1"), std::string::npos)

@@ -199,7 +199,9 @@ StatusOr<std::unique_ptr<DeviceOptimizer>> DeviceOptimizer::Create(
 
   const auto scheme =
       cfg.state_quant == "linear" ? kernels::QuantScheme::kLinear : kernels::QuantScheme::kDynamic;
-  const QuantTables tables = kernels::cuda::MakeQuantTables(scheme);
+  const auto v_scheme = cfg.state_quant_v == "linear" ? kernels::QuantScheme::kLinear
+                                                      : kernels::QuantScheme::kDynamic;
+  const QuantTables tables = kernels::cuda::MakeQuantTables(scheme, v_scheme);
 
   ABLATE_RETURN_IF_ERROR(
       d.Alloc(reinterpret_cast<void**>(&d.arena), d.arena_bytes, "optimizer (cuda): state", false));

@@ -97,6 +97,8 @@ StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const config::OptimizerSe
   const bool momentum = spectral_kind && cfg.family == "momentum";
   const QuantScheme scheme =
       cfg.state_quant == "linear" ? QuantScheme::kLinear : QuantScheme::kDynamic;
+  const QuantScheme v_scheme =
+      cfg.state_quant_v == "linear" ? QuantScheme::kLinear : QuantScheme::kDynamic;
   size_t largest = 0;
   for (const auto& t : params) {
     auto slot = std::make_unique<Slot>();
@@ -120,9 +122,10 @@ StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const config::OptimizerSe
       slot->states.emplace_back(slot->n, q8, scheme, true);
     } else {
       slot->states.emplace_back(slot->n, q8, scheme, true);   // m (signed)
-      // v >= 0 always takes the unsigned dynamic code: under a linear code every entry below
-      // absmax/510 of its block decodes to 0, and m / (sqrt(v) + eps) explodes.
-      slot->states.emplace_back(slot->n, q8, QuantScheme::kDynamic, false);
+      // v >= 0 takes the unsigned dynamic code unless state_quant_v says linear (the unstable
+      // baseline): under a linear code every entry below absmax/510 of its block decodes to 0,
+      // and m / (sqrt(v) + eps) is inflated.
+      slot->states.emplace_back(slot->n, q8, v_scheme, false);
     }
     largest = std::max(largest, size_t(slot->n));
     opt->slots_.push_back(std::move(slot));

@@ -17,8 +17,9 @@
 // 8-bit state (state_bits 8): every state tensor of a matrix (m, v, momentum) is kept blockwise
 // quantized (kernels/quant) and dequantized/updated/requantized each step; vector states stay fp32
 // (tiny, and gains are sensitive). state_quant picks the code of the signed states (m, momentum);
-// the second moment v always uses the unsigned dynamic code (a linear code zeroes its small entries
-// and m / (sqrt(v) + eps) blows up). state_bytes() reports the real footprint.
+// the second moment v uses the unsigned dynamic code, or with state_quant_v: linear the unsigned
+// linear one, which zeroes its small entries so that m / (sqrt(v) + eps) is inflated (the unstable
+// 8-bit AdamW baseline of the 8-bit Muon paper). state_bytes() reports the real footprint.
 //
 // Thread safety: not thread-safe; one optimizer per training loop.
 #pragma once

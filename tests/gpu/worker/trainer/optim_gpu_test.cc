@@ -180,8 +180,10 @@ TEST(DeviceOptimizerTest, AdamWMatchesCpu) {
   struct Case {
     int bits;
     const char* quant;
+    const char* quant_v = "dynamic";
   };
-  for (const Case& k : {Case{32, "dynamic"}, Case{8, "dynamic"}, Case{8, "linear"}}) {
+  for (const Case& k :
+       {Case{32, "dynamic"}, Case{8, "dynamic"}, Case{8, "linear"}, Case{8, "linear", "linear"}}) {
     config::OptimizerSection c;
     c.kind = "adamw";
     c.lr = 1e-2;
@@ -189,6 +191,7 @@ TEST(DeviceOptimizerTest, AdamWMatchesCpu) {
     c.weight_decay = 0.1;
     c.state_bits = k.bits;
     c.state_quant = k.quant;
+    c.state_quant_v = k.quant_v;
     auto t = Twin::Make(c, layout, 7);
     ASSERT_TRUE(t);
     EXPECT_EQ(t->gpu->state_bytes(), t->cpu->state_bytes());
@@ -210,9 +213,10 @@ TEST(DeviceOptimizerTest, AdamWMatchesCpu) {
     size_t bytes_differ = 0;
     for (size_t i = 0; i < bg.size(); ++i) bytes_differ += bg[i] != bc[i];
     std::printf(
-        "[adamw state_bits=%d %s] weights: max |gpu - cpu| = %.3g, %zu of %zu values "
+        "[adamw state_bits=%d %s v %s] weights: max |gpu - cpu| = %.3g, %zu of %zu values "
         "differ in any bit; state blob: %zu of %zu bytes differ\n",
-        k.bits, k.quant, worst.max_abs, worst.mismatches, layout.n, bytes_differ, bg.size());
+        k.bits, k.quant, k.quant_v, worst.max_abs, worst.mismatches, layout.n, bytes_differ,
+        bg.size());
     EXPECT_LE(worst.max_abs, 1e-6);
     EXPECT_LE(double(bytes_differ), 1e-3 * double(bg.size()));
   }

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "sweep/sweep.h"
@@ -102,6 +103,53 @@ TEST(ExampleSweeps, Counts) {
     ASSERT_TRUE(r.ok()) << name << ": " << r.status().message();
     EXPECT_EQ(r->trials.size(), count) << name;
   }
+}
+
+// The studies (gpu_study_*, docs/RESULTS.md): the scale the issue sets for them (10-30M
+// parameters, seq_len 1024, the GPT-2 BPE mix with its own held-out split, 4 or more seeds), every
+// arm at two or more learning rates (the best-over-lr comparison), deterministic, and within one
+// GPU call's reach (at most 120 trials of at most 8.4M tokens each).
+TEST(ExampleSweeps, StudiesHaveTheirScaleSeedsAndLearningRateGrids) {
+  int studies = 0;
+  for (const auto& path : ExampleSpecs()) {
+    if (path.filename().string().rfind("gpu_study_", 0) != 0) continue;
+    ++studies;
+    SCOPED_TRACE(path.string());
+    auto r = ExpandSweep(Read(path), path.filename().string());
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    EXPECT_LE(r->trials.size(), 120u);
+    std::map<std::string, std::set<double>> lrs_of_arm;  // arm (axes but lr and seed) -> lrs
+    std::set<std::string> seeds;
+    for (const auto& t : r->trials) {
+      const auto& c = t.config;
+      EXPECT_EQ(c.model.seq_len, 1024);
+      EXPECT_EQ(c.data.vocab_size, 50257);
+      EXPECT_EQ(c.data.val_fraction, 0);  // the shards' own held-out documents
+      EXPECT_NE(c.data.corpus.find("mix_train_"), std::string::npos);
+      EXPECT_TRUE(c.attention.deterministic);
+      EXPECT_LE(c.train.steps * c.train.tokens_per_step, 8400000);
+      const int64_t L = c.model.layers, C = c.model.d_model;
+      const int64_t params = 12 * L * C * C + int64_t(c.data.vocab_size) * C;
+      EXPECT_GE(params, 10000000);
+      EXPECT_LE(params, 30000000);
+      std::string arm;
+      for (const auto& [axis, value] : t.axes) {
+        if (axis == "seed") seeds.insert(value);
+        if (axis != "seed" && axis != "optimizer.lr") arm += axis + "=" + value + ";";
+      }
+      lrs_of_arm[arm].insert(c.optimizer.lr);
+    }
+    EXPECT_GE(seeds.size(), 4u);
+    const bool lr_is_an_axis = std::any_of(
+        r->axes.begin(), r->axes.end(), [](const std::string& a) { return a == "optimizer.lr"; });
+    if (path.filename() == "gpu_study_state_bits.yaml") {
+      // Paired with the 32-bit arm at the rate the other studies found best: one rate per row.
+      EXPECT_TRUE(lr_is_an_axis);
+      continue;
+    }
+    for (const auto& [arm, lrs] : lrs_of_arm) EXPECT_GE(lrs.size(), 2u) << arm;
+  }
+  EXPECT_GE(studies, 3);
 }
 
 // examples/paper/: the papers' own settings, as the specs' comments state them.

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <random>
 
 #include "trainer/loop/schedule.h"
@@ -154,6 +155,42 @@ TEST(Optimizer, EightBitStateSavesMemoryAndTracksFp32) {
   }
   // The 8-bit trajectory stays within a few percent of the fp32 one (relative to the distance moved).
   EXPECT_LT(std::sqrt(num / den), 0.05);
+}
+
+// The second moment's code (state_quant_v). A constant gradient whose odd coordinates are 30x
+// smaller than the even ones: under the linear code their v (relative to the block's absmax,
+// ~1e-3) is below its resolution (1/510) and decodes to 0, so each step's v is only the fresh
+// (1 - beta2) g^2 and the small coordinates move several times further than with fp32 state; the
+// dynamic code resolves them and tracks fp32.
+TEST(Optimizer, LinearSecondMomentInflatesSmallCoordinates) {
+  std::vector<ParamTensor> L = {{"h.0.w", 64, 64, 0, ParamRole::kHidden}};
+  const size_t n = 64 * 64;
+  std::vector<float> g(n);
+  for (size_t i = 0; i < n; ++i) g[i] = (i % 3 == 0 ? -1.0f : 1.0f) * (i % 2 == 0 ? 1.0f : 0.03f);
+  auto small_moved = [&](int bits, const char* quant_v) {
+    config::OptimizerSection c;
+    c.kind = "adamw";
+    c.lr = 1e-3;
+    c.state_bits = bits;
+    c.state_quant = "linear";
+    c.state_quant_v = quant_v;
+    auto o = Optimizer::Create(c, L, n);
+    EXPECT_TRUE(o.ok());
+    std::vector<float> w(n, 0.0f);
+    for (int step = 1; step <= 20; ++step) {
+      EXPECT_TRUE((*o)->Step(w.data(), g.data(), step, 1.0, 1.0, nullptr).ok());
+    }
+    double moved = 0;
+    for (size_t i = 1; i < n; i += 2) moved += std::fabs(w[i]);
+    return moved;
+  };
+  const double fp32 = small_moved(32, "dynamic");
+  const double dynamic = small_moved(8, "dynamic");
+  const double linear = small_moved(8, "linear");
+  EXPECT_NEAR(dynamic / fp32, 1.0, 0.1);  // 1.04: the linear m's rounding of the small ones
+  EXPECT_GT(linear / fp32, 2.0);
+  std::printf("small coordinates moved, relative to fp32 state: dynamic v %.3f, linear v %.3f\n",
+              dynamic / fp32, linear / fp32);
 }
 
 TEST(Optimizer, SaveLoadContinuesIdentically) {
