@@ -141,8 +141,8 @@ CONTRASTS = [
 
 
 # ---- the powered studies -----------------------------------------------------------------------
-# (finding, label, arm a, arm b): arms as {axis: value} over every axis but optimizer.lr and seed;
-# the difference is a - b. A contrast (a - b) - (c - d) is written with "minus" arms.
+# (finding, label, arm a, arm b): arms as {axis: value} over every axis but seed, each at its best
+# learning rate unless the arm names optimizer.lr; the difference is a - b.
 STUDY_CONTRASTS = {
     "gpu_study_spectral_p": [
         ("BeyondMuon 1", "momentum - rms, p = 1", {"optimizer.family": "momentum", "optimizer.p": "1"},
@@ -175,6 +175,13 @@ STUDY_CONTRASTS = {
          {"attention.kind": "sagebwd", "attention.qk_norm": q, "train.tokens_per_step": t},
          {"attention.kind": "fpa", "attention.qk_norm": q, "train.tokens_per_step": t})
         for q, qk in (("true", "QK-norm"), ("false", "no QK-norm"))
+        for t, tps in (("16384", "16K"), ("131072", "128K"))
+    ] + [
+        ("SageBwd i", f"stress (no QK-norm, lr 0.006): sagebwd - fpa, {tps} tokens/step",
+         {"attention.kind": "sagebwd", "attention.qk_norm": "false", "train.tokens_per_step": t,
+          "optimizer.lr": "0.006"},
+         {"attention.kind": "fpa", "attention.qk_norm": "false", "train.tokens_per_step": t,
+          "optimizer.lr": "0.006"})
         for t, tps in (("16384", "16K"), ("131072", "128K"))
     ] + [
         ("QK-norm", f"{k}: no QK-norm - QK-norm, {tps} tokens/step",
@@ -215,33 +222,45 @@ def paired(d):
 
 
 def load_study(path, axes):
-    """trial rows -> {(arm key, lr): {seed: final val loss}}, plus every arm's key -> its axes."""
-    cells, arms = {}, {}
+    """trial rows -> ({(arm, lr): {seed: final val loss}}, {arm: axes}, {(arm, lr): diverged seeds},
+    {arm: every rate of its grid}); an arm is the tuple of (axis, value) but the rate."""
+    cells, arms, diverged, grid = {}, {}, {}, {}
     with open(path) as f:
         for r in csv.DictReader(f):
+            arm = tuple((k, r[k]) for k in axes if k != "optimizer.lr")
+            lr = r.get("optimizer.lr", "")
+            arms[arm] = dict(arm)
+            grid.setdefault(arm, set()).add(lr)
+            if r["state"] == "diverged":
+                diverged.setdefault((arm, lr), set()).add(r["seed"])
             if r["state"] != "succeeded" or not r.get("final_val_loss"):
                 continue
-            arm = tuple((k, r[k]) for k in axes if k != "optimizer.lr")
-            arms[arm] = dict(arm)
-            cells.setdefault((arm, r.get("optimizer.lr", "")), {})[r["seed"]] = \
-                float(r["final_val_loss"])
-    return cells, arms
+            cells.setdefault((arm, lr), {})[r["seed"]] = float(r["final_val_loss"])
+    return cells, arms, diverged, grid
 
 
 def best_rates(cells, arms, grid):
-    """Each arm's best rate on the seeds that finished at all its rates; grid: arm -> rates."""
+    """Each arm's best rate: among its rates with two or more finished seeds (the candidates), the
+    lowest mean over the seeds every candidate has; grid: arm -> every rate it was given."""
     out = {}
     for arm in arms:
         rates = sorted({lr for (a, lr) in cells if a == arm}, key=float)
-        common = set.intersection(*(set(cells[(arm, lr)]) for lr in rates)) if rates else set()
+        cand = [lr for lr in rates if len(cells[(arm, lr)]) >= 2] or rates
+        common = set.intersection(*(set(cells[(arm, lr)]) for lr in cand)) if cand else set()
         if not common:
             continue
-        means = {lr: sum(cells[(arm, lr)][s] for s in common) / len(common) for lr in rates}
+        means = {lr: sum(cells[(arm, lr)][s] for s in common) / len(common) for lr in cand}
         best = min(means, key=means.get)
         full = sorted(grid.get(arm, rates), key=float)
         edge = len(full) > 1 and best in (full[0], full[-1])
+        # A rate with one seed that beat the choice on that seed: the best is not pinned down.
+        beaten = [lr for lr in rates if lr not in cand and any(
+            v < cells[(arm, best)][sd] for sd, v in cells[(arm, lr)].items() if sd in cells[(arm, best)])]
         out[arm] = {"lr": best, "mean": means[best], "seeds": sorted(common, key=int),
-                    "edge": edge, "rates": rates, "grid": full, "means": means}
+                    "edge": edge, "rates": rates, "grid": full, "beaten": beaten,
+                    "all_means": {lr: sum(cells[(arm, lr)].values()) / len(cells[(arm, lr)])
+                                  for lr in rates},
+                    "n": {lr: len(cells[(arm, lr)]) for lr in rates}}
     return out
 
 
@@ -256,38 +275,55 @@ def study_tables(data_dir):
             header = next(csv.reader(f))
         axes = [h for h in header if h not in STUDY_SKIP and
                 (h.startswith(("optimizer.", "attention.", "train.", "model.")))]
-        cells, arms = load_study(path, axes)
-        with open(path) as f:  # the grid every arm was given, finished or not
-            grid = {}
-            for r in csv.DictReader(f):
-                arm = tuple((k, r[k]) for k in axes if k != "optimizer.lr")
-                grid.setdefault(arm, set()).add(r.get("optimizer.lr", ""))
+        cells, arms, diverged, grid = load_study(path, axes)
         best = best_rates(cells, arms, grid)
         shown = [k for k in axes if k != "optimizer.lr"]
         out.append(f"## {name}\n")
         out.append("| " + " | ".join(shown) + " | best lr | mean final val loss | seeds | lr grid "
-                   "(mean at each rate) |")
+                   "(mean over its finished seeds, n) |")
         out.append("|" + "---|" * len(shown) + "---|---:|---:|---|")
-        for arm in sorted(best, key=lambda a: [v for _, v in a]):
-            b = best[arm]
-            grid_txt = ", ".join(f"{lr}: {b['means'][lr]:.4f}" if lr in b["means"] else f"{lr}: -"
-                                 for lr in b["grid"])
+        for arm in sorted(arms, key=lambda a: [v for _, v in a]):
+            def rate_txt(lr):
+                bits = []
+                if (arm, lr) in cells:
+                    bits.append(f"{sum(cells[(arm, lr)].values()) / len(cells[(arm, lr)]):.4f} "
+                                f"(n {len(cells[(arm, lr)])})")
+                if (arm, lr) in diverged:
+                    bits.append(f"diverged {len(diverged[(arm, lr)])}")
+                return f"{lr}: " + (", ".join(bits) if bits else "-")
+            grid_txt = "; ".join(rate_txt(lr) for lr in sorted(grid[arm], key=float))
+            b = best.get(arm)
+            if b is None:
+                out.append("| " + " | ".join(v for _, v in arm) + f" | - | - | 0 | {grid_txt} |")
+                continue
+            flag = " (edge)" if b["edge"] else ""
+            if b["beaten"]:
+                flag += " (lower on one seed at " + ", ".join(b["beaten"]) + ")"
             out.append("| " + " | ".join(v for _, v in arm) +
-                       f" | {b['lr']}{' (edge)' if b['edge'] else ''} | {b['mean']:.4f} | "
-                       f"{len(b['seeds'])} | {grid_txt} |")
+                       f" | {b['lr']}{flag} | {b['mean']:.4f} | {len(b['seeds'])} | {grid_txt} |")
         out.append("")
         out.append("| finding | contrast (a - b), each at its best lr | seeds | difference | "
                    "95% interval | detectable at 80% | sd of differences |")
         out.append("|---|---|---:|---:|---|---:|---:|")
         for finding, label, qa, qb in contrasts:
-            def find(q):
-                m = [a for a in best if all(dict(a).get(k) == v for k, v in q.items())]
+            def find(q):  # the arm, at its best rate or at the rate the query names
+                m = [a for a in best if all(dict(a).get(k) == v for k, v in q.items()
+                                            if k != "optimizer.lr")]
                 return m[0] if len(m) == 1 else None
+
+            def rate(arm, q):
+                return q.get("optimizer.lr", best[arm]["lr"])
             a, b = find(qa), find(qb)
             if a is None or b is None:
-                out.append(f"| {finding} | {label} | 0 | - | not run | - | - |")
+                div = []
+                for q in (qa, qb):
+                    arm = [x for x in arms if all(dict(x).get(k) == v for k, v in q.items())]
+                    n = sum(len(v) for (x, _), v in diverged.items() if arm and x == arm[0])
+                    if n:
+                        div.append(f"{n} seeds of {'a' if q is qa else 'b'} diverged")
+                out.append(f"| {finding} | {label} | 0 | - | {'; '.join(div) or 'not run'} | - | - |")
                 continue
-            ca, cb = cells[(a, best[a]["lr"])], cells[(b, best[b]["lr"])]
+            ca, cb = cells.get((a, rate(a, qa)), {}), cells.get((b, rate(b, qb)), {})
             seeds = sorted(set(ca) & set(cb), key=int)
             if len(seeds) < 2:
                 out.append(f"| {finding} | {label} | {len(seeds)} | - | too few seeds | - | - |")

@@ -37,6 +37,30 @@ class TQuantile(unittest.TestCase):
         self.assertAlmostEqual(w["mdd"], (2.7764 + 0.9410) * se, places=3)
 
 
+class Studies(unittest.TestCase):
+    def test_paired_by_hand(self):
+        r = rf.paired([0.1, 0.2, 0.3])
+        se = 0.1 / 3 ** 0.5  # sd of 0.1, 0.2, 0.3 is 0.1
+        self.assertAlmostEqual(r["d"], 0.2)
+        self.assertAlmostEqual(r["hi"] - r["d"], 4.3027 * se, places=3)
+        self.assertAlmostEqual(r["mdd"], (4.3027 + rf.t_quantile(0.80, 2)) * se, places=4)
+
+    def test_best_rate_is_chosen_on_common_seeds_of_rates_with_two_or_more(self):
+        arm = (("optimizer.p", "1"),)
+        cells = {(arm, "0.01"): {"0": 5.0, "1": 5.2, "2": 9.0},   # seed 2 is bad everywhere
+                 (arm, "0.03"): {"0": 5.1, "1": 5.0},              # best on seeds 0 and 1
+                 (arm, "0.1"): {"0": 4.0}}                          # one seed: not a candidate
+        b = rf.best_rates(cells, {arm: dict(arm)}, {arm: {"0.003", "0.01", "0.03", "0.1"}})[arm]
+        self.assertEqual(b["lr"], "0.03")
+        self.assertEqual(b["seeds"], ["0", "1"])
+        self.assertAlmostEqual(b["mean"], 5.05)
+        self.assertFalse(b["edge"])
+        self.assertEqual(b["beaten"], ["0.1"])  # lower on its one seed: the best is not pinned down
+        b = rf.best_rates({(arm, "0.01"): {"0": 5.0, "1": 5.0}, (arm, "0.03"): {"0": 6.0, "1": 6.0}},
+                          {arm: dict(arm)}, {arm: {"0.01", "0.03"}})[arm]
+        self.assertTrue(b["edge"])
+
+
 class CommittedOutputs(unittest.TestCase):
     def test_regenerated_outputs_equal_the_committed_ones(self):
         data = os.path.join(ROOT, "docs", "results")
@@ -44,7 +68,7 @@ class CommittedOutputs(unittest.TestCase):
             subprocess.run([sys.executable, SCRIPT, "--data", data, "--out", out], check=True,
                            stdout=subprocess.DEVNULL)
             for name in ["comparisons.md", "intervals.svg", "sigma.svg", "decompose.svg",
-                         "bias_noise.svg", "seed_spread.md", "seed_spread.svg"]:
+                         "bias_noise.svg", "seed_spread.md", "seed_spread.svg", "studies.md"]:
                 self.assertTrue(filecmp.cmp(os.path.join(out, name), os.path.join(data, name),
                                             shallow=False), name + " differs: rerun "
                                 "scripts/results_figures.py and commit its outputs")
@@ -67,6 +91,20 @@ class CommittedOutputs(unittest.TestCase):
             cells = [c.strip() for c in row.strip("|").split("|")]
             interval = cells[4].split("]")[0] + "]"
             # RESULTS.md writes the same bounds with a real minus sign.
+            quoted = interval.replace("-", "\u2212")
+            self.assertTrue(quoted in page, "docs/RESULTS.md does not quote %s for %s"
+                            % (quoted, cells[1]))
+
+
+    def test_results_page_quotes_the_studies_intervals(self):
+        with open(os.path.join(ROOT, "docs", "RESULTS.md")) as f:
+            page = f.read()
+        with open(os.path.join(ROOT, "docs", "results", "studies.md")) as f:
+            rows = [r for r in f.read().splitlines() if r.count("|") == 8 and "[" in r]
+        self.assertGreater(len(rows), 10)
+        for row in rows:
+            cells = [c.strip() for c in row.strip("|").split("|")]
+            interval = cells[4].split("]")[0] + "]"
             quoted = interval.replace("-", "\u2212")
             self.assertTrue(quoted in page, "docs/RESULTS.md does not quote %s for %s"
                             % (quoted, cells[1]))
