@@ -10,7 +10,8 @@
 #
 # --bpe-mix also builds the offline English mix for GPT-2 BPE studies (scripts/build_bpe_corpus.py:
 # Debian documentation, dictionaries and fortunes beside the two corpora, ~90 MB of text into
-# <cache>/corpora/mix/documents.jsonl; docs/data.md), once.
+# <cache>/corpora/mix/documents.jsonl; docs/data.md), once, and its llm.c shards
+# (<cache>/corpora/mix/mix_{train,val}_*.bin, with the built ablate-tokenize), once.
 #
 # Usage: scripts/fetch_corpora.sh [--force] [--bpe-mix]
 set -euo pipefail
@@ -27,14 +28,27 @@ for arg in "$@"; do
   case "${arg}" in
     --force) force=1 ;;
     --bpe-mix) mix=1 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "fetch_corpora.sh: unknown argument '${arg}' (expected --force or --bpe-mix)" >&2; exit 2 ;;
   esac
 done
 build_mix() {
-  if [[ "${mix}" == 1 && ( "${force}" == 1 || ! -f "${cache_dir}/corpora/mix/documents.jsonl" ) ]]; then
+  [[ "${mix}" == 1 ]] || return 0
+  local dir="${cache_dir}/corpora/mix"
+  if [[ "${force}" == 1 || ! -f "${dir}/documents.jsonl" ]]; then
     python3 "${repo_root}/scripts/build_bpe_corpus.py" --cache "${cache_dir}" >/dev/null
-    echo "BPE mix built in ${cache_dir}/corpora/mix/documents.jsonl"
+    rm -f "${dir}"/mix_*.bin
+    echo "BPE mix built in ${dir}/documents.jsonl"
+  fi
+  # The llm.c shards, once, with the built tokenizer (scripts/build.sh makes it).
+  local tok="${ABLATE_BUILD_DIR:-${repo_root}/build}/bin/ablate-tokenize"
+  if [[ -f "${dir}/mix_val_000000.bin" ]]; then
+    echo "BPE mix shards already in ${dir}"
+  elif [[ -x "${tok}" ]]; then
+    "${tok}" --jsonl --out "${dir}/mix" "${dir}/documents.jsonl" >/dev/null
+    echo "BPE mix tokenized: ${dir}/mix_train_*.bin, ${dir}/mix_val_000000.bin"
+  else
+    echo "BPE mix: build first (scripts/build.sh), then rerun with --bpe-mix to write its shards" >&2
   fi
 }
 
