@@ -157,9 +157,10 @@ int main(int argc, char** argv) {
   app.add_option("--resume", resume, "checkpoint to continue from");
   app.add_flag("--print-config", print_config,
                "print the resolved config (every key, as JSON) and its hash, then exit");
-  app.add_option("--probe", probe,
-                 "run a mechanism probe instead of training (sigma | decompose | granularity | "
-                 "bias-noise | all; docs/probes.md): tables on stdout, JSON in OUT/probe.json");
+  app.add_option(
+      "--probe", probe,
+      "run a mechanism probe instead of training (sigma | decompose | granularity | smoothing | "
+      "bias-noise | all; docs/probes.md): tables on stdout, JSON in OUT/probe.json");
   app.add_option("--probe-batches", probe_batches, "bias-noise: micro-batches to sample");
   app.add_option("--probe-seed", probe_seed, "the probes' synthetic inputs and batches");
   try {

@@ -265,6 +265,61 @@ json Granularity(const k::AttnShape& shape, const k::AttnOptions& base, uint64_t
   return rows;
 }
 
+// smoothing: keys that carry a shared offset (one vector added to every key of a head, offset_sd
+// x sigma per channel, channel values fixed by the seed), under no smoothing, K-smoothing (with
+// and without its dQ correction) and Q+K-smoothing. Exact attention does not see the offset (q . (k
+// + b) shifts a row's logits by the same q . b, and dS's rows sum to 0, so dQ = dS (K + b) = dS K),
+// but INT8 K does: the offset fills K's scales and crowds out the part that varies between keys,
+// which K-smoothing subtracts.
+json Smoothing(const k::AttnShape& shape, const k::AttnOptions& base, uint64_t seed,
+               std::ostream& out) {
+  struct Variant {
+    const char* name;
+    bool k, q, dq_correction;
+  };
+  const Variant variants[] = {{"none", false, false, true},
+                              {"K", true, false, true},
+                              {"K, no dQ correction", true, false, false},
+                              {"Q+K", true, true, true}};
+  json rows = json::array();
+  char buf[256];
+  out << "\n| key offset (x sigma) | sigma | smoothing | O | dQ | dK | dV |\n"
+         "|---:|---:|---|---:|---:|---:|---:|\n";
+  for (double sigma : {1.0, 3.0}) {
+    for (double offset_sd : {0.0, 1.0, 3.0, 10.0}) {
+      Inputs in = Synthetic(shape, sigma, seed);
+      std::mt19937_64 rng(seed ^ 0x5eedULL);
+      std::normal_distribution<double> nd(0.0, offset_sd * sigma);
+      const int64_t rows_per_head = shape.N, d = shape.D;
+      for (int64_t bh = 0; bh < int64_t(shape.B) * shape.H; ++bh) {
+        std::vector<double> b(static_cast<size_t>(d));
+        for (double& x : b) x = nd(rng);
+        for (int64_t n = 0; n < rows_per_head; ++n) {
+          double* key = in.kk.data() + (bh * rows_per_head + n) * d;
+          for (int64_t c = 0; c < d; ++c) key[c] = RoundToBf16(key[c] + b[size_t(c)]);
+        }
+      }
+      const Outputs e = Exact(in);
+      for (const Variant& v : variants) {
+        k::AttnOptions opt = base;
+        opt.smooth_k = v.k;
+        opt.smooth_q = v.q;
+        opt.dq_kmean_correction = v.dq_correction;
+        const Outputs r = Sage(in, opt);
+        json row = {{"offset_sd", offset_sd}, {"sigma", sigma},          {"smoothing", v.name},
+                    {"o", RelL2(r.o, e.o)},   {"dq", RelL2(r.dq, e.dq)}, {"dk", RelL2(r.dk, e.dk)},
+                    {"dv", RelL2(r.dv, e.dv)}};
+        std::snprintf(buf, sizeof buf, "| %g | %g | %s | %.4f | %.4f | %.4f | %.4f |\n", offset_sd,
+                      sigma, v.name, row["o"].get<double>(), row["dq"].get<double>(),
+                      row["dk"].get<double>(), row["dv"].get<double>());
+        out << buf;
+        rows.push_back(row);
+      }
+    }
+  }
+  return rows;
+}
+
 // The probes' model: the checkpoint's weights in a CPU Gpt<float> with `kind` attention.
 struct Loaded {
   Dataset data;
@@ -410,9 +465,11 @@ StatusOr<config::TrialConfig> ConfigOfCheckpoint(const std::string& path) {
 StatusOr<json> RunProbes(const config::TrialConfig& config, const ProbeOptions& opt,
                          std::ostream& out) {
   const std::string& w = opt.what;
-  if (w != "sigma" && w != "decompose" && w != "granularity" && w != "bias-noise" && w != "all") {
-    return InvalidArgument("--probe " + w +
-                           ": not a probe (sigma, decompose, granularity, bias-noise, all)");
+  if (w != "sigma" && w != "decompose" && w != "granularity" && w != "smoothing" &&
+      w != "bias-noise" && w != "all") {
+    return InvalidArgument(
+        "--probe " + w +
+        ": not a probe (sigma, decompose, granularity, smoothing, bias-noise, all)");
   }
   if (w == "bias-noise" && opt.checkpoint.empty()) {
     return InvalidArgument("--probe bias-noise needs a checkpoint (--resume CKPT)");
@@ -524,6 +581,10 @@ StatusOr<json> RunProbes(const config::TrialConfig& config, const ProbeOptions& 
   if (w == "granularity" || w == "all") {
     out << "\n## Finer scale groups for the backward's INT8 operands (emulator only)\n";
     result["granularity"] = Granularity(syn, base, opt.seed, out);
+  }
+  if (w == "smoothing" || w == "all") {
+    out << "\n## Smoothing against keys that carry a shared offset\n";
+    result["smoothing"] = Smoothing(syn, base, opt.seed, out);
   }
   if ((w == "bias-noise" || w == "all") && loaded) {
     out << "\n## Bias against noise by tokens per step\n";

@@ -15,6 +15,10 @@
 //              dQ, dS and P column scales per 32 / 16 rows for dK and dV), each output's error
 //              at sigma 1, 3, 8 against the kernels' groups: what a kernel redesign would gain
 //              before it is written.
+//   smoothing  keys that carry a shared offset (one vector per head added to every key, 0-10
+//              sigma per channel) at sigma 1 and 3, under no smoothing, K-smoothing (with and
+//              without its dQ correction) and Q+K-smoothing: exact attention is blind to the
+//              offset, INT8 K is not (the paper's case for K-smoothing).
 //   bias-noise (needs a checkpoint) the gradient's quantization bias against its minibatch noise
 //              as a function of tokens per step: M micro-batches of the trial's training data,
 //              the gradient of each with exact attention (fpa) and with SageBwd from the same
@@ -39,7 +43,7 @@
 namespace ablate::trainer::probe {
 
 struct ProbeOptions {
-  std::string what = "all";  // sigma | decompose | granularity | bias-noise | all
+  std::string what = "all";  // sigma | decompose | granularity | smoothing | bias-noise | all
   std::string checkpoint;    // a trial's checkpoint (live tensors, bias-noise); may be empty
   int batches = 32;          // bias-noise: micro-batches sampled (M >= 4)
   uint64_t seed = 1;         // synthetic inputs and the batches' sampler

@@ -5,6 +5,7 @@
 //    of them, and the dominant product is named (the logits' S at sigma 8);
 //  - live and bias-noise from a real checkpoint of a tiny CPU trial: one row per layer, the noise
 //    falls as 1 / sqrt(tokens per step), the figures are finite and the JSON holds them;
+//  - smoothing: K-smoothing removes a shared key offset's error (O, dK; dQ without its correction);
 //  - bad requests are InvalidArgument naming the probe.
 #include "trainer/probe/probe.h"
 
@@ -45,6 +46,30 @@ TEST(ProbeTest, SigmaAndDecompositionOnSyntheticInputs) {
   EXPECT_EQ((*r)["sigma_gpu_test_shape"].size(), 5u);
   EXPECT_FALSE(r->contains("bias_noise"));
   EXPECT_EQ((*r)["granularity"].size(), 3u * 7u);  // sigma 1, 3, 8 x seven group choices
+  // Keys with a shared offset: 2 sigmas x 4 offsets x 4 smoothing choices. At offset 0 smoothing
+  // changes little; at 10 sigma the unsmoothed error of O and dK is several times the smoothed one,
+  // and K-smoothing brings them back to their offset-free level; without its dQ correction dQ is
+  // back there too, with it the correction's term carries the offset into dQ.
+  const auto& sm = (*r)["smoothing"];
+  ASSERT_EQ(sm.size(), 2u * 4u * 4u);
+  const auto at = [&](double sigma, double offset, const std::string& how) {
+    for (const auto& row : sm) {
+      if (row["sigma"] == sigma && row["offset_sd"] == offset && row["smoothing"] == how)
+        return row;
+    }
+    ADD_FAILURE() << "no smoothing row " << sigma << " " << offset << " " << how;
+    return nlohmann::json::object();
+  };
+  for (const char* out : {"o", "dk"}) {
+    const double none = at(1, 10, "none")[out], ksm = at(1, 10, "K")[out],
+                 base = at(1, 0, "K")[out];
+    EXPECT_GT(none, 2.5 * ksm) << out;
+    EXPECT_LT(ksm, 1.1 * base) << out;
+  }
+  EXPECT_LT(at(1, 10, "K, no dQ correction")["dq"].get<double>(),
+            1.1 * at(1, 0, "K")["dq"].get<double>());
+  EXPECT_GT(at(1, 10, "K")["dq"].get<double>(),
+            3 * at(1, 10, "K, no dQ correction")["dq"].get<double>());
   const auto& dec = (*r)["decompose"];
   ASSERT_EQ(dec.size(), 2u);
   for (const auto& d : dec) {
