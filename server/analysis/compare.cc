@@ -46,6 +46,8 @@ struct SeedCell {
       case Outcome::kStopped:
         stopped = true;
         break;
+      case Outcome::kCanceled:  // filtered out before any cell is built
+        break;
     }
   }
   double mean() const { return sum / n; }
@@ -87,9 +89,15 @@ struct BestChoice {
 
 }  // namespace
 
-StatusOr<CompareResult> Compare(const std::vector<TrialValue>& trials, const CompareSpec& spec) {
+StatusOr<CompareResult> Compare(const std::vector<TrialValue>& all, const CompareSpec& spec) {
+  // Canceled trials are no result: left out as if never run.
+  std::vector<TrialValue> trials;
+  trials.reserve(all.size());
+  for (const TrialValue& t : all) {
+    if (t.outcome != Outcome::kCanceled) trials.push_back(t);
+  }
   std::set<std::string, ValueLess> axes;
-  for (const TrialValue& t : trials) {
+  for (const TrialValue& t : all) {
     for (const auto& [k, v] : t.axes) axes.insert(k);
   }
   if (spec.factor.empty() || spec.factor == "seed") {
@@ -126,7 +134,7 @@ StatusOr<CompareResult> Compare(const std::vector<TrialValue>& trials, const Com
     return InvalidArgument("compare: --select-seeds needs --best-over (the axis to choose)");
   }
   std::set<std::string, ValueLess> seeds_seen;
-  for (const TrialValue& t : trials) seeds_seen.insert(t.seed);
+  for (const TrialValue& t : all) seeds_seen.insert(t.seed);
   for (const std::string& s : select) {
     if (!seeds_seen.count(s)) {
       return InvalidArgument("compare: --select-seeds " + s + " is not a seed of the sweep (seeds: " +
@@ -148,8 +156,9 @@ StatusOr<CompareResult> Compare(const std::vector<TrialValue>& trials, const Com
     }
     return cell;
   };
-  // best_over: per (cell, level), the value whose selection seeds are all complete with the best
-  // mean; then only the trials at that value (and, with select_seeds, of the test seeds) go on.
+  // best_over: per (cell, level), the value with the best mean over the selection seeds that every
+  // value has (all of them complete there, none diverged anywhere); then only the trials at that
+  // value (and, with select_seeds, of the test seeds) go on.
   std::map<std::pair<std::vector<std::string>, std::string>, std::string> chosen;
   std::vector<TrialValue> kept;
   if (best_over) {
@@ -165,17 +174,36 @@ StatusOr<CompareResult> Compare(const std::vector<TrialValue>& trials, const Com
       by_value[{cell_of(t), f->second}][x->second][t.seed].Add(t);
     }
     for (const auto& [key, values] : by_value) {
+      // The seeds every value of this (cell, level) has: each value is judged on the same ones.
+      std::set<std::string, ValueLess> common;
+      bool first = true;
+      for (const auto& [value, seeds] : values) {
+        std::set<std::string, ValueLess> here;
+        for (const auto& [seed, s] : seeds) here.insert(seed);
+        if (first) {
+          common = here;
+        } else {
+          std::set<std::string, ValueLess> both;
+          for (const std::string& x : common) {
+            if (here.count(x)) both.insert(x);
+          }
+          common = both;
+        }
+        first = false;
+      }
       std::string best;
       double best_mean = 0;
       for (const auto& [value, seeds] : values) {
         double sum = 0;
-        bool ok = !seeds.empty();
+        bool ok = !common.empty();
         for (const auto& [seed, s] : seeds) {
+          ok = ok && !s.diverged;  // a rate that diverged on any seed is not a best rate
+          if (!common.count(seed)) continue;
           ok = ok && s.complete();
           if (s.complete()) sum += s.mean();
         }
         if (!ok) continue;
-        const double m = sum / double(seeds.size());
+        const double m = sum / double(common.size());
         if (best.empty() || (spec.lower_is_better ? m < best_mean : m > best_mean)) {
           best = value;
           best_mean = m;

@@ -9,9 +9,11 @@
 // comparison of one call are Holm-adjusted together.
 //
 // Best over a nuisance axis (`best_over`, e.g. optimizer.lr): each level (the baseline too) is
-// compared at its own best value of that axis, chosen within each cell by the mean over the
-// selection seeds (`select_seeds`; all seeds when empty) of the per-seed values; a value where a
-// selection seed diverged, failed or is pending is not chosen. The comparison then uses the other
+// compared at its own best value of that axis, chosen within each cell by the mean of the per-seed
+// values over the selection seeds (`select_seeds`; all seeds when empty) that every value of the
+// level has (so the values are judged on the same seeds; canceled trials leave their seed out); a
+// value where a selection seed diverged, or one of those common seeds failed or is pending, is not
+// chosen. The comparison then uses the other
 // seeds when selection seeds were given (an honest test), else the same seeds (optimistic: the
 // choice was made on the seeds it is tested on; CompareResult::optimistic says so).
 //
@@ -33,7 +35,9 @@
 namespace ablate::analysis {
 
 // kStopped: ended early by the sweep's early_stop rule (its last value is not a final one).
-enum class Outcome { kOk, kDiverged, kFailed, kMissing, kStopped };
+// kCanceled: canceled by the user or a deadline before it finished: not a result of the
+// configuration, so the trial is left out as if never run (its seed is absent, not failed).
+enum class Outcome { kOk, kDiverged, kFailed, kMissing, kStopped, kCanceled };
 
 // One trial: its axis values (dotted keys as the sweep names them, e.g. "attention.kind"), its
 // seed, how it ended and (kOk) its metric's value.

@@ -41,8 +41,10 @@ StatusOr<std::vector<TrialValue>> SweepValues(server::Store& store, int64_t swee
         v.outcome = Outcome::kDiverged;
         break;
       case v1::FAILED:
-      case v1::CANCELED:
         v.outcome = Outcome::kFailed;
+        break;
+      case v1::CANCELED:
+        v.outcome = Outcome::kCanceled;
         break;
       case v1::STOPPED:
         v.outcome = Outcome::kStopped;

@@ -82,6 +82,20 @@ class CommittedOutputs(unittest.TestCase):
         self.assertIn("-0.0016 [-0.0183, +0.0151]", ours)
         self.assertIn("-0.0016 [-0.0183, 0.0151]", theirs)
 
+    def test_the_studies_intervals_equal_ablate_compares(self):
+        # The attention study through `ablate compare --best-over optimizer.lr` (the coordinator's
+        # database of the GPU calls; its output is committed) and through this script.
+        with open(os.path.join(ROOT, "docs", "results", "studies.md")) as f:
+            ours = f.read()
+        with open(os.path.join(ROOT, "docs", "results", "gpu_study_attention_compare.txt")) as f:
+            theirs = f.read()
+        for a, b in [("| +0.0017 | [-0.0718, +0.0752]", "0.0017 [-0.0718, 0.0752]"),
+                     ("| -0.0190 | [-0.0945, +0.0566]", "-0.0190 [-0.0945, 0.0566]"),
+                     ("| +0.0091 | [-0.0418, +0.0600]", "0.0091 [-0.0418, 0.0600]"),
+                     ("| -0.0065 | [-0.0960, +0.0829]", "-0.0065 [-0.0960, 0.0829]")]:
+            self.assertIn(a, ours)
+            self.assertIn(b, theirs)
+
     def test_results_page_quotes_the_intervals(self):
         with open(os.path.join(ROOT, "docs", "RESULTS.md")) as f:
             page = f.read()

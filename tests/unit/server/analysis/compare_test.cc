@@ -237,6 +237,54 @@ TEST(CompareTest, BestOverSkipsAValueWhereASelectionSeedDiverged) {
   EXPECT_EQ(r->rows[0].baseline_count.diverged, 0);  // the diverged value was not chosen
 }
 
+// A sweep cut short by a deadline: its canceled trials are no result, so their seeds are left out
+// (not counted as failed), and the best rate is chosen on the seeds every rate of the level has.
+TEST(CompareTest, CanceledTrialsAreLeftOutAndRatesAreJudgedOnCommonSeeds) {
+  std::vector<TrialValue> v = TwoArmsTwoRates();
+  for (TrialValue& t : v) {
+    if (t.seed == "3") t.outcome = Outcome::kCanceled;  // the deadline took seed 3 everywhere
+    // ... and seed 2 of fpa at 0.001, which would make 0.001 look better on its seeds 0 and 1
+    // (3.01, 2.98) than on all three: only common seeds are compared.
+    if (t.seed == "2" && t.axes["attention.kind"] == "fpa" && t.axes["optimizer.lr"] == "0.001") {
+      t.outcome = Outcome::kCanceled;
+    }
+  }
+  CompareSpec spec = Spec("attention.kind");
+  spec.best_over = "optimizer.lr";
+  auto r = Compare(v, spec);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->rows.size(), 1u);
+  const ComparisonRow& row = r->rows[0];
+  EXPECT_EQ(row.baseline_best_value, "0.1");
+  EXPECT_EQ(row.best_value, "0.001");
+  EXPECT_EQ(row.baseline_count.failed, 0);
+  EXPECT_EQ(row.level_count.failed, 0);
+  EXPECT_EQ(row.test.n, 3);  // seeds 0, 1, 2 at each chosen rate
+  const double noise[3] = {0.03, -0.02, 0.01};
+  double mean = 0;
+  for (double e : noise) mean += (2.2 + 0.5 * e - (2.0 + e)) / 3;
+  EXPECT_NEAR(row.test.delta, mean, 1e-12);
+  // Without best_over a canceled seed is absent too, not failed.
+  auto plain = Compare(v, Spec("attention.kind"));
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->rows[0].baseline_count.failed, 0);
+}
+
+// A rate that diverged on any selection seed is not chosen, even on a seed the others lack.
+TEST(CompareTest, BestOverSkipsARateThatDivergedOnASeedTheOthersLack) {
+  std::vector<TrialValue> v = TwoArmsTwoRates();
+  for (TrialValue& t : v) {
+    if (t.axes["attention.kind"] != "fpa") continue;
+    if (t.axes["optimizer.lr"] == "0.001" && t.seed == "3") t.outcome = Outcome::kCanceled;
+    if (t.axes["optimizer.lr"] == "0.1" && t.seed == "3") t.outcome = Outcome::kDiverged;
+  }
+  CompareSpec spec = Spec("attention.kind");
+  spec.best_over = "optimizer.lr";
+  auto r = Compare(v, spec);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->rows[0].baseline_best_value, "0.001");
+}
+
 TEST(CompareTest, BestOverErrors) {
   const std::vector<TrialValue> v = TwoArmsTwoRates();
   CompareSpec spec = Spec("attention.kind");
