@@ -141,6 +141,14 @@ CONTRASTS = [
 
 
 # ---- the powered studies -----------------------------------------------------------------------
+def _bits(kind, bits, code=None):
+    """An arm of the 8-bit study: optimizer kind, state bits and (8-bit) code."""
+    arm = {"optimizer.kind": kind, "optimizer.state_bits": bits}
+    if code:
+        arm["optimizer.state_quant"] = code
+    return arm
+
+
 # (finding, label, arm a, arm b): arms as {axis: value} over every axis but seed, each at its best
 # learning rate unless the arm names optimizer.lr; the difference is a - b.
 STUDY_CONTRASTS = {
@@ -190,21 +198,12 @@ STUDY_CONTRASTS = {
         for k in ("fpa", "sagebwd") for t, tps in (("16384", "16K"), ("131072", "128K"))
     ],
     "gpu_study_state_bits": [
-        ("8-bit Muon", "AdamW: 8-bit dynamic - 32-bit",
-         {"optimizer.kind": "adamw", "optimizer.state_bits": "8", "optimizer.state_quant": "dynamic"},
-         {"optimizer.kind": "adamw", "optimizer.state_bits": "32"}),
-        ("8-bit Muon", "AdamW: 8-bit linear (m and v) - 32-bit",
-         {"optimizer.kind": "adamw", "optimizer.state_bits": "8", "optimizer.state_quant": "linear"},
-         {"optimizer.kind": "adamw", "optimizer.state_bits": "32"}),
-        ("8-bit Muon", "Muon: 8-bit dynamic - 32-bit",
-         {"optimizer.kind": "spectral", "optimizer.state_bits": "8", "optimizer.state_quant": "dynamic"},
-         {"optimizer.kind": "spectral", "optimizer.state_bits": "32"}),
-        ("8-bit Muon", "Muon: 8-bit linear - 32-bit",
-         {"optimizer.kind": "spectral", "optimizer.state_bits": "8", "optimizer.state_quant": "linear"},
-         {"optimizer.kind": "spectral", "optimizer.state_bits": "32"}),
-        ("8-bit Muon", "Muon 8-bit linear - AdamW 8-bit linear",
-         {"optimizer.kind": "spectral", "optimizer.state_bits": "8", "optimizer.state_quant": "linear"},
-         {"optimizer.kind": "adamw", "optimizer.state_bits": "8", "optimizer.state_quant": "linear"}),
+        ("8-bit Muon", f"{name}: 8-bit {code}{' (m and v)' if kind == 'adamw' and code == 'linear' else ''}"
+         " - 32-bit", _bits(kind, "8", code), _bits(kind, "32"))
+        for kind, name in (("adamw", "AdamW"), ("spectral", "Muon")) for code in ("dynamic", "linear")
+    ] + [
+        ("8-bit Muon", "Muon 8-bit linear - AdamW 8-bit linear", _bits("spectral", "8", "linear"),
+         _bits("adamw", "8", "linear")),
     ],
 }
 STUDY_SKIP = {"trial_id", "state", "attempt", "seed", "final_val_loss"}

@@ -96,32 +96,27 @@ class CommittedOutputs(unittest.TestCase):
             self.assertIn(a, ours)
             self.assertIn(b, theirs)
 
-    def test_results_page_quotes_the_intervals(self):
+    def assert_page_quotes(self, table, rows):
+        """docs/RESULTS.md quotes the interval (5th cell) of each markdown row of `table`."""
         with open(os.path.join(ROOT, "docs", "RESULTS.md")) as f:
             page = f.read()
-        with open(os.path.join(ROOT, "docs", "results", "comparisons.md")) as f:
-            rows = f.read().splitlines()[2:]
         for row in rows:
             cells = [c.strip() for c in row.strip("|").split("|")]
             interval = cells[4].split("]")[0] + "]"
             # RESULTS.md writes the same bounds with a real minus sign.
             quoted = interval.replace("-", "\u2212")
-            self.assertTrue(quoted in page, "docs/RESULTS.md does not quote %s for %s"
-                            % (quoted, cells[1]))
+            self.assertTrue(quoted in page, "docs/RESULTS.md does not quote %s for %s (%s)"
+                            % (quoted, cells[1], table))
 
+    def test_results_page_quotes_the_intervals(self):
+        with open(os.path.join(ROOT, "docs", "results", "comparisons.md")) as f:
+            self.assert_page_quotes("comparisons.md", f.read().splitlines()[2:])
 
     def test_results_page_quotes_the_studies_intervals(self):
-        with open(os.path.join(ROOT, "docs", "RESULTS.md")) as f:
-            page = f.read()
         with open(os.path.join(ROOT, "docs", "results", "studies.md")) as f:
             rows = [r for r in f.read().splitlines() if r.count("|") == 8 and "[" in r]
         self.assertGreater(len(rows), 10)
-        for row in rows:
-            cells = [c.strip() for c in row.strip("|").split("|")]
-            interval = cells[4].split("]")[0] + "]"
-            quoted = interval.replace("-", "\u2212")
-            self.assertTrue(quoted in page, "docs/RESULTS.md does not quote %s for %s"
-                            % (quoted, cells[1]))
+        self.assert_page_quotes("studies.md", rows)
 
 
 if __name__ == "__main__":
