@@ -172,6 +172,8 @@ const std::vector<Field>& Fields() {
     f.push_back(BoolField("attention.smooth_q", [](C& c) -> bool& { return c.attention.smooth_q; }));
     f.push_back(BoolField("attention.int8_dp", [](C& c) -> bool& { return c.attention.int8_dp; }));
     f.push_back(BoolField("attention.ds_bf16", [](C& c) -> bool& { return c.attention.ds_bf16; }));
+    f.push_back(DoubleField(
+        "attention.k_offset", [](C& c) -> double& { return c.attention.k_offset; }, 0.0, 1000.0));
     f.push_back(BoolField("attention.dq_correction",
                           [](C& c) -> bool& { return c.attention.dq_correction; }));
     f.push_back(BoolField("attention.deterministic",
@@ -562,6 +564,7 @@ std::string ConfigHash(const TrialConfig& config) {
   // and a removed key is hashed at its last default.
   if (config.attention.deterministic) j["attention"].erase("deterministic");
   if (!config.attention.ds_bf16) j["attention"].erase("ds_bf16");
+  if (config.attention.k_offset == 0) j["attention"].erase("k_offset");
   if (config.optimizer.state_quant_v == "dynamic") j["optimizer"].erase("state_quant_v");
   j["attention"]["block_q"] = 128;
   j["attention"]["block_kv"] = 64;

@@ -190,6 +190,9 @@ TEST(TrialConfig, IdentityHoldsAcrossReleases) {
   TrialConfig bf16 = *old;
   bf16.attention.ds_bf16 = true;  // a new key: hashed only away from its default
   EXPECT_NE(ConfigHash(bf16), ConfigHash(*old));
+  TrialConfig offset = *old;
+  offset.attention.k_offset = 4;  // a new key: hashed only away from its default
+  EXPECT_NE(ConfigHash(offset), ConfigHash(*old));
   TrialConfig linear_v = *old;
   linear_v.optimizer.state_quant_v = "linear";  // a new key: hashed only away from its default
   EXPECT_NE(ConfigHash(linear_v), ConfigHash(*old));

@@ -117,6 +117,11 @@ StatusOr<std::unique_ptr<GptCuda>> GptCuda::Create(const Gpt<float>& model) {
     return InvalidArgument("device: cuda: head size d_model/heads = " + std::to_string(D) +
                            " is not supported by the attention kernels (64 or 128)");
   }
+  if (c.k_offset > 0) {
+    return InvalidArgument(
+        "device: cuda: attention.k_offset (a fixed offset added to the keys) has no GPU kernel "
+        "yet; run it with device: cpu");
+  }
   if (c.attention.ds_bf16) {
     return InvalidArgument(
         "device: cuda: attention.ds_bf16 (the dS products in bf16) has no GPU "

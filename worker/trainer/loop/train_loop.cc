@@ -205,6 +205,7 @@ ModelConfig ToModelConfig(const config::TrialConfig& c, int vocab) {
   if (c.model.heads > 0)
     m.attention = kernels::SageGpuTiles(m.attention, c.model.d_model / c.model.heads);
   m.init_std = float(c.model.init_std);
+  m.k_offset = float(c.attention.k_offset);
   return m;
 }
 

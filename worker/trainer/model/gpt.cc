@@ -161,6 +161,14 @@ StatusOr<Gpt<T>> Gpt<T>::Create(const ModelConfig& c) {
   g.rope_cos_.resize(size_t(c.seq_len) * (D / 2));
   g.rope_sin_.resize(size_t(c.seq_len) * (D / 2));
   k::RopeTables(g.rope_cos_.data(), g.rope_sin_.data(), c.seq_len, D);
+  if (!(c.k_offset >= 0) || !std::isfinite(c.k_offset)) {
+    return InvalidArgument("attention.k_offset: must be a non-negative number");
+  }
+  if (c.k_offset > 0) {  // fixed, not trained: the same vectors for every seed
+    NormalStream normal(0x6b6f6666736574ull);
+    g.k_offset_.resize(size_t(c.layers) * c.heads * D);
+    for (T& x : g.k_offset_) x = T(double(c.k_offset) * normal.Next());
+  }
   g.train_ = std::make_unique<Acts>();
   g.train_->training = true;
   g.eval_ = std::make_unique<Acts>();
@@ -281,6 +289,15 @@ T Gpt<T>::RunForward(const int32_t* inputs, const int32_t* targets, int B, Acts*
     }
     k::RopeForward(la.q.data(), la.q.data(), rope_cos_.data(), rope_sin_.data(), BH, Tn, D);
     k::RopeForward(la.k.data(), la.k.data(), rope_cos_.data(), rope_sin_.data(), BH, Tn, D);
+    if (!k_offset_.empty()) {  // a constant: the backward passes dK through unchanged
+      const T* off = k_offset_.data() + size_t(l) * H * D;
+      for (int64_t bh = 0; bh < int64_t(BH); ++bh) {
+        const T* b = off + (bh % H) * D;
+        T* kb = la.k.data() + bh * Tn * D;
+        for (int64_t t = 0; t < Tn; ++t)
+          for (int d = 0; d < D; ++d) kb[t * D + d] += b[d];
+      }
+    }
     if (cfg_.attention.kind == kernels::AttnKind::kFpa) {
       k::FpaForward(shape, la.q.data(), la.k.data(), la.v.data(), la.o.data(), la.lse.data());
     } else {

@@ -68,6 +68,9 @@ struct ModelConfig {
   // launchers. bq / bkv are the CPU emulator's tiles; the GPU kernels run their own.
   kernels::AttnOptions attention;
   float init_std = 0.02f;
+  // attention.k_offset of the trial config: the sd of each channel of the fixed vector added to
+  // every key of a head (after QK-norm and RoPE); 0 = none.
+  float k_offset = 0.0f;
 };
 
 // kHidden: the 2-D hidden matrices (wq, wk, wv, wo, w_up, w_down), each its own tensor.
@@ -187,6 +190,7 @@ class Gpt {
   size_t num_params_ = 0;
   std::vector<T> weights_, grads_;
   std::vector<T> rope_cos_, rope_sin_;  // (seq_len, D/2)
+  std::vector<T> k_offset_;             // (layers, heads, D) when cfg_.k_offset > 0, else empty
 
   // train_ keeps every layer's activations for Backward and the diagnostics; eval_ holds one
   // layer's worth, reused layer after layer, for Loss.

@@ -91,12 +91,9 @@ TEST(ExampleSweeps, GpuSpecsAskForGpus) {
 
 // The counts the README states.
 TEST(ExampleSweeps, Counts) {
-  std::map<std::string, size_t> expect = {{"qknorm_tokens", 16},
-                                          {"smoothing", 8},
-                                          {"optimizer_p", 16},
-                                          {"state_bits", 8},
-                                          {"quick", 8},
-                                          {"lr_early_stop", 8}};
+  std::map<std::string, size_t> expect = {
+      {"qknorm_tokens", 16}, {"smoothing", 8},     {"optimizer_p", 16},     {"state_bits", 8},
+      {"quick", 8},          {"lr_early_stop", 8}, {"smoothing_offset", 40}};
   for (const auto& [name, count] : expect) {
     std::filesystem::path p = std::filesystem::path(ABLATE_EXAMPLES_SWEEPS_DIR) / (name + ".yaml");
     auto r = ExpandSweep(Read(p), p.filename().string());

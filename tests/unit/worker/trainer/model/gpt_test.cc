@@ -403,6 +403,56 @@ TEST(GptTest, SageModelCloseToFpa) {
   }
 }
 
+// attention.k_offset: exact attention ignores a key offset shared by a head's keys (its logits
+// shift by one constant per row; dS's rows sum to 0), so the fpa model's loss and gradients do not
+// move (up to float rounding); SageBwd's INT8 K sees it, and K-smoothing takes it away again.
+TEST(GptTest, KeyOffsetLeavesExactAttentionAloneAndKSmoothingRemovesItFromSageBwd) {
+  ModelConfig c;
+  c.vocab_size = 64;
+  c.seq_len = 64;
+  c.layers = 2;
+  c.d_model = 128;
+  c.heads = 2;
+  c.init_std = 0.1f;
+  const int B = 2;
+  const auto in = RandomTokens(size_t(B) * c.seq_len, c.vocab_size, 32);
+  const auto tg = RandomTokens(size_t(B) * c.seq_len, c.vocab_size, 33);
+  struct Run {
+    double loss;
+    std::vector<float> grads;
+  };
+  auto run = [&](kernels::AttnKind kind, float offset, bool smooth_k) {
+    ModelConfig m = c;
+    m.attention.kind = kind;
+    m.attention.smooth_k = smooth_k;
+    m.attention = kernels::SageGpuTiles(m.attention, 64);
+    m.k_offset = offset;
+    Gpt<float> g = MakeModel<float>(m, 31);
+    g.ZeroGrad();
+    Run r{g.Forward(in.data(), tg.data(), B), {}};
+    g.Backward(1.0f);
+    r.grads.assign(g.grads(), g.grads() + g.num_params());
+    return r;
+  };
+  const Run fpa0 = run(kernels::AttnKind::kFpa, 0, true),
+            fpa = run(kernels::AttnKind::kFpa, 8, true);
+  const std::vector<double> ref(fpa0.grads.begin(), fpa0.grads.end());
+  EXPECT_NEAR(fpa.loss, fpa0.loss, 1e-5 * fpa0.loss);
+  EXPECT_LT(RelL2(fpa.grads.data(), ref.data(), ref.size()), 1e-3);
+  // SageBwd against the fpa reference: the offset's damage without smoothing, none with it.
+  auto err = [&](const Run& r) { return RelL2(r.grads.data(), ref.data(), ref.size()); };
+  const double plain0 = err(run(kernels::AttnKind::kSageBwd, 0, false));
+  const double plain = err(run(kernels::AttnKind::kSageBwd, 8, false));
+  const double smooth = err(run(kernels::AttnKind::kSageBwd, 8, true));
+  EXPECT_GT(plain, 2 * plain0);
+  EXPECT_LT(smooth, 0.5 * plain);
+  std::printf("gradient rel L2 vs fpa: sagebwd unsmoothed %.4f (no offset %.4f), K-smoothed %.4f\n",
+              plain, plain0, smooth);
+  ModelConfig bad = c;
+  bad.k_offset = -1;
+  EXPECT_FALSE(Gpt<float>::Create(bad).ok());
+}
+
 TEST(GptTest, AttentionDiagnostics) {
   for (bool qkn : {true, false}) {
     ModelConfig c;
