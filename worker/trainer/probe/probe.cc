@@ -84,6 +84,21 @@ double RelL2(const std::vector<double>& x, const std::vector<double>& y) {
   return k::CompareTensors(x.data(), y.data(), int64_t(x.size())).rel_l2;
 }
 
+// The four outputs' errors against exact attention (a row's "o", "dq", "dk", "dv").
+json OutputErrors(const Outputs& r, const Outputs& e) {
+  return {{"o", RelL2(r.o, e.o)},
+          {"dq", RelL2(r.dq, e.dq)},
+          {"dk", RelL2(r.dk, e.dk)},
+          {"dv", RelL2(r.dv, e.dv)}};
+}
+// Those four as the last cells of a markdown row: " o | dq | dk | dv |".
+std::string OutputCells(const json& row) {
+  char buf[128];
+  std::snprintf(buf, sizeof buf, " %.4f | %.4f | %.4f | %.4f |", row["o"].get<double>(),
+                row["dq"].get<double>(), row["dk"].get<double>(), row["dv"].get<double>());
+  return buf;
+}
+
 // The relative L2 error of dS after its own INT8 rounding in the kernels' two groupings: one scale
 // per query row over each `bkv`-key block (the dQ product's operand) and one per key column over
 // each `bq`-row block (dK's); scale = max|x| / 127 (1 for an all-zero group), round half to even.
@@ -183,7 +198,6 @@ json Decompose(const Inputs& in, const k::AttnOptions& base, const std::string& 
                std::ostream& out) {
   const Outputs e = Exact(in);
   json rows = json::array();
-  char buf[256];
   out << "\n"
       << label << " (sigma_q " << Sd(in.q) << ", sigma_k " << Sd(in.kk)
       << "): relative L2 error against exact attention\n\n"
@@ -196,15 +210,9 @@ json Decompose(const Inputs& in, const k::AttnOptions& base, const std::string& 
     opt.int8_dp = p.int8_dp;
     opt.ds_bf16 = p.ds_bf16;
     const Outputs r = Sage(in, opt);
-    json row = {{"products", p.name},
-                {"o", RelL2(r.o, e.o)},
-                {"dq", RelL2(r.dq, e.dq)},
-                {"dk", RelL2(r.dk, e.dk)},
-                {"dv", RelL2(r.dv, e.dv)}};
-    std::snprintf(buf, sizeof buf, "| %s | %.4f | %.4f | %.4f | %.4f |\n", p.name,
-                  row["o"].get<double>(), row["dq"].get<double>(), row["dk"].get<double>(),
-                  row["dv"].get<double>());
-    out << buf;
+    json row = OutputErrors(r, e);
+    row["products"] = p.name;
+    out << "| " << p.name << " |" << OutputCells(row) << "\n";
     // Dominance among the products the configuration quantizes (dP only with int8_dp).
     const bool single =
         p.mask != k::kSageAllProducts && p.mask != 0 && p.int8_dp == base.int8_dp && !p.ds_bf16;
@@ -306,13 +314,12 @@ json Smoothing(const k::AttnShape& shape, const k::AttnOptions& base, uint64_t s
         opt.smooth_q = v.q;
         opt.dq_kmean_correction = v.dq_correction;
         const Outputs r = Sage(in, opt);
-        json row = {{"offset_sd", offset_sd}, {"sigma", sigma},          {"smoothing", v.name},
-                    {"o", RelL2(r.o, e.o)},   {"dq", RelL2(r.dq, e.dq)}, {"dk", RelL2(r.dk, e.dk)},
-                    {"dv", RelL2(r.dv, e.dv)}};
-        std::snprintf(buf, sizeof buf, "| %g | %g | %s | %.4f | %.4f | %.4f | %.4f |\n", offset_sd,
-                      sigma, v.name, row["o"].get<double>(), row["dq"].get<double>(),
-                      row["dk"].get<double>(), row["dv"].get<double>());
-        out << buf;
+        json row = OutputErrors(r, e);
+        row["offset_sd"] = offset_sd;
+        row["sigma"] = sigma;
+        row["smoothing"] = v.name;
+        std::snprintf(buf, sizeof buf, "| %g | %g | %s |", offset_sd, sigma, v.name);
+        out << buf << OutputCells(row) << "\n";
         rows.push_back(row);
       }
     }
