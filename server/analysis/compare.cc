@@ -176,20 +176,9 @@ StatusOr<CompareResult> Compare(const std::vector<TrialValue>& all, const Compar
     for (const auto& [key, values] : by_value) {
       // The seeds every value of this (cell, level) has: each value is judged on the same ones.
       std::set<std::string, ValueLess> common;
-      bool first = true;
+      for (const auto& [seed, s] : values.begin()->second) common.insert(seed);
       for (const auto& [value, seeds] : values) {
-        std::set<std::string, ValueLess> here;
-        for (const auto& [seed, s] : seeds) here.insert(seed);
-        if (first) {
-          common = here;
-        } else {
-          std::set<std::string, ValueLess> both;
-          for (const std::string& x : common) {
-            if (here.count(x)) both.insert(x);
-          }
-          common = both;
-        }
-        first = false;
+        std::erase_if(common, [&](const std::string& x) { return !seeds.count(x); });
       }
       std::string best;
       double best_mean = 0;
