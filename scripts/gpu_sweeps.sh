@@ -6,6 +6,8 @@
 # exports per sweep into OUT/results/:
 #   NAME.txt / NAME.csv     the ablation table (ablate results: mean ± std over seeds)
 #   NAME.trials.csv         the trial list (ablate status)
+#   NAME.export.csv         one row per trial: axes, seed, state, build and every final metric
+#                           (ablate export; scripts/results_figures.py reads it as NAME_trials.csv)
 #   NAME.curves.csv         loss and val_loss of every trial, with its axes and seed (ablate query)
 #   NAME.diag.csv           the attention diagnostics attn.<layer>.<tensor>.<stat> of every trial
 #   NAME.md, NAME.*.png     markdown tables and plots (scripts/plot_results.py; PNGs need matplotlib)
@@ -118,6 +120,7 @@ for name in "${names[@]}"; do
   "${cli[@]}" results "$name" --metric "$metric" | tee "$res/$name.txt"
   "${cli[@]}" results "$name" --metric "$metric" --format csv >"$res/$name.csv"
   "${cli[@]}" status "$name" --format csv >"$res/$name.trials.csv" || true
+  "${cli[@]}" export "$name" >"$res/$name.export.csv" || true
   if [[ -n "$compare" ]]; then
     "${cli[@]}" compare "$name" --factor "$compare" --metric "$metric" >"$res/$name.compare.txt" 2>&1 || true
   fi

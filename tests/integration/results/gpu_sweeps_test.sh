@@ -37,11 +37,15 @@ timeout 240 bash "$src/scripts/gpu_sweeps.sh" \
 
 r="$tmp/out/results"
 for name in tiny_a tiny_b; do
-  for f in "$name.txt" "$name.csv" "$name.trials.csv" "$name.curves.csv" "$name.diag.csv" "$name.md"; do
+  for f in "$name.txt" "$name.csv" "$name.trials.csv" "$name.export.csv" "$name.curves.csv" \
+           "$name.diag.csv" "$name.md"; do
     [[ -s "$r/$f" ]] || fail "missing or empty $f"
   done
   # 2 cells (fpa, sagebwd), each over 2 seeds.
   [[ "$(tail -n +2 "$r/$name.csv" | grep -c ',2,2,')" -eq 2 ]] || fail "$name.csv: $(cat "$r/$name.csv")"
+  # One row per trial with its final validation loss (what scripts/results_figures.py reads).
+  [[ "$(tail -n +2 "$r/$name.export.csv" | wc -l)" -eq 4 ]] || fail "$name.export.csv: $(cat "$r/$name.export.csv")"
+  head -1 "$r/$name.export.csv" | grep -q 'final_val_loss' || fail "$name.export.csv has no final_val_loss"
   # 4 trials x 20 steps of loss.
   loss_rows="$(grep -c ',loss,' "$r/$name.curves.csv" || true)"
   [[ "$loss_rows" -eq 80 ]] || fail "$name.curves.csv has $loss_rows loss rows, expected 80"
