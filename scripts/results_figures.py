@@ -23,6 +23,7 @@ and writes, in --out:
                          seeds with a band of +-1 sd
   seed_spread.md         its paired (by seed) sagebwd - fpa difference, 95% t interval and the
                          smallest difference detectable at 80% power
+  spectral_lr.svg        the spectral study's final loss against each arm's learning rates
   studies.md             the powered studies (examples/sweeps/gpu_study_*.yaml; per-trial final
                          validation loss in gpu_study_*_trials.csv, from `ablate export`): each
                          arm at its best learning rate, and the contrasts RESULTS.md reads, paired
@@ -416,8 +417,9 @@ def fmt_tick(v):
 
 
 def line_plot(path, series, xlabel, ylabel, title, logx=False, logy=False, vlines=(),
-              legend_at="topleft"):
-    """series: [(label, [(x, y)], color, dash)]; vlines: [(x, label)], labelled left of the line."""
+              legend_at="topleft", zero_based=True):
+    """series: [(label, [(x, y)], color, dash)]; vlines: [(x, label)], labelled left of the line;
+    zero_based=False: a linear y axis over the data's range (with a margin) instead of from 0."""
     W, H = 640, 400
     x0, y0, x1, y1 = 70, 40, 620, 330
     xs = [x for _, pts, _, _ in series for x, _ in pts]
@@ -425,8 +427,11 @@ def line_plot(path, series, xlabel, ylabel, title, logx=False, logy=False, vline
     xlo, xhi, ylo, yhi = min(xs), max(xs), min(ys), max(ys)
     if logy:
         ylo, yhi = 10 ** math.floor(math.log10(ylo)), 10 ** math.ceil(math.log10(yhi))
-    else:
+    elif zero_based:
         ylo, yhi = 0.0, yhi * 1.1
+    else:
+        pad = 0.08 * (yhi - ylo)
+        ylo, yhi = ylo - pad, yhi + 3 * pad  # room above for the legend
     if logx:
         xlo, xhi = 10 ** math.floor(math.log10(xlo)), 10 ** math.ceil(math.log10(xhi))
 
@@ -447,7 +452,7 @@ def line_plot(path, series, xlabel, ylabel, title, logx=False, logy=False, vline
         yt = [(fy(v), f"{v:g}") for v in log_ticks(ylo, yhi)]
     else:
         step = (yhi - ylo) / 5
-        yt = [(fy(ylo + i * step), f"{ylo + i * step:.2g}") for i in range(6)]
+        yt = [(fy(ylo + i * step), f"{ylo + i * step:.{2 if zero_based else 3}g}") for i in range(6)]
     axes(svg, x0, y0, x1, y1, xt, yt, xlabel, ylabel, title)
     for k, (vx, vlabel) in enumerate(vlines):
         svg.line(fx(vx), y0, fx(vx), y1, "#888", 1, "4,3")
@@ -673,6 +678,24 @@ def main():
                            pts))
         band_plot(os.path.join(a.out, "seed_spread.svg"), groups, "step", "validation loss (nats/byte)",
                   "20M-parameter GPT, seq 1024, 65,536 tokens/step (gpu_seed_spread)")
+    spectral = os.path.join(a.data, "gpu_study_spectral_p_trials.csv")
+    if os.path.exists(spectral):
+        with open(spectral) as f:
+            header = next(csv.reader(f))
+        axes = [h for h in header if h.startswith("optimizer.")]
+        cells, arms, _, _ = load_study(spectral, axes)
+        series = []
+        for fam, dash in (("rms", None), ("momentum", "5,3")):
+            for i, p in enumerate(("1", "0.5", "0.25", "0")):
+                arm = (("optimizer.family", fam), ("optimizer.p", p))
+                pts = sorted((float(lr), sum(v.values()) / len(v)) for (x, lr), v in cells.items()
+                             if x == arm)
+                if pts:
+                    series.append((f"{fam}, p = {p}", pts, COLORS[i], dash))
+        line_plot(os.path.join(a.out, "spectral_lr.svg"), series, "learning rate (matrices)",
+                  "final validation loss (nats/token), mean over seeds",
+                  "Spectral family x p against the learning rate (gpu_study_spectral_p)",
+                  logx=True, legend_at="topleft", zero_based=False)
     studies = study_tables(a.data)
     if studies:
         with open(os.path.join(a.out, "studies.md"), "w") as f:

@@ -68,7 +68,8 @@ class CommittedOutputs(unittest.TestCase):
             subprocess.run([sys.executable, SCRIPT, "--data", data, "--out", out], check=True,
                            stdout=subprocess.DEVNULL)
             for name in ["comparisons.md", "intervals.svg", "sigma.svg", "decompose.svg",
-                         "bias_noise.svg", "seed_spread.md", "seed_spread.svg", "studies.md"]:
+                         "bias_noise.svg", "seed_spread.md", "seed_spread.svg", "studies.md",
+                         "spectral_lr.svg"]:
                 self.assertTrue(filecmp.cmp(os.path.join(out, name), os.path.join(data, name),
                                             shallow=False), name + " differs: rerun "
                                 "scripts/results_figures.py and commit its outputs")
