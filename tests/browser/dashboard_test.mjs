@@ -451,6 +451,25 @@ test('the paired comparison equals `ablate compare --format json`', async () => 
     assert.match(await page.locator('#paired-note').innerText(),
         new RegExp(`Holm-adjusted over the ${want.length} comparisons? shown`));
   }
+  // Each kind at its own best spectral power (a nuisance axis here): the same choice and figures
+  // as `ablate compare --best-over`.
+  const box = page.locator('#paired-section input[value="optimizer.p"]');
+  if (await box.isChecked()) await box.click();
+  const want = JSON.parse(await cli('compare', 'web-dashboard', '--factor', 'attention.kind',
+      '--best-over', 'optimizer.p', '--format', 'json'));
+  assert.equal(want.length, 1);
+  await page.locator('#paired-best').selectOption('optimizer.p');
+  await page.waitForFunction(() => document.querySelector('#paired td.best-value') !== null, null,
+      {timeout: 15000});
+  const got = await page.locator('#paired tbody tr').evaluateAll((rows) => rows.map((r) => ({
+    row: JSON.parse(r.dataset.row), best: r.querySelector('td.best-value').textContent,
+    baseBest: r.querySelector('td.baseline-best-value').textContent})));
+  assert.equal(got.length, 1);
+  assert.equal(got[0].best, want[0].best_value);
+  assert.equal(got[0].baseBest, want[0].baseline_best_value);
+  for (const f of ['mean', 'baseline_mean', 'delta', 'p_value']) near(got[0].row[f], want[0][f], 1e-12, f);
+  assert.match(await page.locator('#paired-note').innerText(), /--best-over optimizer\.p/);
+  await page.locator('#paired-best').selectOption('');
   await shot('sweep-paired');
 });
 

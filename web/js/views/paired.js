@@ -59,10 +59,14 @@ export function pairedView(container, ctx) {
   const state = () => {
     const s = ctx.getState();
     const factor = factors.includes(s.pfactor) ? s.pfactor : factors[0] || '';
+    const by = (s.pby || '').split(',').filter((a) => a && a !== factor && factors.includes(a));
     return {
       factor,
       baseline: s.pbase || '',
-      by: (s.pby || '').split(',').filter((a) => a && a !== factor && factors.includes(a)),
+      by,
+      // A nuisance axis (e.g. optimizer.lr) at which each level is taken at its best value.
+      best: s.pbest && s.pbest !== factor && !by.includes(s.pbest) && factors.includes(s.pbest) ?
+        s.pbest : '',
       metric: s.pmetric || s.metric || 'final_val_loss',
     };
   };
@@ -90,6 +94,11 @@ export function pairedView(container, ctx) {
             h('option', {value: '', selected: !st.baseline}, levels.length ? `first (${levels[0]})` : 'first'),
             levels.map((v) => h('option', {value: v, selected: v === st.baseline}, v))),
         by,
+        h('label', {for: 'paired-best'}, 'best over '),
+        h('select', {id: 'paired-best', onchange: (e) => set({pbest: e.target.value || null})},
+            h('option', {value: '', selected: !st.best}, 'none'),
+            factors.filter((a) => a !== st.factor && !st.by.includes(a)).map((a) =>
+              h('option', {value: a, selected: a === st.best}, a))),
         h('label', {for: 'paired-metric'}, 'metric '),
         ctx.metricSelect('paired-metric', st.metric, (v) => set({pmetric: v})));
   };
@@ -104,7 +113,7 @@ export function pairedView(container, ctx) {
     }
     try {
       const res = await api(`sweeps/${sweep.id}/compare`, {factor: st.factor, baseline: st.baseline,
-        metric: st.metric, by: st.by.join(',')});
+        metric: st.metric, by: st.by.join(','), ...(st.best ? {best_over: st.best} : {})});
       if (my !== seq) return;
       if (String(res.levels) !== String(levels)) {
         levels = res.levels || [];
@@ -118,6 +127,7 @@ export function pairedView(container, ctx) {
 
   const render = (res) => {
     const {rows, by, factor, baseline, metric} = res;
+    const best = res.best_over || '';
     if (rows.length === 0) {
       replace(table, h('p', {class: 'muted'},
           `nothing to compare: no level of ${factor} besides the baseline ${baseline}`));
@@ -139,6 +149,8 @@ export function pairedView(container, ctx) {
       return h('tr', {dataset: {row: JSON.stringify(r)}},
           r.cell.map((c) => h('th', {scope: 'row'}, c)),
           h('th', {scope: 'row', class: 'level'}, r.value),
+          best ? h('td', {class: 'best-value'}, r.best_value ?? '-') : null,
+          best ? h('td', {class: 'baseline-best-value'}, r.baseline_best_value ?? '-') : null,
           num(String(r.n), 'n'), num(g6(r.mean), 'mean'), num(g6(r.baseline_mean), 'baseline-mean'),
           num(deltaText(r), 'delta'),
           num(r.test === 'none' ? '-' : fixed(r.p_value, 4), 'p'),
@@ -153,6 +165,7 @@ export function pairedView(container, ctx) {
     replace(table, h('table', {class: 'data paired', 'aria-describedby': 'paired-title'},
         h('thead', {}, h('tr', {}, by.map((a) => h('th', {scope: 'col'}, a)),
             h('th', {scope: 'col'}, factor),
+            best ? [h('th', {scope: 'col'}, `best ${best}`), h('th', {scope: 'col'}, 'baseline\'s best')] : null,
             ['n', 'mean', 'baseline mean', 'delta [95% CI]', 'p', 'p sign-flip', 'p Holm'].map(
                 (c) => h('th', {scope: 'col', class: 'num'}, c)),
             ['seeds', 'baseline seeds', 'test', 'verdict'].map((c) => h('th', {scope: 'col'}, c)))),
@@ -165,6 +178,9 @@ export function pairedView(container, ctx) {
         h('b', {}, `p Holm is Holm-adjusted over the ${rows.length} comparison${rows.length === 1 ? '' : 's'} shown`),
         '; p sign-flip is the exact permutation p-value of the pairs. A verdict gives a direction only when ' +
             'the interval excludes 0 ("no detectable difference" otherwise; "too few seeds": n < 3, no interval).'),
+        best ? h('p', {}, `Each level at its own best ${best}, chosen by the mean over the seeds all its ` +
+            `values have, ${res.optimistic ? 'on the same seeds it is tested on: optimistic (the ' +
+            'choice\'s luck is in the difference)' : `tested on seeds ${(res.test_seeds || []).join(', ')}`}.`) : null,
         rows.some((r) => r.test === 'welch-t') ?
           h('p', {}, 'welch-t: no seed in common with the baseline, compared unpaired.') : null,
         leftOut ? h('p', {}, `${leftOut} seed${leftOut === 1 ? '' : 's'} left out of the pairs ` +
@@ -172,7 +188,7 @@ export function pairedView(container, ctx) {
         diverged ? h('p', {class: 'warn'}, 'A level with a diverged seed may be the finding: see seeds.') : null,
         h('p', {}, 'Same as ', h('code', {}, `ablate compare ${sweep.name} --factor ${factor}` +
             (ctx.getState().pbase ? ` --baseline ${baseline}` : '') + ` --metric ${metric}` +
-            (by.length ? ` --by ${by.join(',')}` : '')), '.'));
+            (by.length ? ` --by ${by.join(',')}` : '') + (best ? ` --best-over ${best}` : '')), '.'));
   };
 
   renderControls();
