@@ -177,7 +177,8 @@ StatusOr<CompareResult> Compare(const std::vector<TrialValue>& all, const Compar
       // The seeds every value of this (cell, level) has: each value is judged on the same ones.
       std::set<std::string, ValueLess> common;
       for (const auto& [seed, s] : values.begin()->second) common.insert(seed);
-      for (const auto& [value, seeds] : values) {
+      for (const auto& value_seeds : values) {
+        const auto& seeds = value_seeds.second;
         std::erase_if(common, [&](const std::string& x) { return !seeds.count(x); });
       }
       std::string best;
