@@ -566,6 +566,12 @@ std::string ConfigHash(const TrialConfig& config) {
   if (!config.attention.ds_bf16) j["attention"].erase("ds_bf16");
   if (config.attention.k_offset == 0) j["attention"].erase("k_offset");
   if (config.optimizer.state_quant_v == "dynamic") j["optimizer"].erase("state_quant_v");
+  // dq_correction's default changed (on until numerics 2, off since 3). Where it cannot change a
+  // number (FPA, or SageBwd without K-smoothing) it is hashed at its old default, so those trials
+  // keep their identities; where it does, the identity follows the value.
+  if (config.attention.kind == "fpa" || !config.attention.smooth_k) {
+    j["attention"]["dq_correction"] = true;
+  }
   j["attention"]["block_q"] = 128;
   j["attention"]["block_kv"] = 64;
   std::string text = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);

@@ -14,6 +14,6 @@
 
 namespace ablate::kernels {
 
-inline constexpr std::string_view kNumericsVersion = "2";
+inline constexpr std::string_view kNumericsVersion = "3";
 
 }  // namespace ablate::kernels

@@ -49,11 +49,13 @@ struct AttentionSection {
   // The dS products (dQ = dS K, dK = dS^T Q) in bf16 instead of INT8, to isolate the paper's
   // claim (ii); CPU only for now (device cuda refuses it).
   bool ds_bf16 = false;
-  bool dq_correction = true;  // K-smoothing's dQ += rowsum(dS) kbar term (see attention_cpu.h)
+  // K-smoothing's dQ += rowsum(dS) kbar term (kernels/attention/attention.h): off by default
+  // since numerics 3, which found it only adds error.
+  bool dq_correction = false;
   // A stress for the INT8 kernels: one fixed vector added to every key of each head (after QK-norm
   // and RoPE), each channel drawn from N(0, k_offset^2) with a fixed seed per layer. Exact
   // attention ignores it (q . (k + b) shifts a row's logits by one constant); INT8 K does not, and
-  // K-smoothing removes it (docs/probes.md, "smoothing"). 0 = off. CPU only for now.
+  // K-smoothing removes it (docs/probes.md, "smoothing"). 0 = off.
   double k_offset = 0;
   // GPU: dQ summed over key blocks in a fixed order, so that reruns are bit-identical (both kinds;
   // costs scratch memory and some backward time, docs/bench/attention.md). The CPU always is.

@@ -65,11 +65,11 @@ struct AttnOptions {
   int ds_row_keys = 0;
   int ds_col_rows = 0;
   int p_col_rows = 0;
-  // With smooth_k, add tau * rowsum(dS) (x) kbar to dQ (kernels/ALGORITHMS.md §1.2). Measured: when K has a
-  // large mean this term multiplies the forward's quantization error (rows of the emulated dS do not
-  // sum to 0) by |kbar|: dQ rel. L2 0.114 with it vs 0.018 without at a sigma-8 key offset. A switch
-  // so the trade-off can be measured; on by default as the contract says.
-  bool dq_kmean_correction = true;
+  // With smooth_k, add tau * rowsum(dS) (x) kbar to dQ (kernels/ALGORITHMS.md §1.2). Off by
+  // default: the exact dS rows sum to zero, so the term's true value is zero and what it adds is
+  // the emulated dS's row-sum error (the forward's quantization error, through D) times |kbar|
+  // (keys offset by a sigma-8 mean: dQ rel. L2 0.114 with it, 0.018 without). Kept to measure.
+  bool dq_kmean_correction = false;
   // The CPU emulator's INT8 products (SageProduct bits; the mechanism probes' error
   // decomposition): a product whose bit is clear is computed in T from its unquantized (smoothed)
   // operands. The GPU kernels run every product in INT8 and refuse any other mask.

@@ -334,6 +334,16 @@ void HeadsMergeBackward(T* dinp, const T* dout, int B, int Tn, int H, int D) {
   }
 }
 
+template <typename T>
+void AddHeadOffset(T* x, const T* offset, int64_t BH, int H, int Tn, int D) {
+#pragma omp parallel for schedule(static)
+  for (int64_t row = 0; row < BH * Tn; ++row) {
+    const T* b = offset + (row / Tn % H) * D;
+    T* y = x + row * D;
+    for (int d = 0; d < D; ++d) y[d] += b[d];
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 #define ABLATE_INSTANTIATE_LAYERS(T)                                                              \
   template void EncoderForward<T>(T*, const int32_t*, const T*, int64_t, int);                    \
@@ -345,6 +355,7 @@ void HeadsMergeBackward(T* dinp, const T* dout, int B, int Tn, int H, int D) {
   template void RopeTables<T>(T*, T*, int, int, double);                                          \
   template void RopeForward<T>(T*, const T*, const T*, const T*, int64_t, int, int);              \
   template void RopeBackward<T>(T*, const T*, const T*, const T*, int64_t, int, int);             \
+  template void AddHeadOffset<T>(T*, const T*, int64_t, int, int, int);                           \
   template void GeluForward<T>(T*, const T*, int64_t);                                            \
   template void GeluBackward<T>(T*, const T*, const T*, int64_t);                                 \
   template void Relu2Forward<T>(T*, const T*, int64_t);                                           \

@@ -91,6 +91,12 @@ void RopeForward(T* out, const T* inp, const T* cos, const T* sin, int64_t BH, i
 template <typename T>
 void RopeBackward(T* dinp, const T* dout, const T* cos, const T* sin, int64_t BH, int Tn, int D);
 
+// x: (BH, Tn, D), BH = B*H; offset: (H, D). x[b h][t] += offset[h] for every t: one fixed vector
+// per head added to its keys (the trainer's attention.k_offset). A constant: its backward passes
+// the gradient through unchanged.
+template <typename T>
+void AddHeadOffset(T* x, const T* offset, int64_t BH, int H, int Tn, int D);
+
 // ---------------------------------------------------------------------------------------------
 // MLP activations, elementwise over n values.
 // ---------------------------------------------------------------------------------------------

@@ -205,11 +205,14 @@ Status HeadsMergeBackwardCuda(T* dinp, const T* dout, int B, int Tn, int H, int 
 // k_sums[((b H + h) P + p) D + d] = the sum in double of k[b][h][t][d] as stored (bf16) over the
 // tokens t of part p = [p R, min(Tn, (p + 1) R)), R = k_rows_per_part, P = ceil(Tn / R); the
 // same q, k, v, rstds. It needs the vectorized kernel (below) and runs one block per (part, head).
+// k_offset (optional, (H, D) fp32, the trainer's attention.k_offset of one layer): added to every
+// k row of head h after RoPE, in fp32 before the bf16 rounding, so k and k_sums include it: the
+// twin of RopeForward followed by kernels::AddHeadOffset. The backward needs nothing for it.
 Status QkvNormRopeForwardCuda(bf16* q, bf16* k, bf16* v, float* q_rstd, float* k_rstd,
                               const bf16* qkv, const float* q_gain, const float* k_gain,
                               const float* cos, const float* sin, int B, int Tn, int H, int D,
                               cudaStream_t stream, double* k_sums = nullptr,
-                              int k_rows_per_part = 0);
+                              int k_rows_per_part = 0, const float* k_offset = nullptr);
 // Its backward: dqkv (B, Tn, 3, H, D) bf16 overwritten with the gradient of the chain given
 // dq, dk, dv (B, H, Tn, D) bf16 (the attention backward's outputs); qkv, the rstds and the gains
 // as in the forward. With QK-norm, dq_gain / dk_gain (D) fp32 += the gain gradients (per-block

@@ -26,7 +26,8 @@ constexpr int kVMax = 2 * kRopeMaxPairs;  // v values per lane
 __global__ void __launch_bounds__(kFusedThreads)
     QkvNormRopeForwardKernel(bf16* q, bf16* k, bf16* v, float* q_rstd, float* k_rstd,
                              const bf16* qkv, const float* q_gain, const float* k_gain,
-                             const float* cs, const float* sn, int B, int Tn, int H, int D) {
+                             const float* cs, const float* sn, const float* k_offset, int B,
+                             int Tn, int H, int D) {
   const int64_t rows = int64_t(B) * Tn * H;
   const int64_t row = int64_t(blockIdx.x) * kFusedWarps + threadIdx.x / 32;
   if (row >= rows) return;
@@ -81,6 +82,7 @@ __global__ void __launch_bounds__(kFusedThreads)
       if (lane == 0) (w == 0 ? q_rstd : k_rstd)[dst_row] = rs;
     }
     bf16* out = w == 0 ? q : k;
+    const float* off = w == 1 && k_offset != nullptr ? k_offset + int64_t(h) * D : nullptr;
 #pragma unroll
     for (int j = 0; j < kRopeMaxPairs; ++j) {
       const int i = lane + 32 * j;
@@ -88,8 +90,10 @@ __global__ void __launch_bounds__(kFusedThreads)
         // Without QK-norm the gains are 1 and rs is 1: the values pass through unchanged.
         const float a = norm ? xa[w][j] * rs * ga[w][j] : xa[w][j];
         const float bb = norm ? xb[w][j] * rs * gb[w][j] : xb[w][j];
-        out[dst + i] = __float2bfloat16_rn(a * c[j] - bb * s[j]);
-        out[dst + i + half] = __float2bfloat16_rn(a * s[j] + bb * c[j]);
+        const float oa = a * c[j] - bb * s[j] + (off ? __ldg(off + i) : 0.f);
+        const float ob = a * s[j] + bb * c[j] + (off ? __ldg(off + i + half) : 0.f);
+        out[dst + i] = __float2bfloat16_rn(oa);
+        out[dst + i + half] = __float2bfloat16_rn(ob);
       }
     }
   }
@@ -255,13 +259,15 @@ int QkvVecForwardBlocks(int64_t rows, int L) {
 // One (b, t, h) row of the vectorized forward for the L lanes of group `grp` (lane l of it):
 // loads q, k, v of the row from qkv, writes q, k (normed, rotated), v and the rstds when `valid`.
 // kRounded: k's outputs as stored (bf16-rounded) also come back in ka / kb (pairs 4l .. 4l + 3 and
-// D/2 + 4l ..), for the K-mean sums. Every lane of the warp must call it (group shuffles).
+// D/2 + 4l ..), for the K-mean sums. k_offset (H x D, or null) is added to k after RoPE, before
+// its rounding. Every lane of the warp must call it (group shuffles).
 template <int L, bool kRounded>
 __device__ __forceinline__ void QkvNormRopeRowVec(bf16* q, bf16* k, bf16* v, float* q_rstd,
                                                   float* k_rstd, const bf16* qkv, bool norm,
                                                   const float (&ga)[2][4], const float (&gb)[2][4],
-                                                  const float* cs, const float* sn, int64_t b,
-                                                  int t, int h, int Tn, int H, bool valid, int l,
+                                                  const float* cs, const float* sn,
+                                                  const float* k_offset, int64_t b, int t, int h,
+                                                  int Tn, int H, bool valid, int l,
                                                   float (&ka)[4], float (&kb)[4]) {
   constexpr int D = 8 * L, half = 4 * L;
   const int64_t C = int64_t(H) * D;
@@ -299,6 +305,14 @@ __device__ __forceinline__ void QkvNormRopeRowVec(bf16* q, bf16* k, bf16* v, flo
       oa[j] = a * c[j] - bb * s[j];
       ob[j] = a * s[j] + bb * c[j];
     }
+    if (w == 1 && k_offset != nullptr) {
+      const float* off = k_offset + int64_t(h) * D;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        oa[j] += __ldg(off + 4 * l + j);
+        ob[j] += __ldg(off + half + 4 * l + j);
+      }
+    }
     if (valid) {
       bf16* out = w == 0 ? q : k;
       StoreBf4(out + dst + 4 * l, oa);
@@ -335,7 +349,8 @@ template <int L>
 __global__ void __launch_bounds__(kFusedThreads)
     QkvNormRopeForwardVecKernel(bf16* q, bf16* k, bf16* v, float* q_rstd, float* k_rstd,
                                 const bf16* qkv, const float* q_gain, const float* k_gain,
-                                const float* cs, const float* sn, int B, int Tn, int H) {
+                                const float* cs, const float* sn, const float* k_offset, int B,
+                                int Tn, int H) {
   constexpr int G = 32 / L;
   const int64_t rows = int64_t(B) * Tn * H;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -352,7 +367,7 @@ __global__ void __launch_bounds__(kFusedThreads)
     const int h = int(r % H);
     const int64_t bt = r / H;
     QkvNormRopeRowVec<L, false>(q, k, v, q_rstd, k_rstd, qkv, q_gain != nullptr, ga, gb, cs, sn,
-                                bt / Tn, int(bt % Tn), h, Tn, H, valid, l, ka, kb);
+                                k_offset, bt / Tn, int(bt % Tn), h, Tn, H, valid, l, ka, kb);
   }
 }
 
@@ -364,8 +379,8 @@ template <int L>
 __global__ void __launch_bounds__(kFusedThreads)
     QkvNormRopeForwardSumsKernel(bf16* q, bf16* k, bf16* v, float* q_rstd, float* k_rstd,
                                  double* k_sums, const bf16* qkv, const float* q_gain,
-                                 const float* k_gain, const float* cs, const float* sn, int Tn,
-                                 int H, int rows_per_part) {
+                                 const float* k_gain, const float* cs, const float* sn,
+                                 const float* k_offset, int Tn, int H, int rows_per_part) {
   constexpr int D = 8 * L, half = 4 * L, kGroups = kFusedThreads / L;
   __shared__ double part[kGroups][D];
   const int l = threadIdx.x % L, grp = threadIdx.x / L;
@@ -383,8 +398,8 @@ __global__ void __launch_bounds__(kFusedThreads)
   for (int tw = t0 + grp / G * G; tw < t1; tw += kGroups) {
     const int tt = tw + grp % G;
     const bool valid = tt < t1;
-    QkvNormRopeRowVec<L, true>(q, k, v, q_rstd, k_rstd, qkv, q_gain != nullptr, ga, gb, cs, sn, b,
-                               valid ? tt : t1 - 1, h, Tn, H, valid, l, ka, kb);
+    QkvNormRopeRowVec<L, true>(q, k, v, q_rstd, k_rstd, qkv, q_gain != nullptr, ga, gb, cs, sn,
+                               k_offset, b, valid ? tt : t1 - 1, h, Tn, H, valid, l, ka, kb);
     if (valid) {
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
@@ -563,7 +578,8 @@ Status CheckQkvNormRope(const char* what, int B, int Tn, int H, int D) {
 Status QkvNormRopeForwardCuda(bf16* q, bf16* k, bf16* v, float* q_rstd, float* k_rstd,
                               const bf16* qkv, const float* q_gain, const float* k_gain,
                               const float* cos, const float* sin, int B, int Tn, int H, int D,
-                              cudaStream_t stream, double* k_sums, int k_rows_per_part) {
+                              cudaStream_t stream, double* k_sums, int k_rows_per_part,
+                              const float* k_offset) {
   ABLATE_RETURN_IF_ERROR(CheckQkvNormRope("QkvNormRopeForwardCuda", B, Tn, H, D));
   if ((q_gain == nullptr) != (k_gain == nullptr)) {
     return InvalidArgument("QkvNormRopeForwardCuda: q_gain and k_gain must both be set or null");
@@ -588,7 +604,8 @@ Status QkvNormRopeForwardCuda(bf16* q, bf16* k, bf16* v, float* q_rstd, float* k
     DispatchLanes(L, [&](auto lanes) {
       constexpr int kL = decltype(lanes)::value;
       QkvNormRopeForwardSumsKernel<kL><<<dim3(parts, B * H), kFusedThreads, 0, stream>>>(
-          q, k, v, q_rstd, k_rstd, k_sums, qkv, q_gain, k_gain, cos, sin, Tn, H, k_rows_per_part);
+          q, k, v, q_rstd, k_rstd, k_sums, qkv, q_gain, k_gain, cos, sin, k_offset, Tn, H,
+          k_rows_per_part);
     });
     return Launched("QkvNormRopeForwardCuda (k sums)");
   }
@@ -596,11 +613,11 @@ Status QkvNormRopeForwardCuda(bf16* q, bf16* k, bf16* v, float* q_rstd, float* k
     DispatchLanes(L, [&](auto lanes) {
       constexpr int kL = decltype(lanes)::value;
       QkvNormRopeForwardVecKernel<kL><<<QkvVecForwardBlocks(rows, kL), kFusedThreads, 0, stream>>>(
-          q, k, v, q_rstd, k_rstd, qkv, q_gain, k_gain, cos, sin, B, Tn, H);
+          q, k, v, q_rstd, k_rstd, qkv, q_gain, k_gain, cos, sin, k_offset, B, Tn, H);
     });
   } else {
     QkvNormRopeForwardKernel<<<Blocks(rows, kFusedWarps), kFusedThreads, 0, stream>>>(
-        q, k, v, q_rstd, k_rstd, qkv, q_gain, k_gain, cos, sin, B, Tn, H, D);
+        q, k, v, q_rstd, k_rstd, qkv, q_gain, k_gain, cos, sin, k_offset, B, Tn, H, D);
   }
   return Launched("QkvNormRopeForwardCuda");
 }

@@ -196,6 +196,18 @@ TEST(TrialConfig, IdentityHoldsAcrossReleases) {
   TrialConfig linear_v = *old;
   linear_v.optimizer.state_quant_v = "linear";  // a new key: hashed only away from its default
   EXPECT_NE(ConfigHash(linear_v), ConfigHash(*old));
+  // dq_correction's default changed in numerics 3 (on -> off): where it cannot change a number
+  // (FPA; SageBwd without K-smoothing) the identity stays; where it can, it follows the value.
+  TrialConfig fpa_now = *old;
+  fpa_now.attention.dq_correction = false;
+  EXPECT_EQ(ConfigHash(fpa_now), ConfigHash(*old));
+  TrialConfig sage_on = *old;
+  sage_on.attention.kind = "sagebwd";
+  TrialConfig sage_off = sage_on;
+  sage_off.attention.dq_correction = false;
+  EXPECT_NE(ConfigHash(sage_on), ConfigHash(sage_off));
+  sage_on.attention.smooth_k = sage_off.attention.smooth_k = false;
+  EXPECT_EQ(ConfigHash(sage_on), ConfigHash(sage_off));
   auto tiles = ParseTrialConfig("attention: {block_q: 64}\n", "t.yaml");
   ASSERT_FALSE(tiles.ok());
   EXPECT_NE(tiles.status().message().find("t.yaml:1"), std::string::npos)

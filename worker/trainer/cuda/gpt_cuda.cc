@@ -107,6 +107,7 @@ GptCuda::~GptCuda() {
   cudaFree(rope_sin_);
   cudaFree(d_scalars_);
   cudaFree(norm_scratch_);
+  cudaFree(k_offset_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -116,11 +117,6 @@ StatusOr<std::unique_ptr<GptCuda>> GptCuda::Create(const Gpt<float>& model) {
   if (D != 64 && D != 128) {
     return InvalidArgument("device: cuda: head size d_model/heads = " + std::to_string(D) +
                            " is not supported by the attention kernels (64 or 128)");
-  }
-  if (c.k_offset > 0) {
-    return InvalidArgument(
-        "device: cuda: attention.k_offset (a fixed offset added to the keys) has no GPU kernel "
-        "yet; run it with device: cpu");
   }
   if (c.attention.ds_bf16) {
     return InvalidArgument(
@@ -173,6 +169,12 @@ StatusOr<std::unique_ptr<GptCuda>> GptCuda::Create(const Gpt<float>& model) {
       cudaMemcpy(g->rope_cos_, cs.data(), nr * sizeof(float), cudaMemcpyHostToDevice), "copy"));
   ABLATE_RETURN_IF_ERROR(CudaStatus(
       cudaMemcpy(g->rope_sin_, sn.data(), nr * sizeof(float), cudaMemcpyHostToDevice), "copy"));
+  if (const std::vector<float>& off = model.key_offsets(); !off.empty()) {
+    ABLATE_RETURN_IF_ERROR(DeviceAlloc(&g->k_offset_, off.size() * sizeof(float), "key offsets"));
+    ABLATE_RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpy(g->k_offset_, off.data(), off.size() * sizeof(float), cudaMemcpyHostToDevice),
+        "copy"));
+  }
   g->buf_ = std::make_unique<Buffers>();
   ABLATE_ASSIGN_OR_RETURN(g->buf_->gemm, kc::LtGemm::Create());
   ABLATE_RETURN_IF_ERROR(g->SetWeights(model.weights()));
@@ -340,7 +342,7 @@ Status GptCuda::RunForward(const int32_t* inputs, const int32_t* targets, int B,
     RET(kc::QkvNormRopeForwardCuda(
         la.q, la.k, la.v, la.q_rstd, la.k_rstd, la.qkv, cfg_.qk_norm ? w + li.q_gain : nullptr,
         cfg_.qk_norm ? w + li.k_gain : nullptr, rope_cos_, rope_sin_, B, Tn, H, D, s, b.k_parts,
-        k_rows_per_part));
+        k_rows_per_part, k_offset_ ? k_offset_ + size_t(l) * H * D : nullptr));
     if (cfg_.attention.kind == kernels::AttnKind::kFpa) {
       RET(kk::FpaForwardCuda(shape, la.q, la.k, la.v, la.o, la.lse, s));
     } else {

@@ -124,6 +124,7 @@ class GptCuda {
   float* rope_sin_ = nullptr;
   double* d_scalars_ = nullptr;  // [0] train loss sum, [1] eval loss, [2] grad sum of squares
   float* norm_scratch_ = nullptr;
+  float* k_offset_ = nullptr;  // (layers, heads, D): attention.k_offset's vectors, or null
   size_t norm_scratch_floats_ = 0;
   std::unique_ptr<Buffers> buf_;
   int last_b_ = 0;

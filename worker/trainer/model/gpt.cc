@@ -290,13 +290,7 @@ T Gpt<T>::RunForward(const int32_t* inputs, const int32_t* targets, int B, Acts*
     k::RopeForward(la.q.data(), la.q.data(), rope_cos_.data(), rope_sin_.data(), BH, Tn, D);
     k::RopeForward(la.k.data(), la.k.data(), rope_cos_.data(), rope_sin_.data(), BH, Tn, D);
     if (!k_offset_.empty()) {  // a constant: the backward passes dK through unchanged
-      const T* off = k_offset_.data() + size_t(l) * H * D;
-      for (int64_t bh = 0; bh < int64_t(BH); ++bh) {
-        const T* b = off + (bh % H) * D;
-        T* kb = la.k.data() + bh * Tn * D;
-        for (int64_t t = 0; t < Tn; ++t)
-          for (int d = 0; d < D; ++d) kb[t * D + d] += b[d];
-      }
+      k::AddHeadOffset(la.k.data(), k_offset_.data() + size_t(l) * H * D, BH, H, Tn, D);
     }
     if (cfg_.attention.kind == kernels::AttnKind::kFpa) {
       k::FpaForward(shape, la.q.data(), la.k.data(), la.v.data(), la.o.data(), la.lse.data());

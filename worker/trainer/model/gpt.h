@@ -104,6 +104,9 @@ class Gpt {
   const T* weights() const { return weights_.data(); }
   T* grads() { return grads_.data(); }
   const T* grads() const { return grads_.data(); }
+  // The fixed key offsets, (layers, heads, D), empty without attention.k_offset (the GPU model
+  // copies them).
+  const std::vector<T>& key_offsets() const { return k_offset_; }
   // The tensor called `name`, or null.
   const ParamTensor* FindParam(const std::string& name) const;
 

@@ -274,8 +274,8 @@ json Granularity(const k::AttnShape& shape, const k::AttnOptions& base, uint64_t
 }
 
 // smoothing: keys that carry a shared offset (one vector added to every key of a head, offset_sd
-// x sigma per channel, channel values fixed by the seed), under no smoothing, K-smoothing (with
-// and without its dQ correction) and Q+K-smoothing. Exact attention does not see the offset (q . (k
+// x sigma per channel, channel values fixed by the seed), under no smoothing, K-smoothing (without
+// and with its dQ correction) and Q+K-smoothing. Exact attention does not see the offset (q . (k
 // + b) shifts a row's logits by the same q . b, and dS's rows sum to 0, so dQ = dS (K + b) = dS K),
 // but INT8 K does: the offset fills K's scales and crowds out the part that varies between keys,
 // which K-smoothing subtracts.
@@ -285,10 +285,10 @@ json Smoothing(const k::AttnShape& shape, const k::AttnOptions& base, uint64_t s
     const char* name;
     bool k, q, dq_correction;
   };
-  const Variant variants[] = {{"none", false, false, true},
-                              {"K", true, false, true},
-                              {"K, no dQ correction", true, false, false},
-                              {"Q+K", true, true, true}};
+  const Variant variants[] = {{"none", false, false, false},
+                              {"K", true, false, false},
+                              {"K with dQ correction", true, false, true},
+                              {"Q+K", true, true, false}};
   json rows = json::array();
   char buf[256];
   out << "\n| key offset (x sigma) | sigma | smoothing | O | dQ | dK | dV |\n"

@@ -1,6 +1,6 @@
 // The deterministic attention backward (AttnOptions::deterministic, attention_cuda.h), label gpu:
 //  - DeterministicGpu.RerunsBitIdentical: for FPA and SageBwd (d64, d128; causal or not; SageBwd
-//    with Q-smoothing, int8 dP, without the dQ correction), three backward calls after one forward
+//    with Q-smoothing, int8 dP, with the dQ correction), three backward calls after one forward
 //    give the same bits of dQ, dK and dV, with the scratch filled with NaN before each call (a
 //    slice row that a call reads without having zeroed it would show); and dQ equals the
 //    atomics' dQ up to the order of the fp32 sums (rel L2 <= 1e-3), dK and dV exactly.
@@ -29,7 +29,7 @@ std::string Describe(const AttnShape& s, const AttnOptions& o) {
   return std::string(o.kind == AttnKind::kFpa ? "fpa" : "sagebwd") + " B" + std::to_string(s.B) +
          " H" + std::to_string(s.H) + " N" + std::to_string(s.N) + " D" + std::to_string(s.D) +
          (s.causal ? " causal" : "") + (o.smooth_q ? " smooth_q" : "") +
-         (o.int8_dp ? " int8_dp" : "") + (o.dq_kmean_correction ? "" : " no-dq-correction");
+         (o.int8_dp ? " int8_dp" : "") + (o.dq_kmean_correction ? " dq-correction" : "");
 }
 
 struct Grads {
@@ -85,7 +85,7 @@ TEST(DeterministicGpu, RerunsBitIdentical) {
   struct Case {
     AttnShape s;
     AttnKind kind;
-    bool smooth_q = false, int8_dp = false, correction = true;
+    bool smooth_q = false, int8_dp = false, correction = false;
   };
   std::vector<Case> cases;
   for (int d : {64, 128}) {
@@ -97,7 +97,7 @@ TEST(DeterministicGpu, RerunsBitIdentical) {
     }
     cases.push_back({{2, 2, 700, d, true}, AttnKind::kSageBwd, /*smooth_q=*/true});
     cases.push_back({{2, 2, 700, d, false}, AttnKind::kSageBwd, false, /*int8_dp=*/true});
-    cases.push_back({{2, 2, 700, d, true}, AttnKind::kSageBwd, false, false, /*correction=*/false});
+    cases.push_back({{2, 2, 700, d, true}, AttnKind::kSageBwd, false, false, /*correction=*/true});
   }
   cases.push_back({{1, 4, 2112, 128, true}, AttnKind::kFpa});      // 17 slices
   cases.push_back({{1, 4, 2112, 128, true}, AttnKind::kSageBwd});  // 17 slices

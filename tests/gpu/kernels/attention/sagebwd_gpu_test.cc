@@ -14,7 +14,7 @@
 //       float; EmulatorMatchLong: (a) at N = 1100 (d64) and 2200 (d128);
 //   (d) SigmaTrend: error vs exact over sigma_Q = sigma_K in {1, 3, 5, 8, 10}, printed; dQ error
 //       must grow (loosely).
-//   (e) Variants: smooth_q, int8_dp, dq_kmean_correction = false, smooth_k = false against the
+//   (e) Variants: smooth_q, int8_dp, dq_kmean_correction = true, smooth_k = false against the
 //       emulator with the same options.
 //   (f) SageCudaArgs (no GPU needed, label unit): bad shapes, the grid limits (B * H, N),
 //       workspace and pointers are InvalidArgument before any CUDA call.
@@ -545,7 +545,7 @@ TEST(SageBwdGpu, Variants) {
   std::vector<AttnOptions> variants(4);
   variants[0].smooth_q = true;
   variants[1].int8_dp = true;
-  variants[2].dq_kmean_correction = false;
+  variants[2].dq_kmean_correction = true;  // the non-default
   variants[3].smooth_k = false;
   for (const AttnOptions& opt : variants) {
     for (int d : {64, 128}) {

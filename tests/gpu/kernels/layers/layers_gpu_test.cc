@@ -426,8 +426,9 @@ std::vector<uint16_t> Bits(const std::vector<__nv_bfloat16>& v) {
 }
 
 // QKV split + QK-norm + RoPE fused, forward and backward, against the CPU chain QkvSplit ->
-// RmsNorm (per head) -> Rope, in double on the same bf16 inputs.
-void QkvNormRopeCase(int B, int Tn, int H, int D, bool qk_norm) {
+// RmsNorm (per head) -> Rope (-> AddHeadOffset on k with key_offset), in double on the same bf16
+// inputs.
+void QkvNormRopeCase(int B, int Tn, int H, int D, bool qk_norm, bool key_offset = false) {
   const int64_t C = int64_t(H) * D, N = int64_t(B) * Tn, NH = N * H, BH = int64_t(B) * H;
   const int h = D / 2;
   std::vector<float> cs(size_t(Tn) * h), sn(cs.size());
@@ -441,8 +442,11 @@ void QkvNormRopeCase(int B, int Tn, int H, int D, bool qk_norm) {
   Dev<float> dqg(qg), dkg(kg), qr(NH), kr(NH), dc(cs), ds(sn);
   const float* qgp = qk_norm ? dqg.p : nullptr;
   const float* kgp = qk_norm ? dkg.p : nullptr;
+  const std::vector<float> off = Randn(size_t(H) * D, 118, 4.0f);  // a large per-head key offset
+  Dev<float> doff(off);
+  const float* offp = key_offset ? doff.p : nullptr;
   ASSERT_TRUE(QkvNormRopeForwardCuda(q.p, k.p, v.p, qr.p, kr.p, dqkv_in.p, qgp, kgp, dc.p, ds.p, B,
-                                     Tn, H, D, 0)
+                                     Tn, H, D, 0, nullptr, 0, offp)
                   .ok());
   // CPU chain in double.
   std::vector<double> qkvd = ToDouble(qkv), qd(N * C), kd(N * C), vd(N * C), qn(N * C), kn(N * C),
@@ -458,6 +462,10 @@ void QkvNormRopeCase(int B, int Tn, int H, int D, bool qk_norm) {
   }
   kernels::RopeForward(qo.data(), qn.data(), csd.data(), snd.data(), BH, Tn, D);
   kernels::RopeForward(ko.data(), kn.data(), csd.data(), snd.data(), BH, Tn, D);
+  if (key_offset) {
+    const std::vector<double> offd = ToDouble(off);
+    kernels::AddHeadOffset(ko.data(), offd.data(), BH, H, Tn, D);
+  }
   EXPECT_LE(MaxScaledErr(FromBf16(q.Get()), qo, 1e-5, 8e-3), 1.0) << "D " << D;
   EXPECT_LE(MaxScaledErr(FromBf16(k.Get()), ko, 1e-5, 8e-3), 1.0) << "D " << D;
   EXPECT_EQ(FromBf16(v.Get()), std::vector<float>(vd.begin(), vd.end())) << "D " << D;
@@ -478,7 +486,7 @@ void QkvNormRopeCase(int B, int Tn, int H, int D, bool qk_norm) {
       Dev<__nv_bfloat16> q2(size_t(N) * C), k2(size_t(N) * C), v2(size_t(N) * C);
       Dev<float> qr2(NH), kr2(NH);
       ASSERT_TRUE(QkvNormRopeForwardCuda(q2.p, k2.p, v2.p, qr2.p, kr2.p, dqkv_in.p, qgp, kgp, dc.p,
-                                         ds.p, B, Tn, H, D, 0, sums.p, R)
+                                         ds.p, B, Tn, H, D, 0, sums.p, R, offp)
                       .ok());
       EXPECT_EQ(Bits(q2.Get()), Bits(q0)) << "D " << D << " R " << R;
       EXPECT_EQ(Bits(k2.Get()), Bits(k0)) << "D " << D << " R " << R;
@@ -560,6 +568,9 @@ TEST(LayersGpu, QkvNormRopeFused) {
   QkvNormRopeCase(3, 50, 2, 128, true);
   QkvNormRopeCase(1, 20, 2, 96, true);
   QkvNormRopeCase(2, 33, 3, 64, false);
+  // With attention.k_offset's vectors: the vectorized kernel (and its K sums) and the scalar one.
+  QkvNormRopeCase(2, 37, 3, 64, true, /*key_offset=*/true);
+  QkvNormRopeCase(1, 20, 2, 96, true, /*key_offset=*/true);
   // More rows than one pass of the vectorized forward's grid (4096 blocks x 32 rows): its
   // grid-stride loop; the backward's 512 blocks stride over these rows too.
   QkvNormRopeCase(11, 1024, 12, 64, true);

@@ -1,9 +1,9 @@
 // GptCuda against the CPU model: the same weights (Gpt<float>::Init, copied) and batch, the GPU's
 // bf16 forward/backward against Gpt<double> (fpa: exact attention in double; sagebwd: the float64
 // emulator at the kernel's 64 x 64 tiles). Per tensor: cosine >= 0.995 and rel. L2 <= 0.08 (fpa),
-// cosine >= 0.99 and rel. L2 <= 0.15 (sagebwd); loss within 0.5 %. A table of the measured
-// values is printed. Also: Loss() equals Forward's loss, gradient accumulation, and the device
-// diagnostics against the CPU's. Skips without a GPU.
+// cosine >= 0.99 and rel. L2 <= 0.15 (sagebwd); loss within 0.5 %; also with attention.k_offset.
+// A table of the measured values is printed. Also: Loss() equals Forward's loss, gradient
+// accumulation, and the device diagnostics against the CPU's. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -107,8 +107,20 @@ TEST(GptCuda, SageBwdMatchesCpuEmulator) {
   ModelConfig c = Tiny(kernels::AttnKind::kSageBwd);
   c.attention.smooth_q = true;
   c.attention.int8_dp = true;
-  c.attention.dq_kmean_correction = false;
+  c.attention.dq_kmean_correction = true;  // the non-default
   CompareWithCpu(c, 2, 0.99, 0.15);
+}
+
+// attention.k_offset: the fused QK-norm / RoPE kernel adds the fixed key vectors (and SageBwd's K
+// mean sums include them), as the CPU model does after RoPE.
+TEST(GptCuda, KeyOffsetMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  for (kernels::AttnKind kind : {kernels::AttnKind::kFpa, kernels::AttnKind::kSageBwd}) {
+    ModelConfig c = Tiny(kind);
+    c.k_offset = 3.0f;
+    const bool fpa = kind == kernels::AttnKind::kFpa;
+    CompareWithCpu(c, 2, fpa ? 0.995 : 0.99, fpa ? 0.08 : 0.15);
+  }
 }
 
 TEST(GptCuda, LossEqualsForwardAndRejectsBadHeadSize) {

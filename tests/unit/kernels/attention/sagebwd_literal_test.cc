@@ -188,7 +188,8 @@ HeadResult LiteralHead(int N, int D, bool causal, const AttnOptions& opt, const 
           out.dv[(j * bkv + cc) * D + d] += pc.scale * doh[i].scale * dot;
         }
       }
-      // dQ: dS with one scale per query row; K^ per group; plus the K-smoothing term.
+      // dQ: dS with one scale per query row; K^ per group; plus, with dq_kmean_correction, the
+      // K-smoothing term.
       for (int rr = 0; rr < nr; ++rr) {
         const Vec row(ds.begin() + rr * nc, ds.begin() + (rr + 1) * nc);
         const Quantized dr = Psi(row);
@@ -197,8 +198,8 @@ HeadResult LiteralHead(int N, int D, bool causal, const AttnOptions& opt, const 
         for (int d = 0; d < D; ++d) {
           double dot = 0;
           for (int cc = 0; cc < nc; ++cc) dot += dr.x[cc] * khat(j * bkv + cc, d);
-          out.dq[(i * bq + rr) * D + d] +=
-              tau * dr.scale * sk(j * bkv) * dot + tau * rowsum * kbar[d];
+          out.dq[(i * bq + rr) * D + d] += tau * dr.scale * sk(j * bkv) * dot +
+                                           (opt.dq_kmean_correction ? tau * rowsum * kbar[d] : 0.0);
         }
       }
       // dK: dS with one scale per key column; Q^ per Q tile; plus the Q-smoothing term.
@@ -224,6 +225,7 @@ struct LiteralCase {
   int bq, bkv;
   bool causal, smooth_k, smooth_q, int8_dp;
   int kv_group = 0;
+  bool dq_correction = false;
 };
 
 class SageLiteralTest : public ::testing::TestWithParam<LiteralCase> {};
@@ -238,6 +240,7 @@ TEST_P(SageLiteralTest, EmulatorMatchesLiteralTranscription) {
   opt.smooth_q = c.smooth_q;
   opt.int8_dp = c.int8_dp;
   opt.kv_group = c.kv_group;
+  opt.dq_kmean_correction = c.dq_correction;
   testing::Inputs in = testing::MakeInputs(s, 1.0, 2000 + c.bq);
   for (double& e : in.k) e += 0.7;  // a key mean for K-smoothing to remove
   for (double& e : in.q) e -= 0.4;  // a query mean for Q-smoothing to remove
@@ -271,13 +274,16 @@ INSTANTIATE_TEST_SUITE_P(Options, SageLiteralTest,
                                            LiteralCase{16, 8, true, true, true, true},
                                            LiteralCase{32, 16, true, true, false, false, 32},
                                            LiteralCase{32, 16, false, true, false, true, 32},
-                                           LiteralCase{16, 8, true, true, true, true, 24}),
+                                           LiteralCase{16, 8, true, true, true, true, 24},
+                                           LiteralCase{32, 16, true, true, false, false, 0, true},
+                                           LiteralCase{16, 8, true, true, true, true, 24, true}),
                          [](const auto& info) {
                            const LiteralCase& c = info.param;
                            return "bq" + std::to_string(c.bq) + "_bkv" + std::to_string(c.bkv) +
                                   (c.causal ? "_causal" : "_full") + (c.smooth_k ? "_sk" : "") +
                                   (c.smooth_q ? "_sq" : "") + (c.int8_dp ? "_int8dp" : "") +
-                                  (c.kv_group ? "_kvg" + std::to_string(c.kv_group) : "");
+                                  (c.kv_group ? "_kvg" + std::to_string(c.kv_group) : "") +
+                                  (c.dq_correction ? "_dqcorr" : "");
                          });
 
 }  // namespace

@@ -91,9 +91,14 @@ TEST(ExampleSweeps, GpuSpecsAskForGpus) {
 
 // The counts the README states.
 TEST(ExampleSweeps, Counts) {
-  std::map<std::string, size_t> expect = {
-      {"qknorm_tokens", 16}, {"smoothing", 8},     {"optimizer_p", 16},     {"state_bits", 8},
-      {"quick", 8},          {"lr_early_stop", 8}, {"smoothing_offset", 40}};
+  std::map<std::string, size_t> expect = {{"qknorm_tokens", 16},
+                                          {"smoothing", 8},
+                                          {"optimizer_p", 16},
+                                          {"state_bits", 8},
+                                          {"quick", 8},
+                                          {"lr_early_stop", 8},
+                                          {"smoothing_offset", 40},
+                                          {"gpu_study_smoothing", 48}};
   for (const auto& [name, count] : expect) {
     std::filesystem::path p = std::filesystem::path(ABLATE_EXAMPLES_SWEEPS_DIR) / (name + ".yaml");
     auto r = ExpandSweep(Read(p), p.filename().string());
@@ -146,7 +151,7 @@ TEST(ExampleSweeps, StudiesHaveTheirScaleSeedsAndLearningRateGrids) {
     }
     for (const auto& [arm, lrs] : lrs_of_arm) EXPECT_GE(lrs.size(), 2u) << arm;
   }
-  EXPECT_GE(studies, 3);
+  EXPECT_GE(studies, 4);
 }
 
 // examples/paper/: the papers' own settings, as the specs' comments state them.

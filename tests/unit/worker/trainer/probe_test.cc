@@ -48,8 +48,8 @@ TEST(ProbeTest, SigmaAndDecompositionOnSyntheticInputs) {
   EXPECT_EQ((*r)["granularity"].size(), 3u * 7u);  // sigma 1, 3, 8 x seven group choices
   // Keys with a shared offset: 2 sigmas x 4 offsets x 4 smoothing choices. At offset 0 smoothing
   // changes little; at 10 sigma the unsmoothed error of O and dK is several times the smoothed one,
-  // and K-smoothing brings them back to their offset-free level; without its dQ correction dQ is
-  // back there too, with it the correction's term carries the offset into dQ.
+  // and K-smoothing brings them back to their offset-free level, dQ included; the dQ correction
+  // (off by default) carries the offset into dQ.
   const auto& sm = (*r)["smoothing"];
   ASSERT_EQ(sm.size(), 2u * 4u * 4u);
   const auto at = [&](double sigma, double offset, const std::string& how) {
@@ -66,10 +66,9 @@ TEST(ProbeTest, SigmaAndDecompositionOnSyntheticInputs) {
     EXPECT_GT(none, 2.5 * ksm) << out;
     EXPECT_LT(ksm, 1.1 * base) << out;
   }
-  EXPECT_LT(at(1, 10, "K, no dQ correction")["dq"].get<double>(),
-            1.1 * at(1, 0, "K")["dq"].get<double>());
-  EXPECT_GT(at(1, 10, "K")["dq"].get<double>(),
-            3 * at(1, 10, "K, no dQ correction")["dq"].get<double>());
+  EXPECT_LT(at(1, 10, "K")["dq"].get<double>(), 1.1 * at(1, 0, "K")["dq"].get<double>());
+  EXPECT_GT(at(1, 10, "K with dQ correction")["dq"].get<double>(),
+            3 * at(1, 10, "K")["dq"].get<double>());
   const auto& dec = (*r)["decompose"];
   ASSERT_EQ(dec.size(), 2u);
   for (const auto& d : dec) {
