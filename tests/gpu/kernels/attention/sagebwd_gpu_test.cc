@@ -29,9 +29,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <random>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -609,54 +607,6 @@ TEST(SageBwdGpu, TimingReport) {
       CUDA_OK(cudaEventDestroy(e1));
       CUDA_OK(cudaEventDestroy(e2));
     }
-  }
-}
-
-// The labs' variant list: `defaults`, or the comma-separated variants in the environment
-// variable `env` when it is set and not empty (the first is the timing ratios' reference).
-std::vector<int> LabVariants(const char* env, std::vector<int> defaults) {
-  const char* sel = std::getenv(env);
-  if (sel == nullptr || *sel == '\0') return defaults;
-  std::vector<int> vars;
-  std::stringstream ss(sel);
-  for (std::string item; std::getline(ss, item, ',');) vars.push_back(std::stoi(item));
-  return vars;
-}
-
-// The lab's timing: `call(var)` for each variant of `vars`, 3 warm-up calls each, then `reps`
-// rounds that time one call of every variant in turn (CUDA events on the default stream, so the
-// variants see the same clocks and caches); prints one table row per variant: the median ms,
-// TOPS for `flops`, and the ratio to the first variant's median.
-void TimeVariantsInterleaved(const AttnShape& s, const std::vector<int>& vars, int reps,
-                             double flops, const std::function<Status(int)>& call) {
-  for (int var : vars) {
-    for (int w = 0; w < 3; ++w) ASSERT_TRUE(call(var).ok()) << "variant " << var;
-  }
-  CUDA_OK(cudaDeviceSynchronize());
-  cudaEvent_t e0, e1;
-  CUDA_OK(cudaEventCreate(&e0));
-  CUDA_OK(cudaEventCreate(&e1));
-  std::vector<std::vector<float>> t(vars.size());
-  for (int r = 0; r < reps; ++r) {
-    for (size_t vi = 0; vi < vars.size(); ++vi) {
-      CUDA_OK(cudaEventRecord(e0));
-      ASSERT_TRUE(call(vars[vi]).ok()) << "variant " << vars[vi];
-      CUDA_OK(cudaEventRecord(e1));
-      CUDA_OK(cudaEventSynchronize(e1));
-      float ms = 0;
-      CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
-      t[vi].push_back(ms);
-    }
-  }
-  CUDA_OK(cudaEventDestroy(e0));
-  CUDA_OK(cudaEventDestroy(e1));
-  double base = 0;
-  for (size_t vi = 0; vi < vars.size(); ++vi) {
-    std::sort(t[vi].begin(), t[vi].end());
-    const double med = t[vi][t[vi].size() / 2];
-    if (vi == 0) base = med;
-    std::printf("| B%d H%d N%d d%d | %s | %d | %.3f | %.1f | %.3f |\n", s.B, s.H, s.N, s.D,
-                s.causal ? "yes" : "no", vars[vi], med, flops / med * 1e-9, base / med);
   }
 }
 
