@@ -59,11 +59,12 @@ struct RunLog {
 };
 
 inline RunLog Train(const config::TrialConfig& cfg, const std::string& out,
-                    const std::string& resume = "") {
+                    const std::string& resume = "", int profile_steps = 0) {
   RunLog r;
   RunOptions o;
   o.out_dir = out;
   o.resume_path = resume;
+  o.profile_steps = profile_steps;
   o.emit = [&](const nlohmann::json& j) { r.lines.push_back(j); };
   r.result = RunTrial(cfg, o);
   return r;

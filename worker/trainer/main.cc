@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -20,7 +21,10 @@
 #include <fstream>
 #include <iostream>
 #include <new>
+#include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "ablate/files.h"
 #include "ablate/trial_config.h"
@@ -128,6 +132,24 @@ int RunProbe(const std::string& what, const std::string& config_path, const std:
   return 0;
 }
 
+// The "profile" line as a table on stderr (stdout carries only JSON lines): each kind of work's
+// time per step and share, largest first.
+void PrintProfile(const nlohmann::json& j) {
+  std::vector<std::pair<double, std::string>> rows;
+  for (const auto& [name, v] : j["phases"].items()) rows.push_back({v["ms"].get<double>(), name});
+  std::sort(rows.rbegin(), rows.rend());
+  const double total = j["step_ms"].get<double>();
+  std::fprintf(stderr, "ablate-train: profile of steps %d-%d (%.0f tokens/s)\n",
+               j["first_step"].get<int>(), j["first_step"].get<int>() + j["steps"].get<int>() - 1,
+               j["tokens_per_s"].get<double>());
+  std::fprintf(stderr, "| kind of work | ms per step | share |\n|---|---:|---:|\n");
+  for (const auto& [ms, name] : rows) {
+    std::fprintf(stderr, "| %s | %.3f | %.1f%% |\n", name.c_str(), ms,
+                 total > 0 ? 100 * ms / total : 0.0);
+  }
+  std::fprintf(stderr, "| step | %.3f | 100%% |\n", total);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -149,6 +171,7 @@ int main(int argc, char** argv) {
   bool print_config = false;
   int probe_batches = 32;
   uint64_t probe_seed = 1;
+  int profile_steps = 0;
   app.add_option("--config", config_path,
                  "trial config (YAML); every key has a default (required unless --probe takes "
                  "the config of its --resume checkpoint)");
@@ -163,6 +186,10 @@ int main(int argc, char** argv) {
       "bias-noise | all; docs/probes.md): tables on stdout, JSON in OUT/probe.json");
   app.add_option("--probe-batches", probe_batches, "bias-noise: micro-batches to sample");
   app.add_option("--probe-seed", probe_seed, "the probes' synthetic inputs and batches");
+  app.add_option("--profile", profile_steps,
+                 "profile N training steps after up to 5 warm-up steps: where each step's time "
+                 "goes by kind of work (a \"profile\" line, and a table on stderr)")
+      ->check(CLI::Range(1, 1000000));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -201,7 +228,9 @@ int main(int argc, char** argv) {
   options.out_dir = out_dir;
   options.resume_path = resume;
   options.preempt = &g_preempt;
+  options.profile_steps = profile_steps;
   options.emit = [&](const nlohmann::json& j) {
+    if (j.value("type", "") == "profile") PrintProfile(j);
     std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     std::fwrite(line.data(), 1, line.size(), stdout);
     std::fputc('\n', stdout);

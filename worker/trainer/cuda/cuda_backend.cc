@@ -11,9 +11,10 @@
 #include "ablate/cuda_status.h"
 #include "ablate/memory_estimate.h"
 #include "trainer/cuda/data_parallel.h"
+#include "trainer/cuda/device_optimizer.h"
 #include "trainer/cuda/fault_inject.h"
 #include "trainer/cuda/gpt_cuda.h"
-#include "trainer/cuda/device_optimizer.h"
+#include "trainer/cuda/step_profile_cuda.h"
 
 namespace ablate::trainer::cuda {
 namespace {
@@ -47,6 +48,13 @@ class CudaBackend : public TrainBackend {
   int spectral_tensors() const override { return opt_->spectral_tensors(); }
 
   Status ZeroGrad() override { return model_->ZeroGrad(); }
+  StatusOr<StepProfiler*> StepProfile() override {
+    if (!profiler_) {
+      profiler_ = std::make_unique<CudaStepProfiler>(model_->stream());
+      model_->set_profiler(profiler_.get());
+    }
+    return profiler_.get();
+  }
   Status TrainMicroStep(const int32_t* inputs, const int32_t* targets, int mb,
                         float grad_scale) override {
     ABLATE_RETURN_IF_ERROR(model_->Forward(inputs, targets, mb));
@@ -58,6 +66,7 @@ class CudaBackend : public TrainBackend {
   }
   Status OptimizerStep(int64_t step, double lr_scale, double p, OptimizerStats* stats) override {
     if (InjectedFaultStep() == step) ABLATE_RETURN_IF_ERROR(InjectDeviceFault());
+    ProfileMark(profiler_.get(), StepPhase::kOptimizer);
     ABLATE_RETURN_IF_ERROR(
         opt_->Step(model_->weights(), model_->grads(), step, lr_scale, p, stats));
     return model_->WeightsUpdated(mirror_by_opt_);
@@ -90,6 +99,7 @@ class CudaBackend : public TrainBackend {
   std::unique_ptr<DeviceOptimizer> opt_;
   std::string device_name_;
   bool mirror_by_opt_ = false;
+  std::unique_ptr<CudaStepProfiler> profiler_;  // declared last: destroyed before the model
 };
 
 }  // namespace

@@ -206,10 +206,12 @@ Status GptCuda::GetGrads(float* host) {
 
 Status GptCuda::WeightsUpdated(bool mirror_written) {
   if (mirror_written) return Status::Ok();
+  Mark(StepPhase::kOptimizer);
   return kc::CastCuda<float, bf16>(static_cast<bf16*>(wb_), w_, int64_t(num_params_), stream_);
 }
 
 Status GptCuda::ZeroGrad() {
+  Mark(StepPhase::kElementwise);
   return CudaStatus(cudaMemsetAsync(g_, 0, num_params_ * sizeof(float), stream_), "zero grads");
 }
 
@@ -316,6 +318,7 @@ Status GptCuda::RunForward(const int32_t* inputs, const int32_t* targets, int B,
   cudaStream_t s = stream_;
   kc::LtGemm& gemm = *b.gemm;
 
+  Mark(StepPhase::kCopy);
   RET(CudaStatus(cudaMemcpyAsync(b.inputs, inputs, N * sizeof(int32_t), cudaMemcpyHostToDevice, s),
                 "upload inputs"));
   RET(CudaStatus(cudaMemcpyAsync(b.targets, targets, N * sizeof(int32_t), cudaMemcpyHostToDevice, s),
@@ -328,32 +331,41 @@ Status GptCuda::RunForward(const int32_t* inputs, const int32_t* targets, int B,
   const kk::AttnOptions& sopt = cfg_.attention;
   const int k_rows_per_part = kk::SageKMeanParts(Tn).rows_per_part;  // with b.k_parts
 
+  Mark(StepPhase::kEmbedding);
   RET(kc::EncoderForwardCuda(b.res[0], b.inputs, w + wte_, N, C, s));
   for (int l = 0; l < cfg_.layers; ++l) {
     const LayerIndex& li = layer_index_[l];
     Buffers::Layer& la = b.layers[l];
     const float* x = b.res[l];
     float* out = b.res[l + 1];
+    Mark(StepPhase::kNormRope);
     RET((kc::RmsNormForwardCuda<float, bf16>(la.ln1, la.ln1_rstd, x, w + li.ln1, N, C, s)));
     // QKV in bf16 (PyTorch autocast's precision), then split + QK-norm + RoPE in one pass.
+    Mark(StepPhase::kGemm);
     RET(gemm.Forward(la.qkv, OutType::kBF16, la.ln1, wb + li.wqkv, N, C, 3 * C, 1.f, 0.f, nullptr,
                      s));
     // With SageBwd's K-smoothing the same pass sums K for its mean (no K-mean pass over K).
+    Mark(StepPhase::kNormRope);
     RET(kc::QkvNormRopeForwardCuda(
         la.q, la.k, la.v, la.q_rstd, la.k_rstd, la.qkv, cfg_.qk_norm ? w + li.q_gain : nullptr,
         cfg_.qk_norm ? w + li.k_gain : nullptr, rope_cos_, rope_sin_, B, Tn, H, D, s, b.k_parts,
         k_rows_per_part, k_offset_ ? k_offset_ + size_t(l) * H * D : nullptr));
+    Mark(StepPhase::kAttentionForward);
     if (cfg_.attention.kind == kernels::AttnKind::kFpa) {
       RET(kk::FpaForwardCuda(shape, la.q, la.k, la.v, la.o, la.lse, s));
     } else {
       RET(kk::SageForwardCuda(shape, sopt, la.q, la.k, la.v, la.o, la.lse, la.sage_ws,
                               b.sage_ws_bytes, s, b.k_parts));
     }
+    Mark(StepPhase::kNormRope);
     RET(kc::HeadsMergeForwardCuda<bf16>(la.atty, la.o, B, Tn, H, D, s));
     // res_mid = x + atty wo^T (the residual fused into the GEMM's C operand).
+    Mark(StepPhase::kGemm);
     RET(gemm.Forward(la.res_mid, OutType::kF32, la.atty, wb + li.wo, N, C, C, 1.f, 1.f, x, s));
+    Mark(StepPhase::kNormRope);
     RET((kc::RmsNormForwardCuda<float, bf16>(la.ln2, la.ln2_rstd, la.res_mid, w + li.ln2, N, C, s)));
     bool gelu_done = false;
+    Mark(StepPhase::kGemm);
     if (cfg_.mlp == MlpKind::kGelu && gelu_epilogue_) {
       // GELU in the up-projection's epilogue: fch = pre-activation, fch_act = GELU(fch).
       const Status st = gemm.ForwardGelu(la.fch_act, la.fch, la.ln2, wb + li.w_up, N, C, 4 * C, s);
@@ -368,18 +380,23 @@ Status GptCuda::RunForward(const int32_t* inputs, const int32_t* targets, int B,
     if (!gelu_done) {
       RET(gemm.Forward(la.fch, OutType::kBF16, la.ln2, wb + li.w_up, N, C, 4 * C, 1.f, 0.f, nullptr,
                        s));
+      Mark(StepPhase::kElementwise);
       if (cfg_.mlp == MlpKind::kGelu) {
         RET((kc::GeluForwardCuda<bf16, bf16>(la.fch_act, la.fch, N * 4 * C, s)));
       } else {
         RET((kc::Relu2ForwardCuda<bf16, bf16>(la.fch_act, la.fch, N * 4 * C, s)));
       }
     }
+    Mark(StepPhase::kGemm);
     RET(gemm.Forward(out, OutType::kF32, la.fch_act, wb + li.w_down, N, 4 * C, C, 1.f, 1.f,
                      la.res_mid, s));
   }
+  Mark(StepPhase::kNormRope);
   RET((kc::RmsNormForwardCuda<float, bf16>(b.lnf, b.lnf_rstd, b.res[cfg_.layers], w + lnf_, N, C, s)));
+  Mark(StepPhase::kGemm);
   RET(gemm.Forward(b.logits, OutType::kBF16, b.lnf, wb + head_, N, C, V, 1.f, 0.f, nullptr, s));
   // dlogits (in place, scaled by the mean's 1/N; Backward's grad_scale rides on the GEMM alphas).
+  Mark(StepPhase::kLoss);
   RET(kc::SoftmaxCrossEntropyCuda<bf16>(b.losses, training ? b.logits : nullptr, b.logits,
                                         b.targets, N, V, 1.0f / float(N), s));
   return kc::AccumulateMeanCuda(d_acc, b.losses, N, s);
@@ -446,14 +463,17 @@ Status GptCuda::Backward(float grad_scale) {
     return kc::CastCuda<float, bf16>(b.dres_bf, b.dres, NC, s);
   };
   const bf16* dlogits = b.logits;
+  Mark(StepPhase::kGemm);
   RET(gemm.BackwardData(b.dln, OutType::kF32, dlogits, wb + head_, N, C, V, grad_scale, 0.f, s));
   RET(gemm.BackwardWeight(g + head_, dlogits, b.lnf, N, C, V, grad_scale, 1.f, s));
+  Mark(StepPhase::kNormRope);
   RET(rms_backward(false, g + lnf_, b.res[cfg_.layers], w + lnf_, b.lnf_rstd));
   for (int l = cfg_.layers - 1; l >= 0; --l) {
     const LayerIndex& li = layer_index_[l];
     Buffers::Layer& la = b.layers[l];
     // MLP.
     bool dgelu_done = false;
+    Mark(StepPhase::kGemm);
     if (cfg_.mlp == MlpKind::kGelu && dgelu_epilogue_) {
       const Status st =
           gemm.BackwardDataDGelu(b.dfch, b.dres_bf, wb + li.w_down, la.fch, N, 4 * C, C, s);
@@ -468,20 +488,26 @@ Status GptCuda::Backward(float grad_scale) {
     if (!dgelu_done) {
       RET(gemm.BackwardData(b.dfch_act, OutType::kBF16, b.dres_bf, wb + li.w_down, N, 4 * C, C, 1.f,
                             0.f, s));
+      Mark(StepPhase::kElementwise);
       if (cfg_.mlp == MlpKind::kGelu) {
         RET(kc::GeluBackwardCuda<bf16>(b.dfch, false, la.fch, b.dfch_act, N * 4 * C, s));
       } else {
         RET(kc::Relu2BackwardCuda<bf16>(b.dfch, false, la.fch, b.dfch_act, N * 4 * C, s));
       }
     }
+    Mark(StepPhase::kGemm);
     RET(gemm.BackwardWeight(g + li.w_down, b.dres_bf, la.fch_act, N, 4 * C, C, 1.f, 1.f, s));
     RET(gemm.BackwardData(b.dln, OutType::kF32, b.dfch, wb + li.w_up, N, C, 4 * C, 1.f, 0.f, s));
     RET(gemm.BackwardWeight(g + li.w_up, b.dfch, la.ln2, N, C, 4 * C, 1.f, 1.f, s));
+    Mark(StepPhase::kNormRope);
     RET(rms_backward(true, g + li.ln2, la.res_mid, w + li.ln2, la.ln2_rstd));
     // Attention.
+    Mark(StepPhase::kGemm);
     RET(gemm.BackwardData(b.datty, OutType::kBF16, b.dres_bf, wb + li.wo, N, C, C, 1.f, 0.f, s));
     RET(gemm.BackwardWeight(g + li.wo, b.dres_bf, la.atty, N, C, C, 1.f, 1.f, s));
+    Mark(StepPhase::kNormRope);
     RET(kc::HeadsMergeBackwardCuda<bf16>(la.dout_att, b.datty, B, Tn, H, D, s));
+    Mark(StepPhase::kAttentionBackward);
     if (cfg_.attention.kind == kernels::AttnKind::kFpa) {
       RET(kk::AttnBackwardCuda(shape, sopt, la.q, la.k, la.v, la.o, la.lse, la.dout_att, b.dq, b.dk,
                                b.dv, b.fpa_ws, b.fpa_ws_bytes, s, b.det_ws, b.det_ws_bytes));
@@ -490,14 +516,18 @@ Status GptCuda::Backward(float grad_scale) {
                                b.dv, la.sage_ws, b.sage_ws_bytes, s, b.det_ws, b.det_ws_bytes));
     }
     const bool qn = cfg_.qk_norm;
+    Mark(StepPhase::kNormRope);
     RET(kc::QkvNormRopeBackwardCuda(
         b.dqkv, qn ? g + li.q_gain : nullptr, qn ? g + li.k_gain : nullptr, b.dq, b.dk, b.dv,
         la.qkv, qn ? w + li.q_gain : nullptr, qn ? w + li.k_gain : nullptr, la.q_rstd, la.k_rstd,
         rope_cos_, rope_sin_, B, Tn, H, D, rs, rsn, s));
+    Mark(StepPhase::kGemm);
     RET(gemm.BackwardData(b.dln, OutType::kF32, b.dqkv, wb + li.wqkv, N, C, 3 * C, 1.f, 0.f, s));
     RET(gemm.BackwardWeight(g + li.wqkv, b.dqkv, la.ln1, N, C, 3 * C, 1.f, 1.f, s));
+    Mark(StepPhase::kNormRope);
     RET(rms_backward(true, g + li.ln1, b.res[l], w + li.ln1, la.ln1_rstd));
   }
+  Mark(StepPhase::kEmbedding);
   RET(kc::EncoderBackwardPlannedCuda(g + wte_, b.dres, b.enc, b.enc_plan, C, b.rms_scratch,
                                      b.rms_scratch_floats, s));
   backward_done_ = true;
@@ -506,6 +536,7 @@ Status GptCuda::Backward(float grad_scale) {
 
 StatusOr<double> GptCuda::GradNormAndClip(double max_norm) {
   double* d_ss = d_scalars_ + 2;
+  Mark(StepPhase::kGradNorm);
   RET(kc::SumSquaresCuda(d_ss, g_, num_params_, norm_scratch_, norm_scratch_floats_, stream_));
   RET(kc::ClipByNormCuda(g_, num_params_, d_ss, max_norm, stream_));
   double ss = 0;

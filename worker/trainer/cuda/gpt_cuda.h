@@ -99,6 +99,10 @@ class GptCuda {
 
   double FlopsPerToken() const;
 
+  // Marks the kinds of work of Forward, Backward, ZeroGrad, GradNormAndClip and WeightsUpdated on
+  // `profiler` (a CudaStepProfiler on stream(); null: none). Not owned.
+  void set_profiler(StepProfiler* profiler) { profiler_ = profiler; }
+
  private:
   struct Buffers;
   struct LayerIndex {
@@ -125,6 +129,8 @@ class GptCuda {
   double* d_scalars_ = nullptr;  // [0] train loss sum, [1] eval loss, [2] grad sum of squares
   float* norm_scratch_ = nullptr;
   float* k_offset_ = nullptr;  // (layers, heads, D): attention.k_offset's vectors, or null
+  StepProfiler* profiler_ = nullptr;
+  void Mark(StepPhase p) { ProfileMark(profiler_, p); }
   size_t norm_scratch_floats_ = 0;
   std::unique_ptr<Buffers> buf_;
   int last_b_ = 0;

@@ -56,6 +56,13 @@ class TrainBackend {
   virtual Status OptimizerStep(int64_t step, double lr_scale, double p, OptimizerStats* stats) = 0;
   virtual StatusOr<double> EvalLoss(const int32_t* inputs, const int32_t* targets, int mb) = 0;
   virtual StatusOr<std::vector<Gpt<float>::LayerDiagnostics>> Diagnostics() = 0;
+  // The backend's step profiler (ablate-train --profile; trainer/model/step_profile.h), made on
+  // the first call and owned by the backend; the model and the backend mark on it while it is
+  // active. Unimplemented where the backend has none.
+  virtual StatusOr<StepProfiler*> StepProfile() {
+    return Unimplemented(
+        "--profile: this backend has no step profiler (data parallel, gpus > 1: profile one GPU)");
+  }
 
   // Checkpoint sections: the fp32 weights in the Gpt layout, and the optimizer blob (the same bytes
   // on every backend, so a checkpoint resumes on either).

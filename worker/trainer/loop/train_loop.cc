@@ -129,6 +129,13 @@ class CpuBackend : public TrainBackend {
     model_.ZeroGrad();
     return Status::Ok();
   }
+  StatusOr<StepProfiler*> StepProfile() override {
+    if (!profiler_) {
+      profiler_ = std::make_unique<HostStepProfiler>();
+      model_.set_profiler(profiler_.get());
+    }
+    return profiler_.get();
+  }
   Status TrainMicroStep(const int32_t* inputs, const int32_t* targets, int mb,
                         float grad_scale) override {
     loss_sum_ += model_.Forward(inputs, targets, mb);
@@ -141,6 +148,7 @@ class CpuBackend : public TrainBackend {
     return v;
   }
   StatusOr<double> GradNormAndClip(double max_norm) override {
+    ProfileMark(profiler_.get(), StepPhase::kGradNorm);
     float* g = model_.grads();
     const size_t n = model_.num_params();
     double sq = 0;
@@ -153,6 +161,7 @@ class CpuBackend : public TrainBackend {
     return grad_norm;
   }
   Status OptimizerStep(int64_t step, double lr_scale, double p, OptimizerStats* stats) override {
+    ProfileMark(profiler_.get(), StepPhase::kOptimizer);
     return optimizer_->Step(model_.weights(), model_.grads(), step, lr_scale, p, stats);
   }
   StatusOr<double> EvalLoss(const int32_t* inputs, const int32_t* targets, int mb) override {
@@ -179,6 +188,7 @@ class CpuBackend : public TrainBackend {
   std::unique_ptr<Optimizer> optimizer_;
   int threads_;
   double loss_sum_ = 0;
+  std::unique_ptr<HostStepProfiler> profiler_;
 };
 
 }  // namespace
@@ -436,10 +446,23 @@ StatusOr<RunResult> RunTrial(const config::TrialConfig& cfg, const RunOptions& o
 
   const int steps = cfg.train.steps;
   int64_t reported_memory = 0;
+  // --profile N: steps [prof_first, prof_last] of this run, after up to 5 warm-up steps.
+  StepProfiler* profiler = nullptr;
+  int prof_first = 0, prof_last = -1;
+  std::vector<double> prof_tps;
+  if (options.profile_steps > 0) {
+    ABLATE_ASSIGN_OR_RETURN(profiler, backend->StepProfile());
+    const int left = steps - start_step;
+    prof_first = start_step + 1 + std::clamp(left - options.profile_steps, 0, 5);
+    prof_last = std::min(steps, prof_first + options.profile_steps - 1);
+  }
   for (int step = start_step + 1; step <= steps; ++step) {
+    const bool profiled = profiler != nullptr && step >= prof_first && step <= prof_last;
+    if (profiled) profiler->Resume();
     const auto t0 = Clock::now();
     ABLATE_RETURN_IF_ERROR(backend->ZeroGrad());
     for (int a = 0; a < micro_steps; ++a) {
+      ProfileMark(profiler, StepPhase::kHost);
       sampler.Next(mb, inputs.data(), targets.data());
       ABLATE_RETURN_IF_ERROR(
           backend->TrainMicroStep(inputs.data(), targets.data(), mb, 1.0f / float(micro_steps)));
@@ -466,8 +489,10 @@ StatusOr<RunResult> RunTrial(const config::TrialConfig& cfg, const RunOptions& o
                              cfg.optimizer.p_end);
     OptimizerStats os;
     ABLATE_RETURN_IF_ERROR(backend->OptimizerStep(step, lr_scale, p, &os));
+    if (profiled) ABLATE_RETURN_IF_ERROR(profiler->EndStep());
     const double dt = Seconds(t0, Clock::now());
     const double tps = tokens_per_step / dt;
+    if (profiled) prof_tps.push_back(tps);
     nlohmann::json line = {{"type", "step"},
                            {"step", step},
                            {"loss", loss},
@@ -496,7 +521,24 @@ StatusOr<RunResult> RunTrial(const config::TrialConfig& cfg, const RunOptions& o
             {"gpu_mem_estimate_bytes", config::EstimateDeviceBytes(cfg)}});
     }
 
-    if (cfg.train.diagnostics_every > 0 && step % cfg.train.diagnostics_every == 0) {
+    const bool diagnose =
+        cfg.train.diagnostics_every > 0 && step % cfg.train.diagnostics_every == 0;
+    const bool eval =
+        (cfg.train.eval_every > 0 && step % cfg.train.eval_every == 0) || step == steps;
+    const bool checkpointed =
+        (cfg.train.checkpoint_every > 0 && step % cfg.train.checkpoint_every == 0) || step == steps;
+    if (profiler != nullptr && (diagnose || eval || checkpointed || step == prof_last)) {
+      profiler->Pause();  // the profile leaves them out (they have their own *_time_s)
+    }
+    if (profiled && step == prof_last) {
+      nlohmann::json j = profiler->ledger().ToJson();
+      j["type"] = "profile";
+      j["first_step"] = prof_first;
+      std::sort(prof_tps.begin(), prof_tps.end());
+      j["tokens_per_s"] = prof_tps[prof_tps.size() / 2];  // the profiled steps' median
+      emit(j);
+    }
+    if (diagnose) {
       const auto d0 = Clock::now();
       nlohmann::json dj = {{"type", "diagnostics"}, {"step", step}};
       ABLATE_ASSIGN_OR_RETURN(auto layers, backend->Diagnostics());
@@ -521,11 +563,7 @@ StatusOr<RunResult> RunTrial(const config::TrialConfig& cfg, const RunOptions& o
       dj["diagnostics_time_s"] = Seconds(d0, Clock::now());
       emit(dj);
     }
-    if ((cfg.train.eval_every > 0 && step % cfg.train.eval_every == 0) || step == steps) {
-      ABLATE_RETURN_IF_ERROR(evaluate(step));
-    }
-    const bool checkpointed =
-        (cfg.train.checkpoint_every > 0 && step % cfg.train.checkpoint_every == 0) || step == steps;
+    if (eval) ABLATE_RETURN_IF_ERROR(evaluate(step));
     if (checkpointed) {
       ABLATE_RETURN_IF_ERROR(checkpoint(step));
     }

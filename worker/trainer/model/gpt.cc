@@ -271,6 +271,7 @@ T Gpt<T>::RunForward(const int32_t* inputs, const int32_t* targets, int B, Acts*
   const T* w = weights_.data();
   const kernels::AttnShape shape{B, H, Tn, D, /*causal=*/true};
 
+  Mark(StepPhase::kEmbedding);
   k::EncoderForward(a->res(0).data(), inputs, w + wte_, N, C);
   for (int l = 0; l < cfg_.layers; ++l) {
     const LayerIndex& li = layer_index_[l];
@@ -278,8 +279,11 @@ T Gpt<T>::RunForward(const int32_t* inputs, const int32_t* targets, int B, Acts*
     const T* x = a->res(l).data();
     T* out = a->res(l + 1).data();
 
+    Mark(StepPhase::kNormRope);
     k::RmsNormForward(la.ln1.data(), la.ln1_rstd.data(), x, w + li.ln1, N, C);
+    Mark(StepPhase::kGemm);
     k::MatmulForward(a->qkv.data(), la.ln1.data(), w + li.wqkv, N, C, 3 * C);
+    Mark(StepPhase::kNormRope);
     if (cfg_.qk_norm) {
       k::QkvSplitForward(la.q_raw.data(), la.k_raw.data(), la.v.data(), a->qkv.data(), B, Tn, H, D);
       k::RmsNormForward(la.q.data(), la.q_rstd.data(), la.q_raw.data(), w + li.q_gain, N * H, D);
@@ -292,28 +296,40 @@ T Gpt<T>::RunForward(const int32_t* inputs, const int32_t* targets, int B, Acts*
     if (!k_offset_.empty()) {  // a constant: the backward passes dK through unchanged
       k::AddHeadOffset(la.k.data(), k_offset_.data() + size_t(l) * H * D, BH, H, Tn, D);
     }
+    Mark(StepPhase::kAttentionForward);
     if (cfg_.attention.kind == kernels::AttnKind::kFpa) {
       k::FpaForward(shape, la.q.data(), la.k.data(), la.v.data(), la.o.data(), la.lse.data());
     } else {
       k::SageForward(shape, cfg_.attention, la.q.data(), la.k.data(), la.v.data(), la.o.data(),
                      &la.sage);
     }
+    Mark(StepPhase::kNormRope);
     k::HeadsMergeForward(la.atty.data(), la.o.data(), B, Tn, H, D);
+    Mark(StepPhase::kGemm);
     k::MatmulForward(la.res_mid.data(), la.atty.data(), w + li.wo, N, C, C);
+    Mark(StepPhase::kElementwise);
     k::ResidualForward(la.res_mid.data(), x, la.res_mid.data(), N * C);
 
+    Mark(StepPhase::kNormRope);
     k::RmsNormForward(la.ln2.data(), la.ln2_rstd.data(), la.res_mid.data(), w + li.ln2, N, C);
+    Mark(StepPhase::kGemm);
     k::MatmulForward(la.fch.data(), la.ln2.data(), w + li.w_up, N, C, 4 * C);
+    Mark(StepPhase::kElementwise);
     if (cfg_.mlp == MlpKind::kGelu) {
       k::GeluForward(la.fch_act.data(), la.fch.data(), N * 4 * C);
     } else {
       k::Relu2Forward(la.fch_act.data(), la.fch.data(), N * 4 * C);
     }
+    Mark(StepPhase::kGemm);
     k::MatmulForward(out, la.fch_act.data(), w + li.w_down, N, 4 * C, C);
+    Mark(StepPhase::kElementwise);
     k::ResidualForward(out, la.res_mid.data(), out, N * C);
   }
+  Mark(StepPhase::kNormRope);
   k::RmsNormForward(a->lnf.data(), a->lnf_rstd.data(), a->res(cfg_.layers).data(), w + lnf_, N, C);
+  Mark(StepPhase::kGemm);
   k::MatmulForward(a->logits.data(), a->lnf.data(), w + head_, N, C, V);
+  Mark(StepPhase::kLoss);
   k::SoftmaxCrossEntropy(a->losses.data(), static_cast<T*>(nullptr), a->logits.data(), targets, N,
                          V, T(0));
   // Sequential double sum: the mean does not depend on the thread count.
@@ -340,6 +356,7 @@ T Gpt<T>::Loss(const int32_t* inputs, const int32_t* targets, int B) {
 
 template <typename T>
 void Gpt<T>::ZeroGrad() {
+  Mark(StepPhase::kElementwise);
   std::fill(grads_.begin(), grads_.end(), T(0));
 }
 
@@ -359,11 +376,16 @@ void Gpt<T>::Backward(T grad_scale) {
   // The loss is a mean over N tokens; grad_scale rides on dlogits, and everything downstream is
   // linear in it.
   T* dlogits = a->logits.data();
+  Mark(StepPhase::kLoss);
   k::SoftmaxCrossEntropy(static_cast<T*>(nullptr), dlogits, a->logits.data(), targets_.data(), N, V,
                          grad_scale / T(N));
+  Mark(StepPhase::kElementwise);
   Zero(a->dln, NC);
+  Mark(StepPhase::kGemm);
   k::MatmulBackward(a->dln.data(), g + head_, dlogits, a->lnf.data(), w + head_, N, C, V);
+  Mark(StepPhase::kElementwise);
   Zero(a->dres, NC);
+  Mark(StepPhase::kNormRope);
   k::RmsNormBackward(a->dres.data(), g + lnf_, a->dln.data(), a->res(cfg_.layers).data(), w + lnf_,
                      a->lnf_rstd.data(), N, C);
 
@@ -375,9 +397,12 @@ void Gpt<T>::Backward(T grad_scale) {
     T* dres = a->dres.data();
 
     // MLP: out = res_mid + w_down(act(w_up(ln2(res_mid)))).
+    Mark(StepPhase::kElementwise);
     Zero(a->dfch_act, 4 * NC);
+    Mark(StepPhase::kGemm);
     k::MatmulBackward(a->dfch_act.data(), g + li.w_down, dres, la.fch_act.data(), w + li.w_down, N,
                       4 * C, C);
+    Mark(StepPhase::kElementwise);
     Zero(a->dfch, 4 * NC);
     if (cfg_.mlp == MlpKind::kGelu) {
       k::GeluBackward(a->dfch.data(), la.fch.data(), a->dfch_act.data(), N * 4 * C);
@@ -385,16 +410,23 @@ void Gpt<T>::Backward(T grad_scale) {
       k::Relu2Backward(a->dfch.data(), la.fch.data(), a->dfch_act.data(), N * 4 * C);
     }
     Zero(a->dln, NC);
+    Mark(StepPhase::kGemm);
     k::MatmulBackward(a->dln.data(), g + li.w_up, a->dfch.data(), la.ln2.data(), w + li.w_up, N, C,
                       4 * C);
+    Mark(StepPhase::kNormRope);
     k::RmsNormBackward(dres, g + li.ln2, a->dln.data(), la.res_mid.data(), w + li.ln2,
                        la.ln2_rstd.data(), N, C);
 
     // Attention: res_mid = x + wo(merge(attention(rope(qknorm(q)), rope(qknorm(k)), v))).
+    Mark(StepPhase::kElementwise);
     Zero(a->datty, NC);
+    Mark(StepPhase::kGemm);
     k::MatmulBackward(a->datty.data(), g + li.wo, dres, la.atty.data(), w + li.wo, N, C, C);
+    Mark(StepPhase::kElementwise);
     Zero(la.dout_att, NC);
+    Mark(StepPhase::kNormRope);
     k::HeadsMergeBackward(la.dout_att.data(), a->datty.data(), B, Tn, H, D);
+    Mark(StepPhase::kAttentionBackward);
     if (cfg_.attention.kind == kernels::AttnKind::kFpa) {
       k::FpaBackward(shape, la.q.data(), la.k.data(), la.v.data(), la.o.data(), la.lse.data(),
                      la.dout_att.data(), a->dq.data(), a->dk.data(), a->dv.data());
@@ -405,27 +437,37 @@ void Gpt<T>::Backward(T grad_scale) {
     // RoPE backward lands in dq_n/dk_n when QK-norm follows, else directly in dq_raw/dk_raw.
     T* dq_rot = cfg_.qk_norm ? a->dq_n.data() : a->dq_raw.data();
     T* dk_rot = cfg_.qk_norm ? a->dk_n.data() : a->dk_raw.data();
+    Mark(StepPhase::kElementwise);
     std::memset(dq_rot, 0, sizeof(T) * NC);
     std::memset(dk_rot, 0, sizeof(T) * NC);
+    Mark(StepPhase::kNormRope);
     k::RopeBackward(dq_rot, a->dq.data(), rope_cos_.data(), rope_sin_.data(), BH, Tn, D);
     k::RopeBackward(dk_rot, a->dk.data(), rope_cos_.data(), rope_sin_.data(), BH, Tn, D);
     if (cfg_.qk_norm) {
+      Mark(StepPhase::kElementwise);
       Zero(a->dq_raw, NC);
       Zero(a->dk_raw, NC);
+      Mark(StepPhase::kNormRope);
       k::RmsNormBackward(a->dq_raw.data(), g + li.q_gain, dq_rot, la.q_raw.data(), w + li.q_gain,
                          la.q_rstd.data(), N * H, D);
       k::RmsNormBackward(a->dk_raw.data(), g + li.k_gain, dk_rot, la.k_raw.data(), w + li.k_gain,
                          la.k_rstd.data(), N * H, D);
     }
+    Mark(StepPhase::kElementwise);
     Zero(a->dqkv, 3 * NC);
+    Mark(StepPhase::kNormRope);
     k::QkvSplitBackward(a->dqkv.data(), a->dq_raw.data(), a->dk_raw.data(), a->dv.data(), B, Tn, H,
                         D);
+    Mark(StepPhase::kElementwise);
     Zero(a->dln, NC);
+    Mark(StepPhase::kGemm);
     k::MatmulBackward(a->dln.data(), g + li.wqkv, a->dqkv.data(), la.ln1.data(), w + li.wqkv, N, C,
                       3 * C);
+    Mark(StepPhase::kNormRope);
     k::RmsNormBackward(dres, g + li.ln1, a->dln.data(), a->res(l).data(), w + li.ln1,
                        la.ln1_rstd.data(), N, C);
   }
+  Mark(StepPhase::kEmbedding);
   k::EncoderBackward(g + wte_, a->dres.data(), inputs_.data(), N, C);
   backward_done_ = true;
 }

@@ -49,6 +49,7 @@
 
 #include "ablate/status.h"
 #include "attention/attention_cpu.h"
+#include "trainer/model/step_profile.h"
 
 namespace ablate::trainer {
 
@@ -111,6 +112,10 @@ class Gpt {
   const ParamTensor* FindParam(const std::string& name) const;
 
   void Init(uint64_t seed);
+
+  // Marks the kinds of work of Forward, Backward and ZeroGrad on `profiler` (step_profile.h;
+  // null: none). Not owned.
+  void set_profiler(StepProfiler* profiler) { profiler_ = profiler; }
 
   // OK when every token of inputs and targets ((n) int32) lies in [0, vocab_size). Forward and
   // Loss assume it (they do not check: the data pipeline validates once).
@@ -194,6 +199,8 @@ class Gpt {
   std::vector<T> weights_, grads_;
   std::vector<T> rope_cos_, rope_sin_;  // (seq_len, D/2)
   std::vector<T> k_offset_;             // (layers, heads, D) when cfg_.k_offset > 0, else empty
+  StepProfiler* profiler_ = nullptr;
+  void Mark(StepPhase p) { ProfileMark(profiler_, p); }
 
   // train_ keeps every layer's activations for Backward and the diagnostics; eval_ holds one
   // layer's worth, reused layer after layer, for Loss.

@@ -5,7 +5,9 @@
 // backends: saved on the GPU and resumed on the CPU, and the other way round, the resumed run
 // continues the original within the same tolerance. Identical GPU reruns (attention.deterministic,
 // the default; sequence length 1024, so dQ sums 8-16 key blocks) give the same bits of every
-// step's loss and of the final validation loss, for fpa and sagebwd. Skips without a GPU.
+// step's loss and of the final validation loss, for fpa and sagebwd. --profile on the GPU (CUDA
+// events): every kind of work the GPU model does has time, the kinds add up to the steps' time,
+// and profiling does not change the run's losses. Skips without a GPU.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -143,6 +145,35 @@ train: {steps: 30, tokens_per_step: 8192, micro_batch: 8, warmup: 3, eval_every:
 }
 
 // Checkpoint at step 10 on one backend, resume to step 20 on the other.
+TEST_F(TrainCuda, ProfileCoversTheStepAndChangesNothing) {
+  SKIP_WITHOUT_GPU();
+  const std::string yaml = std::string(kModel) + "attention: {kind: sagebwd}\n";
+  char tmpl[] = "/tmp/ablate_profile_cuda_XXXXXX";
+  const std::string dir = ::mkdtemp(tmpl);
+  RunLog plain = Train(Config(yaml, "cuda"), dir + "/plain");
+  RunLog prof = Train(Config(yaml, "cuda"), dir + "/prof", "", /*profile_steps=*/10);
+  ASSERT_TRUE(plain.result.ok()) << plain.result.status().ToString();
+  ASSERT_TRUE(prof.result.ok()) << prof.result.status().ToString();
+  EXPECT_EQ(plain.Losses(), prof.Losses());
+  const auto lines = prof.Of("profile");
+  ASSERT_EQ(lines.size(), 1u);
+  const nlohmann::json& p = lines[0];
+  std::printf("profile: %s\n", p.dump().c_str());
+  EXPECT_EQ(p["first_step"], 6);
+  EXPECT_EQ(p["steps"], 10);
+  for (const char* busy : {"copy", "embedding", "norm_rope", "gemm", "attention_fwd",
+                           "attention_bwd", "loss", "grad_norm", "optimizer", "elementwise"}) {
+    EXPECT_GT(p["phases"][busy]["ms"].get<double>(), 0.0) << busy;
+  }
+  double mean = 0;
+  for (const auto& s : prof.Of("step")) {
+    const int step = s["step"].get<int>();
+    if (step >= 6 && step <= 15) mean += 1e3 * s["step_time_s"].get<double>() / 10;
+  }
+  const double work = p["step_ms"].get<double>() - p["between_steps_ms"].get<double>();
+  EXPECT_NEAR(work, mean, 0.25 * mean) << p.dump();
+}
+
 TEST_F(TrainCuda, CheckpointsResumeAcrossBackends) {
   SKIP_WITHOUT_GPU();
   const std::string yaml = std::string(kModel) + "attention: {kind: fpa}\n";

@@ -3,14 +3,17 @@
 # micro-batch per step, AdamW; no eval, diagnostics or checkpoints inside the timed steps; the
 # attention backward with atomics, as PyTorch's, not the deterministic default: docs/bench/gpu_train.md).
 #   bench_trial_yaml CORPUS KIND STEPS > trial.yaml      (KIND: fpa | sagebwd)
+#   bench_trial_yaml CORPUS KIND STEPS T HEADS MICRO     (another sequence length / head size:
+#                                                         d_model 768, MICRO x T tokens per step)
 bench_trial_yaml() {
+  local T="${4:-1024}" heads="${5:-12}" micro="${6:-16}"
   cat <<YAML
 seed: 1
 data: {corpus: $1, vocab_size: 50304, val_fraction: 0.01, eval_batches: 1}
-model: {seq_len: 1024, layers: 12, d_model: 768, heads: 12, mlp: gelu, tie_embeddings: true}
+model: {seq_len: $T, layers: 12, d_model: 768, heads: $heads, mlp: gelu, tie_embeddings: true}
 attention: {kind: $2, qk_norm: true, deterministic: false}
 optimizer: {kind: adamw, lr: 6.0e-4, lr_vector: 6.0e-4, weight_decay: 0.1}
-train: {steps: $3, tokens_per_step: 16384, micro_batch: 16, warmup: 5, eval_every: 0,
+train: {steps: $3, tokens_per_step: $((T * micro)), micro_batch: $micro, warmup: 5, eval_every: 0,
         diagnostics_every: 0, checkpoint_every: 0, grad_clip: 1.0}
 device: cuda
 YAML

@@ -5,6 +5,13 @@ Pre-norm decoder, no biases: RMSNorm (eps 1e-6, gains), fused QKV projection, pe
 (D) gains, rotate-half RoPE (base 10000), causal SDPA, output projection, GELU(tanh) MLP of 4C,
 tied embeddings. Runs under torch.compile with bf16 autocast and fused AdamW; prints one JSON line
 with tokens/s (median over the timed steps) and MFU with ablate's FLOP count and peak.
+--sdpa pins SDPA's backend (cudnn, flash, efficient, math; default: PyTorch's own choice) and the
+line says which backend the attention kernels were (from their names, when --profile is on).
+--profile N: N more steps under torch.profiler, and the line gains "profile": each kind of work's
+GPU kernel time per step (attention forward / backward, GEMMs, the optimizer, the loss, other
+kernels such as the compiled graph's fused norm / RoPE / elementwise ones) and "idle": the step's
+wall time not covered by any kernel (launch gaps, host work), the same kinds as ablate-train
+--profile's (trainer/model/step_profile.h).
 Written for this benchmark; not derived from another project's code.
 """
 import argparse
@@ -75,6 +82,50 @@ class Gpt(nn.Module):
         return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
 
 
+SDPA_BACKENDS = ("auto", "cudnn", "flash", "efficient", "math")
+
+
+def pin_sdpa(backend):
+    """Leaves only `backend` enabled for scaled_dot_product_attention (global flags, which the
+    compiled graph reads too); "auto" leaves PyTorch's defaults."""
+    if backend == "auto":
+        return
+    b = torch.backends.cuda
+    b.enable_cudnn_sdp(backend == "cudnn")
+    b.enable_flash_sdp(backend == "flash")
+    b.enable_mem_efficient_sdp(backend == "efficient")
+    b.enable_math_sdp(backend == "math")
+
+
+def kernel_kind(name):
+    """The kind of work of a CUDA kernel, from its name."""
+    n = name.lower()
+    attn = any(k in n for k in ("flash", "fmha", "sdpa", "attention", "cudnn_generated_fort_native_sdpa"))
+    if attn:
+        return "attention_bwd" if any(k in n for k in ("bwd", "backward", "dq", "dkdv")) else "attention_fwd"
+    if any(k in n for k in ("gemm", "xmma", "cutlass", "nvjet", "matmul", "sm90_", "wgmma")):
+        return "gemm"
+    if any(k in n for k in ("multi_tensor", "adam", "foreach")):
+        return "optimizer"
+    if any(k in n for k in ("cross_entropy", "log_softmax", "nll_loss")):
+        return "loss"
+    if "norm" in n and "triton" not in n:
+        return "norm_rope"
+    return "other (fused norm / RoPE / elementwise)"
+
+
+def attention_backend(names):
+    """Which SDPA implementation the attention kernels' names say ran."""
+    n = " ".join(names).lower()
+    if "cudnn" in n:
+        return "cudnn"
+    if "flash" in n:
+        return "flash"
+    if "fmha" in n or "efficient" in n:
+        return "efficient"
+    return "unknown"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--vocab", type=int, default=50304)
@@ -87,7 +138,10 @@ def main():
     ap.add_argument("--warmup", type=int, default=8)
     ap.add_argument("--peak", type=float, default=989.4e12)
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--sdpa", choices=SDPA_BACKENDS, default="auto")
+    ap.add_argument("--profile", type=int, default=0, metavar="N")
     a = ap.parse_args()
+    pin_sdpa(a.sdpa)
     torch.manual_seed(0)
     torch.backends.cuda.matmul.allow_tf32 = True
     dev = "cuda"
@@ -98,30 +152,63 @@ def main():
     gen = torch.Generator(device=dev).manual_seed(1)
     times = []
     t_compile = time.time()
-    for s in range(a.steps + a.warmup):
+
+    def step():
         idx = torch.randint(0, 256, (a.batch, a.seq), device=dev, generator=gen)
         tgt = torch.randint(0, 256, (a.batch, a.seq), device=dev, generator=gen)
-        torch.cuda.synchronize()
-        t0 = time.time()
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = step_fn(idx, tgt)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
+        return loss
+
+    for s in range(a.steps + a.warmup):
+        torch.cuda.synchronize()
+        t0 = time.time()
+        loss = step()
         torch.cuda.synchronize()
         if s == 0:
             t_compile = time.time() - t_compile
         if s >= a.warmup:
             times.append(time.time() - t0)
+    prof = None
+    if a.profile > 0:
+        from torch.profiler import ProfilerActivity, profile
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
+            t0 = time.time()
+            for _ in range(a.profile):
+                loss = step()
+            torch.cuda.synchronize()
+            wall = time.time() - t0
+        kinds, attn_names = {}, set()
+        for e in p.events():
+            if e.device_type.name != "CUDA":
+                continue
+            kind = kernel_kind(e.name)
+            if kind.startswith("attention"):
+                attn_names.add(e.name)
+            us = getattr(e, "device_time_total", None)
+            if us is None:
+                us = e.cuda_time_total  # PyTorch before 2.4
+            kinds[kind] = kinds.get(kind, 0.0) + us / 1e3
+        per_step = {k: v / a.profile for k, v in sorted(kinds.items())}
+        step_ms = 1e3 * wall / a.profile
+        prof = {"steps": a.profile, "step_ms": step_ms, "kernels_ms": per_step,
+                "idle_ms": max(0.0, step_ms - sum(per_step.values())),
+                "attention_backend": attention_backend(attn_names),
+                "attention_kernels": sorted(attn_names)[:8]}
     L, C, V, T = a.layers, a.d_model, a.vocab, a.seq
     fpt = 6.0 * (L * 12.0 * C * C + V * C) + 6.0 * L * C * T
     tps = a.batch * a.seq / statistics.median(times)
     print(json.dumps({"impl": "pytorch" + ("" if a.no_compile else "+compile"),
                       "tokens_per_s": tps, "mfu": fpt * tps / a.peak,
                       "step_ms": 1e3 * statistics.median(times), "first_step_s": t_compile,
-                      "loss": float(loss), "torch": torch.__version__,
-                      "device": torch.cuda.get_device_name()}))
+                      "loss": float(loss), "torch": torch.__version__, "sdpa": a.sdpa,
+                      "device": torch.cuda.get_device_name(),
+                      **({"profile": prof} if prof else {})}))
 
 
 if __name__ == "__main__":
