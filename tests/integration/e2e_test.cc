@@ -11,13 +11,13 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
-
 #include "db_util.h"
 #include "process_util.h"
+#include "temp_dir.h"
 
 #ifndef ABLATED_BIN
 #error "ABLATED_BIN, ABLATE_WORKER_BIN, ABLATE_CLI_BIN, ABLATE_TRAIN_BIN must be defined"
@@ -30,10 +30,7 @@ using nlohmann::json;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-std::string TempDir() {
-  char tmpl[] = "/tmp/ablate_e2e_XXXXXX";
-  return ::mkdtemp(tmpl);
-}
+using ::ablate::testing::TempDir;
 
 // A toy corpus (the tests need no download).
 std::string Corpus() {
@@ -51,7 +48,8 @@ std::string Corpus() {
 class Cluster : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new std::string(TempDir());
+    tmp_ = new TempDir("ablate_e2e");
+    dir_ = new std::string(tmp_->path());
     std::ofstream(*dir_ + "/corpus.txt") << Corpus();
     ::mkdir((*dir_ + "/coord").c_str(), 0700);
     coordinator_ = new Proc(Spawn({ABLATED_BIN, "--data-dir", *dir_ + "/coord", "--grpc",
@@ -73,6 +71,8 @@ class Cluster : public ::testing::Test {
       if (w) Kill(*w, SIGKILL), Wait(*w, seconds(5));
     }
     if (coordinator_) Kill(*coordinator_, SIGTERM), Wait(*coordinator_, seconds(10));
+    delete tmp_;  // after every process that wrote there
+    tmp_ = nullptr;
   }
 
   static Output Cli(std::vector<std::string> args, seconds timeout = seconds(60)) {
@@ -105,11 +105,13 @@ class Cluster : public ::testing::Test {
   // Rows of a read-only query on the coordinator's database, straight through SQLite.
   static Rows Sql(const std::string& sql) { return ReadOnlySql(*dir_ + "/coord/ablate.db", sql); }
 
+  static TempDir* tmp_;
   static std::string* dir_;
   static std::string* addr_;
   static Proc* coordinator_;
   static Proc* workers_[2];
 };
+TempDir* Cluster::tmp_ = nullptr;
 std::string* Cluster::dir_ = nullptr;
 std::string* Cluster::addr_ = nullptr;
 Proc* Cluster::coordinator_ = nullptr;
@@ -507,7 +509,8 @@ TEST_F(Cluster, CallsWithoutTheTokenAreRefused) {
 // interval of an hour. The watch handler slept the whole interval, and gRPC's shutdown waits for
 // every handler, so SIGTERM took up to an hour, even after the client had gone.
 TEST(Coordinator, ALongWatchIntervalDoesNotHoldUpShutdown) {
-  const std::string dir = TempDir();
+  const TempDir tmp("ablate_e2e");
+  const std::string dir = tmp.path();
   ::mkdir((dir + "/coord").c_str(), 0700);
   Proc coordinator = Spawn({ABLATED_BIN, "--data-dir", dir + "/coord", "--grpc", "127.0.0.1:0"},
                            dir + "/ablated.log");
@@ -542,7 +545,8 @@ TEST(Coordinator, ALongWatchIntervalDoesNotHoldUpShutdown) {
 //   - a device: cpu sweep without resources is a CPU trial: a CPU-only worker runs it;
 //   - a GPU sweep then says the connected workers have only CPU slots.
 TEST(Coordinator, StatusSaysWhyQueuedTrialsWaitAndTheDataDirAloneIsEnough) {
-  const std::string dir = TempDir();
+  const TempDir tmp("ablate_e2e");
+  const std::string dir = tmp.path();
   ::mkdir((dir + "/coord").c_str(), 0700);
   Proc coordinator = Spawn({ABLATED_BIN, "--data-dir", dir + "/coord", "--grpc", "127.0.0.1:0",
                             "--heartbeat-seconds", "0.5"},

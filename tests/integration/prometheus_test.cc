@@ -21,6 +21,7 @@
 #include <set>
 
 #include "process_util.h"
+#include "temp_dir.h"
 
 namespace ablate::testing {
 namespace {
@@ -73,8 +74,8 @@ TEST(Prometheus, ScrapesAblatedAndAWorker) {
   if (::access("/usr/bin/prometheus", X_OK) != 0 || ::access("/usr/bin/promtool", X_OK) != 0) {
     GTEST_SKIP() << "prometheus / promtool not installed (apt-get install prometheus)";
   }
-  char tmpl[] = "/tmp/ablate_prom_XXXXXX";
-  std::string dir = ::mkdtemp(tmpl);
+  const ::ablate::testing::TempDir scratch("ablate_prom");
+  std::string dir = scratch.path();
   ::mkdir((dir + "/coord").c_str(), 0700);
   ::mkdir((dir + "/shipped").c_str(), 0700);
   {

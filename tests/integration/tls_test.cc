@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "process_util.h"
+#include "temp_dir.h"
 
 namespace ablate::testing {
 namespace {
@@ -15,8 +16,8 @@ using std::chrono::milliseconds;
 using std::chrono::seconds;
 
 TEST(Tls, MutualTlsForWorkersTlsForTheCli) {
-  char tmpl[] = "/tmp/ablate_tls_XXXXXX";
-  std::string dir = ::mkdtemp(tmpl);
+  const ::ablate::testing::TempDir scratch("ablate_tls");
+  std::string dir = scratch.path();
   std::string gen =
       "cd " + dir + " && "
       "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 1 "

@@ -20,6 +20,7 @@
 #include <fstream>
 
 #include "ablate/trial_config.h"
+#include "temp_dir.h"
 #include "trainer/loop/checkpoint.h"
 #include "trainer/loop/train_loop.h"
 #include "trainer_run_util.h"
@@ -35,15 +36,11 @@ using ablate::trainer::testing::RunLog;
 using ablate::trainer::testing::ToyCorpus;
 using ablate::trainer::testing::Train;
 
-std::string TempDir() {
-  char tmpl[] = "/tmp/ablate_golden_XXXXXX";
-  return ::mkdtemp(tmpl);
-}
-
 class TrainerGolden : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new std::string(TempDir());
+    tmp_ = new ::ablate::testing::TempDir("ablate_golden");
+    dir_ = new std::string(tmp_->path());
     std::ofstream(*dir_ + "/toy.txt") << ToyCorpus(60000, 12345);
   }
   static config::TrialConfig Config(const std::string& yaml) {
@@ -52,8 +49,14 @@ class TrainerGolden : public ::testing::Test {
     EXPECT_TRUE(c.ok()) << c.status().ToString();
     return *c;
   }
+  static void TearDownTestSuite() {
+    delete tmp_;
+    tmp_ = nullptr;
+  }
+  static ::ablate::testing::TempDir* tmp_;
   static std::string* dir_;
 };
+::ablate::testing::TempDir* TrainerGolden::tmp_ = nullptr;
 std::string* TrainerGolden::dir_ = nullptr;
 
 const char* kSageSpectral = R"(

@@ -28,8 +28,9 @@
 #include <fstream>
 #include <map>
 
-#include "gpu/gpu_test_util.h"
 #include "ablate/trial_config.h"
+#include "gpu/gpu_test_util.h"
+#include "temp_dir.h"
 #include "trainer/cuda/cuda_backend.h"
 #include "trainer/loop/checkpoint.h"
 #include "trainer/loop/train_loop.h"
@@ -63,8 +64,8 @@ class DataParallel : public ::testing::Test {
  public:
   static void SetUpTestSuite() {
     cuda::RegisterCudaBackend();
-    char tmpl[] = "/tmp/ablate_dp_test_XXXXXX";
-    dir_ = new std::string(::mkdtemp(tmpl));
+    tmp_ = new ::ablate::testing::TempDir("ablate_dp_test");
+    dir_ = new std::string(tmp_->path());
     std::ofstream(*dir_ + "/toy.txt") << ToyCorpus(200000, 777);
   }
   static config::TrialConfig Config(const std::string& extra, int gpus) {
@@ -81,8 +82,14 @@ model: {seq_len: 64, layers: 2, d_model: 128, heads: 2}
 train: {steps: 20, tokens_per_step: 2048, micro_batch: 8, warmup: 3, eval_every: 10,
         diagnostics_every: 10, checkpoint_every: 10, grad_clip: 1.0}
 )";
+  static void TearDownTestSuite() {
+    delete tmp_;
+    tmp_ = nullptr;
+  }
+  static ::ablate::testing::TempDir* tmp_;
   static std::string* dir_;
 };
+::ablate::testing::TempDir* DataParallel::tmp_ = nullptr;
 std::string* DataParallel::dir_ = nullptr;
 
 std::vector<float> CheckpointWeights(const std::string& path) {

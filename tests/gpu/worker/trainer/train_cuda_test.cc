@@ -17,8 +17,9 @@
 #include <map>
 #include <set>
 
-#include "gpu/gpu_test_util.h"
 #include "ablate/trial_config.h"
+#include "gpu/gpu_test_util.h"
+#include "temp_dir.h"
 #include "trainer/cuda/cuda_backend.h"
 #include "trainer/loop/train_loop.h"
 #include "trainer_run_util.h"
@@ -35,8 +36,8 @@ class TrainCuda : public ::testing::Test {
  public:
   static void SetUpTestSuite() {
     cuda::RegisterCudaBackend();
-    char tmpl[] = "/tmp/ablate_train_cuda_XXXXXX";
-    dir_ = new std::string(::mkdtemp(tmpl));
+    tmp_ = new ::ablate::testing::TempDir("ablate_train_cuda");
+    dir_ = new std::string(tmp_->path());
     std::ofstream(*dir_ + "/toy.txt") << ToyCorpus(200000, 12345);
   }
   static config::TrialConfig Config(const std::string& yaml, const std::string& device) {
@@ -46,8 +47,14 @@ class TrainCuda : public ::testing::Test {
     EXPECT_TRUE(c.ok()) << c.status().ToString();
     return *c;
   }
+  static void TearDownTestSuite() {
+    delete tmp_;
+    tmp_ = nullptr;
+  }
+  static ::ablate::testing::TempDir* tmp_;
   static std::string* dir_;
 };
+::ablate::testing::TempDir* TrainCuda::tmp_ = nullptr;
 std::string* TrainCuda::dir_ = nullptr;
 
 const char* kModel = R"(
@@ -148,8 +155,8 @@ train: {steps: 30, tokens_per_step: 8192, micro_batch: 8, warmup: 3, eval_every:
 TEST_F(TrainCuda, ProfileCoversTheStepAndChangesNothing) {
   SKIP_WITHOUT_GPU();
   const std::string yaml = std::string(kModel) + "attention: {kind: sagebwd}\n";
-  char tmpl[] = "/tmp/ablate_profile_cuda_XXXXXX";
-  const std::string dir = ::mkdtemp(tmpl);
+  const ::ablate::testing::TempDir scratch("ablate_profile_cuda");
+  const std::string dir = scratch.path();
   RunLog plain = Train(Config(yaml, "cuda"), dir + "/plain");
   RunLog prof = Train(Config(yaml, "cuda"), dir + "/prof", "", /*profile_steps=*/10);
   ASSERT_TRUE(plain.result.ok()) << plain.result.status().ToString();

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "http/http_server.h"
+#include "temp_dir.h"
 
 namespace ablate::server::http {
 namespace {
@@ -20,8 +21,7 @@ using nlohmann::json;
 class ApiTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/ablate_api_XXXXXX";
-    dir_ = ::mkdtemp(tmpl);
+    dir_ = tmp_.path();
     ::mkdir((dir_ + "/web").c_str(), 0755);
     std::ofstream(dir_ + "/web/index.html") << "<html>dashboard</html>";
     std::ofstream(dir_ + "/secret.txt") << "secret";
@@ -87,6 +87,7 @@ class ApiTest : public ::testing::Test {
   }
   std::string Trials() { return "/api/sweeps/" + std::to_string(sweep_id_) + "/trials"; }
 
+  ::ablate::testing::TempDir tmp_{"ablate_api"};  // first: removed after everything else
   std::string dir_;
   std::unique_ptr<Store> store_;
   metrics::CoordinatorMetrics metrics_{metrics::CoordinatorMetrics::Options{0}};

@@ -1,5 +1,3 @@
-#include "metrics/coordinator_metrics.h"
-
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -7,6 +5,8 @@
 #include <regex>
 
 #include "ablate/metric_catalog.h"
+#include "metrics/coordinator_metrics.h"
+#include "temp_dir.h"
 
 namespace ablate::server::metrics {
 
@@ -44,8 +44,8 @@ TEST(Catalog, NamesFollowConventions) {
 }
 
 TEST(CoordinatorMetrics, GaugesHistogramsAndGpuInfo) {
-  char tmpl[] = "/tmp/ablate_metrics_XXXXXX";
-  std::string dir = ::mkdtemp(tmpl);
+  const ::ablate::testing::TempDir scratch("ablate_metrics");
+  std::string dir = scratch.path();
   FakeClock clock(0, 1000);
   Store::Options o;
   o.path = dir + "/db";

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include "temp_dir.h"
+
 namespace ablate::server::http {
 namespace {
 
@@ -17,8 +19,8 @@ TEST(SseFrame, Framing) {
 }
 
 TEST(EventFeed, EventsAndChangedCounts) {
-  char tmpl[] = "/tmp/ablate_sse_XXXXXX";
-  std::string dir = ::mkdtemp(tmpl);
+  const ::ablate::testing::TempDir scratch("ablate_sse");
+  std::string dir = scratch.path();
   Store::Options o;
   o.path = dir + "/db";
   auto store = Store::Open(o);

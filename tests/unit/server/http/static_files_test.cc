@@ -7,14 +7,15 @@
 
 #include <fstream>
 
+#include "temp_dir.h"
+
 namespace ablate::server::http {
 namespace {
 
 class StaticFiles : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/ablate_static_XXXXXX";
-    base_ = ::mkdtemp(tmpl);
+    base_ = tmp_.path();
     root_ = base_ + "/web";
     ::mkdir(root_.c_str(), 0755);
     ::mkdir((root_ + "/js").c_str(), 0755);
@@ -26,6 +27,7 @@ class StaticFiles : public ::testing::Test {
     ASSERT_EQ(::symlink("js/app.js", (root_ + "/alias.js").c_str()), 0);  // inside: fine
   }
   StatusCode Code(const std::string& p) { return ResolveStaticPath(root_, p).status().code(); }
+  ::ablate::testing::TempDir tmp_{"ablate_static"};
   std::string base_, root_;
 };
 

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "scheduler/scheduler.h"
+#include "temp_dir.h"
 
 namespace ablate::server::testing_util {
 
@@ -44,8 +45,7 @@ bool WaitFor(F pred) {
 class SchedulerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/ablate_sched_XXXXXX";
-    dir_ = ::mkdtemp(tmpl);
+    dir_ = tmp_.path();
     Open();
   }
   void Open() {
@@ -139,6 +139,7 @@ class SchedulerTest : public ::testing::Test {
     return t.ok() ? std::string(TrialStateName(t->trial.state)) : "?";
   }
 
+  ::ablate::testing::TempDir tmp_{"ablate_sched"};  // first: removed after the store closes
   std::string dir_;
   FakeClock clock_;
   std::unique_ptr<Store> store_;

@@ -9,27 +9,11 @@
 #include <string>
 
 #include "store/store.h"
+#include "temp_dir.h"
 
 namespace ablate::server::testing {
 
-// A fresh directory under $TMPDIR, removed with everything in it at scope exit.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "ablate-store-XXXXXX").string();
-    char* p = mkdtemp(tmpl.data());
-    EXPECT_NE(p, nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  std::string File(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
+using TempDir = ::ablate::testing::TempDir;  // tests/temp_dir.h
 
 inline Store::Options OptionsFor(const std::string& path, FakeClock* clock = nullptr) {
   Store::Options o;

@@ -13,25 +13,11 @@
 #include <string>
 #include <thread>
 
+#include "temp_dir.h"
+
 namespace ablate::agent::testing {
 
-// A fresh folder under $TMPDIR (or /tmp), removed with its contents on destruction.
-class TempDir {
- public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/ablate-agent-test-XXXXXX";
-    char* p = ::mkdtemp(tmpl.data());
-    path_ = p ? p : "";
-  }
-  ~TempDir() {
-    if (!path_.empty()) std::system(("rm -rf '" + path_ + "'").c_str());
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using TempDir = ::ablate::testing::TempDir;  // tests/temp_dir.h
 
 inline std::string ReadAll(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -9,16 +9,14 @@
 #include <string>
 #include <vector>
 
+#include "temp_dir.h"
+
 namespace ablate::trainer {
 namespace {
 
-std::string TempDir() {
-  char tmpl[] = "/tmp/ablate_ckpt_XXXXXX";
-  return ::mkdtemp(tmpl);
-}
-
 TEST(Checkpoint, RoundTrip) {
-  std::string dir = TempDir();
+  const ::ablate::testing::TempDir tmp("ablate_ckpt");
+  const std::string dir = tmp.path();
   Checkpoint c;
   c.header = {{"step", 7}, {"sampler", {{"epoch", 1}, {"index", 3}}}};
   c.sections = {std::string("\x00\x01\x02", 3), std::string(1000, 'x')};
@@ -33,7 +31,8 @@ TEST(Checkpoint, RoundTrip) {
 }
 
 TEST(Checkpoint, CorruptionIsDetectedAndExplained) {
-  std::string dir = TempDir();
+  const ::ablate::testing::TempDir tmp("ablate_ckpt");
+  const std::string dir = tmp.path();
   Checkpoint c;
   c.header = {{"step", 1}};
   c.sections = {std::string(4096, 'w')};

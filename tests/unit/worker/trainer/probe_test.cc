@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "ablate/trial_config.h"
+#include "temp_dir.h"
 #include "trainer_run_util.h"
 
 namespace ablate::trainer::probe {
@@ -90,8 +91,8 @@ TEST(ProbeTest, SigmaAndDecompositionOnSyntheticInputs) {
 }
 
 TEST(ProbeTest, LiveTensorsAndBiasNoiseFromACheckpoint) {
-  char tmpl[] = "/tmp/ablate_probe_XXXXXX";
-  const std::string dir = ::mkdtemp(tmpl);
+  const ::ablate::testing::TempDir scratch("ablate_probe");
+  const std::string dir = scratch.path();
   std::ofstream(dir + "/toy.txt") << testing::ToyCorpus(60000, 7);
   const config::TrialConfig c = Config("data: {corpus: " + dir +
                                        "/toy.txt, val_fraction: 0.1}\n"

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ablate/trial_config.h"
+#include "temp_dir.h"
 #include "trainer_run_util.h"
 
 namespace ablate::trainer {
@@ -64,8 +65,8 @@ TEST(PhaseLedger, InactiveProfilerMarksNothing) {
 // kind of work the CPU model does has time, the batch uploads have none, and the kinds add up to
 // the steps' own time (but for the time between steps, which the step time does not include).
 TEST(StepProfile, CpuRunReportsWhereTheStepGoes) {
-  char tmpl[] = "/tmp/ablate_profile_XXXXXX";
-  const std::string dir = ::mkdtemp(tmpl);
+  const ::ablate::testing::TempDir scratch("ablate_profile");
+  const std::string dir = scratch.path();
   std::ofstream(dir + "/toy.txt") << testing::ToyCorpus(60000, 7);
   auto c = config::ParseTrialConfig(
       "data: {corpus: " + dir +

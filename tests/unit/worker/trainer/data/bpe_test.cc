@@ -8,10 +8,11 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <set>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 
+#include "temp_dir.h"
 #include "trainer/data/corpora.h"
 #include "trainer/data/prepare.h"
 #include "trainer/data/shards.h"
@@ -86,8 +87,8 @@ TEST_F(Gpt2TokenizerTest, EqualsTheReferenceEncoderOnTheCorpora) {
   std::string text = brown->substr(brown->size() / 2, 80000);
   auto nlp = LoadBuiltinCorpus("nlp");
   if (nlp.ok()) text += "\n\n" + nlp->substr(0, 40000);
-  char tmpl[] = "/tmp/ablate_bpe_XXXXXX";
-  const std::string tmp = ::mkdtemp(tmpl);
+  const ::ablate::testing::TempDir scratch("ablate_bpe");
+  const std::string tmp = scratch.path();
   std::ofstream(tmp + "/in.txt", std::ios::binary) << text;
   const std::string cmd = "node -e \"const e=require('" + *dir_ +
                           "');const fs=require('fs');fs.writeFileSync('" + tmp +
@@ -112,8 +113,8 @@ TEST_F(Gpt2TokenizerTest, EqualsTheReferenceEncoderOnTheCorpora) {
 
 
 TEST_F(Gpt2TokenizerTest, PrepareShardsHoldsOutDocumentsByHashAndDropsDuplicates) {
-  char tmpl[] = "/tmp/ablate_prep_XXXXXX";
-  const std::string tmp = ::mkdtemp(tmpl);
+  const ::ablate::testing::TempDir scratch("ablate_prep");
+  const std::string tmp = scratch.path();
   std::vector<std::string> docs;
   for (int i = 0; i < 400; ++i) docs.push_back("Document number " + std::to_string(i) + " says hello.");
   docs.push_back(docs[7]);  // an exact duplicate

@@ -14,9 +14,9 @@
 namespace ablate::trainer {
 namespace {
 
+using ::ablate::testing::TempDir;
 using ::testing::HasSubstr;
 using ::testing::Not;
-using testing::TempDir;
 
 // Sets an environment variable for one scope, restoring the old value.
 class ScopedEnv {

@@ -20,8 +20,8 @@
 namespace ablate::trainer {
 namespace {
 
+using ::ablate::testing::TempDir;
 using ::testing::HasSubstr;
-using testing::TempDir;
 
 std::vector<int32_t> Iota(int n) {
   std::vector<int32_t> t(static_cast<size_t>(n));

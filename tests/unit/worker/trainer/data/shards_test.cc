@@ -14,8 +14,8 @@
 namespace ablate::trainer {
 namespace {
 
+using ::ablate::testing::TempDir;
 using ::testing::HasSubstr;
-using testing::TempDir;
 
 // The bytes of a shard built by hand, independent of WriteShard.
 std::string ShardBytes(int32_t magic, int32_t version, int32_t count,

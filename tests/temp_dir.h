@@ -1,26 +1,37 @@
-// A fresh directory under $TMPDIR (or /tmp) for one test, removed with everything in it afterwards.
+// A fresh directory under $TMPDIR (or /tmp) for one test (or one test suite), removed with
+// everything in it when the object goes, unless the test (or a test of the suite, for a suite's
+// folder dropped in TearDownTestSuite) has failed: then it is kept for inspection and its path
+// printed.
+// Every test that writes files makes its folder with this (tests/CMakeLists.txt puts tests/ on the
+// include path), so repeated runs leave nothing behind.
 #pragma once
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <string_view>
 
-namespace ablate::trainer::testing {
+namespace ablate::testing {
 
 class TempDir {
  public:
-  TempDir() {
+  explicit TempDir(std::string_view prefix = "ablate_test") {
     const char* base = std::getenv("TMPDIR");
-    std::string templ = std::string(base != nullptr && base[0] != '\0' ? base : "/tmp") +
-                        "/ablate_data_test.XXXXXX";
+    std::string templ = std::string(base != nullptr && base[0] != '\0' ? base : "/tmp") + "/" +
+                        std::string(prefix) + "_XXXXXX";
     if (::mkdtemp(templ.data()) == nullptr) ADD_FAILURE() << "mkdtemp " << templ;
     path_ = templ;
   }
   ~TempDir() {
+    const ::testing::TestSuite* suite = ::testing::UnitTest::GetInstance()->current_test_suite();
+    if (::testing::Test::HasFailure() || (suite != nullptr && suite->Failed())) {
+      std::fprintf(stderr, "kept %s (the test failed)\n", path_.c_str());
+      return;
+    }
     std::error_code ec;
     std::filesystem::remove_all(path_, ec);
   }
@@ -29,6 +40,7 @@ class TempDir {
 
   const std::string& path() const { return path_; }
   std::string Join(std::string_view name) const { return path_ + "/" + std::string(name); }
+  std::string File(std::string_view name) const { return Join(name); }
 
   // Writes `bytes` to <dir>/<name>, creating folders; returns the path.
   std::string Write(std::string_view name, std::string_view bytes) const {
@@ -44,4 +56,4 @@ class TempDir {
   std::string path_;
 };
 
-}  // namespace ablate::trainer::testing
+}  // namespace ablate::testing
