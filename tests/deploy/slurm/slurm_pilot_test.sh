@@ -115,7 +115,7 @@ munged --foreground --force --socket="$tmp/munge/socket" --key-file="$tmp/munge/
   --pid-file="$tmp/munge/munged.pid" --seed-file="$tmp/munge/seed" \
   --log-file="$tmp/log/munged.log" >"$tmp/log/munged.out.log" 2>&1 &
 pids+=($!)
-wait_for 10 "munged's socket" test -S "$tmp/munge/socket"
+wait_for 30 "munged's socket" test -S "$tmp/munge/socket"
 
 # ---- slurmctld + slurmd ---------------------------------------------------------------------------
 read -r ctld_port slurmd_port < <(free_ports 2)
@@ -157,14 +157,14 @@ pids+=("$ctld_pid")
 slurmd -D -N ablatenode >"$tmp/log/slurmd.out.log" 2>&1 &
 pids+=($!)
 node_idle() { sinfo -h -N -n ablatenode -o %t 2>/dev/null | grep -qE '^(idle|mix)'; }
-wait_for 30 "the Slurm node to be idle" node_idle
+wait_for 90 "the Slurm node to be idle" node_idle
 log "slurmctld :$ctld_port and slurmd :$slurmd_port up, node ablatenode idle ($cpus CPUs)"
 
 # ---- the coordinator ------------------------------------------------------------------------------
 "$ablated_bin" --data-dir "$tmp/coord" --grpc 127.0.0.1:0 --lease-seconds 20 \
   --heartbeat-seconds 1 >"$tmp/log/ablated.log" 2>&1 &
 pids+=($!)
-wait_for 20 "ablated's address file" test -s "$tmp/coord/ablated.addr"
+wait_for 60 "ablated's address file" test -s "$tmp/coord/ablated.addr"
 coord="$(head -n1 "$tmp/coord/ablated.addr")"
 export ABLATE_COORDINATOR="$coord" ABLATE_TOKEN_FILE="$tmp/coord/token"
 ablate() { "$cli_bin" "$@"; }
@@ -284,7 +284,7 @@ grep -q "\"resumed_from_step\":$c1," "$m2" || fail "attempt 2 did not resume fro
 
 # The cancelled pilot preempted its worker, which exited on its own after its reports were acked.
 plog="$tmp/pilot-logs/ablate-pilot-${job}_$victim_task.out"
-wait_for 30 "the cancelled pilot's last line" grep -q "ablate-worker exited with status" "$plog"
+wait_for 60 "the cancelled pilot's last line" grep -q "ablate-worker exited with status" "$plog"
 grep -q "got SIGTERM: preempting the worker" "$plog" || fail "$plog: no preemption"
 grep -q "ablate-worker exited with status 0" "$plog" || fail "$plog: the worker did not exit 0"
 grep -q "exiting: nothing left to report" "$plog" || fail "$plog: the worker left reports behind"
