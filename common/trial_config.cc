@@ -249,6 +249,8 @@ const std::vector<Field>& Fields() {
     f.push_back(IntField("train.threads", [](C& c) -> int& { return c.train.threads; }, 0, 1024));
     f.push_back(DoubleField("train.peak_tflops",
                             [](C& c) -> double& { return c.train.peak_tflops; }, 0, 1e6));
+    f.push_back(IntField(
+        "train.profile_steps", [](C& c) -> int& { return c.train.profile_steps; }, 0, 1000000));
     f.push_back(EnumField("device", [](C& c) -> std::string& { return c.device; },
                           {"auto", "cpu", "cuda"}));
     f.push_back(IntField("gpus", [](C& c) -> int& { return c.gpus; }, 1, 1024));
@@ -559,6 +561,7 @@ std::string ConfigHash(const TrialConfig& config) {
   // Where and how fast it runs, not what it computes.
   j["train"].erase("threads");
   j["train"].erase("peak_tflops");
+  j["train"].erase("profile_steps");
   // Identities hold across releases: a key added later is hashed only away from its default (the
   // behaviour of the releases before it, or a change of numerics the numerics version records),
   // and a removed key is hashed at its last default.

@@ -59,12 +59,11 @@ struct RunLog {
 };
 
 inline RunLog Train(const config::TrialConfig& cfg, const std::string& out,
-                    const std::string& resume = "", int profile_steps = 0) {
+                    const std::string& resume = "") {
   RunLog r;
   RunOptions o;
   o.out_dir = out;
   o.resume_path = resume;
-  o.profile_steps = profile_steps;
   o.emit = [&](const nlohmann::json& j) { r.lines.push_back(j); };
   r.result = RunTrial(cfg, o);
   return r;

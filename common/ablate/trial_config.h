@@ -112,6 +112,10 @@ struct TrainSection {
   double max_loss = 20.0;           // a train loss above this (or NaN/Inf) ends the run: diverged
   int threads = 0;                  // CPU threads; 0 = all cores
   double peak_tflops = 0.0;         // for MFU; 0 = the device's nominal peak (see README)
+  // > 0: profile that many steps (after up to 5 warm-up steps) and emit a "profile" line of where
+  // their time went by kind of work (worker/trainer/model/step_profile.h; ablate-train --profile
+  // sets it). How a trial runs, not what it computes: not part of the trial's identity.
+  int profile_steps = 0;
 };
 
 // Micro-batches per optimizer step at most (train.tokens_per_step / (micro_batch x seq_len x
@@ -169,9 +173,10 @@ void Normalize(TrialConfig* config);
 // Cross-field and range validation of a complete config; errors name the key and its location.
 Status Validate(const TrialConfig& config, const SourceMap& sources);
 
-// Canonical JSON of every key (sorted, all defaults filled in), and the trial identity: 16 hex digits
-// of FNV-1a 64 over the canonical JSON text without name, train.threads and train.peak_tflops
-// (labels and execution settings; stable as long as the keys and defaults are unchanged).
+// Canonical JSON of every key (sorted, all defaults filled in), and the trial identity: 16 hex
+// digits of FNV-1a 64 over the canonical JSON text without name, train.threads, train.peak_tflops
+// and train.profile_steps (labels and execution settings; stable as long as the keys and defaults
+// are unchanged).
 nlohmann::json ToJson(const TrialConfig& config);
 std::string ConfigHash(const TrialConfig& config);
 // Every known dotted key, for help texts and suggestions.

@@ -88,7 +88,7 @@ class Cluster : public ::testing::Test {
     return path;
   }
 
-  static std::string SmallBase(int steps) {
+  static std::string SmallBase(int steps, const std::string& train_extra = "") {
     return "base:\n"
            "  data: {corpus: " +
            *dir_ +
@@ -98,7 +98,9 @@ class Cluster : public ::testing::Test {
            "  train: {steps: " +
            std::to_string(steps) +
            ", tokens_per_step: 256, micro_batch: 8, warmup: 2, eval_every: 10,\n"
-           "          diagnostics_every: 10, checkpoint_every: 10, threads: 1}\n"
+           "          diagnostics_every: 10, checkpoint_every: 10, threads: 1" +
+           train_extra +
+           "}\n"
            "resources: {gpus: 0}\n";
   }
 
@@ -118,7 +120,8 @@ Proc* Cluster::coordinator_ = nullptr;
 Proc* Cluster::workers_[2] = {nullptr, nullptr};
 
 TEST_F(Cluster, SweepRunsToCompletionAndMetricsMatchTheTrainers) {
-  std::string spec = WriteSpec("grid222", SmallBase(20) +
+  // train.profile_steps: each trainer's profile line (steps 6-9) is stored like any other point.
+  std::string spec = WriteSpec("grid222", SmallBase(20, ", profile_steps: 4") +
                                               "grid:\n"
                                               "  attention.kind: [fpa, sagebwd]\n"
                                               "  optimizer.p: [0, 0.5]\n"
@@ -172,6 +175,11 @@ TEST_F(Cluster, SweepRunsToCompletionAndMetricsMatchTheTrainers) {
       EXPECT_EQ(std::get<1>(*g), std::get<1>(*w));
       EXPECT_NEAR(std::get<2>(*g), std::get<2>(*w), 1e-12 * (1 + std::fabs(std::get<2>(*w))));
     }
+    auto gemm = Sql("SELECT step, value FROM metrics WHERE trial_id = " + t[0] +
+                    " AND name = 'profile.gemm_ms'");
+    ASSERT_EQ(gemm.size(), 1u) << "trial " << t[0];
+    EXPECT_EQ(gemm[0][0], "9");
+    EXPECT_GT(std::stod(gemm[0][1]), 0.0);
   }
 
   // results: grouped by attention.kind, the mean of final_val_loss over its 4 trials.

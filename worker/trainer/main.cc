@@ -133,15 +133,22 @@ int RunProbe(const std::string& what, const std::string& config_path, const std:
 }
 
 // The "profile" line as a table on stderr (stdout carries only JSON lines): each kind of work's
-// time per step and share, largest first.
+// time per step (profile.<kind>_ms) and share, largest first.
 void PrintProfile(const nlohmann::json& j) {
   std::vector<std::pair<double, std::string>> rows;
-  for (const auto& [name, v] : j["phases"].items()) rows.push_back({v["ms"].get<double>(), name});
+  const std::string pre = "profile.";
+  for (const auto& [key, v] : j.items()) {
+    const bool kind = key.rfind(pre, 0) == 0 && key.size() > pre.size() + 3 &&
+                      key.compare(key.size() - 3, 3, "_ms") == 0 && key != "profile.step_ms" &&
+                      key != "profile.between_steps_ms";
+    if (kind)
+      rows.push_back({v.get<double>(), key.substr(pre.size(), key.size() - pre.size() - 3)});
+  }
   std::sort(rows.rbegin(), rows.rend());
-  const double total = j["step_ms"].get<double>();
-  std::fprintf(stderr, "ablate-train: profile of steps %d-%d (%.0f tokens/s)\n",
-               j["first_step"].get<int>(), j["first_step"].get<int>() + j["steps"].get<int>() - 1,
-               j["tokens_per_s"].get<double>());
+  const double total = j.value("profile.step_ms", 0.0);
+  const int first = j.value("profile.first_step", 0);
+  std::fprintf(stderr, "ablate-train: profile of steps %d-%d (%.0f tokens/s)\n", first,
+               first + j.value("profile.steps", 0) - 1, j.value("profile.tokens_per_s", 0.0));
   std::fprintf(stderr, "| kind of work | ms per step | share |\n|---|---:|---:|\n");
   for (const auto& [ms, name] : rows) {
     std::fprintf(stderr, "| %s | %.3f | %.1f%% |\n", name.c_str(), ms,
@@ -188,7 +195,8 @@ int main(int argc, char** argv) {
   app.add_option("--probe-seed", probe_seed, "the probes' synthetic inputs and batches");
   app.add_option("--profile", profile_steps,
                  "profile N training steps after up to 5 warm-up steps: where each step's time "
-                 "goes by kind of work (a \"profile\" line, and a table on stderr)")
+                 "goes by kind of work (a \"profile\" line, and a table on stderr; the trial "
+                 "config's train.profile_steps)")
       ->check(CLI::Range(1, 1000000));
   try {
     app.parse(argc, argv);
@@ -216,6 +224,7 @@ int main(int argc, char** argv) {
               << "\n";
     return 0;
   }
+  if (profile_steps > 0) config->train.profile_steps = profile_steps;  // not part of the identity
   if (out_dir.empty()) out_dir = "ablate-runs/" + ablate::config::ConfigHash(*config);
   if (auto st = ablate::MakeDirs(out_dir); !st.ok()) {
     std::fprintf(stderr, "ablate-train: %s\n", st.message().c_str());
@@ -228,7 +237,6 @@ int main(int argc, char** argv) {
   options.out_dir = out_dir;
   options.resume_path = resume;
   options.preempt = &g_preempt;
-  options.profile_steps = profile_steps;
   options.emit = [&](const nlohmann::json& j) {
     if (j.value("type", "") == "profile") PrintProfile(j);
     std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);

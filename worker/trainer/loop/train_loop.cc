@@ -446,15 +446,15 @@ StatusOr<RunResult> RunTrial(const config::TrialConfig& cfg, const RunOptions& o
 
   const int steps = cfg.train.steps;
   int64_t reported_memory = 0;
-  // --profile N: steps [prof_first, prof_last] of this run, after up to 5 warm-up steps.
+  // train.profile_steps N: steps [prof_first, prof_last] of this run, after up to 5 warm-up steps.
   StepProfiler* profiler = nullptr;
   int prof_first = 0, prof_last = -1;
   std::vector<double> prof_tps;
-  if (options.profile_steps > 0) {
+  if (const int n = cfg.train.profile_steps; n > 0) {
     ABLATE_ASSIGN_OR_RETURN(profiler, backend->StepProfile());
     const int left = steps - start_step;
-    prof_first = start_step + 1 + std::clamp(left - options.profile_steps, 0, 5);
-    prof_last = std::min(steps, prof_first + options.profile_steps - 1);
+    prof_first = start_step + 1 + std::clamp(left - n, 0, 5);
+    prof_last = std::min(steps, prof_first + n - 1);
   }
   for (int step = start_step + 1; step <= steps; ++step) {
     const bool profiled = profiler != nullptr && step >= prof_first && step <= prof_last;
@@ -533,9 +533,10 @@ StatusOr<RunResult> RunTrial(const config::TrialConfig& cfg, const RunOptions& o
     if (profiled && step == prof_last) {
       nlohmann::json j = profiler->ledger().ToJson();
       j["type"] = "profile";
-      j["first_step"] = prof_first;
+      j["step"] = step;
+      j["profile.first_step"] = prof_first;
       std::sort(prof_tps.begin(), prof_tps.end());
-      j["tokens_per_s"] = prof_tps[prof_tps.size() / 2];  // the profiled steps' median
+      j["profile.tokens_per_s"] = prof_tps[prof_tps.size() / 2];  // the profiled steps' median
       emit(j);
     }
     if (diagnose) {

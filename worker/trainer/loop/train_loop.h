@@ -10,8 +10,9 @@
 //   diagnostics every diagnostics_every steps: per-layer SageBwd-vs-FPA errors and max logits,
 //               flattened as attn.<layer>.<tensor>.<cos|rel_l2> and attn.<layer>.max_logit
 //   checkpoint  after each checkpoint is durable: step and path
-//   profile     with RunOptions::profile_steps: where the profiled steps' time went, by kind of
-//               work (step_profile.h), and their median tokens_per_s
+//   profile     with train.profile_steps: where the profiled steps' time went, by kind of work
+//               (step_profile.h: profile.<kind>_ms per step), and their median tokens_per_s; steps
+//               with an evaluation, diagnostics or a checkpoint leave that work out
 //   final       once: status "ok" or "diverged", the last losses, timing; "preempted" when the run
 //               stopped early on RunOptions::preempt (after a checkpoint of the last step)
 // Errors (bad data path, unreadable checkpoint, ...) are returned as Status, not emitted.
@@ -42,10 +43,6 @@ struct RunOptions {
   // ablate-train; < 0 when not measured). Set by the caller; 0 / null when unknown.
   double before_run_s = 0;
   const std::atomic<double>* device_context_s = nullptr;
-  // > 0: profile that many steps (after up to 5 warm-up steps; ablate-train --profile) and emit
-  // a "profile" line after them: per kind of work, its time per step (step_profile.h). Steps with
-  // an evaluation, diagnostics or a checkpoint leave that work out of the profile.
-  int profile_steps = 0;
 };
 
 struct RunResult {

@@ -1,6 +1,8 @@
 // See step_profile.h.
 #include "trainer/model/step_profile.h"
 
+#include <string>
+
 namespace ablate::trainer {
 
 const char* StepPhaseName(StepPhase p) {
@@ -67,13 +69,13 @@ nlohmann::json PhaseLedger::ToJson() const {
     if (i == kHost) ms[i] += between_ms;
     total += ms[i];
   }
-  nlohmann::json phases = nlohmann::json::object();
+  nlohmann::json j = {{"profile.steps", steps_},
+                      {"profile.step_ms", total},
+                      {"profile.between_steps_ms", between_ms}};
   for (int i = 0; i < static_cast<int>(StepPhase::kCount); ++i) {
-    phases[StepPhaseName(static_cast<StepPhase>(i))] = {{"ms", ms[i]},
-                                                        {"share", total > 0 ? ms[i] / total : 0.0}};
+    j[std::string("profile.") + StepPhaseName(static_cast<StepPhase>(i)) + "_ms"] = ms[i];
   }
-  return {
-      {"steps", steps_}, {"step_ms", total}, {"between_steps_ms", between_ms}, {"phases", phases}};
+  return j;
 }
 
 void HostStepProfiler::Record(StepPhase p) { ledger_.Mark(p, Now()); }

@@ -48,10 +48,11 @@ class PhaseLedger {
   void Break() { open_ = false; }
   int steps() const { return steps_; }
   double seconds(StepPhase p) const { return seconds_[static_cast<int>(p)]; }
-  // {"steps": n, "step_ms": the phases' sum, "between_steps_ms", "phases": {name: {"ms",
-  // "share"}}}: each phase's time per profiled step. The host phase is its time inside the steps
-  // per step plus the time between steps per closed interval between them (the last step's is
-  // still open), which is also given alone as between_steps_ms.
+  // Flat numbers (each becomes a stored metric of the trial): "profile.steps" (n),
+  // "profile.<kind>_ms" (each kind's time per profiled step, kinds as StepPhaseName),
+  // "profile.step_ms" (their sum) and "profile.between_steps_ms". The host kind is its time inside
+  // the steps per step plus the time between steps per closed interval between them (the last
+  // step's is still open), which is also given alone as between_steps_ms.
   nlohmann::json ToJson() const;
 
  private:

@@ -158,7 +158,9 @@ TEST_F(TrainCuda, ProfileCoversTheStepAndChangesNothing) {
   const ::ablate::testing::TempDir scratch("ablate_profile_cuda");
   const std::string dir = scratch.path();
   RunLog plain = Train(Config(yaml, "cuda"), dir + "/plain");
-  RunLog prof = Train(Config(yaml, "cuda"), dir + "/prof", "", /*profile_steps=*/10);
+  config::TrialConfig profiled = Config(yaml, "cuda");
+  profiled.train.profile_steps = 10;
+  RunLog prof = Train(profiled, dir + "/prof");
   ASSERT_TRUE(plain.result.ok()) << plain.result.status().ToString();
   ASSERT_TRUE(prof.result.ok()) << prof.result.status().ToString();
   EXPECT_EQ(plain.Losses(), prof.Losses());
@@ -166,18 +168,19 @@ TEST_F(TrainCuda, ProfileCoversTheStepAndChangesNothing) {
   ASSERT_EQ(lines.size(), 1u);
   const nlohmann::json& p = lines[0];
   std::printf("profile: %s\n", p.dump().c_str());
-  EXPECT_EQ(p["first_step"], 6);
-  EXPECT_EQ(p["steps"], 10);
+  EXPECT_EQ(p["profile.first_step"], 6);
+  EXPECT_EQ(p["profile.steps"], 10);
   for (const char* busy : {"copy", "embedding", "norm_rope", "gemm", "attention_fwd",
                            "attention_bwd", "loss", "grad_norm", "optimizer", "elementwise"}) {
-    EXPECT_GT(p["phases"][busy]["ms"].get<double>(), 0.0) << busy;
+    EXPECT_GT(p[std::string("profile.") + busy + "_ms"].get<double>(), 0.0) << busy;
   }
   double mean = 0;
   for (const auto& s : prof.Of("step")) {
     const int step = s["step"].get<int>();
     if (step >= 6 && step <= 15) mean += 1e3 * s["step_time_s"].get<double>() / 10;
   }
-  const double work = p["step_ms"].get<double>() - p["between_steps_ms"].get<double>();
+  const double work =
+      p["profile.step_ms"].get<double>() - p["profile.between_steps_ms"].get<double>();
   EXPECT_NEAR(work, mean, 0.25 * mean) << p.dump();
 }
 

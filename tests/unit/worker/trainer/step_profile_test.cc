@@ -1,5 +1,6 @@
 // The step profile (trainer/model/step_profile.h): the ledger's accounting on given timestamps,
-// and ablate-train's --profile on the CPU backend through RunTrial (a real tiny run).
+// and train.profile_steps (ablate-train --profile) on the CPU backend through RunTrial (a real
+// tiny run); it leaves the trial's identity alone.
 #include "trainer/model/step_profile.h"
 
 #include <gtest/gtest.h>
@@ -33,18 +34,21 @@ TEST(PhaseLedger, CountsEachIntervalToTheMarkThatOpenedIt) {
   EXPECT_DOUBLE_EQ(l.seconds(StepPhase::kAttentionForward), 0.25);
   EXPECT_DOUBLE_EQ(l.seconds(StepPhase::kHost), 0.25 + 0.5);
   const nlohmann::json j = l.ToJson();
-  EXPECT_EQ(j["steps"], 3);
-  EXPECT_DOUBLE_EQ(j["phases"]["gemm"]["ms"].get<double>(), 1e3 * 1.75 / 3);
-  EXPECT_DOUBLE_EQ(j["phases"]["attention_fwd"]["ms"].get<double>(), 1e3 * 0.25 / 3);
+  EXPECT_EQ(j["profile.steps"], 3);
+  EXPECT_DOUBLE_EQ(j["profile.gemm_ms"].get<double>(), 1e3 * 1.75 / 3);
+  EXPECT_DOUBLE_EQ(j["profile.attention_fwd_ms"].get<double>(), 1e3 * 0.25 / 3);
   // Inside the steps 0.5 s over 3 steps, between them 0.25 s over its one closed interval.
-  EXPECT_DOUBLE_EQ(j["between_steps_ms"].get<double>(), 250.0);
-  EXPECT_DOUBLE_EQ(j["phases"]["host"]["ms"].get<double>(), 1e3 * 0.5 / 3 + 250.0);
-  EXPECT_DOUBLE_EQ(j["phases"]["optimizer"]["ms"].get<double>(), 0.0);
-  EXPECT_DOUBLE_EQ(j["step_ms"].get<double>(), 1e3 * (1.75 + 0.25 + 0.5) / 3 + 250.0);
-  double shares = 0;
-  for (const auto& [name, v] : j["phases"].items()) shares += v["share"].get<double>();
-  EXPECT_NEAR(shares, 1.0, 1e-12);
-  EXPECT_EQ(j["phases"].size(), size_t(StepPhase::kCount));
+  EXPECT_DOUBLE_EQ(j["profile.between_steps_ms"].get<double>(), 250.0);
+  EXPECT_DOUBLE_EQ(j["profile.host_ms"].get<double>(), 1e3 * 0.5 / 3 + 250.0);
+  EXPECT_DOUBLE_EQ(j["profile.optimizer_ms"].get<double>(), 0.0);
+  EXPECT_DOUBLE_EQ(j["profile.step_ms"].get<double>(), 1e3 * (1.75 + 0.25 + 0.5) / 3 + 250.0);
+  double kinds = 0;
+  for (int i = 0; i < static_cast<int>(StepPhase::kCount); ++i) {
+    kinds +=
+        j[std::string("profile.") + StepPhaseName(static_cast<StepPhase>(i)) + "_ms"].get<double>();
+  }
+  EXPECT_DOUBLE_EQ(kinds, j["profile.step_ms"].get<double>());
+  EXPECT_EQ(j.size(), 3u + size_t(StepPhase::kCount));  // all numbers: each a stored metric
 }
 
 TEST(PhaseLedger, InactiveProfilerMarksNothing) {
@@ -75,22 +79,25 @@ TEST(StepProfile, CpuRunReportsWhereTheStepGoes) {
           "attention: {kind: sagebwd}\n"
           "optimizer: {kind: adamw, lr: 1.0e-3, lr_vector: 1.0e-3}\n"
           "train: {steps: 14, tokens_per_step: 512, micro_batch: 4, warmup: 2, eval_every: 8,\n"
-          "        diagnostics_every: 0, checkpoint_every: 0, threads: 1}\n",
+          "        diagnostics_every: 0, checkpoint_every: 0, threads: 1, profile_steps: 6}\n",
       "step_profile_test");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
-  const testing::RunLog log = testing::Train(*c, dir + "/run", "", /*profile_steps=*/6);
+  config::TrialConfig plain = *c;
+  plain.train.profile_steps = 0;
+  EXPECT_EQ(config::ConfigHash(*c), config::ConfigHash(plain));  // how it runs, not what
+  const testing::RunLog log = testing::Train(*c, dir + "/run");
   ASSERT_TRUE(log.result.ok()) << log.result.status().ToString();
   const auto profiles = log.Of("profile");
   ASSERT_EQ(profiles.size(), 1u);
   const nlohmann::json& p = profiles[0];
-  EXPECT_EQ(p["first_step"], 6);
-  EXPECT_EQ(p["steps"], 6);  // steps 6..11; step 8's evaluation is left out
-  const auto& ph = p["phases"];
+  EXPECT_EQ(p["profile.first_step"], 6);
+  EXPECT_EQ(p["step"], 11);
+  EXPECT_EQ(p["profile.steps"], 6);  // steps 6..11; step 8's evaluation is left out
   for (const char* busy : {"gemm", "attention_fwd", "attention_bwd", "norm_rope", "embedding",
                            "elementwise", "loss", "grad_norm", "optimizer"}) {
-    EXPECT_GT(ph[busy]["ms"].get<double>(), 0.0) << busy;
+    EXPECT_GT(p[std::string("profile.") + busy + "_ms"].get<double>(), 0.0) << busy;
   }
-  EXPECT_EQ(ph["copy"]["ms"].get<double>(), 0.0);
+  EXPECT_EQ(p["profile.copy_ms"].get<double>(), 0.0);
   std::vector<double> step_ms;
   for (const auto& s : log.Of("step")) {
     const int step = s["step"].get<int>();
@@ -99,9 +106,10 @@ TEST(StepProfile, CpuRunReportsWhereTheStepGoes) {
   ASSERT_EQ(step_ms.size(), 6u);
   double mean = 0;
   for (double v : step_ms) mean += v / 6;
-  const double work = p["step_ms"].get<double>() - p["between_steps_ms"].get<double>();
+  const double work =
+      p["profile.step_ms"].get<double>() - p["profile.between_steps_ms"].get<double>();
   EXPECT_NEAR(work, mean, 0.2 * mean) << p.dump();
-  EXPECT_GT(p["tokens_per_s"].get<double>(), 0.0);
+  EXPECT_GT(p["profile.tokens_per_s"].get<double>(), 0.0);
 }
 
 }  // namespace

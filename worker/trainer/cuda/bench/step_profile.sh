@@ -39,12 +39,18 @@ import json, os, sys
 out, sdpa, shapes = sys.argv[1], sys.argv[2], sys.argv[3:]
 
 def ablate_profile(path):
+    """The profile line of an ablate-train run: {"kinds": {kind: ms per step}, "step_ms",
+    "tokens_per_s"} from its flat profile.<kind>_ms numbers."""
     if not os.path.exists(path):
         return None
     for line in open(path):
         j = json.loads(line)
         if j.get("type") == "profile":
-            return j
+            kinds = {k[len("profile."):-len("_ms")]: v for k, v in j.items()
+                     if k.startswith("profile.") and k.endswith("_ms")
+                     and k not in ("profile.step_ms", "profile.between_steps_ms")}
+            return {"kinds": kinds, "step_ms": j["profile.step_ms"],
+                    "tokens_per_s": j["profile.tokens_per_s"]}
     return None
 
 for shape in shapes:
@@ -59,15 +65,15 @@ for shape in shapes:
     print(f"\n{name}: T {T}, head dim {d}, {int(T) * int(micro):,} tokens per step")
     print("| kind of work | ablate fpa ms | ablate sagebwd ms | | PyTorch kind | PyTorch ms |")
     print("|---|---:|---:|---|---|---:|")
-    kinds = sorted((fpa or sage or {"phases": {}})["phases"],
-                   key=lambda k: -((fpa or sage)["phases"][k]["ms"]))
+    ref = fpa or sage or {"kinds": {}}
+    kinds = sorted(ref["kinds"], key=lambda k: -ref["kinds"][k])
     tk = sorted((tp or {}).get("profile", {}).get("kernels_ms", {}).items(), key=lambda kv: -kv[1])
     if tp and "profile" in tp:
         tk.append(("idle (no kernel)", tp["profile"]["idle_ms"]))
     for i in range(max(len(kinds), len(tk))):
         k = kinds[i] if i < len(kinds) else ""
-        a = f"{fpa['phases'][k]['ms']:.2f}" if fpa and k else ""
-        b = f"{sage['phases'][k]['ms']:.2f}" if sage and k else ""
+        a = f"{fpa['kinds'][k]:.2f}" if fpa and k else ""
+        b = f"{sage['kinds'][k]:.2f}" if sage and k else ""
         tn, tv = (tk[i][0], f"{tk[i][1]:.2f}") if i < len(tk) else ("", "")
         print(f"| {k} | {a} | {b} | | {tn} | {tv} |")
     step = lambda p: f"{p['step_ms']:.2f}" if p else "n/a"
