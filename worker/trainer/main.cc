@@ -30,6 +30,7 @@
 #include "ablate/trial_config.h"
 #include "trainer/loop/checkpoint.h"
 #include "trainer/loop/train_loop.h"
+#include "trainer/model/step_profile.h"
 #include "trainer/probe/probe.h"
 #if ABLATE_TRAINER_HAVE_CUDA
 #include "trainer/cuda/cuda_backend.h"
@@ -135,14 +136,12 @@ int RunProbe(const std::string& what, const std::string& config_path, const std:
 // The "profile" line as a table on stderr (stdout carries only JSON lines): each kind of work's
 // time per step (profile.<kind>_ms) and share, largest first.
 void PrintProfile(const nlohmann::json& j) {
+  using ablate::trainer::StepPhase;
   std::vector<std::pair<double, std::string>> rows;
-  const std::string pre = "profile.";
-  for (const auto& [key, v] : j.items()) {
-    const bool kind = key.rfind(pre, 0) == 0 && key.size() > pre.size() + 3 &&
-                      key.compare(key.size() - 3, 3, "_ms") == 0 && key != "profile.step_ms" &&
-                      key != "profile.between_steps_ms";
-    if (kind)
-      rows.push_back({v.get<double>(), key.substr(pre.size(), key.size() - pre.size() - 3)});
+  for (int i = 0; i < static_cast<int>(StepPhase::kCount); ++i) {
+    const auto p = static_cast<StepPhase>(i);
+    rows.push_back(
+        {j.value(ablate::trainer::StepPhaseMetric(p), 0.0), ablate::trainer::StepPhaseName(p)});
   }
   std::sort(rows.rbegin(), rows.rend());
   const double total = j.value("profile.step_ms", 0.0);

@@ -35,6 +35,10 @@ const char* StepPhaseName(StepPhase p) {
   return "?";
 }
 
+std::string StepPhaseMetric(StepPhase p) {
+  return std::string("profile.") + StepPhaseName(p) + "_ms";
+}
+
 void PhaseLedger::Close(double t) {
   if (!open_) return;
   seconds_[static_cast<int>(open_phase_)] += t - open_t_;
@@ -73,7 +77,7 @@ nlohmann::json PhaseLedger::ToJson() const {
                       {"profile.step_ms", total},
                       {"profile.between_steps_ms", between_ms}};
   for (int i = 0; i < static_cast<int>(StepPhase::kCount); ++i) {
-    j[std::string("profile.") + StepPhaseName(static_cast<StepPhase>(i)) + "_ms"] = ms[i];
+    j[StepPhaseMetric(static_cast<StepPhase>(i))] = ms[i];
   }
   return j;
 }

@@ -13,6 +13,7 @@
 #include <array>
 #include <chrono>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "ablate/status.h"
 
@@ -36,6 +37,8 @@ enum class StepPhase : int {
 // "host", "copy", "embedding", "norm_rope", "gemm", "attention_fwd", "attention_bwd",
 // "elementwise", "loss", "grad_norm", "optimizer".
 const char* StepPhaseName(StepPhase p);
+// The metric a profile line gives the kind's time per step under: "profile.<name>_ms".
+std::string StepPhaseMetric(StepPhase p);
 
 // The accounting, on timestamps given to it (seconds, non-decreasing): Mark(p, t) closes the open
 // phase at t and opens p; EndStep(t) ends a step at t and opens the host phase between it and the
