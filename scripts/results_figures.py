@@ -150,6 +150,12 @@ def _bits(kind, bits, code=None):
     return arm
 
 
+def _sm(kind, offset, smooth_k, smooth_q, dq_correction):
+    """An arm of the smoothing study: attention kind, key offset and the three switches."""
+    return {"attention.kind": kind, "attention.k_offset": offset, "attention.smooth_k": smooth_k,
+            "attention.smooth_q": smooth_q, "attention.dq_correction": dq_correction}
+
+
 # (finding, label, arm a, arm b): arms as {axis: value} over every axis but seed, each at its best
 # learning rate unless the arm names optimizer.lr; the difference is a - b.
 STUDY_CONTRASTS = {
@@ -186,17 +192,35 @@ STUDY_CONTRASTS = {
         for q, qk in (("true", "QK-norm"), ("false", "no QK-norm"))
         for t, tps in (("16384", "16K"), ("131072", "128K"))
     ] + [
-        ("SageBwd i", f"stress (no QK-norm, lr 0.006): sagebwd - fpa, {tps} tokens/step",
+        ("SageBwd i", f"stress (no QK-norm, lr {lr}, 3x its best): sagebwd - fpa, {tps} tokens/step",
          {"attention.kind": "sagebwd", "attention.qk_norm": "false", "train.tokens_per_step": t,
-          "optimizer.lr": "0.006"},
+          "optimizer.lr": lr},
          {"attention.kind": "fpa", "attention.qk_norm": "false", "train.tokens_per_step": t,
-          "optimizer.lr": "0.006"})
-        for t, tps in (("16384", "16K"), ("131072", "128K"))
+          "optimizer.lr": lr})
+        for t, tps, lr in (("16384", "16K", "0.006"), ("131072", "128K", "0.018"))
     ] + [
         ("QK-norm", f"{k}: no QK-norm - QK-norm, {tps} tokens/step",
          {"attention.kind": k, "attention.qk_norm": "false", "train.tokens_per_step": t},
          {"attention.kind": k, "attention.qk_norm": "true", "train.tokens_per_step": t})
         for k in ("fpa", "sagebwd") for t, tps in (("16384", "16K"), ("131072", "128K"))
+    ],
+    "gpu_study_smoothing": [
+        ("SageBwd iv", f"{label} (keys offset 8)", _sm("sagebwd", "8", *a), _sm(*b))
+        for label, a, b in (
+            ("sagebwd: no smoothing - K-smoothing", ("false", "false", "false"),
+             ("sagebwd", "8", "true", "false", "false")),
+            ("sagebwd: Q+K - K-smoothing", ("true", "true", "false"),
+             ("sagebwd", "8", "true", "false", "false")),
+            ("sagebwd, K-smoothing: dQ correction on - off", ("true", "false", "true"),
+             ("sagebwd", "8", "true", "false", "false")),
+            ("sagebwd K-smoothing - fpa", ("true", "false", "false"),
+             ("fpa", "8", "true", "false", "false")),
+            ("sagebwd no smoothing - fpa", ("false", "false", "false"),
+             ("fpa", "8", "true", "false", "false")),
+        )
+    ] + [
+        ("SageBwd iv", "fpa: keys offset 8 - no offset", _sm("fpa", "8", "true", "false", "false"),
+         _sm("fpa", "0", "true", "false", "false")),
     ],
     "gpu_study_state_bits": [
         ("8-bit Muon", f"{name}: 8-bit {code}{' (m and v)' if kind == 'adamw' and code == 'linear' else ''}"
