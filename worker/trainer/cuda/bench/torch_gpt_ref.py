@@ -102,7 +102,13 @@ def kernel_kind(name):
     n = name.lower()
     attn = any(k in n for k in ("flash", "fmha", "sdpa", "attention", "cudnn_generated_fort_native_sdpa"))
     if attn:
-        return "attention_bwd" if any(k in n for k in ("bwd", "backward", "dq", "dkdv")) else "attention_fwd"
+        # cuDNN names its passes fprop / bprop; a name with neither tag stays unsplit ("attention")
+        # rather than being counted as a forward.
+        if any(k in n for k in ("bwd", "backward", "bprop", "dq", "dkdv")):
+            return "attention_bwd"
+        if any(k in n for k in ("fwd", "forward", "fprop")):
+            return "attention_fwd"
+        return "attention"
     if any(k in n for k in ("gemm", "xmma", "cutlass", "nvjet", "matmul", "sm90_", "wgmma")):
         return "gemm"
     if any(k in n for k in ("multi_tensor", "adam", "foreach")):
