@@ -24,6 +24,7 @@ and writes, in --out:
   seed_spread.md         its paired (by seed) sagebwd - fpa difference, 95% t interval and the
                          smallest difference detectable at 80% power
   spectral_lr.svg        the spectral study's final loss against each arm's learning rates
+  studies_intervals.svg  every contrast of studies.md with its paired interval (a forest plot)
   studies.md             the powered studies (examples/sweeps/gpu_study_*.yaml; per-trial final
                          validation loss in gpu_study_*_trials.csv, from `ablate export`): each
                          arm at its best learning rate, and the contrasts RESULTS.md reads, paired
@@ -288,8 +289,9 @@ def best_rates(cells, arms, grid):
     return out
 
 
-def study_tables(data_dir):
-    """The markdown of studies.md, or "" when no study's trials are in data_dir."""
+def study_tables(data_dir, contrasts_out=None):
+    """The markdown of studies.md, or "" when no study's trials are in data_dir; each contrast with
+    an interval is also appended to contrasts_out (when given) as {label, d, lo, hi}."""
     out = []
     for name, contrasts in STUDY_CONTRASTS.items():
         path = os.path.join(data_dir, f"{name}_trials.csv")
@@ -354,6 +356,8 @@ def study_tables(data_dir):
                 continue
             r = paired([ca[s] - cb[s] for s in seeds])
             note = " (includes 0)" if r["lo"] <= 0 <= r["hi"] else ""
+            if contrasts_out is not None:
+                contrasts_out.append({"label": f"{name[len('gpu_study_'):]}: {label}", **r})
             out.append(f"| {finding} | {label} | {r['n']} | {r['d']:+.4f} | "
                        f"[{r['lo']:+.4f}, {r['hi']:+.4f}]{note} | {r['mdd']:.4f} | {r['sd']:.4f} |")
         out.append("")
@@ -525,10 +529,11 @@ def band_plot(path, groups, xlabel, ylabel, title):
     svg.write(path)
 
 
-def forest(path, rows):
-    W = 760
+def forest(path, rows, title="Recorded GPU sweeps: differences of final val loss (nats/byte), "
+           "95% Welch intervals", x0=330):
+    W = x0 + 430
     H = 60 + 26 * len(rows) + 40
-    x0, x1 = 330, 740
+    x1 = W - 20
     lo = min(r["lo"] for r in rows)
     hi = max(r["hi"] for r in rows)
     span = max(abs(lo), abs(hi)) * 1.05
@@ -538,8 +543,7 @@ def forest(path, rows):
         return x0 + (v - lo) / (hi - lo) * (x1 - x0)
 
     svg = Svg(W, H)
-    svg.text(W / 2, 24, "Recorded GPU sweeps: differences of final val loss (nats/byte), 95% Welch "
-             "intervals", 13, "middle")
+    svg.text(W / 2, 24, title, 13, "middle")
     ybot = 50 + 26 * len(rows)
     svg.line(fx(0), 40, fx(0), ybot, "#444", 1, "4,3")
     for i, r in enumerate(rows):
@@ -720,10 +724,14 @@ def main():
                   "final validation loss (nats/token), mean over seeds",
                   "Spectral family x p against the learning rate (gpu_study_spectral_p)",
                   logx=True, legend_at="topleft", zero_based=False)
-    studies = study_tables(a.data)
+    contrasts = []
+    studies = study_tables(a.data, contrasts)
     if studies:
         with open(os.path.join(a.out, "studies.md"), "w") as f:
             f.write("<!-- scripts/results_figures.py from gpu_study_*_trials.csv -->\n" + studies)
+        forest(os.path.join(a.out, "studies_intervals.svg"), contrasts,
+               "Powered studies: differences of final val loss (nats/token), each arm at its best "
+               "lr, 95% paired t intervals", x0=560)
     print("wrote", ", ".join(sorted(f for f in os.listdir(a.out) if f.endswith((".svg", ".md")))))
     return 0
 
