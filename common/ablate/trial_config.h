@@ -47,7 +47,7 @@ struct AttentionSection {
   bool smooth_q = false;
   bool int8_dp = false;  // quantize dP too (measures the paper's claim that dS/dP precision dominates)
   // The dS products (dQ = dS K, dK = dS^T Q) in bf16 instead of INT8, to isolate the paper's
-  // claim (ii); CPU only for now (device cuda refuses it).
+  // claim (ii); both devices (device cuda: not with smooth_q or dq_correction).
   bool ds_bf16 = false;
   // K-smoothing's dQ += rowsum(dS) kbar term (kernels/attention/attention.h): off by default
   // since numerics 3, which found it only adds error.

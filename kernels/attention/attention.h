@@ -54,8 +54,9 @@ struct AttnOptions {
   bool smooth_q = false;  // subtract the per-Q-tile mean of Q and add its bias back
   bool int8_dp = false;   // also quantize dP = dO V^T (to measure the paper's dS/dP claim)
   // The dS products in bf16 instead of INT8 (the paper's claim (ii) isolated): dQ = dS K and
-  // dK = dS^T Q take dS and the smoothed K / Q rounded to bf16, accumulated in T. CPU emulator
-  // only for now: the GPU kernels refuse it.
+  // dK = dS^T Q take dS and the smoothed K / Q rounded to bf16, accumulated in T (fp32 on the
+  // GPU, as a second pass after the INT8 backward; there without smooth_q and
+  // dq_kmean_correction).
   bool ds_bf16 = false;
   // Finer scale groups for the backward's INT8 operands (CPU emulator only, to explore the
   // accuracy of a kernel design before writing it; the GPU kernels refuse them; 0 = the block):

@@ -1,21 +1,27 @@
-// ablate-attention-bench: times the CUDA attention kernels (FPA and SageBwd) forward, backward and forward+backward on the shapes of kernels/bench/README.md.
+// ablate-attention-bench: times the CUDA attention kernels (FPA and SageBwd) forward, backward and
+// forward+backward on the shapes of kernels/bench/README.md.
 //
 // Timing: CUDA events around each iteration on one stream, `--warmup` untimed iterations, the
 // median of `--iters` (>= 20) timed ones, enqueued back to back (--sync-each: the host waits for
 // each before the next; see TimeMs). Backward alone is timed after one forward (its saved
 // lse / O stay valid); fwd+bwd times both launchers back to back. SageBwd's numbers include its
 // quantization and smoothing kernels (they run inside SageForwardCuda / SageBackwardCuda).
-// FLOPs (kernels/ALGORITHMS.md §1): forward 4 B H N^2 D, halved when causal; backward 2.5x; fwd+bwd 3.5x.
-// INT8 work is counted with the same formula (reported in the same column, TOPS for SageBwd).
+// FLOPs (kernels/ALGORITHMS.md §1): forward 4 B H N^2 D, halved when causal; backward 2.5x;
+// fwd+bwd 3.5x. INT8 work is counted with the same formula (reported in the same column, TOPS for
+// SageBwd).
 //
 // Output: a markdown table on stdout and a JSON file (--json, default attention_bench.json):
 //   {"device": ..., "results": [{"impl", "B", "H", "N", "D", "causal", "pass", "ms", "tflops"}]}
 // Usage: ablate-attention-bench [--json PATH] [--iters N] [--warmup N] [--impl fpa|sage|all]
 //          [--shape B,H,N,D] [--causal yes|no] [--deterministic yes|no|both] [--sync-each]
+//          [--precision default|all]
 // --deterministic both (the default) times each backward both ways: impl "fpa" / "sagebwd" with
 // dQ's atomics, "fpa-det" / "sagebwd-det" with the deterministic reduction (no forward rows: the
 // forward is the same).
 // --shape / --causal restrict the run to one shape / one masking (for a profiler such as ncu).
+// --precision all adds SageBwd's backward precision switches (atomics' dQ; forward unchanged):
+// "sagebwd+int8dp" (dP = dO V^T in INT8), "sagebwd+dsbf16" (dQ, dK with bf16 dS: the INT8 pass,
+// then the FPA kernel on the codes for dQ and dK) and "sagebwd+int8dp+dsbf16"; default: none.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -119,12 +125,14 @@ int main(int argc, char** argv) {
   int iters = 30, warmup = 5;
   int only_causal = -1;  // -1: both, 0: non-causal only, 1: causal only
   bool sync_each = false;
+  bool all_precisions = false;
   std::vector<bool> det_modes = {false, true};
   struct Sh { int B, H, N, D; };
   std::vector<Sh> shapes = {{4, 16, 2048, 128}, {2, 16, 8192, 128}, {8, 16, 1024, 64}};
   const char* usage =
       "usage: %s [--json PATH] [--iters N>=20] [--warmup N] [--impl fpa|sage|all] "
-      "[--shape B,H,N,D] [--causal yes|no] [--deterministic yes|no|both] [--sync-each]\n";
+      "[--shape B,H,N,D] [--causal yes|no] [--deterministic yes|no|both] [--sync-each] "
+      "[--precision default|all]\n";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -139,15 +147,21 @@ int main(int argc, char** argv) {
     else if (a == "--warmup") warmup = std::max(1, std::atoi(next().c_str()));
     else if (a == "--impl") impl = next();
     else if (a == "--sync-each") sync_each = true;
-    else if (a == "--deterministic") {
+    else if (a == "--precision") {
+      const std::string c = next();
+      if (c != "default" && c != "all") {
+        std::fprintf(stderr, "--precision takes default or all, not '%s'\n", c.c_str());
+        return 2;
+      }
+      all_precisions = c == "all";
+    } else if (a == "--deterministic") {
       const std::string c = next();
       if (c != "yes" && c != "no" && c != "both") {
         std::fprintf(stderr, "--deterministic takes yes, no or both, not '%s'\n", c.c_str());
         return 2;
       }
       det_modes = c == "both" ? std::vector<bool>{false, true} : std::vector<bool>{c == "yes"};
-    }
-    else if (a == "--causal") {
+    } else if (a == "--causal") {
       const std::string c = next();
       if (c != "yes" && c != "no") {
         std::fprintf(stderr, "--causal takes yes or no, not '%s'\n", c.c_str());
@@ -254,6 +268,38 @@ int main(int argc, char** argv) {
         add(name, "bwd", TimeMs(bwd, warmup, iters, stream, sync_each), 2.5 * ff);
         add(name, "fwd+bwd", TimeMs([&] { fwd(); bwd(); }, warmup, iters, stream, sync_each),
             3.5 * ff);
+        struct Precision {
+          const char* name;
+          bool int8_dp, ds_bf16;
+        };
+        const Precision precisions[] = {{"sagebwd+int8dp", true, false},
+                                        {"sagebwd+dsbf16", false, true},
+                                        {"sagebwd+int8dp+dsbf16", true, true}};
+        for (const Precision& pr : precisions) {
+          if (det || !all_precisions) break;
+          kk::AttnOptions popt = sopt;
+          popt.int8_dp = pr.int8_dp;
+          popt.ds_bf16 = pr.ds_bf16;
+          auto pfwd = [&] {
+            CheckStatus(kk::SageForwardCuda(s, popt, q, k, v, o, lse, ws, ws_bytes, stream),
+                        "sage fwd");
+          };
+          auto pbwd = [&] {
+            CheckStatus(kk::SageBackwardCuda(s, popt, q, k, v, o, lse, dO, dq, dk, dv, ws, ws_bytes,
+                                             stream, nullptr, 0),
+                        pr.name);
+          };
+          pfwd();
+          add(pr.name, "bwd", TimeMs(pbwd, warmup, iters, stream, sync_each), 2.5 * ff);
+          add(pr.name, "fwd+bwd",
+              TimeMs(
+                  [&] {
+                    pfwd();
+                    pbwd();
+                  },
+                  warmup, iters, stream, sync_each),
+              3.5 * ff);
+        }
       }
       }
       CHECK_CUDA(cudaStreamSynchronize(stream));

@@ -105,10 +105,16 @@ struct Problem {
   int epilogue;
 };
 
-// The fastest of the heuristic's first `want` algorithms for p (ms), and how many it offered.
-std::pair<double, int> BestCandidate(cublasLtHandle_t h, const Problem& p, const void* A,
-                                     const void* B, void* D, void* aux, void* ws, size_t ws_bytes,
-                                     int want, int reps, cudaStream_t s) {
+// The heuristic's first `want` algorithms for p: the fastest one's ms, the first one's (the
+// algorithm LtGemm runs for the same problem, if the two pose it alike), how many it offered and
+// how many of those ran (a candidate whose matmul is refused is skipped).
+struct Candidates {
+  double best_ms = 0, first_ms = 0;
+  int found = 0, ran = 0;
+};
+Candidates BestCandidate(cublasLtHandle_t h, const Problem& p, const void* A, const void* B,
+                         void* D, void* aux, void* ws, size_t ws_bytes, int want, int reps,
+                         cudaStream_t s) {
   cublasLtMatmulDesc_t desc;
   LK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t oa = p.ta ? CUBLAS_OP_T : CUBLAS_OP_N,
@@ -137,26 +143,43 @@ std::pair<double, int> BestCandidate(cublasLtHandle_t h, const Problem& p, const
   uint64_t wsb = ws_bytes;
   LK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb,
                                           sizeof wsb));
+  // The operands' alignments, as LtGemm states them (every buffer here is cudaMalloc's, 256).
+  uint32_t al = 256;
+  for (auto attr :
+       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
+    LK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &al, sizeof al));
+  }
   std::vector<cublasLtMatmulHeuristicResult_t> res(want);
   int found = 0;
   LK(cublasLtMatmulAlgoGetHeuristic(h, desc, la, lb, lc, lc, pref, want, res.data(), &found));
   const float alpha = 1.f;
-  double best = 1e30;
+  Candidates c;
+  c.found = found;
+  c.best_ms = 1e30;
   for (int i = 0; i < found; ++i) {
     const auto& algo = res[i].algo;
-    best = std::min(best, Time(
-                              [&] {
-                                LK(cublasLtMatmul(h, desc, &alpha, A, la, B, lb, &p.beta, D, lc, D,
-                                                  lc, &algo, ws, ws_bytes, s));
-                              },
-                              reps, s));
+    auto run = [&] {
+      return cublasLtMatmul(h, desc, &alpha, A, la, B, lb, &p.beta, D, lc, D, lc, &algo, ws,
+                            ws_bytes, s);
+    };
+    const cublasStatus_t st = run();
+    if (st != CUBLAS_STATUS_SUCCESS) {
+      std::fprintf(stderr, "candidate %d of %lld x %lld x %lld refused (cublasLt status %d)\n", i,
+                   (long long)p.m, (long long)p.n, (long long)p.k, int(st));
+      continue;
+    }
+    const double ms = Time([&] { LK(run()); }, reps, s);
+    if (i == 0) c.first_ms = ms;
+    c.best_ms = std::min(c.best_ms, ms);
+    ++c.ran;
   }
   cublasLtMatmulPreferenceDestroy(pref);
   cublasLtMatrixLayoutDestroy(la);
   cublasLtMatrixLayoutDestroy(lb);
   cublasLtMatrixLayoutDestroy(lc);
   cublasLtMatmulDescDestroy(desc);
-  return {best, found};
+  return c;
 }
 
 int Arg(int argc, char** argv, const char* name, int def) {
@@ -284,8 +307,8 @@ int main(int argc, char** argv) {
       "heuristic's first %d candidates\n\n",
       (long long)N, C, V, L, K);
   std::printf(
-      "| call | x/step | m x n x k | LtGemm ms | TFLOP/s | best ms | candidates | best / "
-      "LtGemm |\n|---|---:|---|---:|---:|---:|---:|---:|\n");
+      "| call | x/step | m x n x k | LtGemm ms | TFLOP/s | first ms | best ms | candidates (ran) | "
+      "best / LtGemm |\n|---|---:|---|---:|---:|---:|---:|---:|---:|\n");
   std::string js = "[";
   double tot_lt = 0, tot_best = 0, tot_flop = 0;
   for (const auto& r : rows) {
@@ -295,22 +318,24 @@ int main(int argc, char** argv) {
     const void* A = r.p.tb ? static_cast<const void*>(x) : static_cast<const void*>(w);
     const void* B = r.p.ta ? static_cast<const void*>(x) : static_cast<const void*>(y);
     void* D = r.p.tb ? static_cast<void*>(dw) : out;
-    const auto [best, found] = BestCandidate(h, r.p, A, B, D, aux, ws, ws_bytes, K, reps, s);
+    const Candidates cand = BestCandidate(h, r.p, A, B, D, aux, ws, ws_bytes, K, reps, s);
+    const double best = cand.ran > 0 ? cand.best_ms : lt;
     const double flop = 2.0 * double(r.p.m) * double(r.p.n) * double(r.p.k);
     tot_lt += lt * r.count;
     tot_best += std::min(best, lt) * r.count;
     tot_flop += flop * r.count;
-    std::printf("| %s | %d | %lld x %lld x %lld | %.3f | %.0f | %.3f | %d | %.3f |\n", r.name,
-                r.count, (long long)r.p.m, (long long)r.p.n, (long long)r.p.k, lt, flop / lt / 1e9,
-                best, found, best / lt);
+    std::printf("| %s | %d | %lld x %lld x %lld | %.3f | %.0f | %.3f | %.3f | %d (%d) | %.3f |\n",
+                r.name, r.count, (long long)r.p.m, (long long)r.p.n, (long long)r.p.k, lt,
+                flop / lt / 1e9, cand.first_ms, best, cand.found, cand.ran, best / lt);
     char buf[512];
     std::snprintf(buf, sizeof buf,
                   "%s{\"call\": \"%s\", \"count\": %d, \"m\": %lld, \"n\": %lld, \"k\": %lld, "
                   "\"ta\": %d, \"tb\": %d, \"f32_out\": %d, \"beta\": %g, \"epilogue\": %d, "
-                  "\"ltgemm_ms\": %.5f, \"best_ms\": %.5f, \"candidates\": %d}",
+                  "\"ltgemm_ms\": %.5f, \"first_ms\": %.5f, \"best_ms\": %.5f, "
+                  "\"candidates\": %d, \"ran\": %d}",
                   js.size() > 1 ? ", " : "", r.name, r.count, (long long)r.p.m, (long long)r.p.n,
-                  (long long)r.p.k, r.p.ta, r.p.tb, r.p.f32_out, r.p.beta, r.p.epilogue, lt, best,
-                  found);
+                  (long long)r.p.k, r.p.ta, r.p.tb, r.p.f32_out, r.p.beta, r.p.epilogue, lt,
+                  cand.first_ms, best, cand.found, cand.ran);
     js += buf;
   }
   js += "]\n";

@@ -412,6 +412,14 @@ __device__ __forceinline__ float FastExp2(float x) {
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
+// SageBwd's softmax scale a = tau sq sk log2e (the forward's; the backwards' a2, formed in the
+// same order) with its two lowest mantissa bits cleared (a relative change below 2.4e-7, the same
+// in every pass, far inside the ex2.approx error): then 1.5 * 2^23 a is exact, and the forward's
+// interior tiles form a (S - rowmax) by one FMA on the magic-form sum (SageForwardKernelV5).
+__device__ __forceinline__ float SoftmaxScale(float a) {
+  return __uint_as_float(__float_as_uint(a) & ~3u);
+}
+
 // Longest-first grids of the causal kernels (SageBwd's forward kLptF and backward kBwdLpt, FPA's
 // production forward and backward): grid (BH, blocks per head), block rb = 0 the heaviest. The
 // CTA at dispatch position x + y BH runs block rb of head bh, in groups of `group` heads (the

@@ -9,6 +9,8 @@
 // (P = 0) and are never stored. Deterministic (a det scratch given): each K tile's CTA adds into
 // its own slice of the scratch (one adder per element onto zero), the preprocess zeroes the slices
 // a row will receive and the postprocess sums them in K-tile order.
+// The same kernel (kSage) computes SageBwd's dQ and dK with bf16 dS products (AttnOptions::ds_bf16;
+// SageDsBf16BackwardCuda below, fpa_common.cuh).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -38,6 +40,17 @@ struct BwdParams {
   // Deterministic: B*H, and dq_acc is the scratch of ceil(N / 128) slices (B, H, N, D), K tile
   // jb's CTA adding into slice jb; 0: dq_acc is the one shared accumulator.
   int det_heads;
+  // kSage (SageDsBf16BackwardCuda): S = tau sq sk Q^ K^T from SageBwd's INT8 codes (bf16 holds
+  // them exactly; with fp32 accumulation their products are exact integers below 2^24) with the
+  // scales of its kernels (sq per Q tile, sk per K group of 64 << kv_shift keys), bit for bit
+  // their softmax scale (SoftmaxScale); dP = sdo sv dO^ V^T from the codes with int8_dp, else
+  // from bf16 dO, V as FPA's; k is the bf16 K (minus kbar when kbar is given: the smoothed
+  // operand of dQ); no dV.
+  const int8_t *qh, *kh, *vh, *doh;  // (BH, np, D)
+  const float *sq, *sk, *sv, *sdo;   // (BH, np / 64)
+  const float* kbar;                 // (BH, D) or null
+  int np, kv_shift;
+  bool int8_dp;
 };
 
 // Slices of the deterministic scratch that row n of a head receives: K tiles 0..n/128 (causal),
@@ -136,7 +149,72 @@ __device__ __forceinline__ void CpAsync4(uint32_t dst, const void* src, bool val
                "r"(src_size));
 }
 
-template <int D>
+// Rows [row0, row0 + TILE::kRows) of INT8 codes (row-major, TILE::kRowBytes / 2 per row) into the
+// bf16 tile at `smem`, each code as its exact bf16 value; rows >= n_rows zero. Synchronous (the
+// caller's barrier publishes the stores).
+template <typename TILE, int THREADS>
+__device__ __forceinline__ void LoadCodesTile(char* smem, const int8_t* codes, int row0, int n_rows,
+                                              int tid) {
+  constexpr int kPer = TILE::kRows * TILE::kChunks / THREADS;  // 16-byte bf16 chunks = 8 codes
+  static_assert(kPer * THREADS == TILE::kRows * TILE::kChunks, "chunks split over the threads");
+  uint2 w[kPer];
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int idx = i * THREADS + tid, r = idx / TILE::kChunks, c = idx % TILE::kChunks;
+    w[i] = row0 + r < n_rows ? *reinterpret_cast<const uint2*>(
+                                   codes + int64_t(row0 + r) * (TILE::kRowBytes / 2) + c * 8)
+                             : make_uint2(0u, 0u);
+  }
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int idx = i * THREADS + tid, r = idx / TILE::kChunks, c = idx % TILE::kChunks;
+    uint32_t out[4];
+#pragma unroll
+    for (int h = 0; h < 4; ++h) {
+      const uint32_t word = h < 2 ? w[i].x : w[i].y;
+      const int sh = 16 * (h & 1);
+      out[h] = PackBf16x2(float(int8_t(word >> sh)), float(int8_t(word >> (sh + 8))));
+    }
+    *reinterpret_cast<uint4*>(smem + TILE::ChunkOffset(r, c)) =
+        make_uint4(out[0], out[1], out[2], out[3]);
+  }
+}
+
+// Rows [row0, row0 + TILE::kRows) of a bf16 row-major matrix minus a per-column mean (fp32), as
+// bf16(x - mean), into the tile at `smem`; rows >= n_rows zero. Synchronous.
+template <typename TILE, int THREADS>
+__device__ __forceinline__ void LoadCenteredTile(char* smem, const bf16* x, const float* mean,
+                                                 int row0, int n_rows, int tid) {
+  constexpr int kPer = TILE::kRows * TILE::kChunks / THREADS;
+  static_assert(kPer * THREADS == TILE::kRows * TILE::kChunks, "chunks split over the threads");
+  uint4 w[kPer];
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int idx = i * THREADS + tid, r = idx / TILE::kChunks, c = idx % TILE::kChunks;
+    w[i] =
+        row0 + r < n_rows
+            ? *reinterpret_cast<const uint4*>(x + int64_t(row0 + r) * (TILE::kRowBytes / 2) + c * 8)
+            : make_uint4(0u, 0u, 0u, 0u);
+  }
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int idx = i * THREADS + tid, r = idx / TILE::kChunks, c = idx % TILE::kChunks;
+    uint4 out = make_uint4(0u, 0u, 0u, 0u);
+    if (row0 + r < n_rows) {
+      const uint32_t in[4] = {w[i].x, w[i].y, w[i].z, w[i].w};
+      uint32_t o[4];
+#pragma unroll
+      for (int h = 0; h < 4; ++h) {
+        const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&in[h]));
+        o[h] = PackBf16x2(f.x - mean[c * 8 + 2 * h], f.y - mean[c * 8 + 2 * h + 1]);
+      }
+      out = make_uint4(o[0], o[1], o[2], o[3]);
+    }
+    *reinterpret_cast<uint4*>(smem + TILE::ChunkOffset(r, c)) = out;
+  }
+}
+
+template <int D, bool kSage = false>
 struct BwdConfig {
   static_assert(D == 64 || D == 128, "head dim 64 or 128");
   static constexpr int kWarps = 8;
@@ -146,18 +224,19 @@ struct BwdConfig {
   using KTile = Bf16Tile<kBkv, D>;
   using QTile = Bf16Tile<kBq, D>;
   using PTile = Bf16Tile<kBkv, kBq>;  // P^T / dS^T: key rows x query columns
-  // K, V, 2 stages x (Q, dO), P^T, dS^T, 2 stages x (lse, D) of the Q tile (fp32).
+  // K, V, 2 stages x (Q, dO), P^T, dS^T, 2 stages x (lse, D) of the Q tile (fp32); kSage: the
+  // codes of K and 2 stages x the codes of Q (the S operands) after them.
   static constexpr int kRowVecBytes = kBq * 4;
-  static constexpr int kSmem =
-      2 * KTile::kBytes + 4 * QTile::kBytes + 2 * PTile::kBytes + 4 * kRowVecBytes;
+  static constexpr int kSmem = 2 * KTile::kBytes + 4 * QTile::kBytes + 2 * PTile::kBytes +
+                               4 * kRowVecBytes + (kSage ? KTile::kBytes + 2 * QTile::kBytes : 0);
   static_assert(kSmem <= 227 * 1024, "backward v2 shared memory exceeds sm_90's 227 KB");
   static_assert(kBkv == 4 * 32 && kBq == 2 * 32, "warp layouts assume 4 x 2 warps of 32 x 32");
 };
 
-template <int D, bool kCausal>
+template <int D, bool kCausal, bool kSage>
 __global__ void __launch_bounds__(256, 1) FpaBackwardKernel(BwdParams p) {
   GridDepLaunchDependents();  // the postprocess launch waits for this grid's completion
-  using Cfg = BwdConfig<D>;
+  using Cfg = BwdConfig<D, kSage>;
   constexpr int kThr = Cfg::kThreads;
   constexpr int kBkv = Cfg::kBkv, kBq = Cfg::kBq;
   using KTile = typename Cfg::KTile;
@@ -177,6 +256,8 @@ __global__ void __launch_bounds__(256, 1) FpaBackwardKernel(BwdParams p) {
   char* dss = ps + PTile::kBytes;       // dS^T
   float* lse_s = reinterpret_cast<float*>(dss + PTile::kBytes);  // 2 stages of kBq
   float* dv_s = lse_s + 2 * kBq;                                 // 2 stages of kBq
+  char* kcs = reinterpret_cast<char*>(dv_s + 2 * kBq);           // kSage: K^ codes (bf16)
+  char* qcs = kcs + KTile::kBytes;                               // kSage: 2 stages of Q^ codes
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
@@ -208,10 +289,37 @@ __global__ void __launch_bounds__(256, 1) FpaBackwardKernel(BwdParams p) {
   const int qt_begin = kCausal ? kv0 / kBq : 0;
   const int qt_end = CeilDiv(N, kBq);
 
-  LoadTileAsync<KTile, kThr>(ks, p.k + head, kv0, N, tid);
-  LoadTileAsync<KTile, kThr>(vs, p.v + head, kv0, N, tid);
-  LoadTileAsync<QTile, kThr>(qs, q, qt_begin * kBq, N, tid);
-  LoadTileAsync<QTile, kThr>(dos, dO, qt_begin * kBq, N, tid);
+  const int64_t chead = int64_t(bh) * p.np * D;  // kSage: this head's codes
+  // kSage: the dP operands dO, V (bf16, or their codes with int8_dp) and the Q^ codes of Q tile
+  // `qt` into stage `st`.
+  auto load_q_side = [&](int st, int qt) {
+    LoadTileAsync<QTile, kThr>(qs + st * QTile::kBytes, q, qt * kBq, N, tid);
+    if constexpr (kSage) {
+      LoadCodesTile<QTile, kThr>(qcs + st * QTile::kBytes, p.qh + chead, qt * kBq, N, tid);
+      if (p.int8_dp) {
+        LoadCodesTile<QTile, kThr>(dos + st * QTile::kBytes, p.doh + chead, qt * kBq, N, tid);
+        return;
+      }
+    }
+    LoadTileAsync<QTile, kThr>(dos + st * QTile::kBytes, dO, qt * kBq, N, tid);
+  };
+  if constexpr (kSage) {
+    if (p.kbar != nullptr) {
+      LoadCenteredTile<KTile, kThr>(ks, p.k + head, p.kbar + int64_t(bh) * D, kv0, N, tid);
+    } else {
+      LoadTileAsync<KTile, kThr>(ks, p.k + head, kv0, N, tid);
+    }
+    LoadCodesTile<KTile, kThr>(kcs, p.kh + chead, kv0, N, tid);
+    if (p.int8_dp) {
+      LoadCodesTile<KTile, kThr>(vs, p.vh + chead, kv0, N, tid);
+    } else {
+      LoadTileAsync<KTile, kThr>(vs, p.v + head, kv0, N, tid);
+    }
+  } else {
+    LoadTileAsync<KTile, kThr>(ks, p.k + head, kv0, N, tid);
+    LoadTileAsync<KTile, kThr>(vs, p.v + head, kv0, N, tid);
+  }
+  load_q_side(0, qt_begin);
   // Launched as a dependent of the preprocess launch (pdl): K, V, Q, dO above are older; D and
   // the zeroed dQ accumulator are its.
   GridDepWait();
@@ -232,6 +340,7 @@ __global__ void __launch_bounds__(256, 1) FpaBackwardKernel(BwdParams p) {
     ZeroAcc(dv[mi]);
   }
   const uint32_t kb = SmemAddr(ks), vb = SmemAddr(vs), pb = SmemAddr(ps), dsb = SmemAddr(dss);
+  const uint32_t kcb = kSage ? SmemAddr(kcs) : kb;  // the S operand's K
   const int kw = kv0 + kr;  // first key row of this warp (phases 1, 2)
 
   for (int it = qt_begin; it < qt_end; ++it) {
@@ -239,14 +348,24 @@ __global__ void __launch_bounds__(256, 1) FpaBackwardKernel(BwdParams p) {
     CpAsyncWait<0>();
     __syncthreads();  // Q/dO tile visible; every warp is done with the previous tile's phases 2-3
     if (it + 1 < qt_end) {
-      LoadTileAsync<QTile, kThr>(qs + (buf ^ 1) * QTile::kBytes, q, (it + 1) * kBq, N, tid);
-      LoadTileAsync<QTile, kThr>(dos + (buf ^ 1) * QTile::kBytes, dO, (it + 1) * kBq, N, tid);
+      load_q_side(buf ^ 1, it + 1);
       load_rowvecs(buf ^ 1, it + 1, tid);
     }
     CpAsyncCommit();
     const uint32_t qb = SmemAddr(qs + buf * QTile::kBytes), dob = SmemAddr(dos + buf * QTile::kBytes);
+    const uint32_t qcb = kSage ? SmemAddr(qcs + buf * QTile::kBytes) : qb;  // the S operand's Q
     const int q0 = it * kBq;
     const int qw = q0 + qc;  // first query column of this warp (phase 1)
+    // The logits' scale (log2 domain) and dP's: kSage, SageBwd's for this warp's 64-key tile.
+    float scale_log2 = p.scale_log2, dp_scale = 1.f;
+    if constexpr (kSage) {
+      // (A warp whose keys are all past N, all masked, reads the last group's scales: its own
+      // would lie past the head's.)
+      const int ntk = p.np / 64, kg = (min(kw, N - 1) >> 6) >> p.kv_shift;
+      const float sqi = p.sq[bh * ntk + it], skj = p.sk[bh * ntk + kg];
+      scale_log2 = SoftmaxScale(p.tau * sqi * skj * kLog2e);
+      if (p.int8_dp) dp_scale = p.sdo[bh * ntk + it] * p.sv[bh * ntk + kg];
+    }
 
     // ---- Phase 1: S^T, dP^T (32 keys x 32 queries per warp).
     {
@@ -261,13 +380,13 @@ __global__ void __launch_bounds__(256, 1) FpaBackwardKernel(BwdParams p) {
         uint32_t bq[2][4], bd[2][4];
 #pragma unroll
         for (int np = 0; np < 2; ++np) {
-          LoadBFrag2<QTile>(bq[np], qb, qc + 16 * np, 16 * kk, lane);
+          LoadBFrag2<QTile>(bq[np], qcb, qc + 16 * np, 16 * kk, lane);
           LoadBFrag2<QTile>(bd[np], dob, qc + 16 * np, 16 * kk, lane);
         }
 #pragma unroll
         for (int mi = 0; mi < 2; ++mi) {
           uint32_t a[4];
-          LoadAFrag<KTile>(a, kb, kr + 16 * mi, 16 * kk, lane);
+          LoadAFrag<KTile>(a, kcb, kr + 16 * mi, 16 * kk, lane);
 #pragma unroll
           for (int np = 0; np < 2; ++np) {
             MmaBf16(s[mi][2 * np], a, bq[np][0], bq[np][1]);
@@ -306,13 +425,15 @@ __global__ void __launch_bounds__(256, 1) FpaBackwardKernel(BwdParams p) {
           float pv[4], dsv[4];
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            pv[e] = FastExp2(fmaf(s[mi][nb][e], p.scale_log2, -l2[e & 1]));
-            dsv[e] = pv[e] * (dp[mi][nb][e] - dc[e & 1]);
+            pv[e] = FastExp2(fmaf(s[mi][nb][e], scale_log2, -l2[e & 1]));
+            dsv[e] = pv[e] * (dp[mi][nb][e] * dp_scale - dc[e & 1]);
           }
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int off = PTile::ByteOffset(kr + 16 * mi + g + 8 * h, (qc + nb * 8 + 2 * t) * 2);
-            *reinterpret_cast<uint32_t*>(ps + off) = PackBf16x2(pv[2 * h], pv[2 * h + 1]);
+            if constexpr (!kSage) {  // (kSage: no dV)
+              *reinterpret_cast<uint32_t*>(ps + off) = PackBf16x2(pv[2 * h], pv[2 * h + 1]);
+            }
             *reinterpret_cast<uint32_t*>(dss + off) = PackBf16x2(dsv[2 * h], dsv[2 * h + 1]);
           }
         }
@@ -326,17 +447,19 @@ __global__ void __launch_bounds__(256, 1) FpaBackwardKernel(BwdParams p) {
       uint32_t pa[2][4], da[2][4];
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi) {
-        LoadAFrag<PTile>(pa[mi], pb, kr + 16 * mi, 16 * kk, lane);
+        if constexpr (!kSage) LoadAFrag<PTile>(pa[mi], pb, kr + 16 * mi, 16 * kk, lane);
         LoadAFrag<PTile>(da[mi], dsb, kr + 16 * mi, 16 * kk, lane);
       }
 #pragma unroll
       for (int np = 0; np < kDN2 / 2; ++np) {
         uint32_t b[4];
-        LoadBFrag2Trans<QTile>(b, dob, 16 * kk, dc2 + 16 * np, lane);
+        if constexpr (!kSage) {
+          LoadBFrag2Trans<QTile>(b, dob, 16 * kk, dc2 + 16 * np, lane);
 #pragma unroll
-        for (int mi = 0; mi < 2; ++mi) {
-          MmaBf16(dv[mi][2 * np], pa[mi], b[0], b[1]);
-          MmaBf16(dv[mi][2 * np + 1], pa[mi], b[2], b[3]);
+          for (int mi = 0; mi < 2; ++mi) {
+            MmaBf16(dv[mi][2 * np], pa[mi], b[0], b[1]);
+            MmaBf16(dv[mi][2 * np + 1], pa[mi], b[2], b[3]);
+          }
         }
         LoadBFrag2Trans<QTile>(b, qb, 16 * kk, dc2 + 16 * np, lane);
 #pragma unroll
@@ -396,16 +519,16 @@ __global__ void __launch_bounds__(256, 1) FpaBackwardKernel(BwdParams p) {
   __syncthreads();
 #pragma unroll
   for (int mi = 0; mi < 2; ++mi) {
-    StageAccBf16<KTile>(vs, kr + 16 * mi, dc2, lane, dv[mi], 1.f, 1.f);
+    if constexpr (!kSage) StageAccBf16<KTile>(vs, kr + 16 * mi, dc2, lane, dv[mi], 1.f, 1.f);
     StageAccBf16<KTile>(ks, kr + 16 * mi, dc2, lane, dk[mi], p.tau, p.tau);
   }
   __syncthreads();
   const int nr = min(kBkv, N - kv0);
-  StoreTileRows<KTile>(vs, p.dv + head + int64_t(kv0) * D, D, nr, tid, kThr);
+  if constexpr (!kSage) StoreTileRows<KTile>(vs, p.dv + head + int64_t(kv0) * D, D, nr, tid, kThr);
   StoreTileRows<KTile>(ks, p.dk + head + int64_t(kv0) * D, D, nr, tid, kThr);
 }
 
-template <int D, bool kCausal>
+template <int D, bool kCausal, bool kSage = false>
 Status LaunchBackward(const AttnShape& s, BwdParams p, const bf16* o, bf16* dq,
                       cudaStream_t stream) {
   const int64_t rows = s.rows();
@@ -413,8 +536,8 @@ Status LaunchBackward(const AttnShape& s, BwdParams p, const bf16* o, bf16* dq,
   FpaBwdPreprocessKernel<D><<<unsigned((rows + 7) / 8), 256, 0, stream>>>(
       o, p.do_, const_cast<float*>(p.dvec), p.dq_acc, rows, s.N, slices, kCausal);
   ABLATE_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "FpaBackwardCuda: preprocess launch");
-  using Cfg2 = BwdConfig<D>;
-  auto kernel = FpaBackwardKernel<D, kCausal>;
+  using Cfg2 = BwdConfig<D, kSage>;
+  auto kernel = FpaBackwardKernel<D, kCausal, kSage>;
   ABLATE_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg2::kSmem),
       "FpaBackwardCuda: cudaFuncSetAttribute");
@@ -433,6 +556,27 @@ Status LaunchBackward(const AttnShape& s, BwdParams p, const bf16* o, bf16* dq,
 }
 
 constexpr size_t kAlign = 256;
+
+// FPA's parameters (kSage's fields null / 0).
+BwdParams FpaParams(const AttnShape& s, const bf16* q, const bf16* k, const bf16* v,
+                    const bf16* do_, const float* lse, float* dvec, float* dq_acc, bf16* dk,
+                    bf16* dv, int det_heads) {
+  BwdParams p{};
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  p.do_ = do_;
+  p.lse = lse;
+  p.dvec = dvec;
+  p.dq_acc = dq_acc;
+  p.dk = dk;
+  p.dv = dv;
+  p.N = s.N;
+  p.tau = 1.f / std::sqrt(float(s.D));
+  p.scale_log2 = p.tau * kLog2e;
+  p.det_heads = det_heads;
+  return p;
+}
 
 }  // namespace
 }  // namespace ablate::kernels::fpa
@@ -483,9 +627,8 @@ Status FpaBackwardCuda(const AttnShape& s, const bf16* q, const bf16* k, const b
   float* dq_acc = det_scratch ? static_cast<float*>(det_scratch) : static_cast<float*>(workspace);
   float* dvec = reinterpret_cast<float*>(static_cast<char*>(workspace) +
                                          cuda::RoundUp(s.numel() * int64_t(sizeof(float)), fpa::kAlign));
-  const float tau = 1.f / std::sqrt(float(s.D));
-  const BwdParams p{q,  k,          v,   do_, lse, dvec, dq_acc, dk, dv, s.N, tau * kLog2e, tau,
-                    0, det_scratch ? s.B * s.H : 0};
+  const BwdParams p =
+      FpaParams(s, q, k, v, do_, lse, dvec, dq_acc, dk, dv, det_scratch ? s.B * s.H : 0);
   if (s.D == 64) {
     return s.causal ? LaunchBackward<64, true>(s, p, o, dq, stream)
                     : LaunchBackward<64, false>(s, p, o, dq, stream);
@@ -494,5 +637,33 @@ Status FpaBackwardCuda(const AttnShape& s, const bf16* q, const bf16* k, const b
                   : LaunchBackward<128, false>(s, p, o, dq, stream);
 }
 
+namespace fpa {
+
+Status SageDsBf16BackwardCuda(const AttnShape& s, const SageDsBf16Args& a, const bf16* q,
+                              const bf16* k, const bf16* v, const bf16* o, const float* lse,
+                              const bf16* do_, bf16* dq, bf16* dk, cudaStream_t stream) {
+  BwdParams p = FpaParams(s, q, k, v, do_, lse, a.drow, a.dq_acc, dk, /*dv=*/nullptr,
+                          a.deterministic ? s.B * s.H : 0);
+  p.qh = a.qh;
+  p.kh = a.kh;
+  p.vh = a.vh;
+  p.doh = a.doh;
+  p.sq = a.sq;
+  p.sk = a.sk;
+  p.sv = a.sv;
+  p.sdo = a.sdo;
+  p.kbar = a.kbar;
+  p.np = a.np;
+  p.kv_shift = a.kv_shift;
+  p.int8_dp = a.int8_dp;
+  if (s.D == 64) {
+    return s.causal ? LaunchBackward<64, true, true>(s, p, o, dq, stream)
+                    : LaunchBackward<64, false, true>(s, p, o, dq, stream);
+  }
+  return s.causal ? LaunchBackward<128, true, true>(s, p, o, dq, stream)
+                  : LaunchBackward<128, false, true>(s, p, o, dq, stream);
+}
+
+}  // namespace fpa
 
 }  // namespace ablate::kernels

@@ -46,4 +46,24 @@ inline Status CheckShared(const AttnShape& s, const bf16* q, const bf16* k, cons
   return CheckPtr(o, "o", who);
 }
 
+// SageBwd's dQ and dK with the dS products in bf16 (AttnOptions::ds_bf16; sage_backward.cu runs it
+// after its INT8 backward, whose dV it keeps): the FPA backward's kernel on SageBwd's codes and
+// scales, dQ = tau bf16(dS) bf16(K - kbar), dK = tau bf16(dS)^T bf16(Q) (kernels/ALGORITHMS.md
+// §1.2; without Q-smoothing, whose mu it does not subtract, and without the dQ K-mean correction).
+// The pointers are the SageBwd workspace's regions (attention_cuda.h) after the forward and the
+// backward's dO quantization; dq_acc: an fp32 accumulator of B*H*N*D floats, or with
+// `deterministic` a scratch of ceil(N / 128) such slices; drow (B*H*N) is rewritten.
+struct SageDsBf16Args {
+  const int8_t *qh, *kh, *vh, *doh;  // vh, doh: with int8_dp
+  const float *sq, *sk, *sv, *sdo;
+  const float* kbar;  // null without K-smoothing
+  float* drow;
+  float* dq_acc;
+  int np, kv_shift;
+  bool int8_dp, deterministic;
+};
+Status SageDsBf16BackwardCuda(const AttnShape& s, const SageDsBf16Args& a, const bf16* q,
+                              const bf16* k, const bf16* v, const bf16* o, const float* lse,
+                              const bf16* do_, bf16* dq, bf16* dk, cudaStream_t stream);
+
 }  // namespace ablate::kernels::fpa

@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <string>
 #include <type_traits>
+
+#include "attention/cuda/fpa_common.cuh"
 #include "attention/cuda/sage_backward_tile.cuh"
 
 namespace ablate::kernels::sage {
@@ -647,11 +649,11 @@ DetLayout DetLayoutFor(const AttnShape& s, const AttnOptions& opt) {
 }
 
 template <int D>
-Status BackwardImpl(const AttnShape& s, const AttnOptions& opt, const __nv_bfloat16* k,
-                    const __nv_bfloat16* v, const __nv_bfloat16* o, const __nv_bfloat16* do_,
-                    const float* lse, __nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv,
-                    const Workspace& w, cudaStream_t stream, void* det_scratch,
-                    size_t det_scratch_bytes) {
+Status BackwardImpl(const AttnShape& s, const AttnOptions& opt, const __nv_bfloat16* q,
+                    const __nv_bfloat16* k, const __nv_bfloat16* v, const __nv_bfloat16* o,
+                    const __nv_bfloat16* do_, const float* lse, __nv_bfloat16* dq,
+                    __nv_bfloat16* dk, __nv_bfloat16* dv, const Workspace& w, cudaStream_t stream,
+                    void* det_scratch, size_t det_scratch_bytes) {
   const int bh = s.B * s.H, nt = CeilDiv(s.N, kTile);
   const int kvg = SageKvGroup(opt, D);
   DetLayout det;
@@ -745,17 +747,34 @@ Status BackwardImpl(const AttnShape& s, const AttnOptions& opt, const __nv_bfloa
       "SageBwd backward kernel launch");
 
   const int per_block = kDqFinThreads * DqFinPer<D>();
-  return CudaStatus(
-      cuda::LaunchKernel(opt.deterministic ? DqFinalizeKernel<D, true> : DqFinalizeKernel<D, false>,
-                         dim3(static_cast<unsigned>(
-                                  CeilDiv(DqFinRuns<D>(s.N, nt * kTile), per_block)),
-                              bh),
-                         dim3(kDqFinThreads), 0, stream, /*pdl=*/true,
-                         static_cast<const float*>(p.dqacc), static_cast<const float*>(p.dsrow),
-                         static_cast<const float*>(w.kbar), s.N, nt * kTile,
-                         opt.smooth_k && opt.dq_kmean_correction, p.tau, dq, w.armed,
-                         det.slices, det.keys, s.causal),
+  const Status fin = CudaStatus(
+      cuda::LaunchKernel(
+          opt.deterministic ? DqFinalizeKernel<D, true> : DqFinalizeKernel<D, false>,
+          dim3(static_cast<unsigned>(CeilDiv(DqFinRuns<D>(s.N, nt * kTile), per_block)), bh),
+          dim3(kDqFinThreads), 0, stream, /*pdl=*/true, static_cast<const float*>(p.dqacc),
+          static_cast<const float*>(p.dsrow), static_cast<const float*>(w.kbar), s.N, nt * kTile,
+          opt.smooth_k && opt.dq_kmean_correction, p.tau, dq, w.armed, det.slices, det.keys,
+          s.causal),
       "SageBwd DqFinalizeKernel launch");
+  if (!fin.ok() || !opt.ds_bf16) return fin;
+  // ds_bf16: dQ and dK again, their dS products in bf16 (fpa_common.cuh), over the INT8 pass's
+  // (whose dV stays); dqacc (or the scratch's dQ slices) is free again after the conversion.
+  const fpa::SageDsBf16Args a{w.qh,
+                              w.kh,
+                              w.vh,
+                              w.doh,
+                              w.sq,
+                              w.sk,
+                              w.sv,
+                              w.sdo,
+                              opt.smooth_k ? w.kbar : nullptr,
+                              w.drow,
+                              opt.deterministic ? det_dq : w.dqacc,
+                              nt * kTile,
+                              KvShift(kvg),
+                              opt.int8_dp,
+                              opt.deterministic};
+  return fpa::SageDsBf16BackwardCuda(s, a, q, k, v, o, lse, do_, dq, dk, stream);
 }
 }  // namespace
 }  // namespace ablate::kernels::sage
@@ -778,9 +797,9 @@ Status SageBackwardCuda(const AttnShape& shape, const AttnOptions& opt, const __
                                          {q, k, v, o, do_, lse, dq, dk, dv}));
   ABLATE_RETURN_IF_ERROR(sage::CheckOptions(opt));
   const sage::Workspace w = sage::CarveWorkspace(shape, static_cast<char*>(workspace));
-  return shape.D == 64 ? sage::BackwardImpl<64>(shape, opt, k, v, o, do_, lse, dq, dk, dv, w,
+  return shape.D == 64 ? sage::BackwardImpl<64>(shape, opt, q, k, v, o, do_, lse, dq, dk, dv, w,
                                                 stream, det_scratch, det_scratch_bytes)
-                       : sage::BackwardImpl<128>(shape, opt, k, v, o, do_, lse, dq, dk, dv, w,
+                       : sage::BackwardImpl<128>(shape, opt, q, k, v, o, do_, lse, dq, dk, dv, w,
                                                  stream, det_scratch, det_scratch_bytes);
 }
 

@@ -160,13 +160,7 @@ __device__ __forceinline__ float S32ToF32(int32_t x) {
   return __int_as_float(kQMagicBits + x) - kQMagic;
 }
 
-// The softmax scale a = tau sq sk log2e (the forward's; the backward's a2, formed in the same
-// order) with its two lowest mantissa bits cleared (a relative change below 2.4e-7, the same in
-// both passes, far inside the ex2.approx error): then 1.5 * 2^23 a is exact, and the forward's
-// interior tiles form a (S - rowmax) by one FMA on the magic-form sum (SageForwardKernelV5).
-__device__ __forceinline__ float SoftmaxScale(float a) {
-  return __uint_as_float(__float_as_uint(a) & ~3u);
-}
+using cuda::SoftmaxScale;  // (attention_common.cuh)
 
 // Waits for this thread's cp.async copies (the caller then syncs the block).
 __device__ __forceinline__ void CopyWait() {

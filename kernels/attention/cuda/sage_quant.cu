@@ -379,9 +379,11 @@ Workspace CarveWorkspace(const AttnShape& s, char* base) {
 }
 
 Status CheckOptions(const AttnOptions& opt) {
-  if (opt.ds_bf16) {
-    return InvalidArgument("SageBwd CUDA: ds_bf16 (the dS products in bf16) has no GPU kernel "
-                           "yet; it runs on the CPU emulator");
+  if (opt.ds_bf16 && (opt.smooth_q || opt.dq_kmean_correction)) {
+    return InvalidArgument(
+        "SageBwd CUDA: ds_bf16 (the dS products in bf16) runs without "
+        "smooth_q and dq_kmean_correction on the GPU; the CPU emulator runs "
+        "every combination");
   }
   if (opt.ds_row_keys != 0 || opt.ds_col_rows != 0 || opt.p_col_rows != 0) {
     return InvalidArgument("SageBwd CUDA: finer dS / P scale groups (AttnOptions::ds_row_keys, "

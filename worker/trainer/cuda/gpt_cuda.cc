@@ -118,10 +118,12 @@ StatusOr<std::unique_ptr<GptCuda>> GptCuda::Create(const Gpt<float>& model) {
     return InvalidArgument("device: cuda: head size d_model/heads = " + std::to_string(D) +
                            " is not supported by the attention kernels (64 or 128)");
   }
-  if (c.attention.ds_bf16) {
+  if (c.attention.kind == kk::AttnKind::kSageBwd && c.attention.ds_bf16 &&
+      (c.attention.smooth_q || c.attention.dq_kmean_correction)) {
     return InvalidArgument(
-        "device: cuda: attention.ds_bf16 (the dS products in bf16) has no GPU "
-        "kernel yet; run it with device: cpu");
+        "device: cuda: attention.ds_bf16 (the dS products in bf16) runs without "
+        "attention.smooth_q and attention.dq_correction on the GPU; run that combination with "
+        "device: cpu");
   }
   std::unique_ptr<GptCuda> g(new GptCuda());
   g->cfg_ = c;

@@ -1,9 +1,10 @@
 // The deterministic attention backward (AttnOptions::deterministic, attention_cuda.h), label gpu:
 //  - DeterministicGpu.RerunsBitIdentical: for FPA and SageBwd (d64, d128; causal or not; SageBwd
-//    with Q-smoothing, int8 dP, with the dQ correction), three backward calls after one forward
-//    give the same bits of dQ, dK and dV, with the scratch filled with NaN before each call (a
-//    slice row that a call reads without having zeroed it would show); and dQ equals the
-//    atomics' dQ up to the order of the fp32 sums (rel L2 <= 1e-3), dK and dV exactly.
+//    with Q-smoothing, int8 dP, with the dQ correction, with the dS products in bf16), three
+//    backward calls after one forward give the same bits of dQ, dK and dV, with the scratch filled
+//    with NaN before each call (a slice row that a call reads without having zeroed it would show);
+//    and dQ equals the atomics' dQ up to the order of the fp32 sums (rel L2 <= 1e-3), dK and dV
+//    exactly.
 //  - DetCudaArgs (no GPU needed, label unit): a deterministic backward without its scratch, or
 //    with a short one, is InvalidArgument.
 // Lengths: a multiple of the key blocks, one with a partial last block, and 16+ slices.
@@ -29,7 +30,8 @@ std::string Describe(const AttnShape& s, const AttnOptions& o) {
   return std::string(o.kind == AttnKind::kFpa ? "fpa" : "sagebwd") + " B" + std::to_string(s.B) +
          " H" + std::to_string(s.H) + " N" + std::to_string(s.N) + " D" + std::to_string(s.D) +
          (s.causal ? " causal" : "") + (o.smooth_q ? " smooth_q" : "") +
-         (o.int8_dp ? " int8_dp" : "") + (o.dq_kmean_correction ? " dq-correction" : "");
+         (o.int8_dp ? " int8_dp" : "") + (o.dq_kmean_correction ? " dq-correction" : "") +
+         (o.ds_bf16 ? " ds_bf16" : "");
 }
 
 struct Grads {
@@ -85,7 +87,7 @@ TEST(DeterministicGpu, RerunsBitIdentical) {
   struct Case {
     AttnShape s;
     AttnKind kind;
-    bool smooth_q = false, int8_dp = false, correction = false;
+    bool smooth_q = false, int8_dp = false, correction = false, ds_bf16 = false;
   };
   std::vector<Case> cases;
   for (int d : {64, 128}) {
@@ -98,6 +100,20 @@ TEST(DeterministicGpu, RerunsBitIdentical) {
     cases.push_back({{2, 2, 700, d, true}, AttnKind::kSageBwd, /*smooth_q=*/true});
     cases.push_back({{2, 2, 700, d, false}, AttnKind::kSageBwd, false, /*int8_dp=*/true});
     cases.push_back({{2, 2, 700, d, true}, AttnKind::kSageBwd, false, false, /*correction=*/true});
+    for (bool causal : {true, false}) {
+      cases.push_back({{2, 2, 700, d, causal},
+                       AttnKind::kSageBwd,
+                       false,
+                       false,
+                       false,
+                       /*ds_bf16=*/true});
+    }
+    cases.push_back({{2, 2, 700, d, true},
+                     AttnKind::kSageBwd,
+                     false,
+                     /*int8_dp=*/true,
+                     false,
+                     /*ds_bf16=*/true});
   }
   cases.push_back({{1, 4, 2112, 128, true}, AttnKind::kFpa});      // 17 slices
   cases.push_back({{1, 4, 2112, 128, true}, AttnKind::kSageBwd});  // 17 slices
@@ -108,6 +124,7 @@ TEST(DeterministicGpu, RerunsBitIdentical) {
     opt.smooth_q = c.smooth_q;
     opt.int8_dp = c.int8_dp;
     opt.dq_kmean_correction = c.correction;
+    opt.ds_bf16 = c.ds_bf16;
     AttnOptions atomics = opt;
     opt.deterministic = true;
     const std::string what = Describe(c.s, opt);
@@ -152,8 +169,9 @@ TEST(DetCudaArgs, NeedsItsScratch) {
   }
 }
 
-// The emulator-only options (ds_bf16, a partial int8_products mask) are refused by the GPU
-// launchers before anything runs, naming the option.
+// The emulator-only options (a partial int8_products mask, finer scale groups, ds_bf16 with
+// Q-smoothing or the dQ correction) are refused by the GPU launchers before anything runs,
+// naming the option.
 TEST(DetCudaArgs, EmulatorOnlyOptionsAreRefused) {
   const AttnShape s{1, 2, 256, 64, true};
   void* fake = reinterpret_cast<void*>(uintptr_t(1) << 20);
@@ -162,11 +180,15 @@ TEST(DetCudaArgs, EmulatorOnlyOptionsAreRefused) {
   const size_t ws = SageWorkspaceBytes(s);
   AttnOptions bf16;
   bf16.ds_bf16 = true;
+  bf16.smooth_q = true;
+  AttnOptions bf16c;
+  bf16c.ds_bf16 = true;
+  bf16c.dq_kmean_correction = true;
   AttnOptions mask;
   mask.int8_products = kSageS;
   AttnOptions groups;
   groups.ds_row_keys = 16;
-  for (const AttnOptions& opt : {bf16, mask, groups}) {
+  for (const AttnOptions& opt : {bf16, bf16c, mask, groups}) {
     const Status fwd = SageForwardCuda(s, opt, b, b, b, b, f, fake, ws, nullptr);
     const Status bwd = SageBackwardCuda(s, opt, b, b, b, b, f, b, b, b, b, fake, ws, nullptr);
     for (const Status& st : {fwd, bwd}) {

@@ -1,7 +1,8 @@
 // GptCuda against the CPU model: the same weights (Gpt<float>::Init, copied) and batch, the GPU's
 // bf16 forward/backward against Gpt<double> (fpa: exact attention in double; sagebwd: the float64
 // emulator at the kernel's 64 x 64 tiles). Per tensor: cosine >= 0.995 and rel. L2 <= 0.08 (fpa),
-// cosine >= 0.99 and rel. L2 <= 0.15 (sagebwd); loss within 0.5 %; also with attention.k_offset.
+// cosine >= 0.99 and rel. L2 <= 0.15 (sagebwd, also with attention.ds_bf16); loss within 0.5 %;
+// also with attention.k_offset.
 // A table of the measured values is printed. Also: Loss() equals Forward's loss, gradient
 // accumulation, and the device diagnostics against the CPU's. Skips without a GPU.
 #include <gtest/gtest.h>
@@ -109,6 +110,20 @@ TEST(GptCuda, SageBwdMatchesCpuEmulator) {
   c.attention.int8_dp = true;
   c.attention.dq_kmean_correction = true;  // the non-default
   CompareWithCpu(c, 2, 0.99, 0.15);
+  // attention.ds_bf16: the dS products in bf16 (with int8 dP too); not with Q-smoothing or the
+  // dQ correction on the GPU (refused at Create, naming the key).
+  ModelConfig b = Tiny(kernels::AttnKind::kSageBwd);
+  b.attention.ds_bf16 = true;
+  CompareWithCpu(b, 2, 0.99, 0.15);
+  b.attention.int8_dp = true;
+  CompareWithCpu(b, 2, 0.99, 0.15);
+  b.attention.smooth_q = true;
+  auto f = Gpt<float>::Create(b);
+  ASSERT_TRUE(f.ok());
+  auto refused = GptCuda::Create(*f);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("attention.ds_bf16"), std::string::npos)
+      << refused.status().ToString();
 }
 
 // attention.k_offset: the fused QK-norm / RoPE kernel adds the fixed key vectors (and SageBwd's K
