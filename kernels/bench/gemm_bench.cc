@@ -238,7 +238,8 @@ int main(int argc, char** argv) {
     Problem p;
     std::function<void()> call;
   };
-  const int GA = CUBLASLT_EPILOGUE_GELU_AUX, DG = CUBLASLT_EPILOGUE_DGELU;
+  const int NE = CUBLASLT_EPILOGUE_DEFAULT, GA = CUBLASLT_EPILOGUE_GELU_AUX,
+            DG = CUBLASLT_EPILOGUE_DGELU;  // (the default epilogue is 1, not 0)
   auto check = [](const ablate::Status& st) {
     if (!st.ok()) {
       std::fprintf(stderr, "%s\n", st.message().c_str());
@@ -257,10 +258,10 @@ int main(int argc, char** argv) {
     return [&, IC, OC] { check(gemm.BackwardWeight(dw, y, x, N, IC, OC, 1.f, 1.f, s)); };
   };
   std::vector<Row> rows = {
-      {"fwd qkv", L, {true, false, 3 * C, N, C, false, 0.f, 0}, fwd(C, 3 * C, OutType::kBF16, 0.f)},
+      {"fwd qkv", L, {true, false, 3 * C, N, C, false, 0.f, NE}, fwd(C, 3 * C, OutType::kBF16, 0.f)},
       {"fwd attn out (+res, f32)",
        L,
-       {true, false, C, N, C, true, 1.f, 0},
+       {true, false, C, N, C, true, 1.f, NE},
        fwd(C, C, OutType::kF32, 1.f)},
       {"fwd mlp up + gelu",
        L,
@@ -270,36 +271,36 @@ int main(int argc, char** argv) {
        }},
       {"fwd mlp down (+res, f32)",
        L,
-       {true, false, C, N, 4 * C, true, 1.f, 0},
+       {true, false, C, N, 4 * C, true, 1.f, NE},
        fwd(4 * C, C, OutType::kF32, 1.f)},
-      {"fwd head", 1, {true, false, V, N, C, false, 0.f, 0}, fwd(C, V, OutType::kBF16, 0.f)},
+      {"fwd head", 1, {true, false, V, N, C, false, 0.f, NE}, fwd(C, V, OutType::kBF16, 0.f)},
       {"bwd head data (f32)",
        1,
-       {false, false, C, N, V, true, 0.f, 0},
+       {false, false, C, N, V, true, 0.f, NE},
        bwd_data(C, V, OutType::kF32)},
-      {"bwd head weight", 1, {false, true, C, V, N, true, 1.f, 0}, bwd_w(C, V)},
+      {"bwd head weight", 1, {false, true, C, V, N, true, 1.f, NE}, bwd_w(C, V)},
       {"bwd mlp down data + dgelu",
        L,
        {false, false, 4 * C, N, C, false, 0.f, DG},
        [&] {
          check(gemm.BackwardDataDGelu(static_cast<__nv_bfloat16*>(out), y, w, aux, N, 4 * C, C, s));
        }},
-      {"bwd mlp down weight", L, {false, true, 4 * C, C, N, true, 1.f, 0}, bwd_w(4 * C, C)},
+      {"bwd mlp down weight", L, {false, true, 4 * C, C, N, true, 1.f, NE}, bwd_w(4 * C, C)},
       {"bwd mlp up data (f32)",
        L,
-       {false, false, C, N, 4 * C, true, 0.f, 0},
+       {false, false, C, N, 4 * C, true, 0.f, NE},
        bwd_data(C, 4 * C, OutType::kF32)},
-      {"bwd mlp up weight", L, {false, true, C, 4 * C, N, true, 1.f, 0}, bwd_w(C, 4 * C)},
+      {"bwd mlp up weight", L, {false, true, C, 4 * C, N, true, 1.f, NE}, bwd_w(C, 4 * C)},
       {"bwd attn out data",
        L,
-       {false, false, C, N, C, false, 0.f, 0},
+       {false, false, C, N, C, false, 0.f, NE},
        bwd_data(C, C, OutType::kBF16)},
-      {"bwd attn out weight", L, {false, true, C, C, N, true, 1.f, 0}, bwd_w(C, C)},
+      {"bwd attn out weight", L, {false, true, C, C, N, true, 1.f, NE}, bwd_w(C, C)},
       {"bwd qkv data (f32)",
        L,
-       {false, false, C, N, 3 * C, true, 0.f, 0},
+       {false, false, C, N, 3 * C, true, 0.f, NE},
        bwd_data(C, 3 * C, OutType::kF32)},
-      {"bwd qkv weight", L, {false, true, C, 3 * C, N, true, 1.f, 0}, bwd_w(C, 3 * C)},
+      {"bwd qkv weight", L, {false, true, C, 3 * C, N, true, 1.f, NE}, bwd_w(C, 3 * C)},
   };
 
   std::printf(
