@@ -320,6 +320,8 @@ int main(int argc, char** argv) {
     const void* B = r.p.ta ? static_cast<const void*>(x) : static_cast<const void*>(y);
     void* D = r.p.tb ? static_cast<void*>(dw) : out;
     const Candidates cand = BestCandidate(h, r.p, A, B, D, aux, ws, ws_bytes, K, reps, s);
+    // LtGemm again after the candidates (an order effect would show as a difference).
+    std::fprintf(stderr, "%s: LtGemm %.4f ms, again %.4f ms\n", r.name, lt, Time(r.call, reps, s));
     const double best = cand.ran > 0 ? cand.best_ms : lt;
     const double flop = 2.0 * double(r.p.m) * double(r.p.n) * double(r.p.k);
     tot_lt += lt * r.count;
