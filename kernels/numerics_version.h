@@ -14,6 +14,6 @@
 
 namespace ablate::kernels {
 
-inline constexpr std::string_view kNumericsVersion = "3";
+inline constexpr std::string_view kNumericsVersion = "4";
 
 }  // namespace ablate::kernels

@@ -1,5 +1,8 @@
-// FPA on the GPU: the backward (FlashAttention-2 structure on mma.sync m16n8k16) and its
-// launcher; the host API is attention_cuda.h, the numerics kernels/ALGORITHMS.md §1.1.
+// FPA on the GPU: the backward and its launcher; the host API is attention_cuda.h, the numerics
+// kernels/ALGORITHMS.md §1.1. Head dim 128 runs the warp-specialized wgmma kernel of
+// fpa_backward_ws.cuh (FlashAttention-3 structure) between the same preprocess and postprocess;
+// head dim 64 and SageBwd's bf16-dS products run the FlashAttention-2 kernel below on mma.sync
+// m16n8k16:
 // (1) preprocess: D = rowsum(dO o O) fp32, zero the fp32 dQ accumulator; (2) main: grid
 // (ceil(N/128), B*H) (causal: longest-first across heads), 8 warps, one CTA per 128-row K/V tile
 // (resident in shared memory), Q / dO tiles of 64 rows (+ their lse, D) double-buffered with
@@ -528,6 +531,14 @@ __global__ void __launch_bounds__(256, 1) FpaBackwardKernel(BwdParams p) {
   StoreTileRows<KTile>(ks, p.dk + head + int64_t(kv0) * D, D, nr, tid, kThr);
 }
 
+}  // namespace
+}  // namespace ablate::kernels::fpa
+
+#include "attention/cuda/fpa_backward_ws.cuh"
+
+namespace ablate::kernels::fpa {
+namespace {
+
 template <int D, bool kCausal, bool kSage = false>
 Status LaunchBackward(const AttnShape& s, BwdParams p, const bf16* o, bf16* dq,
                       cudaStream_t stream) {
@@ -536,18 +547,39 @@ Status LaunchBackward(const AttnShape& s, BwdParams p, const bf16* o, bf16* dq,
   FpaBwdPreprocessKernel<D><<<unsigned((rows + 7) / 8), 256, 0, stream>>>(
       o, p.do_, const_cast<float*>(p.dvec), p.dq_acc, rows, s.N, slices, kCausal);
   ABLATE_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "FpaBackwardCuda: preprocess launch");
-  using Cfg2 = BwdConfig<D, kSage>;
-  auto kernel = FpaBackwardKernel<D, kCausal, kSage>;
-  ABLATE_CUDA_RETURN_IF_ERROR(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg2::kSmem),
-      "FpaBackwardCuda: cudaFuncSetAttribute");
   // The main and postprocess launches are programmatic dependents of the one before each.
-  ABLATE_ASSIGN_OR_RETURN(const dim3 grid,
-                          LptGrid(kCausal, s.B * s.H, CeilDiv(s.N, Cfg2::kBkv), kernel,
-                                  Cfg2::kThreads, Cfg2::kSmem, &p.lpt_heads));
-  ABLATE_CUDA_RETURN_IF_ERROR(
-      LaunchKernel(kernel, grid, dim3(Cfg2::kThreads), Cfg2::kSmem, stream, /*pdl=*/true, p),
-      "FpaBackwardCuda: main launch");
+  if constexpr (D == 128 && !kSage) {
+    // d128: the warp-specialized wgmma kernel (fpa_backward_ws.cuh).
+    using L = WsBwdLayout;
+    WsBwdParams wp{};
+    wp.b = p;
+    const uint64_t n = s.N, bh = uint64_t(s.B) * s.H;
+    ABLATE_RETURN_IF_ERROR(
+        (wgmma::GmmaTileTensorMap<L::Tile, 2>(&wp.tm_q, p.q, D, n, bh, 2 * D, 2 * n * D, "Q")));
+    ABLATE_RETURN_IF_ERROR(
+        (wgmma::GmmaTileTensorMap<L::Tile, 2>(&wp.tm_do, p.do_, D, n, bh, 2 * D, 2 * n * D, "dO")));
+    auto kernel = FpaBackwardWsKernel<kCausal>;
+    ABLATE_CUDA_RETURN_IF_ERROR(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes),
+        "FpaBackwardCuda: cudaFuncSetAttribute");
+    ABLATE_ASSIGN_OR_RETURN(const dim3 grid, LptGrid(kCausal, s.B * s.H, CeilDiv(s.N, 128), kernel,
+                                                     L::kThreads, L::kBytes, &wp.b.lpt_heads));
+    ABLATE_CUDA_RETURN_IF_ERROR(
+        LaunchKernel(kernel, grid, dim3(L::kThreads), L::kBytes, stream, /*pdl=*/true, wp),
+        "FpaBackwardCuda: main launch");
+  } else {
+    using Cfg2 = BwdConfig<D, kSage>;
+    auto kernel = FpaBackwardKernel<D, kCausal, kSage>;
+    ABLATE_CUDA_RETURN_IF_ERROR(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg2::kSmem),
+        "FpaBackwardCuda: cudaFuncSetAttribute");
+    ABLATE_ASSIGN_OR_RETURN(const dim3 grid,
+                            LptGrid(kCausal, s.B * s.H, CeilDiv(s.N, Cfg2::kBkv), kernel,
+                                    Cfg2::kThreads, Cfg2::kSmem, &p.lpt_heads));
+    ABLATE_CUDA_RETURN_IF_ERROR(
+        LaunchKernel(kernel, grid, dim3(Cfg2::kThreads), Cfg2::kSmem, stream, /*pdl=*/true, p),
+        "FpaBackwardCuda: main launch");
+  }
   const int64_t n4 = s.numel() / 4;  // D is a multiple of 4
   return CudaStatus(LaunchKernel(FpaBwdPostprocessKernel<D>, dim3(unsigned((n4 + 255) / 256)),
                                  dim3(256), 0, stream, /*pdl=*/true, p.dq_acc, dq, n4, p.tau,

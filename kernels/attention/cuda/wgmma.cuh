@@ -1,8 +1,8 @@
 // Hopper warpgroup MMA (wgmma, sm_90a) building blocks for the attention kernels: operand tiles in
 // shared memory in the layout the hardware reads, their matrix descriptors, and the m64n64 int8 /
 // bf16 instructions with the fences they need, used by the SageBwd v6 forward and v7 backward
-// (sage_*.cu) and the FPA forward (fpa_forward.cu); tests/gpu/kernels/attention/wgmma_gpu_test checks every piece against
-// a CPU GEMM.
+// (sage_*.cu) and the FPA forward and d128 backward (fpa_forward.cu, fpa_backward_ws.cuh);
+// tests/gpu/kernels/attention/wgmma_gpu_test checks every piece against a CPU GEMM.
 //
 // Contents (namespace ablate::kernels::cuda::wgmma):
 //   GmmaTile<ROWS, ROW_BYTES>  byte offsets of a K-major operand tile (each of ROWS rows holds
@@ -17,6 +17,7 @@
 //   MmaS8RS(d, a, db)          d += A B with A from registers (the mma.sync A fragment per warp)
 //   MmaS8RSFirst(d, a, db)     d = A B, the same for the first K slice (d write-only)
 //   MmaBf16RSTransB, DescMN    bf16 with A from registers and B MN-major (stored [K][N])
+//   MmaBf16TransB<kFirst>      bf16 with both from shared memory, B MN-major
 //   DescStep<TILE>(k_byte)     what Desc<TILE>(base, k_byte) adds to Desc<TILE>(base, 0)
 //   DescLo / DescFromLo<TILE>  the descriptor's address word and the tile type's fixed word
 //   TileDesc<TILE>(dlo, off, k) a tile's descriptor from its buffer's DescLo and byte offset
@@ -340,6 +341,37 @@ __device__ __forceinline__ void MmaBf16First(float (&d)[32], uint64_t da, uint64
         "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23]), "=f"(d[24]), "=f"(d[25]),
         "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31])
       : "l"(da), "l"(db));
+}
+
+// d (+)= A B, bf16 m64n64k16, both from shared memory, A K-major (Desc / TileDesc) and B MN-major
+// (stored [K][N]: DescMN, imm-trans-b 1). kFirst: d = A B, d write-only.
+template <bool kFirst>
+__device__ __forceinline__ void MmaBf16TransB(float (&d)[32], uint64_t da, uint64_t db) {
+  if constexpr (kFirst) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "%32, %33, 0, 1, 1, 0, 1;\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]),
+          "=f"(d[7]), "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]),
+          "=f"(d[14]), "=f"(d[15]), "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]),
+          "=f"(d[21]), "=f"(d[22]), "=f"(d[23]), "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]),
+          "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31])
+        : "l"(da), "l"(db));
+  } else {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "%32, %33, 1, 1, 1, 0, 1;\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(da), "l"(db));
+  }
 }
 
 // ----------------------------------------------------------------------------------------------
