@@ -76,14 +76,23 @@ class GpuSuiteTest(unittest.TestCase):
                          "slow_gpu_test rc=124")
 
     def test_default_list_is_every_gpu_test_binary(self):
-        names = ["fpa_gpu_test", "sagebwd_gpu_test", "wgmma_gpu_test", "sage_scale_gpu_test",
-                 "layers_gpu_test", "spectral_gpu_test", "gpt_cuda_test", "train_cuda_test",
-                 "optim_gpu_test", "data_parallel_test"]
+        names = ["fpa_gpu_test", "sagebwd_gpu_test", "determinism_gpu_test", "wgmma_gpu_test",
+                 "sage_scale_gpu_test", "layers_gpu_test", "spectral_gpu_test", "gpt_cuda_test",
+                 "train_cuda_test", "optim_gpu_test", "data_parallel_test"]
+        # Every test program under tests/gpu (one source file per program) is in the list.
+        sources = set()
+        for dirpath, _, files in os.walk(os.path.join(ROOT, "tests", "gpu")):
+            for f in files:
+                stem, ext = os.path.splitext(f)
+                if ext in (".cc", ".cu") and stem.endswith("_test"):
+                    sources.add(stem)
+        self.assertEqual(sorted(sources), sorted(names))
         for n in names:
             self.fake(n, 1, 0)
         r = self.run_tool(self.bin, os.path.join(self.d, "out"))
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertEqual(open(self.log).read().split(), names)
+        with open(self.log) as f:
+            self.assertEqual(f.read().split(), names)
 
     def test_argument_errors(self):
         r = self.run_tool(self.bin)
