@@ -217,12 +217,15 @@ __device__ __forceinline__ void LoadCenteredTile(char* smem, const bf16* x, cons
   }
 }
 
+// Keys per CTA of both backward kernels (the deterministic scratch has one slice per CTA column).
+constexpr int kBwdKeys = 128;
+
 template <int D, bool kSage = false>
 struct BwdConfig {
   static_assert(D == 64 || D == 128, "head dim 64 or 128");
   static constexpr int kWarps = 8;
   static constexpr int kThreads = kWarps * 32;
-  static constexpr int kBkv = 128;
+  static constexpr int kBkv = kBwdKeys;
   static constexpr int kBq = 64;
   using KTile = Bf16Tile<kBkv, D>;
   using QTile = Bf16Tile<kBq, D>;
@@ -543,7 +546,7 @@ template <int D, bool kCausal, bool kSage = false>
 Status LaunchBackward(const AttnShape& s, BwdParams p, const bf16* o, bf16* dq,
                       cudaStream_t stream) {
   const int64_t rows = s.rows();
-  const int slices = p.det_heads > 0 ? CeilDiv(s.N, BwdConfig<D>::kBkv) : 0;
+  const int slices = p.det_heads > 0 ? CeilDiv(s.N, kBwdKeys) : 0;
   FpaBwdPreprocessKernel<D><<<unsigned((rows + 7) / 8), 256, 0, stream>>>(
       o, p.do_, const_cast<float*>(p.dvec), p.dq_acc, rows, s.N, slices, kCausal);
   ABLATE_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "FpaBackwardCuda: preprocess launch");
@@ -562,8 +565,9 @@ Status LaunchBackward(const AttnShape& s, BwdParams p, const bf16* o, bf16* dq,
     ABLATE_CUDA_RETURN_IF_ERROR(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes),
         "FpaBackwardCuda: cudaFuncSetAttribute");
-    ABLATE_ASSIGN_OR_RETURN(const dim3 grid, LptGrid(kCausal, s.B * s.H, CeilDiv(s.N, 128), kernel,
-                                                     L::kThreads, L::kBytes, &wp.b.lpt_heads));
+    ABLATE_ASSIGN_OR_RETURN(const dim3 grid,
+                            LptGrid(kCausal, s.B * s.H, CeilDiv(s.N, kBwdKeys), kernel, L::kThreads,
+                                    L::kBytes, &wp.b.lpt_heads));
     ABLATE_CUDA_RETURN_IF_ERROR(
         LaunchKernel(kernel, grid, dim3(L::kThreads), L::kBytes, stream, /*pdl=*/true, wp),
         "FpaBackwardCuda: main launch");

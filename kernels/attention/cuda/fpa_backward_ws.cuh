@@ -57,6 +57,7 @@ struct WsBwdLayout {
   static_assert(kBytes <= 227 * 1024, "shared memory over the sm_90 limit");
   static_assert(OutTile::kBytes <= Tile::kBytes, "dK / dV staging fits the K / V tiles");
   static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 65536, "register budget");
+  static_assert(2 * 64 == kBwdKeys, "two consumers of 64 keys per CTA");
 };
 
 template <bool kCausal>
@@ -76,7 +77,7 @@ __global__ void __launch_bounds__(WsBwdLayout::kThreads, 1)
   const int N = p.N;
   int jb = int(blockIdx.x), bh = int(blockIdx.y);
   if constexpr (kCausal) LptBlock(p.lpt_heads, jb, bh);
-  const int kv0 = jb * 128;
+  const int kv0 = jb * kBwdKeys;  // two consumers of 64 keys
   const int64_t head = int64_t(bh) * N * D;
   const int qt_begin = kCausal ? kv0 / 64 : 0, qt_end = CeilDiv(N, 64);
   const wg::MbarRing<2> ring{sbase + L::kBar};
@@ -147,25 +148,20 @@ __global__ void __launch_bounds__(WsBwdLayout::kThreads, 1)
     const int dso = L::kDs0 + (it & 1) * Tile::kBytes;
     const int q0 = qt * 64;
     ring.ConsumerWait(it);
-    // S^T = K Q^T and dP^T = V dO^T: 64 keys x 64 queries.
+    // S^T = K Q^T and dP^T = V dO^T: 64 keys x 64 queries, one commit group each.
     float sacc[32], dpacc[32];
+    const auto mma_keys_by_queries = [&](float(&acc)[32], int a_off, int b_off) {
+      wg::MmaBf16First(acc, wg::TileDesc<Tile>(dlo, a_off), wg::TileDesc<Tile>(dlo, b_off));
+#pragma unroll
+      for (int kb = 32; kb < 2 * D; kb += 32) {
+        wg::MmaBf16(acc, wg::TileDesc<Tile>(dlo, a_off, kb), wg::TileDesc<Tile>(dlo, b_off, kb),
+                    true);
+      }
+      wg::Commit();
+    };
     wg::Fence();
-    wg::MmaBf16First(sacc, wg::TileDesc<Tile>(dlo, cons + L::kK),
-                     wg::TileDesc<Tile>(dlo, sgo + L::kQ));
-#pragma unroll
-    for (int kb = 32; kb < 2 * D; kb += 32) {
-      wg::MmaBf16(sacc, wg::TileDesc<Tile>(dlo, cons + L::kK, kb),
-                  wg::TileDesc<Tile>(dlo, sgo + L::kQ, kb), true);
-    }
-    wg::Commit();
-    wg::MmaBf16First(dpacc, wg::TileDesc<Tile>(dlo, cons + L::kV),
-                     wg::TileDesc<Tile>(dlo, sgo + L::kDo));
-#pragma unroll
-    for (int kb = 32; kb < 2 * D; kb += 32) {
-      wg::MmaBf16(dpacc, wg::TileDesc<Tile>(dlo, cons + L::kV, kb),
-                  wg::TileDesc<Tile>(dlo, sgo + L::kDo, kb), true);
-    }
-    wg::Commit();
+    mma_keys_by_queries(sacc, cons + L::kK, sgo + L::kQ);
+    mma_keys_by_queries(dpacc, cons + L::kV, sgo + L::kDo);
     wg::Wait<0>();
 
     // P^T and dS^T as bf16 A fragments (k-step kk: queries 16 kk .. 16 kk + 15).
