@@ -209,24 +209,21 @@ __global__ void __launch_bounds__(WsBwdLayout::kThreads, 1)
       }
       wg::FenceProxyAsync();  // st.shared -> the dQ wgmmas' reads
     }
-    // dV += P^T dO, dK += dS^T Q (64 keys x 128 columns, two 64-column chunks each).
+    // dV += P^T dO, dK += dS^T Q (64 keys x 128 columns, two 64-column chunks each): A from
+    // registers, B the stage's tile at b_off read MN-major.
+    const auto mma_keys_by_cols = [&](float(&acc)[2][32], const uint32_t(&a)[4][4], int b_off) {
+#pragma unroll
+      for (int ch = 0; ch < 2; ++ch) {
+        const uint32_t b = sbase + sgo + b_off + ch * Tile::kChunkBytes;
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          wg::MmaBf16RSTransB(acc[ch], a[kk], wg::DescMN<Tile>(b, 16 * kk), true);
+        }
+      }
+    };
     wg::Fence();
-#pragma unroll
-    for (int ch = 0; ch < 2; ++ch) {
-      const uint32_t dob = sbase + sgo + L::kDo + ch * Tile::kChunkBytes;
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        wg::MmaBf16RSTransB(dv[ch], pa[kk], wg::DescMN<Tile>(dob, 16 * kk), true);
-      }
-    }
-#pragma unroll
-    for (int ch = 0; ch < 2; ++ch) {
-      const uint32_t qb = sbase + sgo + L::kQ + ch * Tile::kChunkBytes;
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        wg::MmaBf16RSTransB(dk[ch], da[kk], wg::DescMN<Tile>(qb, 16 * kk), true);
-      }
-    }
+    mma_keys_by_cols(dv, pa, L::kDo);
+    mma_keys_by_cols(dk, da, L::kQ);
     wg::Commit();
     wg::NamedBarSync(3, 256);  // both consumers' dS
     // dQ columns 64 cw .. over the CTA's 128 keys: dS (A, K-major) times K (B, MN-major) of
