@@ -3,8 +3,9 @@
 // the K slices through wgmma (MmaS8: m64n64k32 s8; MmaBf16: m64n64k16 bf16), twice (the second
 // pass accumulates: 2 A B, which checks the scale-d predicate), and writes the accumulator
 // fragments out by the documented mapping; MmaS8RS takes A from registers in the mma.sync
-// fragment layout instead. int8 must match exactly; bf16 within fp32 summation error. Tiles: int8 K = 64 (64B swizzle), int8 K = 128 (128B), bf16 K = 64 (128B), bf16 K = 128
-// (two 128B column chunks).
+// fragment layout instead, and the MN-major B forms (MmaBf16RSTransB, MmaBf16TransB) read B
+// stored [K][N]. int8 must match exactly; bf16 within fp32 summation error. Tiles: int8 K = 64
+// (64B swizzle), int8 K = 128 (128B), bf16 K = 64 (128B), bf16 K = 128 (two 128B column chunks).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -177,6 +178,39 @@ __global__ void __launch_bounds__(kThreads) RsBf16MnKernel(const __nv_bfloat16* 
   StoreAcc(d, c);
 }
 
+// MmaBf16TransB: A (64 x 64 bf16, row-major in global) from a K-major GmmaTile, B stored [K][N]
+// as above, read MN-major; two passes, the first slice by MmaBf16TransB<true> into poisoned
+// accumulators (it must overwrite them, not add).
+__global__ void __launch_bounds__(kThreads)
+    SsBf16MnKernel(const __nv_bfloat16* a, const __nv_bfloat16* b_kn, float* c) {
+  constexpr int K = 64;
+  using TileA = GmmaTile<kM, 2 * K>;
+  using TileB = GmmaTile<K, 2 * kN>;
+  extern __shared__ __align__(16) char smem_raw[];
+  char* const sa = AlignedSmem(smem_raw);
+  char* const sb = sa + TileA::kBytes;  // kBytes is a multiple of 1024
+  LoadGmmaTileAsync<TileA, kThreads>(sa, a, 0, kM, threadIdx.x);
+  LoadGmmaTileAsync<TileB, kThreads>(sb, b_kn, 0, K, threadIdx.x);
+  WaitStagedTiles();
+  float d[32];
+  for (int i = 0; i < 32; ++i) d[i] = 1e30f;
+  const uint32_t ba = SmemAddr(sa), bb = SmemAddr(sb);
+  Fence();
+  for (int pass = 0; pass < 2; ++pass) {
+#pragma unroll
+    for (int s = 0; s < K / 16; ++s) {
+      if (pass == 0 && s == 0) {
+        MmaBf16TransB<true>(d, Desc<TileA>(ba, 0), DescMN<TileB>(bb, 0));
+      } else {
+        MmaBf16TransB<false>(d, Desc<TileA>(ba, 32 * s), DescMN<TileB>(bb, 16 * s));
+      }
+    }
+  }
+  Commit();
+  Wait<0>();
+  StoreAcc(d, c);
+}
+
 template <typename T>
 void Check(const char* what, const std::vector<T>& a, const std::vector<T>& b, int k,
            const std::vector<double>& got) {
@@ -278,8 +312,9 @@ TEST(WgmmaGpu, S8RegisterAK128) {
   SKIP_WITHOUT_HOPPER();
   RunGemm<int8_t, 128>("s8 A from registers, K=128", 6, true);
 }
-TEST(WgmmaGpu, Bf16RegisterAMnMajorB) {
-  SKIP_WITHOUT_HOPPER();
+// A (64 x 64) times B given as [K][N] bf16 by KERNEL(a, b_kn, c), twice, against the CPU twin.
+void RunMnMajorB(void (*kernel)(const __nv_bfloat16*, const __nv_bfloat16*, float*), int smem,
+                 const char* what) {
   constexpr int K = 64;
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.f, 1.f);
@@ -299,10 +334,9 @@ TEST(WgmmaGpu, Bf16RegisterAMnMajorB) {
   ASSERT_EQ(cudaMemcpy(da, ha.data(), 2 * ha.size(), cudaMemcpyHostToDevice), cudaSuccess);
   ASSERT_EQ(cudaMemcpy(db, hb_kn.data(), 2 * hb_kn.size(), cudaMemcpyHostToDevice), cudaSuccess);
   ASSERT_EQ(cudaMemset(dc, 0xFF, sizeof(float) * kM * kN), cudaSuccess);  // poison
-  const int smem = GmmaTile<K, 2 * kN>::kBytes + 1024;
-  ASSERT_EQ(cudaFuncSetAttribute(RsBf16MnKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+  ASSERT_EQ(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
             cudaSuccess);
-  RsBf16MnKernel<<<1, kThreads, smem>>>(da, db, dc);
+  kernel<<<1, kThreads, smem>>>(da, db, dc);
   ASSERT_EQ(cudaGetLastError(), cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   std::vector<float> hc(kM * kN);
@@ -311,8 +345,17 @@ TEST(WgmmaGpu, Bf16RegisterAMnMajorB) {
   cudaFree(da);
   cudaFree(db);
   cudaFree(dc);
-  Check("bf16 A from registers, B MN-major, K=64", ha, hb_nk, K,
-        std::vector<double>(hc.begin(), hc.end()));
+  Check(what, ha, hb_nk, K, std::vector<double>(hc.begin(), hc.end()));
+}
+TEST(WgmmaGpu, Bf16RegisterAMnMajorB) {
+  SKIP_WITHOUT_HOPPER();
+  RunMnMajorB(RsBf16MnKernel, GmmaTile<64, 2 * kN>::kBytes + 1024,
+              "bf16 A from registers, B MN-major, K=64");
+}
+TEST(WgmmaGpu, Bf16SharedAMnMajorB) {
+  SKIP_WITHOUT_HOPPER();
+  RunMnMajorB(SsBf16MnKernel, GmmaTile<kM, 128>::kBytes + GmmaTile<64, 2 * kN>::kBytes + 1024,
+              "bf16 A from shared memory, B MN-major, K=64");
 }
 TEST(WgmmaGpu, Bf16K64Swizzle128) {
   SKIP_WITHOUT_HOPPER();
