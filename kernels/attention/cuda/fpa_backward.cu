@@ -550,7 +550,19 @@ Status LaunchBackward(const AttnShape& s, BwdParams p, const bf16* o, bf16* dq,
   FpaBwdPreprocessKernel<D><<<unsigned((rows + 7) / 8), 256, 0, stream>>>(
       o, p.do_, const_cast<float*>(p.dvec), p.dq_acc, rows, s.N, slices, kCausal);
   ABLATE_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "FpaBackwardCuda: preprocess launch");
-  // The main and postprocess launches are programmatic dependents of the one before each.
+  // The main and postprocess launches are programmatic dependents of the one before each. The
+  // main kernel: one CTA per kBwdKeys keys, longest-first across heads when causal; `lpt` is
+  // the params' lpt_heads, which LptGrid fills.
+  const auto launch_main = [&](auto kernel, int threads, int smem, const auto& params,
+                               int* lpt) -> Status {
+    ABLATE_CUDA_RETURN_IF_ERROR(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+        "FpaBackwardCuda: cudaFuncSetAttribute");
+    ABLATE_ASSIGN_OR_RETURN(const dim3 grid, LptGrid(kCausal, s.B * s.H, CeilDiv(s.N, kBwdKeys),
+                                                     kernel, threads, smem, lpt));
+    return CudaStatus(LaunchKernel(kernel, grid, dim3(threads), smem, stream, /*pdl=*/true, params),
+                      "FpaBackwardCuda: main launch");
+  };
   if constexpr (D == 128 && !kSage) {
     // d128: the warp-specialized wgmma kernel (fpa_backward_ws.cuh).
     using L = WsBwdLayout;
@@ -561,28 +573,12 @@ Status LaunchBackward(const AttnShape& s, BwdParams p, const bf16* o, bf16* dq,
         (wgmma::GmmaTileTensorMap<L::Tile, 2>(&wp.tm_q, p.q, D, n, bh, 2 * D, 2 * n * D, "Q")));
     ABLATE_RETURN_IF_ERROR(
         (wgmma::GmmaTileTensorMap<L::Tile, 2>(&wp.tm_do, p.do_, D, n, bh, 2 * D, 2 * n * D, "dO")));
-    auto kernel = FpaBackwardWsKernel<kCausal>;
-    ABLATE_CUDA_RETURN_IF_ERROR(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes),
-        "FpaBackwardCuda: cudaFuncSetAttribute");
-    ABLATE_ASSIGN_OR_RETURN(const dim3 grid,
-                            LptGrid(kCausal, s.B * s.H, CeilDiv(s.N, kBwdKeys), kernel, L::kThreads,
-                                    L::kBytes, &wp.b.lpt_heads));
-    ABLATE_CUDA_RETURN_IF_ERROR(
-        LaunchKernel(kernel, grid, dim3(L::kThreads), L::kBytes, stream, /*pdl=*/true, wp),
-        "FpaBackwardCuda: main launch");
+    ABLATE_RETURN_IF_ERROR(
+        launch_main(FpaBackwardWsKernel<kCausal>, L::kThreads, L::kBytes, wp, &wp.b.lpt_heads));
   } else {
     using Cfg2 = BwdConfig<D, kSage>;
-    auto kernel = FpaBackwardKernel<D, kCausal, kSage>;
-    ABLATE_CUDA_RETURN_IF_ERROR(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg2::kSmem),
-        "FpaBackwardCuda: cudaFuncSetAttribute");
-    ABLATE_ASSIGN_OR_RETURN(const dim3 grid,
-                            LptGrid(kCausal, s.B * s.H, CeilDiv(s.N, Cfg2::kBkv), kernel,
-                                    Cfg2::kThreads, Cfg2::kSmem, &p.lpt_heads));
-    ABLATE_CUDA_RETURN_IF_ERROR(
-        LaunchKernel(kernel, grid, dim3(Cfg2::kThreads), Cfg2::kSmem, stream, /*pdl=*/true, p),
-        "FpaBackwardCuda: main launch");
+    ABLATE_RETURN_IF_ERROR(launch_main(FpaBackwardKernel<D, kCausal, kSage>, Cfg2::kThreads,
+                                       Cfg2::kSmem, p, &p.lpt_heads));
   }
   const int64_t n4 = s.numel() / 4;  // D is a multiple of 4
   return CudaStatus(LaunchKernel(FpaBwdPostprocessKernel<D>, dim3(unsigned((n4 + 255) / 256)),
