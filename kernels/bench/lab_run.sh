@@ -9,8 +9,9 @@
 # BIN_DIR holds wgmma_gpu_test, fpa_gpu_test, determinism_gpu_test, sagebwd_gpu_test and
 # ablate-attention-bench (a build tree's tests/gpu, or a bundle's bin/ with LD_LIBRARY_PATH set by
 # the caller). BASE_BENCH, an ablate-attention-bench of the change's parent under another file
-# name (e.g. bench-base): a same-run A/B of the two on the standard shapes (ab_run.sh, 2 rounds,
-# atomics' dQ; OUT/ab/ab_ablate-attention-bench.md) after the tests.
+# name (e.g. bench-base): a same-run A/B of the two on the standard shapes and GPT-2 small's
+# training shape (ab_run.sh, 2 rounds, atomics' dQ; OUT/ab/ab_ablate-attention-bench.md) after
+# the tests.
 set -uo pipefail
 bin="${1:?usage: lab_run.sh BIN_DIR OUT_DIR [BASE_BENCH]}"
 out="${2:?usage: lab_run.sh BIN_DIR OUT_DIR [BASE_BENCH]}"
@@ -35,7 +36,7 @@ step determinism_gpu_test "$bin/determinism_gpu_test"
 step sagebwd_gpu_test env SAGE_BWD_LAB=1 "$bin/sagebwd_gpu_test"
 if [ -n "$base" ]; then
   shapes="4,16,2048,128:no 4,16,2048,128:yes 2,16,8192,128:no 2,16,8192,128:yes"
-  shapes+=" 8,16,1024,64:no 8,16,1024,64:yes"
+  shapes+=" 8,16,1024,64:no 8,16,1024,64:yes 16,12,1024,64:yes"  # the last: GPT-2 small's
   AB_FLAGS="--deterministic no" step ab "$here/ab_run.sh" "$out/ab" 2 "$shapes" \
     "$bin/ablate-attention-bench" "$base"
   cat "$out"/ab/ab_*.md 2>/dev/null

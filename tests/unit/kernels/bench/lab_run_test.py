@@ -71,13 +71,13 @@ class LabRunTest(unittest.TestCase):
         order = self.order()
         tests = ["wgmma_gpu_test", "fpa_gpu_test", "determinism_gpu_test", "sagebwd_gpu_test"]
         self.assertEqual(order[:4], tests)
-        # 2 rounds x 6 shapes, new and base alternately, then the full bench once.
-        self.assertEqual(order[4:], ["new", "base"] * 12 + ["new"])
+        # 2 rounds x 7 shapes, new and base alternately, then the full bench once.
+        self.assertEqual(order[4:], ["new", "base"] * 14 + ["new"])
         for t in tests:
             self.assertIn(f"== {t}: exit 0", r.stdout)
         with open(os.path.join(out, "ab", "ab_ablate-attention-bench.md")) as f:
             rows = [l for l in f if l.startswith("| fpa")]
-        self.assertEqual(len(rows), 6)
+        self.assertEqual(len(rows), 7)
         self.assertTrue(all(l.rstrip().endswith("| 2.000 |") for l in rows), rows)  # base / new
         with open(self.log) as f:
             ab_lines = [l for l in f if l.startswith("base")]
