@@ -14,6 +14,6 @@
 
 namespace ablate::kernels {
 
-inline constexpr std::string_view kNumericsVersion = "4";
+inline constexpr std::string_view kNumericsVersion = "5";
 
 }  // namespace ablate::kernels

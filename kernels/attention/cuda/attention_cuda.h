@@ -30,7 +30,7 @@
 // whatever opt.bq / bkv / kv_group say (those configure the CPU emulator); SageGpuTiles(opt, d)
 // is the emulator configuration that matches the kernels bit-for-bit up to accumulation order.
 // Only smooth_k, smooth_q, int8_dp, dq_kmean_correction, deterministic and ds_bf16 select GPU code
-// (ds_bf16: the INT8 backward, then dQ and dK again by the FPA backward's kernel on the codes, with
+// (ds_bf16: the INT8 backward, then dQ and dK again by a bf16 mma.sync kernel on the codes, with
 // bf16 dS products; not with smooth_q or dq_kmean_correction).
 //
 // SageBwd workspace: caller-provided, SageWorkspaceBytes(shape) bytes, 256-byte aligned. The

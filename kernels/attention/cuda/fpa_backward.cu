@@ -1,19 +1,14 @@
 // FPA on the GPU: the backward and its launcher; the host API is attention_cuda.h, the numerics
-// kernels/ALGORITHMS.md §1.1. Head dim 128 runs the warp-specialized wgmma kernel of
-// fpa_backward_ws.cuh (FlashAttention-3 structure) between the same preprocess and postprocess;
-// head dim 64 and SageBwd's bf16-dS products run the FlashAttention-2 kernel below on mma.sync
-// m16n8k16:
-// (1) preprocess: D = rowsum(dO o O) fp32, zero the fp32 dQ accumulator; (2) main: grid
-// (ceil(N/128), B*H) (causal: longest-first across heads), 8 warps, one CTA per 128-row K/V tile
-// (resident in shared memory), Q / dO tiles of 64 rows (+ their lse, D) double-buffered with
-// cp.async; per Q tile S^T, dP^T -> P^T, dS^T in shared memory; dV += P^T dO, dK += dS^T Q in
-// registers; dQ_tile = dS K added to the fp32 accumulator with float2 atomics; (3) postprocess:
-// dq = bf16(tau * dQ_acc). dK is scaled by tau at the store. Queries past N get lse = +inf
-// (P = 0) and are never stored. Deterministic (a det scratch given): each K tile's CTA adds into
-// its own slice of the scratch (one adder per element onto zero), the preprocess zeroes the slices
-// a row will receive and the postprocess sums them in K-tile order.
-// The same kernel (kSage) computes SageBwd's dQ and dK with bf16 dS products (AttnOptions::ds_bf16;
-// SageDsBf16BackwardCuda below, fpa_common.cuh).
+// kernels/ALGORITHMS.md §1.1. (1) preprocess: D = rowsum(dO o O) fp32, zero the fp32 dQ
+// accumulator; (2) main: FPA's backward, the warp-specialized wgmma kernel of
+// fpa_backward_ws.cuh (FlashAttention-3 structure, head dim 64 and 128); (3) postprocess: dq =
+// bf16(tau * dQ_acc). Queries past N get lse = +inf (P = 0) and are never stored.
+// Deterministic (a det scratch given): each 128-key CTA adds into its own slice of the scratch
+// (one adder per element onto zero), the preprocess zeroes the slices a row will receive and the
+// postprocess sums them in key order.
+// SageBwd's dQ and dK with bf16 dS products (AttnOptions::ds_bf16; SageDsBf16BackwardCuda below,
+// fpa_common.cuh) run between the same preprocess and postprocess, with DsBf16BackwardKernel
+// below as (2): a FlashAttention-2 kernel on mma.sync m16n8k16 over SageBwd's INT8 codes.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -43,12 +38,12 @@ struct BwdParams {
   // Deterministic: B*H, and dq_acc is the scratch of ceil(N / 128) slices (B, H, N, D), K tile
   // jb's CTA adding into slice jb; 0: dq_acc is the one shared accumulator.
   int det_heads;
-  // kSage (SageDsBf16BackwardCuda): S = tau sq sk Q^ K^T from SageBwd's INT8 codes (bf16 holds
-  // them exactly; with fp32 accumulation their products are exact integers below 2^24) with the
-  // scales of its kernels (sq per Q tile, sk per K group of 64 << kv_shift keys), bit for bit
-  // their softmax scale (SoftmaxScale); dP = sdo sv dO^ V^T from the codes with int8_dp, else
-  // from bf16 dO, V as FPA's; k is the bf16 K (minus kbar when kbar is given: the smoothed
-  // operand of dQ); no dV.
+  // SageDsBf16BackwardCuda (DsBf16BackwardKernel; FPA leaves these null / 0): S = tau sq sk Q^ K^T
+  // from SageBwd's INT8 codes (bf16 holds them exactly; with fp32 accumulation their products are
+  // exact integers below 2^24) with the scales of its kernels (sq per Q tile, sk per K group of 64
+  // << kv_shift keys), bit for bit their softmax scale (SoftmaxScale); dP = sdo sv dO^ V^T from the
+  // codes with int8_dp, else from bf16 dO, V as FPA's; k is the bf16 K (minus kbar when kbar is
+  // given: the smoothed operand of dQ); no dV.
   const int8_t *qh, *kh, *vh, *doh;  // (BH, np, D)
   const float *sq, *sk, *sv, *sdo;   // (BH, np / 64)
   const float* kbar;                 // (BH, D) or null
@@ -129,21 +124,22 @@ __global__ void __launch_bounds__(256) FpaBwdPostprocessKernel(const float* dq_a
 }
 
 // ----------------------------------------------------------------------------------------------
-// The backward: 8 warps, 128 keys per CTA, Q tiles of 64, P^T and dS^T through shared memory.
+// SageBwd's bf16-dS backward (DsBf16BackwardKernel): 8 warps, 128 keys per CTA (the K tile
+// resident in shared memory), Q tiles of 64 double-buffered with cp.async (with their lse, D).
 // ----------------------------------------------------------------------------------------------
 //
 // Each Q tile (64 queries) runs three phases with a different warp layout each (w = warp 0..7):
-//   (1) S^T = K Q^T, dP^T = V dO^T (128 x 64): warp w owns key rows 32*(w%4)..+31 x query
-//       columns 32*(w/4)..+31; P^T and dS^T = P^T o (dP^T - D) are written to shared memory (bf16).
+//   (1) S^T = K^ Q^T from the codes, dP^T = V dO^T (128 x 64): warp w owns key rows
+//       32*(w%4)..+31 x query columns 32*(w/4)..+31; dS^T = P^T o (dP^T - D) is written to shared
+//       memory (bf16).
 //   -- __syncthreads --
-//   (2) dV += P^T dO, dK += dS^T Q (128 x D): warp w owns key rows 32*(w%4)..+31 x head columns
-//       (D/2)*(w/4)..; accumulators stay in registers across Q tiles.
+//   (2) dK += dS^T Q (128 x D): warp w owns key rows 32*(w%4)..+31 x head columns (D/2)*(w/4)..;
+//       the accumulators stay in registers across Q tiles; dK is scaled by tau at the store.
 //   (3) dQ_tile = dS K (64 x D), contracting over the 128 keys: warp w owns query rows
 //       32*(w%2)..+31 x head columns (D/4)*(w/2)..; added to the fp32 accumulator with
 //       float2 atomics (sm_90 red.global.add.v2.f32), one pass per (Q tile, K tile).
 // The warp tiles (32 x 32 / 32 x D/2 / 32 x D/4) cut shared-memory operand traffic per MMA to
-// ~60% of 16 key rows x a 32-query tile per warp at D = 128. The Q tile's lse and D vectors are
-// staged in shared memory with cp.async alongside Q / dO.
+// ~60% of 16 key rows x a 32-query tile per warp at D = 128.
 
 // 4-byte cp.async (.ca) with zero fill when !valid (src must still be a mapped address).
 __device__ __forceinline__ void CpAsync4(uint32_t dst, const void* src, bool valid) {
@@ -220,8 +216,8 @@ __device__ __forceinline__ void LoadCenteredTile(char* smem, const bf16* x, cons
 // Keys per CTA of both backward kernels (the deterministic scratch has one slice per CTA column).
 constexpr int kBwdKeys = 128;
 
-template <int D, bool kSage = false>
-struct BwdConfig {
+template <int D>
+struct DsBf16Config {
   static_assert(D == 64 || D == 128, "head dim 64 or 128");
   static constexpr int kWarps = 8;
   static constexpr int kThreads = kWarps * 32;
@@ -230,19 +226,19 @@ struct BwdConfig {
   using KTile = Bf16Tile<kBkv, D>;
   using QTile = Bf16Tile<kBq, D>;
   using PTile = Bf16Tile<kBkv, kBq>;  // P^T / dS^T: key rows x query columns
-  // K, V, 2 stages x (Q, dO), P^T, dS^T, 2 stages x (lse, D) of the Q tile (fp32); kSage: the
-  // codes of K and 2 stages x the codes of Q (the S operands) after them.
+  // K (bf16, centred when kbar is given), V (or its codes), 2 stages x (Q, dO), dS^T, 2 stages
+  // x (lse, D) of the Q tile (fp32), the codes of K and 2 stages x the codes of Q (the S operands).
   static constexpr int kRowVecBytes = kBq * 4;
-  static constexpr int kSmem = 2 * KTile::kBytes + 4 * QTile::kBytes + 2 * PTile::kBytes +
-                               4 * kRowVecBytes + (kSage ? KTile::kBytes + 2 * QTile::kBytes : 0);
+  static constexpr int kSmem =
+      3 * KTile::kBytes + 6 * QTile::kBytes + PTile::kBytes + 4 * kRowVecBytes;
   static_assert(kSmem <= 227 * 1024, "backward v2 shared memory exceeds sm_90's 227 KB");
   static_assert(kBkv == 4 * 32 && kBq == 2 * 32, "warp layouts assume 4 x 2 warps of 32 x 32");
 };
 
-template <int D, bool kCausal, bool kSage>
-__global__ void __launch_bounds__(256, 1) FpaBackwardKernel(BwdParams p) {
+template <int D, bool kCausal>
+__global__ void __launch_bounds__(256, 1) DsBf16BackwardKernel(BwdParams p) {
   GridDepLaunchDependents();  // the postprocess launch waits for this grid's completion
-  using Cfg = BwdConfig<D, kSage>;
+  using Cfg = DsBf16Config<D>;
   constexpr int kThr = Cfg::kThreads;
   constexpr int kBkv = Cfg::kBkv, kBq = Cfg::kBq;
   using KTile = typename Cfg::KTile;
@@ -258,12 +254,11 @@ __global__ void __launch_bounds__(256, 1) FpaBackwardKernel(BwdParams p) {
   char* vs = ks + KTile::kBytes;
   char* qs = vs + KTile::kBytes;        // 2 stages of QTile::kBytes
   char* dos = qs + 2 * QTile::kBytes;   // 2 stages
-  char* ps = dos + 2 * QTile::kBytes;   // P^T
-  char* dss = ps + PTile::kBytes;       // dS^T
+  char* dss = dos + 2 * QTile::kBytes;  // dS^T
   float* lse_s = reinterpret_cast<float*>(dss + PTile::kBytes);  // 2 stages of kBq
   float* dv_s = lse_s + 2 * kBq;                                 // 2 stages of kBq
-  char* kcs = reinterpret_cast<char*>(dv_s + 2 * kBq);           // kSage: K^ codes (bf16)
-  char* qcs = kcs + KTile::kBytes;                               // kSage: 2 stages of Q^ codes
+  char* kcs = reinterpret_cast<char*>(dv_s + 2 * kBq);           // K^ codes (bf16)
+  char* qcs = kcs + KTile::kBytes;                               // 2 stages of Q^ codes
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
@@ -295,34 +290,27 @@ __global__ void __launch_bounds__(256, 1) FpaBackwardKernel(BwdParams p) {
   const int qt_begin = kCausal ? kv0 / kBq : 0;
   const int qt_end = CeilDiv(N, kBq);
 
-  const int64_t chead = int64_t(bh) * p.np * D;  // kSage: this head's codes
-  // kSage: the dP operands dO, V (bf16, or their codes with int8_dp) and the Q^ codes of Q tile
-  // `qt` into stage `st`.
+  const int64_t chead = int64_t(bh) * p.np * D;  // this head's codes
+  // The dP operands dO, V (bf16, or their codes with int8_dp) and the Q^ codes of Q tile `qt`
+  // into stage `st`.
   auto load_q_side = [&](int st, int qt) {
     LoadTileAsync<QTile, kThr>(qs + st * QTile::kBytes, q, qt * kBq, N, tid);
-    if constexpr (kSage) {
-      LoadCodesTile<QTile, kThr>(qcs + st * QTile::kBytes, p.qh + chead, qt * kBq, N, tid);
-      if (p.int8_dp) {
-        LoadCodesTile<QTile, kThr>(dos + st * QTile::kBytes, p.doh + chead, qt * kBq, N, tid);
-        return;
-      }
+    LoadCodesTile<QTile, kThr>(qcs + st * QTile::kBytes, p.qh + chead, qt * kBq, N, tid);
+    if (p.int8_dp) {
+      LoadCodesTile<QTile, kThr>(dos + st * QTile::kBytes, p.doh + chead, qt * kBq, N, tid);
+      return;
     }
     LoadTileAsync<QTile, kThr>(dos + st * QTile::kBytes, dO, qt * kBq, N, tid);
   };
-  if constexpr (kSage) {
-    if (p.kbar != nullptr) {
-      LoadCenteredTile<KTile, kThr>(ks, p.k + head, p.kbar + int64_t(bh) * D, kv0, N, tid);
-    } else {
-      LoadTileAsync<KTile, kThr>(ks, p.k + head, kv0, N, tid);
-    }
-    LoadCodesTile<KTile, kThr>(kcs, p.kh + chead, kv0, N, tid);
-    if (p.int8_dp) {
-      LoadCodesTile<KTile, kThr>(vs, p.vh + chead, kv0, N, tid);
-    } else {
-      LoadTileAsync<KTile, kThr>(vs, p.v + head, kv0, N, tid);
-    }
+  if (p.kbar != nullptr) {
+    LoadCenteredTile<KTile, kThr>(ks, p.k + head, p.kbar + int64_t(bh) * D, kv0, N, tid);
   } else {
     LoadTileAsync<KTile, kThr>(ks, p.k + head, kv0, N, tid);
+  }
+  LoadCodesTile<KTile, kThr>(kcs, p.kh + chead, kv0, N, tid);
+  if (p.int8_dp) {
+    LoadCodesTile<KTile, kThr>(vs, p.vh + chead, kv0, N, tid);
+  } else {
     LoadTileAsync<KTile, kThr>(vs, p.v + head, kv0, N, tid);
   }
   load_q_side(0, qt_begin);
@@ -339,14 +327,11 @@ __global__ void __launch_bounds__(256, 1) FpaBackwardKernel(BwdParams p) {
   const int qr3 = 32 * (warp & 1);       // phase 3: query rows (tile-local)
   const int dc3 = kDQ * (warp >> 1);     // phase 3: head columns
 
-  float dk[2][kDN2][4], dv[2][kDN2][4];
+  float dk[2][kDN2][4];
 #pragma unroll
-  for (int mi = 0; mi < 2; ++mi) {
-    ZeroAcc(dk[mi]);
-    ZeroAcc(dv[mi]);
-  }
-  const uint32_t kb = SmemAddr(ks), vb = SmemAddr(vs), pb = SmemAddr(ps), dsb = SmemAddr(dss);
-  const uint32_t kcb = kSage ? SmemAddr(kcs) : kb;  // the S operand's K
+  for (int mi = 0; mi < 2; ++mi) ZeroAcc(dk[mi]);
+  const uint32_t kb = SmemAddr(ks), vb = SmemAddr(vs), dsb = SmemAddr(dss);
+  const uint32_t kcb = SmemAddr(kcs);  // the S operand's K
   const int kw = kv0 + kr;  // first key row of this warp (phases 1, 2)
 
   for (int it = qt_begin; it < qt_end; ++it) {
@@ -359,19 +344,16 @@ __global__ void __launch_bounds__(256, 1) FpaBackwardKernel(BwdParams p) {
     }
     CpAsyncCommit();
     const uint32_t qb = SmemAddr(qs + buf * QTile::kBytes), dob = SmemAddr(dos + buf * QTile::kBytes);
-    const uint32_t qcb = kSage ? SmemAddr(qcs + buf * QTile::kBytes) : qb;  // the S operand's Q
+    const uint32_t qcb = SmemAddr(qcs + buf * QTile::kBytes);  // the S operand's Q
     const int q0 = it * kBq;
     const int qw = q0 + qc;  // first query column of this warp (phase 1)
-    // The logits' scale (log2 domain) and dP's: kSage, SageBwd's for this warp's 64-key tile.
-    float scale_log2 = p.scale_log2, dp_scale = 1.f;
-    if constexpr (kSage) {
-      // (A warp whose keys are all past N, all masked, reads the last group's scales: its own
-      // would lie past the head's.)
-      const int ntk = p.np / 64, kg = (min(kw, N - 1) >> 6) >> p.kv_shift;
-      const float sqi = p.sq[bh * ntk + it], skj = p.sk[bh * ntk + kg];
-      scale_log2 = SoftmaxScale(p.tau * sqi * skj * kLog2e);
-      if (p.int8_dp) dp_scale = p.sdo[bh * ntk + it] * p.sv[bh * ntk + kg];
-    }
+    // The logits' scale (log2 domain) and dP's: SageBwd's for this warp's 64-key tile. (A warp
+    // whose keys are all past N, all masked, reads the last group's scales: its own would lie
+    // past the head's.)
+    const int ntk = p.np / 64, kg = (min(kw, N - 1) >> 6) >> p.kv_shift;
+    const float sqi = p.sq[bh * ntk + it], skj = p.sk[bh * ntk + kg];
+    const float scale_log2 = SoftmaxScale(p.tau * sqi * skj * kLog2e);
+    const float dp_scale = p.int8_dp ? p.sdo[bh * ntk + it] * p.sv[bh * ntk + kg] : 1.f;
 
     // ---- Phase 1: S^T, dP^T (32 keys x 32 queries per warp).
     {
@@ -437,36 +419,22 @@ __global__ void __launch_bounds__(256, 1) FpaBackwardKernel(BwdParams p) {
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int off = PTile::ByteOffset(kr + 16 * mi + g + 8 * h, (qc + nb * 8 + 2 * t) * 2);
-            if constexpr (!kSage) {  // (kSage: no dV)
-              *reinterpret_cast<uint32_t*>(ps + off) = PackBf16x2(pv[2 * h], pv[2 * h + 1]);
-            }
             *reinterpret_cast<uint32_t*>(dss + off) = PackBf16x2(dsv[2 * h], dsv[2 * h + 1]);
           }
         }
       }
     }
-    __syncthreads();  // P^T, dS^T complete
+    __syncthreads();  // dS^T complete
 
-    // ---- Phase 2: dV += P^T dO, dK += dS^T Q (32 keys x D/2 per warp, contracting 64 queries).
+    // ---- Phase 2: dK += dS^T Q (32 keys x D/2 per warp, contracting 64 queries).
 #pragma unroll
     for (int kk = 0; kk < kBq / 16; ++kk) {
-      uint32_t pa[2][4], da[2][4];
+      uint32_t da[2][4];
 #pragma unroll
-      for (int mi = 0; mi < 2; ++mi) {
-        if constexpr (!kSage) LoadAFrag<PTile>(pa[mi], pb, kr + 16 * mi, 16 * kk, lane);
-        LoadAFrag<PTile>(da[mi], dsb, kr + 16 * mi, 16 * kk, lane);
-      }
+      for (int mi = 0; mi < 2; ++mi) LoadAFrag<PTile>(da[mi], dsb, kr + 16 * mi, 16 * kk, lane);
 #pragma unroll
       for (int np = 0; np < kDN2 / 2; ++np) {
         uint32_t b[4];
-        if constexpr (!kSage) {
-          LoadBFrag2Trans<QTile>(b, dob, 16 * kk, dc2 + 16 * np, lane);
-#pragma unroll
-          for (int mi = 0; mi < 2; ++mi) {
-            MmaBf16(dv[mi][2 * np], pa[mi], b[0], b[1]);
-            MmaBf16(dv[mi][2 * np + 1], pa[mi], b[2], b[3]);
-          }
-        }
         LoadBFrag2Trans<QTile>(b, qb, 16 * kk, dc2 + 16 * np, lane);
 #pragma unroll
         for (int mi = 0; mi < 2; ++mi) {
@@ -520,17 +488,15 @@ __global__ void __launch_bounds__(256, 1) FpaBackwardKernel(BwdParams p) {
   }
   CpAsyncWait<0>();
 
-  // dV and dK through the K and V tiles (free once every warp is past phase 3) and 16-byte row
-  // stores (StageAccBf16).
+  // dK through the K tile (free once every warp is past phase 3) and 16-byte row stores
+  // (StageAccBf16).
   __syncthreads();
 #pragma unroll
   for (int mi = 0; mi < 2; ++mi) {
-    if constexpr (!kSage) StageAccBf16<KTile>(vs, kr + 16 * mi, dc2, lane, dv[mi], 1.f, 1.f);
     StageAccBf16<KTile>(ks, kr + 16 * mi, dc2, lane, dk[mi], p.tau, p.tau);
   }
   __syncthreads();
   const int nr = min(kBkv, N - kv0);
-  if constexpr (!kSage) StoreTileRows<KTile>(vs, p.dv + head + int64_t(kv0) * D, D, nr, tid, kThr);
   StoreTileRows<KTile>(ks, p.dk + head + int64_t(kv0) * D, D, nr, tid, kThr);
 }
 
@@ -542,6 +508,7 @@ __global__ void __launch_bounds__(256, 1) FpaBackwardKernel(BwdParams p) {
 namespace ablate::kernels::fpa {
 namespace {
 
+// kSage: SageBwd's bf16-dS products (DsBf16BackwardKernel), else FPA's (FpaBackwardWsKernel).
 template <int D, bool kCausal, bool kSage = false>
 Status LaunchBackward(const AttnShape& s, BwdParams p, const bf16* o, bf16* dq,
                       cudaStream_t stream) {
@@ -563,22 +530,22 @@ Status LaunchBackward(const AttnShape& s, BwdParams p, const bf16* o, bf16* dq,
     return CudaStatus(LaunchKernel(kernel, grid, dim3(threads), smem, stream, /*pdl=*/true, params),
                       "FpaBackwardCuda: main launch");
   };
-  if constexpr (D == 128 && !kSage) {
-    // d128: the warp-specialized wgmma kernel (fpa_backward_ws.cuh).
-    using L = WsBwdLayout;
+  if constexpr (!kSage) {
+    // FPA: the warp-specialized wgmma kernel (fpa_backward_ws.cuh).
+    using L = WsBwdLayout<D>;
     WsBwdParams wp{};
     wp.b = p;
     const uint64_t n = s.N, bh = uint64_t(s.B) * s.H;
+    ABLATE_RETURN_IF_ERROR((wgmma::GmmaTileTensorMap<typename L::Tile, 2>(&wp.tm_q, p.q, D, n, bh,
+                                                                          2 * D, 2 * n * D, "Q")));
+    ABLATE_RETURN_IF_ERROR((wgmma::GmmaTileTensorMap<typename L::Tile, 2>(
+        &wp.tm_do, p.do_, D, n, bh, 2 * D, 2 * n * D, "dO")));
     ABLATE_RETURN_IF_ERROR(
-        (wgmma::GmmaTileTensorMap<L::Tile, 2>(&wp.tm_q, p.q, D, n, bh, 2 * D, 2 * n * D, "Q")));
-    ABLATE_RETURN_IF_ERROR(
-        (wgmma::GmmaTileTensorMap<L::Tile, 2>(&wp.tm_do, p.do_, D, n, bh, 2 * D, 2 * n * D, "dO")));
-    ABLATE_RETURN_IF_ERROR(
-        launch_main(FpaBackwardWsKernel<kCausal>, L::kThreads, L::kBytes, wp, &wp.b.lpt_heads));
+        launch_main(FpaBackwardWsKernel<D, kCausal>, L::kThreads, L::kBytes, wp, &wp.b.lpt_heads));
   } else {
-    using Cfg2 = BwdConfig<D, kSage>;
-    ABLATE_RETURN_IF_ERROR(launch_main(FpaBackwardKernel<D, kCausal, kSage>, Cfg2::kThreads,
-                                       Cfg2::kSmem, p, &p.lpt_heads));
+    using Cfg = DsBf16Config<D>;
+    ABLATE_RETURN_IF_ERROR(
+        launch_main(DsBf16BackwardKernel<D, kCausal>, Cfg::kThreads, Cfg::kSmem, p, &p.lpt_heads));
   }
   const int64_t n4 = s.numel() / 4;  // D is a multiple of 4
   return CudaStatus(LaunchKernel(FpaBwdPostprocessKernel<D>, dim3(unsigned((n4 + 255) / 256)),

@@ -1,27 +1,27 @@
-// FPA's d128 backward in the FlashAttention-3 structure (sm_90a, wgmma, warp-specialized),
-// included by fpa_backward.cu only (which runs the preprocess and postprocess around it; the
-// numerics are kernels/ALGORITHMS.md §1.1, the same as the mma.sync kernel's up to the order of
-// the fp32 sums inside each product).
+// FPA's backward (head dim 64 and 128) in the FlashAttention-3 structure (sm_90a, wgmma,
+// warp-specialized), included by fpa_backward.cu only (which runs the preprocess and postprocess
+// around it; the numerics are kernels/ALGORITHMS.md §1.1).
 //
-// One CTA per 128 keys (grid as the mma.sync kernel's: causal longest-first across heads), three
-// warpgroups:
+// One CTA per 128 keys (causal: longest-first across heads), three warpgroups:
 //   producer (warpgroup 0, 24 registers): for each Q tile of 64 rows, Q and dO by TMA into a
 //     two-stage ring (mbarriers full / empty), with the tile's lse (log2 domain; +inf past N) and
 //     D = rowsum(dO o O) (0 past N);
 //   consumer c = 0, 1 (240 registers each): keys kv0 + 64 c .. + 63, whose K and V tiles stay in
-//     shared memory and whose dK, dV (64 x 128 each) stay in registers for the whole loop. Per Q
+//     shared memory and whose dK, dV (64 x D each) stay in registers for the whole loop. Per Q
 //     tile, keys as the accumulators' rows:
-//       S^T = K Q^T, dP^T = V dO^T                       (wgmma, both operands in shared memory)
-//       P^T = exp2(S^T tau log2e - lse), dS^T = P^T o (dP^T - D)   (masks on diagonal / tail tiles
-//       only) dV += P^T dO, dK += dS^T Q                        (A = P^T, dS^T as bf16 from
-//       registers,
-//                                                          B = dO, Q read MN-major)
+//       S^T = K Q^T, dP^T = V dO^T                 (wgmma, both operands in shared memory)
+//       P^T = exp2(S^T tau log2e - lse), dS^T = P^T o (dP^T - D)
+//                                                  (masks on diagonal / tail tiles only)
+//       dV += P^T dO, dK += dS^T Q                 (A = P^T, dS^T as bf16 from registers,
+//                                                   B = dO, Q read MN-major)
 //       dS^T -> the shared dS tile [q][128 keys] (stmatrix.trans, two buffers)
-//       dQ(:, 64 c ..) = dS K(:, 64 c ..) over both consumers' 128 keys (after one barrier of the
-//       pair), staged in shared memory and added into the fp32 dQ accumulator by one bulk
-//       reduce-add per row (cp.reduce.async.bulk).
+//       dQ = dS K over both consumers' 128 keys (after one barrier of the pair), 64 columns per
+//       product: d128, consumer c columns 64 c .. of every tile; d64, consumer (tile % 2) all
+//       64 of the tile; staged in shared memory and added into the fp32 dQ accumulator by one
+//       bulk reduce-add per row (cp.reduce.async.bulk).
 // Deterministic (det_heads > 0): CTA jb adds into slice jb of the scratch; every element of a
-// slice gets exactly one add (consumer c owns columns 64 c ..) onto zero, as the mma.sync kernel's.
+// slice gets exactly one add (d128: consumer c owns columns 64 c ..; d64: one consumer a tile)
+// onto zero.
 #pragma once
 
 namespace ablate::kernels::fpa {
@@ -33,18 +33,24 @@ struct WsBwdParams {
   BwdParams b;
 };
 
+template <int D_>
 struct WsBwdLayout {
-  static constexpr int D = 128;
-  using Tile = wgmma::GmmaTile<64, 2 * D>;  // 64 rows of D bf16: K, V, Q, dO; the dS tile
+  static constexpr int D = D_;
+  static_assert(D == 64 || D == 128, "head dim 64 or 128");
+  using Tile = wgmma::GmmaTile<64, 2 * D>;  // 64 rows of D bf16: K, V, Q, dO
+  using DsTile = wgmma::GmmaTile<64, 256>;  // dS [64 q][128 keys] bf16
   using OutTile = Bf16Tile<64, D>;          // dK / dV staging at the end (in the K / V tiles)
+  // dQ per Q tile: 64 columns per consumer over the CTA's 128 keys. d128: consumer c computes
+  // columns 64 c .. of every tile; d64: consumer (tile % 2) computes all 64 of the tile.
+  static constexpr bool kSplitDq = D == 128;
   static constexpr int kThreads = 384;
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
   // Consumer c: K, V.
   static constexpr int kK = 0, kV = Tile::kBytes, kConsBytes = 2 * Tile::kBytes;
-  // dS [64 q][128 keys] bf16, two buffers (tile it uses it % 2).
+  // dS, two buffers (tile it uses it % 2).
   static constexpr int kDs0 = 2 * kConsBytes;
   // Stages: Q, dO, lse (log2 domain), D.
-  static constexpr int kStage0 = kDs0 + 2 * Tile::kBytes;
+  static constexpr int kStage0 = kDs0 + 2 * DsTile::kBytes;
   static constexpr int kQ = 0, kDo = Tile::kBytes, kLse = 2 * Tile::kBytes, kDrow = kLse + 256;
   static constexpr int kStageBytes = (kDrow + 256 + 1023) / 1024 * 1024;
   // dQ staging: per consumer 64 rows of 64 fp32, rows kStgLd floats apart (two wavefronts per
@@ -60,14 +66,15 @@ struct WsBwdLayout {
   static_assert(2 * 64 == kBwdKeys, "two consumers of 64 keys per CTA");
 };
 
-template <bool kCausal>
-__global__ void __launch_bounds__(WsBwdLayout::kThreads, 1)
+template <int D, bool kCausal>
+__global__ void __launch_bounds__(WsBwdLayout<D>::kThreads, 1)
     FpaBackwardWsKernel(const __grid_constant__ WsBwdParams wp) {
   GridDepLaunchDependents();  // the postprocess launch waits for this grid's completion
-  using L = WsBwdLayout;
-  using Tile = L::Tile;
+  using L = WsBwdLayout<D>;
+  using DsTile = typename L::DsTile;
+  constexpr int kCh = D / 64;  // 64-column chunks of dK, dV
+  using Tile = typename L::Tile;
   namespace wg = wgmma;
-  constexpr int D = L::D;
   const BwdParams& p = wp.b;
   extern __shared__ __align__(128) char smem_raw[];
   char* const buf = smem_raw + ((1024 - (SmemAddr(smem_raw) & 1023)) & 1023);
@@ -126,26 +133,27 @@ __global__ void __launch_bounds__(WsBwdLayout::kThreads, 1)
   wg::NamedBarSync(1 + cw, 128);
   GridDepWait();  // the zeroed dQ accumulator: the preprocess launch's
 
-  float dv[2][32], dk[2][32];
+  float dv[kCh][32], dk[kCh][32];
 #pragma unroll
-  for (int ch = 0; ch < 2; ++ch) {
+  for (int ch = 0; ch < kCh; ++ch) {
 #pragma unroll
     for (int r = 0; r < 32; ++r) dv[ch][r] = dk[ch][r] = 0.f;
   }
   const int key_r = k0 + 16 * warp + g;  // this thread's key rows key_r, key_r + 8
   const bool keys_tail = k0 + 64 > N;
-  float* const dq_base = p.dq_acc + int64_t(p.det_heads) * jb * N * D + head + 64 * cw;
+  float* const dq_base =
+      p.dq_acc + int64_t(p.det_heads) * jb * N * D + head + (L::kSplitDq ? 64 * cw : 0);
   float* const stg =
       reinterpret_cast<float*>(buf + L::kDqSt + cw * L::kDqStBytes) + warp * 16 * L::kStgLd;
   // stmatrix.trans addresses of dS^T's four 8 x 8 blocks per 16 queries: lane 8i + r gives row r
   // of block i, i.e. query 8 (i / 2) + r, keys 64 cw + 16 warp + 8 (i % 2) .. + 7 (16 bytes); 16
   // more queries are 16 rows (2048 bytes) on, which keeps the swizzle phase.
-  const int ds_lane_off = Tile::ByteOffset(8 * ((lane >> 3) >> 1) + (lane & 7),
-                                           2 * (64 * cw + 16 * warp + 8 * ((lane >> 3) & 1)));
+  const int ds_lane_off = DsTile::ByteOffset(8 * ((lane >> 3) >> 1) + (lane & 7),
+                                             2 * (64 * cw + 16 * warp + 8 * ((lane >> 3) & 1)));
 
   for (int qt = qt_begin, it = 0; qt < qt_end; ++qt, ++it) {
     const int sgo = L::kStage0 + (it & 1) * L::kStageBytes;
-    const int dso = L::kDs0 + (it & 1) * Tile::kBytes;
+    const int dso = L::kDs0 + (it & 1) * DsTile::kBytes;
     const int q0 = qt * 64;
     ring.ConsumerWait(it);
     // S^T = K Q^T and dP^T = V dO^T: 64 keys x 64 queries, one commit group each.
@@ -163,8 +171,10 @@ __global__ void __launch_bounds__(WsBwdLayout::kThreads, 1)
     mma_keys_by_queries(sacc, cons + L::kK, sgo + L::kQ);
     mma_keys_by_queries(dpacc, cons + L::kV, sgo + L::kDo);
     wg::Wait<0>();
-
-    // P^T and dS^T as bf16 A fragments (k-step kk: queries 16 kk .. 16 kk + 15).
+    // P^T and dS^T as bf16 A fragments (k-step kk: queries 16 kk .. 16 kk + 15). (Computing P^T
+    // while dP^T runs and dS^T while dV's product runs, as FlashAttention-3's forward overlaps
+    // softmax and products, measured 0.98-0.99x this order at d128: the other consumer's products
+    // already keep the tensor cores busy meanwhile.)
     uint32_t pa[4][4], da[4][4];
     {
       const float* s_lse = reinterpret_cast<const float*>(buf + sgo + L::kLse);
@@ -209,11 +219,11 @@ __global__ void __launch_bounds__(WsBwdLayout::kThreads, 1)
       }
       wg::FenceProxyAsync();  // st.shared -> the dQ wgmmas' reads
     }
-    // dV += P^T dO, dK += dS^T Q (64 keys x 128 columns, two 64-column chunks each): A from
-    // registers, B the stage's tile at b_off read MN-major.
-    const auto mma_keys_by_cols = [&](float(&acc)[2][32], const uint32_t(&a)[4][4], int b_off) {
+    // dV += P^T dO, dK += dS^T Q (64 keys x D columns, 64-column chunks): A from registers, B
+    // the stage's tile at b_off read MN-major.
+    const auto mma_keys_by_cols = [&](float(&acc)[kCh][32], const uint32_t(&a)[4][4], int b_off) {
 #pragma unroll
-      for (int ch = 0; ch < 2; ++ch) {
+      for (int ch = 0; ch < kCh; ++ch) {
         const uint32_t b = sbase + sgo + b_off + ch * Tile::kChunkBytes;
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
@@ -226,14 +236,25 @@ __global__ void __launch_bounds__(WsBwdLayout::kThreads, 1)
     mma_keys_by_cols(dk, da, L::kQ);
     wg::Commit();
     wg::NamedBarSync(3, 256);  // both consumers' dS
-    // dQ columns 64 cw .. over the CTA's 128 keys: dS (A, K-major) times K (B, MN-major) of
-    // consumer kk / 4's tile.
+    if (!L::kSplitDq && (it & 1) != cw) {  // d64: the other consumer's dQ tile
+      wg::Wait<0>();  // dV, dK: the stage's Q / dO and P^T / dS^T's registers are free
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        wg::FenceOperands(pa[kk]);
+        wg::FenceOperands(da[kk]);
+      }
+      ring.ConsumerRelease(it);
+      continue;
+    }
+    // dQ (64 columns: d128 64 cw .., d64 all) over the CTA's 128 keys: dS (A, K-major) times K
+    // (B, MN-major) of consumer kk / 4's tile.
     float dq[32];
     wg::Fence();
 #pragma unroll
     for (int kk = 0; kk < 8; ++kk) {
-      const uint32_t kb = sbase + (kk >> 2) * L::kConsBytes + L::kK + cw * Tile::kChunkBytes;
-      const uint64_t a = wg::TileDesc<Tile>(dlo, dso, 32 * kk);
+      const uint32_t kb =
+          sbase + (kk >> 2) * L::kConsBytes + L::kK + (L::kSplitDq ? cw * Tile::kChunkBytes : 0);
+      const uint64_t a = wg::TileDesc<DsTile>(dlo, dso, 32 * kk);
       const uint64_t b = wg::DescMN<Tile>(kb, 16 * (kk & 3));
       if (kk == 0) {
         wg::MmaBf16TransB<true>(dq, a, b);
@@ -277,20 +298,21 @@ __global__ void __launch_bounds__(WsBwdLayout::kThreads, 1)
   // dV, dK through this consumer's V / K tiles (once both consumers' last dQ products, which
   // read both K tiles, are done) and 16-byte row stores.
   wg::NamedBarSync(3, 256);
-  float acc[16][4];
+  float acc[D / 8][4];
   const int nr = min(64, N - k0);
-  const auto store = [&](const float(&x)[2][32], int off, bf16* dst, float mul) {
+  const auto store = [&](const float(&x)[kCh][32], int off, bf16* dst, float mul) {
 #pragma unroll
-    for (int ch = 0; ch < 2; ++ch) {
+    for (int ch = 0; ch < kCh; ++ch) {
 #pragma unroll
       for (int nb = 0; nb < 8; ++nb) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[ch * 8 + nb][e] = x[ch][4 * nb + e];
       }
     }
-    StageAccBf16<L::OutTile>(buf + cons + off, 16 * warp, 0, lane, acc, mul, mul);
+    StageAccBf16<typename L::OutTile>(buf + cons + off, 16 * warp, 0, lane, acc, mul, mul);
     wg::NamedBarSync(1 + cw, 128);
-    StoreTileRows<L::OutTile>(buf + cons + off, dst + head + int64_t(k0) * D, D, nr, wtid, 128);
+    StoreTileRows<typename L::OutTile>(buf + cons + off, dst + head + int64_t(k0) * D, D, nr, wtid,
+                                       128);
   };
   store(dv, L::kV, p.dv, 1.f);
   store(dk, L::kK, p.dk, p.tau);

@@ -47,12 +47,12 @@ inline Status CheckShared(const AttnShape& s, const bf16* q, const bf16* k, cons
 }
 
 // SageBwd's dQ and dK with the dS products in bf16 (AttnOptions::ds_bf16; sage_backward.cu runs it
-// after its INT8 backward, whose dV it keeps): the FPA backward's kernel on SageBwd's codes and
-// scales, dQ = tau bf16(dS) bf16(K - kbar), dK = tau bf16(dS)^T bf16(Q) (kernels/ALGORITHMS.md
-// §1.2; without Q-smoothing, whose mu it does not subtract, and without the dQ K-mean correction).
-// The pointers are the SageBwd workspace's regions (attention_cuda.h) after the forward and the
-// backward's dO quantization; dq_acc: an fp32 accumulator of B*H*N*D floats, or with
-// `deterministic` a scratch of ceil(N / 128) such slices; drow (B*H*N) is rewritten.
+// after its INT8 backward, whose dV it keeps): fpa_backward.cu's DsBf16BackwardKernel on SageBwd's
+// codes and scales, dQ = tau bf16(dS) bf16(K - kbar), dK = tau bf16(dS)^T bf16(Q)
+// (kernels/ALGORITHMS.md §1.2; without Q-smoothing, whose mu it does not subtract, and without the
+// dQ K-mean correction). The pointers are the SageBwd workspace's regions (attention_cuda.h) after
+// the forward and the backward's dO quantization; dq_acc: an fp32 accumulator of B*H*N*D floats, or
+// with `deterministic` a scratch of ceil(N / 128) such slices; drow (B*H*N) is rewritten.
 struct SageDsBf16Args {
   const int8_t *qh, *kh, *vh, *doh;  // vh, doh: with int8_dp
   const float *sq, *sk, *sv, *sdo;
