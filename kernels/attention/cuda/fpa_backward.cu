@@ -225,7 +225,7 @@ struct DsBf16Config {
   static constexpr int kBq = 64;
   using KTile = Bf16Tile<kBkv, D>;
   using QTile = Bf16Tile<kBq, D>;
-  using PTile = Bf16Tile<kBkv, kBq>;  // P^T / dS^T: key rows x query columns
+  using PTile = Bf16Tile<kBkv, kBq>;  // dS^T: key rows x query columns
   // K (bf16, centred when kbar is given), V (or its codes), 2 stages x (Q, dO), dS^T, 2 stages
   // x (lse, D) of the Q tile (fp32), the codes of K and 2 stages x the codes of Q (the S operands).
   static constexpr int kRowVecBytes = kBq * 4;
@@ -397,7 +397,7 @@ __global__ void __launch_bounds__(256, 1) DsBf16BackwardKernel(BwdParams p) {
                     [N](int key, int qry) { return key >= N || (kCausal && key > qry); });
         }
       }
-      // P^T, dS^T = P^T o (dP^T - D) -> shared memory (bf16).
+      // dS^T = P^T o (dP^T - D) -> shared memory (bf16).
 #pragma unroll
       for (int nb = 0; nb < 4; ++nb) {
         float l2[2], dc[2];
@@ -556,7 +556,7 @@ Status LaunchBackward(const AttnShape& s, BwdParams p, const bf16* o, bf16* dq,
 
 constexpr size_t kAlign = 256;
 
-// FPA's parameters (kSage's fields null / 0).
+// FPA's parameters (the SageBwd fields null / 0).
 BwdParams FpaParams(const AttnShape& s, const bf16* q, const bf16* k, const bf16* v,
                     const bf16* do_, const float* lse, float* dvec, float* dq_acc, bf16* dk,
                     bf16* dv, int det_heads) {
