@@ -231,7 +231,7 @@ struct DsBf16Config {
   static constexpr int kRowVecBytes = kBq * 4;
   static constexpr int kSmem =
       3 * KTile::kBytes + 6 * QTile::kBytes + PTile::kBytes + 4 * kRowVecBytes;
-  static_assert(kSmem <= 227 * 1024, "backward v2 shared memory exceeds sm_90's 227 KB");
+  static_assert(kSmem <= 227 * 1024, "DsBf16BackwardKernel's shared memory exceeds sm_90's 227 KB");
   static_assert(kBkv == 4 * 32 && kBq == 2 * 32, "warp layouts assume 4 x 2 warps of 32 x 32");
 };
 
