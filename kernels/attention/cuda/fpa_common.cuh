@@ -47,8 +47,8 @@ inline Status CheckShared(const AttnShape& s, const bf16* q, const bf16* k, cons
 }
 
 // SageBwd's dQ and dK with the dS products in bf16 (AttnOptions::ds_bf16; sage_backward.cu runs it
-// after its INT8 backward, whose dV it keeps): fpa_backward.cu's DsBf16BackwardKernel on SageBwd's
-// codes and scales, dQ = tau bf16(dS) bf16(K - kbar), dK = tau bf16(dS)^T bf16(Q)
+// after its INT8 backward, whose dV it keeps): DsBf16BackwardKernel (ds_bf16_backward.cuh) on
+// SageBwd's codes and scales, dQ = tau bf16(dS) bf16(K - kbar), dK = tau bf16(dS)^T bf16(Q)
 // (kernels/ALGORITHMS.md §1.2; without Q-smoothing, whose mu it does not subtract, and without the
 // dQ K-mean correction). The pointers are the SageBwd workspace's regions (attention_cuda.h) after
 // the forward and the backward's dO quantization; dq_acc: an fp32 accumulator of B*H*N*D floats, or
