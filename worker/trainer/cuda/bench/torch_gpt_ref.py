@@ -11,7 +11,8 @@ line says which backend the attention kernels were (from their names, when --pro
 GPU kernel time per step (attention forward / backward, GEMMs, the optimizer, the loss, other
 kernels such as the compiled graph's fused norm / RoPE / elementwise ones) and "idle": the step's
 wall time not covered by any kernel (launch gaps, host work), the same kinds as ablate-train
---profile's (trainer/model/step_profile.h).
+--profile's (trainer/model/step_profile.h); and "top_kernels": the 30 kernels with the most time
+per step, each with the kind it was counted as and its calls per step.
 Written for this benchmark; not derived from another project's code.
 """
 import argparse
@@ -189,7 +190,7 @@ def main():
                 loss = step()
             torch.cuda.synchronize()
             wall = time.time() - t0
-        kinds, attn_names = {}, set()
+        kinds, attn_names, by_name = {}, set(), {}
         for e in p.events():
             if e.device_type.name != "CUDA":
                 continue
@@ -200,12 +201,21 @@ def main():
             if us is None:
                 us = e.cuda_time_total  # PyTorch before 2.4
             kinds[kind] = kinds.get(kind, 0.0) + us / 1e3
+            ms_calls = by_name.setdefault(e.name, [0.0, 0])
+            ms_calls[0] += us / 1e3
+            ms_calls[1] += 1
         per_step = {k: v / a.profile for k, v in sorted(kinds.items())}
+        # The kernels that take the most time, with the kind each was counted as, so that a
+        # kind's total can be checked against the kernels in it.
+        top = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:30]
         step_ms = 1e3 * wall / a.profile
         prof = {"steps": a.profile, "step_ms": step_ms, "kernels_ms": per_step,
                 "idle_ms": max(0.0, step_ms - sum(per_step.values())),
                 "attention_backend": attention_backend(attn_names),
-                "attention_kernels": sorted(attn_names)[:8]}
+                "attention_kernels": sorted(attn_names)[:8],
+                "top_kernels": [{"name": n[:160], "kind": kernel_kind(n),
+                                 "ms_per_step": ms / a.profile, "calls_per_step": c / a.profile}
+                                for n, (ms, c) in top]}
     L, C, V, T = a.layers, a.d_model, a.vocab, a.seq
     fpt = 6.0 * (L * 12.0 * C * C + V * C) + 6.0 * L * C * T
     tps = a.batch * a.seq / statistics.median(times)
