@@ -16,7 +16,7 @@
 set -euo pipefail
 usage="usage: variant_bench.sh BUILD_DIR PATCH NAME OUT_DIR"
 [ "$#" -eq 4 ] || { echo "$usage" >&2; exit 2; }
-build="$(cd "$1" && pwd)" || { echo "variant_bench.sh: no build tree $1" >&2; exit 2; }
+build="$(cd "$1" && pwd -P)" || { echo "variant_bench.sh: no build tree $1" >&2; exit 2; }
 [ -f "$2" ] || { echo "variant_bench.sh: no patch file $2" >&2; exit 2; }
 patch_file="$(realpath "$2")"
 name="$3"
@@ -25,7 +25,7 @@ case "$name" in
 esac
 mkdir -p "$4"
 out="$(cd "$4" && pwd)"
-repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)"
 target=tests/gpu/kernels/attention/ablate-attention-bench
 [ -f "$build/build.ninja" ] || { echo "variant_bench.sh: $build is not a Ninja build tree" >&2; exit 2; }
 grep -q "^build $target:" "$build/build.ninja" ||
@@ -61,17 +61,19 @@ cd "$build"
 for cmd in "${cmds[@]}"; do
   if [[ "$cmd" =~ \ -c\ ([^ ]+)\ -o\ ([^ ]+)$ ]]; then  # a compile: ... -c SRC -o OBJ
     src="${BASH_REMATCH[1]}" obj="${BASH_REMATCH[2]}"
-    deps="$(ninja -t deps "$obj")"
+    # The recorded dependencies, absolute (a compiler cache's base directory makes them relative
+    # to the build tree).
+    deps="$(ninja -t deps "$obj" | sed -n 's/^    //p' | (cd "$build" && xargs -r realpath -m))"
     hit=0
     for f in "${files[@]}"; do
-      grep -qxF "    $repo/$f" <<<"$deps" && hit=1
+      grep -qxF "$repo/$f" <<<"$deps" && hit=1
     done
     [ "$hit" -eq 1 ] || continue
     new="$work/obj/$(basename "$obj")"
     [ -z "${objmap[$obj]+x}" ] || { echo "variant_bench.sh: two objects named $(basename "$obj")" >&2; exit 1; }
     objmap[$obj]="$new"
     nsrc="$src"
-    for f in "${files[@]}"; do [ "$src" != "$repo/$f" ] || nsrc="$work/src/$f"; done
+    for f in "${files[@]}"; do [ "$(realpath -m "$src")" != "$repo/$f" ] || nsrc="$work/src/$f"; done
     # Without the dependency-file flags (they would write into the build tree), the patched copies
     # first on the include path, the object out of the build tree.
     c="$(sed -E 's/ -MD//; s/ -MT [^ ]+//; s/ -MF [^ ]+//' <<<"$cmd")"
