@@ -70,7 +70,7 @@ for cmd in "${cmds[@]}"; do
     done
     [ "$hit" -eq 1 ] || continue
     new="$work/obj/$(basename "$obj")"
-    [ -z "${objmap[$obj]+x}" ] || { echo "variant_bench.sh: two objects named $(basename "$obj")" >&2; exit 1; }
+    [ ! -e "$new" ] || { echo "variant_bench.sh: two objects named $(basename "$obj")" >&2; exit 1; }
     objmap[$obj]="$new"
     nsrc="$src"
     for f in "${files[@]}"; do [ "$(realpath -m "$src")" != "$repo/$f" ] || nsrc="$work/src/$f"; done
