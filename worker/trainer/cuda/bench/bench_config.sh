@@ -1,4 +1,4 @@
-# Sourced by gpu_train_bench.sh and train_ab.sh: the trial config both measure, GPT-2 small on one
+# Sourced by gpu_train_bench.sh, step_profile.sh and train_ab.sh: the trial config they measure, GPT-2 small on one
 # GPU (12 layers, d_model 768, 12 heads, T 1024, vocab 50304 as padded bytes, micro-batch 16, one
 # micro-batch per step, AdamW; no eval, diagnostics or checkpoints inside the timed steps; the
 # attention backward with atomics, as PyTorch's, not the deterministic default: docs/bench/gpu_train.md).
@@ -18,3 +18,7 @@ train: {steps: $3, tokens_per_step: $((T * micro)), micro_batch: $micro, warmup:
 device: cuda
 YAML
 }
+
+# The training shapes of gpu_train_bench.sh and step_profile.sh, 16,384 tokens per step each
+# (d_model 768): "name T heads micro-batch" (GPT-2 small, then head dim 128 at T 4096 and 8192).
+BENCH_SHAPES=("gpt2s 1024 12 16" "t4096_d128 4096 6 4" "t8192_d128 8192 6 2")

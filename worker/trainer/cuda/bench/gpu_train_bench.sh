@@ -18,11 +18,17 @@ steps="${3:-30}"
 shift $(($# < 3 ? $# : 3))
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/bench_config.sh"
-declare -A shape_of=([gpt2s]="1024 12 16" [t4096_d128]="4096 6 4" [t8192_d128]="8192 6 2")
+declare -A shape_of=()
+all=()
+for sh in "${BENCH_SHAPES[@]}"; do
+  read -r n rest <<<"$sh"
+  shape_of[$n]="$rest"
+  all+=("$n")
+done
 names=("$@")
-[ "${#names[@]}" -gt 0 ] || names=(gpt2s t4096_d128 t8192_d128)
+[ "${#names[@]}" -gt 0 ] || names=("${all[@]}")
 for name in "${names[@]}"; do
-  [ -n "${shape_of[$name]+x}" ] || { echo "gpu_train_bench.sh: unknown shape $name (gpt2s, t4096_d128, t8192_d128)" >&2; exit 2; }
+  [ -n "${shape_of[$name]+x}" ] || { echo "gpu_train_bench.sh: unknown shape $name (${all[*]})" >&2; exit 2; }
 done
 mkdir -p "$out"
 

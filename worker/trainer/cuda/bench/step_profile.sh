@@ -18,7 +18,7 @@ mkdir -p "$out"
 python3 "$here/toy_corpus.py" "$out/corpus.txt"
 
 # name T heads micro
-shapes=("gpt2s 1024 12 16" "t4096_d128 4096 6 4" "t8192_d128 8192 6 2")
+shapes=("${BENCH_SHAPES[@]}")
 for shape in "${shapes[@]}"; do
   read -r name T heads micro <<<"$shape"
   for kind in fpa sagebwd; do
