@@ -1,6 +1,6 @@
-# Sourced by gpu_train_bench.sh, step_profile.sh and train_ab.sh: the trial config they measure, GPT-2 small on one
-# GPU (12 layers, d_model 768, 12 heads, T 1024, vocab 50304 as padded bytes, micro-batch 16, one
-# micro-batch per step, AdamW; no eval, diagnostics or checkpoints inside the timed steps; the
+# Sourced by gpu_train_bench.sh, step_profile.sh and train_ab.sh: the trial config they measure,
+# GPT-2 small on one GPU (12 layers, d_model 768, 12 heads, T 1024, vocab 50304 as padded bytes,
+# micro-batch 16, one micro-batch per step, AdamW; no eval, diagnostics or checkpoints inside the timed steps; the
 # attention backward with atomics, as PyTorch's, not the deterministic default: docs/bench/gpu_train.md).
 #   bench_trial_yaml CORPUS KIND STEPS > trial.yaml      (KIND: fpa | sagebwd)
 #   bench_trial_yaml CORPUS KIND STEPS T HEADS MICRO     (another sequence length / head size:
