@@ -296,6 +296,14 @@ __device__ __forceinline__ void MmaBf16(float (&d)[4], const uint32_t (&a)[4], u
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// The two 8-column halves of one ldmatrix.x4 B fragment (16 columns, LoadBFrag2 /
+// LoadBFrag2Trans): d0 += a * b[0..1], d1 += a * b[2..3].
+__device__ __forceinline__ void MmaBf16x2(float (&d0)[4], float (&d1)[4], const uint32_t (&a)[4],
+                                          const uint32_t (&b)[4]) {
+  MmaBf16(d0, a, b[0], b[1]);
+  MmaBf16(d1, a, b[2], b[3]);
+}
+
 // d += a (16x32 s8) * b (32x8 s8), s32 accumulate (in place). Exact (no saturation in practice:
 // |sum| <= 32 * 127^2 per instruction).
 __device__ __forceinline__ void MmaS8(int32_t (&d)[4], const uint32_t (&a)[4], uint32_t b0,

@@ -256,14 +256,12 @@ __global__ void __launch_bounds__(256, 1) DsBf16BackwardKernel(BwdParams p) {
           LoadAFrag<KTile>(a, kcb, kr + 16 * mi, 16 * kk, lane);
 #pragma unroll
           for (int np = 0; np < 2; ++np) {
-            MmaBf16(s[mi][2 * np], a, bq[np][0], bq[np][1]);
-            MmaBf16(s[mi][2 * np + 1], a, bq[np][2], bq[np][3]);
+            MmaBf16x2(s[mi][2 * np], s[mi][2 * np + 1], a, bq[np]);
           }
           LoadAFrag<KTile>(a, vb, kr + 16 * mi, 16 * kk, lane);
 #pragma unroll
           for (int np = 0; np < 2; ++np) {
-            MmaBf16(dp[mi][2 * np], a, bd[np][0], bd[np][1]);
-            MmaBf16(dp[mi][2 * np + 1], a, bd[np][2], bd[np][3]);
+            MmaBf16x2(dp[mi][2 * np], dp[mi][2 * np + 1], a, bd[np]);
           }
         }
       }
@@ -317,8 +315,7 @@ __global__ void __launch_bounds__(256, 1) DsBf16BackwardKernel(BwdParams p) {
         LoadBFrag2Trans<QTile>(b, qb, 16 * kk, dc2 + 16 * np, lane);
 #pragma unroll
         for (int mi = 0; mi < 2; ++mi) {
-          MmaBf16(dk[mi][2 * np], da[mi], b[0], b[1]);
-          MmaBf16(dk[mi][2 * np + 1], da[mi], b[2], b[3]);
+          MmaBf16x2(dk[mi][2 * np], dk[mi][2 * np + 1], da[mi], b);
         }
       }
     }
@@ -344,8 +341,7 @@ __global__ void __launch_bounds__(256, 1) DsBf16BackwardKernel(BwdParams p) {
           LoadBFrag2Trans<KTile>(b, kb, 16 * kk, dc3 + 16 * np, lane);
 #pragma unroll
           for (int mi = 0; mi < 2; ++mi) {
-            MmaBf16(acc[mi][2 * np], a[mi], b[0], b[1]);
-            MmaBf16(acc[mi][2 * np + 1], a[mi], b[2], b[3]);
+            MmaBf16x2(acc[mi][2 * np], acc[mi][2 * np + 1], a[mi], b);
           }
         }
       }
