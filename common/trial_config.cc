@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "ablate/files.h"
+#include "ablate/hash.h"
 
 namespace ablate::config {
 namespace {
@@ -578,11 +579,7 @@ std::string ConfigHash(const TrialConfig& config) {
   j["attention"]["block_q"] = 128;
   j["attention"]["block_kv"] = 64;
   std::string text = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char ch : text) {
-    h ^= ch;
-    h *= 1099511628211ull;
-  }
+  const uint64_t h = Fnv1a64(text);
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
   return buf;

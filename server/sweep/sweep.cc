@@ -10,6 +10,8 @@
 #include <numeric>
 #include <unordered_map>
 
+#include "ablate/hash.h"
+
 namespace ablate::server {
 namespace {
 
@@ -1010,11 +1012,7 @@ Status BuildPoint(const Spec& spec, const std::vector<size_t>& point, ExpandedTr
 }  // namespace
 
 std::vector<size_t> SeededPermutation(size_t n, const std::string& name) {
-  uint64_t state = 1469598103934665603ull;  // FNV-1a 64
-  for (unsigned char ch : name) {
-    state ^= ch;
-    state *= 1099511628211ull;
-  }
+  uint64_t state = Fnv1a64(name);
   auto next = [&state]() {  // SplitMix64
     state += 0x9E3779B97F4A7C15ull;
     uint64_t z = state;

@@ -3,20 +3,12 @@
 #include <cstdio>
 #include <unordered_set>
 
+#include "ablate/hash.h"
 #include "trainer/data/shards.h"
 
 namespace ablate::trainer {
 
 namespace {
-
-uint64_t Fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 std::string ShardName(const std::string& prefix, const char* split, int index) {
   char buf[32];
@@ -53,7 +45,7 @@ StatusOr<PrepareStats> PrepareShards(const std::vector<std::string>& documents,
   const uint64_t val_cut = uint64_t(opt.val_fraction * 1000 + 0.5);
   for (const std::string& doc : documents) {
     if (doc.empty()) continue;
-    const uint64_t h = Fnv1a(doc);
+    const uint64_t h = Fnv1a64(doc);
     if (!seen.insert(h).second) {
       ++st.duplicates;
       continue;

@@ -6,21 +6,13 @@
 #include <sstream>
 
 #include "ablate/files.h"
+#include "ablate/hash.h"
 
 namespace ablate::trainer {
 namespace {
 
 constexpr char kMagic[8] = {'A', 'B', 'L', 'A', 'T', 'E', 'C', 'K'};
 constexpr uint32_t kVersion = 1;
-
-uint64_t Fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 template <typename T>
 void Put(std::string* out, T v) {
@@ -67,7 +59,7 @@ Status WriteCheckpointAtomic(const std::string& path, const Checkpoint& ckpt) {
     Put<uint64_t>(&data, s.size());
     data += s;
   }
-  Put<uint64_t>(&data, Fnv1a(data));
+  Put<uint64_t>(&data, Fnv1a64(data));
 
   return WriteFileAtomic(path, data);
 }
@@ -83,7 +75,7 @@ StatusOr<Checkpoint> ReadCheckpoint(const std::string& path) {
   }
   uint64_t stored_sum;
   std::memcpy(&stored_sum, data.data() + data.size() - 8, 8);
-  if (Fnv1a(data.substr(0, data.size() - 8)) != stored_sum) {
+  if (Fnv1a64(data.substr(0, data.size() - 8)) != stored_sum) {
     return DataLoss(path + ": checkpoint checksum mismatch (file corrupt or truncated)");
   }
   Reader r(data, path);
