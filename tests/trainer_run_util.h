@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -59,11 +60,13 @@ struct RunLog {
 };
 
 inline RunLog Train(const config::TrialConfig& cfg, const std::string& out,
-                    const std::string& resume = "") {
+                    const std::string& resume = "",
+                    std::shared_ptr<const GemmTuning> gemm_tuning = nullptr) {
   RunLog r;
   RunOptions o;
   o.out_dir = out;
   o.resume_path = resume;
+  o.gemm_tuning = std::move(gemm_tuning);
   o.emit = [&](const nlohmann::json& j) { r.lines.push_back(j); };
   r.result = RunTrial(cfg, o);
   return r;

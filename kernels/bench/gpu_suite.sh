@@ -7,6 +7,7 @@
 # Without TESTs: every GPU test binary of the project (the ctest label gpu; data_parallel_test
 # skips with fewer than two GPUs):
 #   fpa_gpu_test sagebwd_gpu_test determinism_gpu_test wgmma_gpu_test sage_scale_gpu_test layers_gpu_test
+#   gemm_tuning_gpu_test
 #   spectral_gpu_test gpt_cuda_test train_cuda_test optim_gpu_test data_parallel_test
 # GPU_SUITE_TIMEOUT: seconds per binary (default 300).
 set -uo pipefail
@@ -16,6 +17,7 @@ shift 2
 tests=("$@")
 if [ "${#tests[@]}" -eq 0 ]; then
   tests=(fpa_gpu_test sagebwd_gpu_test determinism_gpu_test wgmma_gpu_test sage_scale_gpu_test layers_gpu_test
+         gemm_tuning_gpu_test
          spectral_gpu_test gpt_cuda_test train_cuda_test optim_gpu_test data_parallel_test)
 fi
 mkdir -p "$out"

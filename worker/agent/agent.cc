@@ -494,6 +494,10 @@ void Agent::StartAttempt(const v1::Assignment& a) {
   }
   std::string devices;
   for (int g : a.gpu_indices()) devices += (devices.empty() ? "" : ",") + std::to_string(g);
+  if (!devices.empty() && !options_.gemm_tuning.empty()) {
+    spec.args.push_back("--gemm-tuning");
+    spec.args.push_back(options_.gemm_tuning);
+  }
   // The indices are NVML's (PCI bus order); CUDA's default order (fastest first) may number the
   // GPUs of a mixed host differently, so the trainer is told to number them as NVML does.
   spec.env = {{"CUDA_DEVICE_ORDER", "PCI_BUS_ID"},

@@ -84,6 +84,9 @@ struct AgentOptions {
   // other file (after symlinks and "..") is refused as a config error before a trainer starts, so a
   // sweep cannot read files outside them. The built-in corpora (brown, nlp) are always allowed.
   std::vector<std::string> data_roots;
+  // --gemm-tuning: a GEMM tuning table (ablate/gemm_tuning.h, checked at start; canonical absolute
+  // path) that every trial given a GPU replays (ablate-train --gemm-tuning); empty: none.
+  std::string gemm_tuning;
   int nproc = 0;                // cores to share among attempts (0: hardware_concurrency)
 
   int64_t default_heartbeat_ms = 5000;  // until Registered says otherwise

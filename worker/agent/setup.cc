@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "ablate/endpoint.h"
+#include "ablate/gemm_tuning.h"
 #include "ablate/token.h"
 #include "agent/agent.h"
 #include "agent/gpus.h"
@@ -163,6 +164,11 @@ int WorkerMain(int argc, char** argv) {
   app.add_flag("--metrics-public", metrics_public,
                "serve /metrics without the bearer token (bind it to a private address)")
       ->needs(metrics_opt);
+  std::string gemm_tuning;
+  app.add_option("--gemm-tuning", gemm_tuning,
+                 "a GEMM tuning table (ablate-train --tune-gemm, measured on this machine's GPU "
+                 "model) for every trial given a GPU to replay: cuBLASLt's fastest algorithms "
+                 "instead of its heuristic's, the same ones for every run (docs/bench/gemm.md)");
   std::string mps_mode = "auto";
   app.add_option("--mps", mps_mode,
                  "CUDA MPS for the trials that share a GPU (resources.gpus: 1/k): auto (join the "
@@ -293,6 +299,16 @@ int WorkerMain(int argc, char** argv) {
       return fail(2, "--data-root " + r + ": not a folder");
     }
     options.data_roots.push_back(buf);
+  }
+  if (!gemm_tuning.empty()) {
+    char buf[PATH_MAX];
+    if (!::realpath(gemm_tuning.c_str(), buf)) {
+      return fail(2, "--gemm-tuning " + gemm_tuning + ": no such file");
+    }
+    if (auto table = LoadGemmTuning(buf); !table.ok()) {
+      return fail(2, "--gemm-tuning: " + table.status().message());
+    }
+    options.gemm_tuning = buf;
   }
   // MPS only matters to a worker with GPUs; a CPU worker never starts a daemon.
   MpsOptions mps_options;

@@ -1,5 +1,6 @@
 // ablate-train: trains one trial config on this machine and prints its metrics as JSON lines.
-//   ablate-train --config trial.yaml [--out DIR] [--resume CHECKPOINT]
+//   ablate-train --config trial.yaml [--out DIR] [--resume CHECKPOINT] [--gemm-tuning TABLE]
+//   ablate-train --config trial.yaml --tune-gemm TABLE   (common/ablate/gemm_tuning.h)
 // Exit codes: 0 the run ended (status ok or diverged, see the final line); 2 a bad config or bad
 // command line; 1 any other error (unreadable data, corrupt checkpoint, ...); 75 preempted: SIGUSR1
 // asked it to stop, it finished the current step, wrote a checkpoint (its "checkpoint" line came
@@ -20,6 +21,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <new>
 #include <string>
 #include <thread>
@@ -27,6 +29,7 @@
 #include <vector>
 
 #include "ablate/files.h"
+#include "ablate/gemm_tuning.h"
 #include "ablate/trial_config.h"
 #include "trainer/loop/checkpoint.h"
 #include "trainer/loop/train_loop.h"
@@ -156,6 +159,53 @@ void PrintProfile(const nlohmann::json& j) {
   std::fprintf(stderr, "| step | %.3f | 100%% |\n", total);
 }
 
+// device: auto trains on the GPU when one is visible (the worker narrows the view to the trial's
+// GPUs with CUDA_VISIBLE_DEVICES, and a CPU-slot trial sees none), else on the CPU.
+void ResolveAutoDevice(ablate::config::TrialConfig* config) {
+#if ABLATE_TRAINER_HAVE_CUDA
+  if (config->device == "auto") {
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0) config->device = "cuda";
+  }
+#else
+  (void)config;
+#endif
+}
+
+// --tune-gemm: the table, written to `path` and printed (one row per GEMM problem).
+int TuneGemm(const ablate::config::TrialConfig& config, const std::string& path, int candidates) {
+  ablate::trainer::GemmTuneOptions opt;
+  opt.candidates = candidates;
+  auto table = ablate::trainer::TuneTrialGemms(config, opt);
+  if (!table.ok()) {
+    std::fprintf(stderr, "ablate-train: %s\n", table.status().message().c_str());
+    return table.status().code() == ablate::StatusCode::kInvalidArgument ||
+                   table.status().code() == ablate::StatusCode::kFailedPrecondition
+               ? 2
+               : 1;
+  }
+  if (auto st = ablate::SaveGemmTuning(*table, path); !st.ok()) {
+    std::fprintf(stderr, "ablate-train: --tune-gemm: %s\n", st.message().c_str());
+    return 1;
+  }
+  std::printf("GEMM tuning of %s, cuBLASLt %lld (%zu problems; ms per call)\n\n",
+              table->device.c_str(), static_cast<long long>(table->cublaslt_version),
+              table->entries.size());
+  std::printf(
+      "| problem | heuristic ms | chosen ms | chosen candidate | candidates |\n"
+      "|---|---:|---:|---:|---:|\n");
+  double before = 0, after = 0;
+  for (const auto& [problem, c] : table->entries) {
+    std::printf("| %s | %.4f | %.4f | %d | %d |\n", problem.c_str(), c.heuristic_ms, c.ms,
+                c.candidate, c.candidates);
+    before += c.heuristic_ms;
+    after += c.ms;
+  }
+  std::printf("\nsum over the problems (one call each): %.3f ms -> %.3f ms\nwrote %s (digest %s)\n",
+              before, after, path.c_str(), table->Digest().c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -197,6 +247,20 @@ int main(int argc, char** argv) {
                  "goes by kind of work (a \"profile\" line, and a table on stderr; the trial "
                  "config's train.profile_steps)")
       ->check(CLI::Range(1, 1000000));
+  std::string gemm_tuning_path, tune_gemm_path;
+  int tune_candidates = 8;
+  app.add_option("--gemm-tuning", gemm_tuning_path,
+                 "replay this GEMM tuning table (written by --tune-gemm on a machine like this "
+                 "one): the recorded cuBLASLt algorithm for each GEMM instead of the heuristic's; "
+                 "a table of another GPU or cuBLASLt is not used (the start line says so)");
+  app.add_option("--tune-gemm", tune_gemm_path,
+                 "instead of training: run one step of --config's model on the GPU, time "
+                 "cuBLASLt's candidate algorithms for each of its GEMMs, write the fastest to "
+                 "this file (a GEMM tuning table) and print them")
+      ->excludes("--gemm-tuning");
+  app.add_option("--tune-candidates", tune_candidates,
+                 "--tune-gemm: how many of the heuristic's algorithms to time per GEMM")
+      ->check(CLI::Range(1, 64));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -224,6 +288,19 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (profile_steps > 0) config->train.profile_steps = profile_steps;  // not part of the identity
+  if (!tune_gemm_path.empty()) {
+    ResolveAutoDevice(&*config);
+    return TuneGemm(*config, tune_gemm_path, tune_candidates);
+  }
+  std::shared_ptr<const ablate::GemmTuning> gemm_tuning;
+  if (!gemm_tuning_path.empty()) {
+    auto table = ablate::LoadGemmTuning(gemm_tuning_path);
+    if (!table.ok()) {
+      std::fprintf(stderr, "ablate-train: --gemm-tuning: %s\n", table.status().message().c_str());
+      return 2;
+    }
+    gemm_tuning = std::make_shared<const ablate::GemmTuning>(*std::move(table));
+  }
   if (out_dir.empty()) out_dir = "ablate-runs/" + ablate::config::ConfigHash(*config);
   if (auto st = ablate::MakeDirs(out_dir); !st.ok()) {
     std::fprintf(stderr, "ablate-train: %s\n", st.message().c_str());
@@ -238,6 +315,11 @@ int main(int argc, char** argv) {
   options.preempt = &g_preempt;
   options.emit = [&](const nlohmann::json& j) {
     if (j.value("type", "") == "profile") PrintProfile(j);
+    if (j.contains("gemm_tuning") && j["gemm_tuning"].contains("not_used")) {
+      std::fprintf(stderr, "ablate-train: --gemm-tuning %s is not used: %s\n",
+                   gemm_tuning_path.c_str(),
+                   j["gemm_tuning"]["not_used"].get<std::string>().c_str());
+    }
     std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     std::fwrite(line.data(), 1, line.size(), stdout);
     std::fputc('\n', stdout);
@@ -245,12 +327,7 @@ int main(int argc, char** argv) {
     if (log) log << line << '\n' << std::flush;
   };
 #if ABLATE_TRAINER_HAVE_CUDA
-  // device: auto trains on the GPU when one is visible (the worker narrows the view to the trial's
-  // GPUs with CUDA_VISIBLE_DEVICES, and a CPU-slot trial sees none), else on the CPU.
-  if (config->device == "auto") {
-    int devices = 0;
-    if (cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0) config->device = "cuda";
-  }
+  ResolveAutoDevice(&*config);
   // Creating the CUDA context takes a few hundred ms: start it now, beside the corpus load and
   // the model's initialization in RunTrial (its first CUDA call waits for it if need be).
   std::thread cuda_start;
@@ -270,6 +347,7 @@ int main(int argc, char** argv) {
     }
   } join_cuda_start{cuda_start};
 #endif
+  options.gemm_tuning = gemm_tuning;
   // Out of host memory (a model or batch larger than the machine, or other trials' memory on
   // it): a readable reason for the worker's log and exit 1 (retried elsewhere), not an abort.
   ablate::StatusOr<ablate::trainer::RunResult> result = ablate::Internal("not run");

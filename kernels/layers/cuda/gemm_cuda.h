@@ -2,9 +2,11 @@
 // row-major tensors in PyTorch's nn.Linear layout (weight (OC, IC), y = x W^T), the device twin of
 // MatmulForward / MatmulBackward in layers_cpu.h.
 //
-// A LtGemm owns a cuBLASLt handle and a workspace, and caches one set of descriptors plus the
-// heuristic's algorithm per distinct problem (shape, transposes, types, beta != 0), so steady-state
-// calls do no descriptor set-up. Every call enqueues on `stream` and returns without host
+// A LtGemm owns a cuBLASLt handle and a workspace, and caches one set of descriptors plus an
+// algorithm per distinct problem (GemmProblem: shape, transposes, types, beta != 0, alignments,
+// epilogue), so steady-state calls do no descriptor set-up. The algorithm is the heuristic's first,
+// or the one a GEMM tuning table recorded for the problem (ablate/gemm_tuning.h: SetTuning to
+// replay one, Tune to measure one). Every call enqueues on `stream` and returns without host
 // synchronization; cuBLASLt errors come back as Internal with the status name.
 // Thread safety: not thread-safe (the cache); one LtGemm per stream / training process.
 #pragma once
@@ -17,8 +19,9 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <tuple>
+#include <string>
 
+#include "ablate/gemm_tuning.h"
 #include "ablate/status.h"
 
 namespace ablate::kernels::cuda {
@@ -61,25 +64,52 @@ class LtGemm {
                            const __nv_bfloat16* pre, int64_t N, int IC, int OC,
                            cudaStream_t stream);
 
+  // Replays `tuning` (may be null: the heuristic's algorithms) for every problem from now on; the
+  // problems seen so far are set up again on their next call. A table of another device or
+  // cuBLASLt version is not used: the returned status says why (FailedPrecondition), and the
+  // heuristic's algorithms stay. An entry whose algorithm cuBLASLt refuses for its problem
+  // (cublasLtMatmulAlgoCheck, or more workspace than this LtGemm has) is skipped the same way,
+  // counted in Use().rejected.
+  Status SetTuning(std::shared_ptr<const GemmTuning> tuning);
+  struct Use {
+    int problems = 0;  // distinct problems set up since SetTuning
+    int tuned = 0;     // of those, run with the table's algorithm
+    int rejected = 0;  // of those, with an entry cuBLASLt refused for the problem
+  };
+  Use use() const { return use_; }
+
+  // Times up to `candidates` of the heuristic's algorithms for every problem this LtGemm has run
+  // (median of 5 rounds of `reps` back-to-back calls after 3 warm-up calls, CUDA events on
+  // `stream`), on scratch operands of the problem's shapes and alignments (one problem's at a time;
+  // a problem whose scratch does not fit in free device memory keeps the heuristic's choice and is
+  // left out), and returns the table: for each problem the fastest, unless it is within
+  // `min_gain` of the heuristic's first (then that one, so noise does not pick). The chosen
+  // algorithms also take effect here. Synchronizes; leaves the model's buffers untouched.
+  StatusOr<GemmTuning> Tune(int candidates, int reps, double min_gain, cudaStream_t stream);
+
+  // The device name and cuBLASLt version a table must carry to apply here.
+  static StatusOr<std::pair<std::string, int64_t>> DeviceAndVersion();
+
  private:
   struct Plan;
   LtGemm() = default;
   // Column-major D (m, n) = alpha op(A) op(B) + beta C, A/B bf16, C/D of `type`.
-  // epilogue: a cublasLtEpilogue_t (CUBLASLT_EPILOGUE_DEFAULT, GELU_AUX or DGELU); aux: the GELU
-  // input matrix (m, n) bf16 with leading dimension ldd.
+  // aux: the GELU epilogue's input (DGELU) or pre-activation output (GELU_AUX), (m, n) bf16 with
+  // leading dimension ldd.
   Status Run(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void* a, int64_t lda,
              const void* b, int64_t ldb, const void* c, void* d, int64_t ldd, OutType type,
-             float alpha, float beta, cudaStream_t stream, int epilogue = CUBLASLT_EPILOGUE_DEFAULT,
-             const void* aux = nullptr);
+             float alpha, float beta, cudaStream_t stream,
+             GemmEpilogue epilogue = GemmEpilogue::kNone, const void* aux = nullptr);
 
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
-  // transposes, m, n, k, lda, ldb, ldd, output type, beta != 0, packed pointer alignments,
-  // epilogue.
-  using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int,
-                         bool, int, int>;
-  std::map<Key, std::unique_ptr<Plan>> plans_;
+  // The descriptors of `p` and its algorithm: the tuning table's, if it has a valid one, else the
+  // heuristic's first. Counts it in use_.
+  StatusOr<std::unique_ptr<Plan>> MakePlan(const GemmProblem& p, const void* aux);
+  std::map<GemmProblem, std::unique_ptr<Plan>> plans_;
+  std::shared_ptr<const GemmTuning> tuning_;
+  Use use_;
 };
 
 }  // namespace ablate::kernels::cuda

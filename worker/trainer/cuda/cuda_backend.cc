@@ -93,16 +93,33 @@ class CudaBackend : public TrainBackend {
     return model_->SetWeights(w.data());
   }
   Status LoadOptimizer(const std::string& blob) override { return opt_->Load(blob); }
+  Status SetGemmTuning(std::shared_ptr<const GemmTuning> tuning) override {
+    tuned_ = tuning != nullptr;
+    Status st = model_->SetGemmTuning(std::move(tuning));
+    if (!st.ok()) tuned_ = false;
+    return st;
+  }
+  StatusOr<GemmTuning> TuneGemms(int candidates, int reps, double min_gain) override {
+    return model_->TuneGemms(candidates, reps, min_gain);
+  }
+  nlohmann::json GemmTuningUse() const override {
+    return tuned_ ? GemmUseJson(model_->GemmUse()) : nlohmann::json();
+  }
 
  private:
   std::unique_ptr<GptCuda> model_;
   std::unique_ptr<DeviceOptimizer> opt_;
   std::string device_name_;
   bool mirror_by_opt_ = false;
+  bool tuned_ = false;                          // a GEMM tuning table is in use
   std::unique_ptr<CudaStepProfiler> profiler_;  // declared last: destroyed before the model
 };
 
 }  // namespace
+
+nlohmann::json GemmUseJson(const kernels::cuda::LtGemm::Use& use) {
+  return {{"problems", use.problems}, {"tuned", use.tuned}, {"rejected", use.rejected}};
+}
 
 std::pair<double, std::string> GpuPeakFlops() {
   int dev = 0;

@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "ablate/status.h"
+#include "layers/cuda/gemm_cuda.h"
 #include "trainer/loop/backend.h"
 
 namespace ablate::trainer::cuda {
@@ -17,6 +18,9 @@ namespace ablate::trainer::cuda {
 // The peak dense bf16 tensor FLOP/s of the current device, for MFU, and where the figure comes
 // from (a table of known parts, else SMs x clock x 4096 FLOP/cycle/SM, Hopper's dense bf16 rate).
 std::pair<double, std::string> GpuPeakFlops();
+
+// TrainBackend::GemmTuningUse's object for one LtGemm's counts.
+nlohmann::json GemmUseJson(const kernels::cuda::LtGemm::Use& use);
 
 StatusOr<std::unique_ptr<TrainBackend>> CreateCudaBackend(const config::TrialConfig& config,
                                                           Gpt<float> model);

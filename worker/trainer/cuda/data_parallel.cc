@@ -289,6 +289,30 @@ class DataParallelBackend : public TrainBackend {
     return Status::Ok();
   }
 
+  // Every replica replays the same table or none: their weights must stay bit-identical.
+  Status SetGemmTuning(std::shared_ptr<const GemmTuning> tuning) override {
+    tuned_ = false;
+    Status st = ForAll([&](Rank& r) { return r.model->SetGemmTuning(tuning); });
+    if (!st.ok()) {
+      ABLATE_RETURN_IF_ERROR(ForAll([](Rank& r) { return r.model->SetGemmTuning(nullptr); }));
+      return st;
+    }
+    tuned_ = tuning != nullptr;
+    return Status::Ok();
+  }
+  // Rank 0's problems (every rank runs the same shapes); the table is for SetGemmTuning.
+  StatusOr<GemmTuning> TuneGemms(int candidates, int reps, double min_gain) override {
+    GemmTuning table;
+    ABLATE_RETURN_IF_ERROR(Run(0, [&]() -> Status {
+      ABLATE_ASSIGN_OR_RETURN(table, ranks_[0].model->TuneGemms(candidates, reps, min_gain));
+      return Status::Ok();
+    }));
+    return table;
+  }
+  nlohmann::json GemmTuningUse() const override {
+    return tuned_ ? GemmUseJson(ranks_[0].model->GemmUse()) : nlohmann::json();
+  }
+
   StatusOr<double> EvalLoss(const int32_t* inputs, const int32_t* targets, int mb) override {
     double loss = 0;
     ABLATE_RETURN_IF_ERROR(Run(0, [&]() -> Status {
@@ -373,6 +397,7 @@ class DataParallelBackend : public TrainBackend {
   const int micro_per_rank_;
   int micro_ = 0;
   std::vector<Rank> ranks_;
+  bool tuned_ = false;  // a GEMM tuning table is in use on every rank
   std::vector<std::string> device_names_;
   std::string nccl_version_;
 };

@@ -184,6 +184,16 @@ StatusOr<std::unique_ptr<GptCuda>> GptCuda::Create(const Gpt<float>& model) {
   return g;
 }
 
+Status GptCuda::SetGemmTuning(std::shared_ptr<const GemmTuning> tuning) {
+  return buf_->gemm->SetTuning(std::move(tuning));
+}
+
+StatusOr<GemmTuning> GptCuda::TuneGemms(int candidates, int reps, double min_gain) {
+  return buf_->gemm->Tune(candidates, reps, min_gain, stream_);
+}
+
+kc::LtGemm::Use GptCuda::GemmUse() const { return buf_->gemm->use(); }
+
 Status GptCuda::SetWeights(const float* host) {
   ABLATE_RETURN_IF_ERROR(CudaStatus(
       cudaMemcpyAsync(w_, host, num_params_ * sizeof(float), cudaMemcpyHostToDevice, stream_),

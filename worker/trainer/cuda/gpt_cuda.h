@@ -39,7 +39,9 @@
 #include <memory>
 #include <vector>
 
+#include "ablate/gemm_tuning.h"
 #include "ablate/status.h"
+#include "layers/cuda/gemm_cuda.h"
 #include "trainer/model/gpt.h"
 
 namespace ablate::trainer::cuda {
@@ -98,6 +100,14 @@ class GptCuda {
   StatusOr<std::vector<LayerDiagnostics>> AttentionDiagnostics(int max_batch = 1);
 
   double FlopsPerToken() const;
+
+  // The GEMMs' algorithms (common/ablate/gemm_tuning.h; LtGemm::SetTuning, Tune and use): replay
+  // a recorded table, or time cuBLASLt's candidates for every GEMM problem this model has run so
+  // far (after a Forward + Backward and a Loss, that is every problem of a training step and an
+  // evaluation) and keep the fastest.
+  Status SetGemmTuning(std::shared_ptr<const GemmTuning> tuning);
+  StatusOr<GemmTuning> TuneGemms(int candidates, int reps, double min_gain);
+  kernels::cuda::LtGemm::Use GemmUse() const;
 
   // Marks the kinds of work of Forward, Backward, ZeroGrad, GradNormAndClip and WeightsUpdated on
   // `profiler` (a CudaStepProfiler on stream(); null: none). Not owned.

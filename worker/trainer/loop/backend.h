@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "ablate/gemm_tuning.h"
 #include "ablate/status.h"
 #include "ablate/trial_config.h"
 #include "trainer/model/gpt.h"
@@ -63,6 +64,22 @@ class TrainBackend {
     return Unimplemented(
         "--profile: this backend has no step profiler (data parallel, gpus > 1: profile one GPU)");
   }
+
+  // GEMM tuning (common/ablate/gemm_tuning.h): SetGemmTuning replays a table for every GEMM
+  // from now on (null: the heuristic's algorithms; FailedPrecondition, and no table, where it was
+  // measured on another device or cuBLASLt); TuneGemms times cuBLASLt's candidates for every GEMM
+  // problem the backend has run so far and returns the table; GemmTuningUse says how many of the
+  // problems set up since SetGemmTuning used the table ({"problems", "tuned", "rejected"}; null
+  // without a table). Unimplemented where the backend has no cuBLASLt GEMMs (the CPU backend).
+  virtual Status SetGemmTuning(std::shared_ptr<const GemmTuning> tuning) {
+    (void)tuning;
+    return Unimplemented("GEMM tuning: only the CUDA backend has cuBLASLt GEMMs to tune");
+  }
+  virtual StatusOr<GemmTuning> TuneGemms(int candidates, int reps, double min_gain) {
+    (void)candidates, (void)reps, (void)min_gain;
+    return Unimplemented("GEMM tuning: only the CUDA backend has cuBLASLt GEMMs to tune");
+  }
+  virtual nlohmann::json GemmTuningUse() const { return nullptr; }
 
   // Checkpoint sections: the fp32 weights in the Gpt layout, and the optimizer blob (the same bytes
   // on every backend, so a checkpoint resumes on either).

@@ -274,6 +274,19 @@ StatusOr<RunResult> RunTrial(const config::TrialConfig& cfg, const RunOptions& o
     backend = std::make_unique<CpuBackend>(std::move(model), std::move(optimizer), threads);
   }
   const auto t_after_backend = Clock::now();
+  std::string numerics(kernels::kNumericsVersion);
+  nlohmann::json gemm_tuning;
+  if (const auto& t = options.gemm_tuning) {
+    gemm_tuning = {{"digest", t->Digest()},
+                   {"entries", t->entries.size()},
+                   {"device", t->device},
+                   {"cublaslt", t->cublaslt_version}};
+    if (Status st = backend->SetGemmTuning(t); st.ok()) {
+      numerics += "+gemm." + t->Digest();
+    } else {
+      gemm_tuning["not_used"] = st.message();
+    }
+  }
   auto sampler_or = BatchSampler::Create(&data.train, cfg.model.seq_len, cfg.seed);
   if (!sampler_or.ok()) return sampler_or.status().WithPrefix("training split of " + data.description);
   BatchSampler sampler = std::move(sampler_or).value();
@@ -333,31 +346,33 @@ StatusOr<RunResult> RunTrial(const config::TrialConfig& cfg, const RunOptions& o
   const int micro_steps = accum * cfg.gpus;
   const int64_t tokens_per_step = cfg.train.tokens_per_step;
 
-  nlohmann::json start = {{"type", "start"},
-        {"build",
-         {{"version", std::string(BuildVersion())},
-          {"commit", std::string(BuildCommit())},
-          {"numerics", std::string(kernels::kNumericsVersion)}}},
-        {"config_hash", hash},
-        {"resumed_from_step", start_step},
-        {"params", backend->num_params()},
-        {"vocab_size", data.vocab_size},
-        {"data", data.description},
-        {"train_tokens", data.train.size()},
-        {"val_tokens", data.val.size()},
-        {"unigram_entropy", UnigramEntropyNats(data.train, data.vocab_size)},
-        {"accumulation_steps", accum},
-        {"tokens_per_step", tokens_per_step},
-        {"flops_per_token", flops_per_token},
-        {"peak_flops", peak},
-        {"peak_source", peak_source},
-        {"optimizer_state_bytes", backend->optimizer_state_bytes()},
-        {"optimizer_state_bytes_fp32", backend->optimizer_state_bytes_fp32()},
-        {"optimizer_state_saved",
-         1.0 - double(backend->optimizer_state_bytes()) /
-                   double(std::max<size_t>(1, backend->optimizer_state_bytes_fp32()))},
-        {"spectral_tensors", backend->spectral_tensors()}};
+  nlohmann::json start = {
+      {"type", "start"},
+      {"build",
+       {{"version", std::string(BuildVersion())},
+        {"commit", std::string(BuildCommit())},
+        {"numerics", numerics}}},
+      {"config_hash", hash},
+      {"resumed_from_step", start_step},
+      {"params", backend->num_params()},
+      {"vocab_size", data.vocab_size},
+      {"data", data.description},
+      {"train_tokens", data.train.size()},
+      {"val_tokens", data.val.size()},
+      {"unigram_entropy", UnigramEntropyNats(data.train, data.vocab_size)},
+      {"accumulation_steps", accum},
+      {"tokens_per_step", tokens_per_step},
+      {"flops_per_token", flops_per_token},
+      {"peak_flops", peak},
+      {"peak_source", peak_source},
+      {"optimizer_state_bytes", backend->optimizer_state_bytes()},
+      {"optimizer_state_bytes_fp32", backend->optimizer_state_bytes_fp32()},
+      {"optimizer_state_saved",
+       1.0 - double(backend->optimizer_state_bytes()) /
+                 double(std::max<size_t>(1, backend->optimizer_state_bytes_fp32()))},
+      {"spectral_tensors", backend->spectral_tensors()}};
   start.update(backend->StartInfo());
+  if (!gemm_tuning.is_null()) start["gemm_tuning"] = gemm_tuning;
   // Where the start-up went (seconds): main to RunTrial, the corpus, the model's initialization on
   // the host, the backend (device copies, buffers; it waits for the CUDA context when that is
   // still being created), the rest (resume, evaluation batches), and the context itself (created
@@ -440,6 +455,7 @@ StatusOr<RunResult> RunTrial(const config::TrialConfig& cfg, const RunOptions& o
                         {"best_val_loss", best_val},
                         {"elapsed_s", Seconds(run_start, Clock::now())}};
     if (!reason.empty()) j["reason"] = reason;
+    if (nlohmann::json use = backend->GemmTuningUse(); !use.is_null()) j["gemm_tuning_use"] = use;
     emit(j);
     return r;
   };
@@ -578,6 +594,50 @@ StatusOr<RunResult> RunTrial(const config::TrialConfig& cfg, const RunOptions& o
   }
   if (start_step >= steps && std::isnan(last_val)) ABLATE_RETURN_IF_ERROR(evaluate(steps));
   return finish("ok", std::max(start_step, steps), "");
+}
+
+StatusOr<GemmTuning> TuneTrialGemms(const config::TrialConfig& cfg,
+                                    const GemmTuneOptions& options) {
+  if (cfg.device != "cuda" || !HaveTrainBackend("cuda")) {
+    return FailedPrecondition(
+        "--tune-gemm: the GEMMs it tunes are cuBLASLt's, on the CUDA backend, and this config runs "
+        "on " +
+        std::string(cfg.device == "cuda" ? "a trainer built without CUDA"
+                                         : "the CPU (device: " + cfg.device +
+                                               "; auto means cuda only where a GPU is visible)"));
+  }
+  DataConfig dc;
+  dc.corpus = cfg.data.corpus;
+  dc.val_fraction = cfg.data.val_fraction;
+  dc.vocab_size = cfg.data.vocab_size;
+  ABLATE_ASSIGN_OR_RETURN(Dataset data, LoadDataset(dc));
+  ABLATE_ASSIGN_OR_RETURN(Gpt<float> model,
+                          Gpt<float>::Create(ToModelConfig(cfg, data.vocab_size)));
+  model.Init(cfg.seed);
+  ABLATE_ASSIGN_OR_RETURN(std::unique_ptr<TrainBackend> backend,
+                          Registry()["cuda"](cfg, std::move(model)));
+  auto sampler_or = BatchSampler::Create(&data.train, cfg.model.seq_len, cfg.seed);
+  if (!sampler_or.ok())
+    return sampler_or.status().WithPrefix("training split of " + data.description);
+  const int mb = cfg.train.micro_batch;
+  ABLATE_ASSIGN_OR_RETURN(EvalBatches eval, EvalBatches::Create(&data.val, cfg.model.seq_len, mb,
+                                                                cfg.data.eval_batches));
+  std::vector<int32_t> inputs(size_t(mb) * cfg.model.seq_len), targets(inputs.size());
+  // A whole step's micro-batches (a data-parallel backend expects them all, micro-batch i on rank
+  // i / accum), then one evaluation batch.
+  ABLATE_RETURN_IF_ERROR(backend->ZeroGrad());
+  const int micro_steps = cfg.accumulation_steps() * cfg.gpus;
+  for (int i = 0; i < micro_steps; ++i) {
+    sampler_or->Next(mb, inputs.data(), targets.data());
+    ABLATE_RETURN_IF_ERROR(
+        backend->TrainMicroStep(inputs.data(), targets.data(), mb, 1.0f / float(micro_steps)));
+  }
+  ABLATE_RETURN_IF_ERROR(backend->TakeTrainLoss().status());
+  if (eval.num_batches() > 0) {
+    eval.Get(0, inputs.data(), targets.data());
+    ABLATE_RETURN_IF_ERROR(backend->EvalLoss(inputs.data(), targets.data(), mb).status());
+  }
+  return backend->TuneGemms(options.candidates, options.reps, options.min_gain);
 }
 
 }  // namespace ablate::trainer

@@ -14,15 +14,18 @@
 //               (step_profile.h: profile.<kind>_ms per step), and their median tokens_per_s; steps
 //               with an evaluation, diagnostics or a checkpoint leave that work out
 //   final       once: status "ok" or "diverged", the last losses, timing; "preempted" when the run
-//               stopped early on RunOptions::preempt (after a checkpoint of the last step)
+//               stopped early on RunOptions::preempt (after a checkpoint of the last step); with
+//               RunOptions::gemm_tuning, how many GEMM problems used it
 // Errors (bad data path, unreadable checkpoint, ...) are returned as Status, not emitted.
 #pragma once
 
 #include <atomic>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "ablate/gemm_tuning.h"
 #include "ablate/status.h"
 #include "ablate/trial_config.h"
 #include "trainer/model/gpt.h"
@@ -43,6 +46,12 @@ struct RunOptions {
   // ablate-train; < 0 when not measured). Set by the caller; 0 / null when unknown.
   double before_run_s = 0;
   const std::atomic<double>* device_context_s = nullptr;
+  // The GEMM tuning table to replay (ablate-train --gemm-tuning; common/ablate/gemm_tuning.h), or
+  // null. The start line's "gemm_tuning" names it (digest, entries, device) and, where the backend
+  // cannot use it (another device or cuBLASLt, or the CPU backend), why not; a table in use joins
+  // the numerics version ("<version>+gemm.<digest>", for the provenance: another table may give
+  // other bits). The final line's "gemm_tuning_use" counts the GEMM problems that used it.
+  std::shared_ptr<const GemmTuning> gemm_tuning;
 };
 
 struct RunResult {
@@ -53,6 +62,19 @@ struct RunResult {
 };
 
 StatusOr<RunResult> RunTrial(const config::TrialConfig& config, const RunOptions& options);
+
+// ablate-train --tune-gemm: builds the trial's model on its device, runs one training micro-batch
+// and one evaluation batch of its data (which sets up every GEMM problem of a step and an
+// evaluation), then times cuBLASLt's first `candidates` algorithms for each (TrainBackend::
+// TuneGemms) and returns the table. Trains nothing and writes nothing. FailedPrecondition where
+// the config does not run on the CUDA backend.
+struct GemmTuneOptions {
+  int candidates = 8;
+  int reps = 20;
+  double min_gain = 0.02;  // keep the heuristic's choice unless another is this much faster
+};
+StatusOr<GemmTuning> TuneTrialGemms(const config::TrialConfig& config,
+                                    const GemmTuneOptions& options);
 
 // The model a trial trains (its attention at the GPU kernels' tiles on either backend).
 ModelConfig ToModelConfig(const config::TrialConfig& c, int vocab);

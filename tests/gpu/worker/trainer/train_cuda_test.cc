@@ -151,7 +151,58 @@ train: {steps: 30, tokens_per_step: 8192, micro_batch: 8, warmup: 3, eval_every:
   }
 }
 
-// Checkpoint at step 10 on one backend, resume to step 20 on the other.
+// ablate-train --tune-gemm, then --gemm-tuning (TuneTrialGemms, RunOptions::gemm_tuning): the
+// table covers the GEMM problems of a step and an evaluation, the run replays it for every one of
+// them, two replays give the same bits, the numerics version names the table, and the losses stay
+// those of the heuristic's algorithms up to summation order.
+TEST_F(TrainCuda, GemmTuningReplaysBitIdentically) {
+  SKIP_WITHOUT_GPU();
+  const config::TrialConfig cfg = Config(std::string(kModel) + "attention: {kind: fpa}\n", "cuda");
+  GemmTuneOptions opt;
+  opt.reps = 5;
+  auto table = TuneTrialGemms(cfg, opt);
+  ASSERT_TRUE(table.ok()) << table.status().ToString();
+  ASSERT_GT(table->entries.size(), 3u);
+  int moved = 0;
+  for (const auto& [problem, c] : table->entries) {
+    EXPECT_GT(c.heuristic_ms, 0) << problem;
+    EXPECT_LE(c.ms, c.heuristic_ms) << problem;
+    EXPECT_LT(c.candidate, c.candidates) << problem;
+    moved += c.candidate != 0;
+    std::printf("%s: candidate %d of %d, %.4f ms (heuristic %.4f)\n", problem.c_str(), c.candidate,
+                c.candidates, c.ms, c.heuristic_ms);
+  }
+  std::printf("%d of %zu problems left the heuristic's choice\n", moved, table->entries.size());
+  auto shared = std::make_shared<const GemmTuning>(*table);
+  const std::string d = *dir_ + "/gemm_tuning";
+  RunLog plain = Train(cfg, d + "/plain");
+  RunLog a = Train(cfg, d + "/a", "", shared);
+  RunLog b = Train(cfg, d + "/b", "", shared);
+  ASSERT_TRUE(plain.result.ok()) << plain.result.status().ToString();
+  ASSERT_TRUE(a.result.ok()) << a.result.status().ToString();
+  ASSERT_TRUE(b.result.ok()) << b.result.status().ToString();
+  const auto start = a.Of("start")[0];
+  EXPECT_FALSE(start["gemm_tuning"].contains("not_used")) << start["gemm_tuning"].dump();
+  EXPECT_EQ(start["gemm_tuning"]["digest"], table->Digest());
+  EXPECT_EQ(
+      start["build"]["numerics"].get<std::string>(),
+      plain.Of("start")[0]["build"]["numerics"].get<std::string>() + "+gemm." + table->Digest());
+  const auto use = a.Of("final")[0]["gemm_tuning_use"];
+  EXPECT_EQ(use["tuned"].get<size_t>(), table->entries.size()) << use.dump();
+  EXPECT_EQ(use["rejected"], 0) << use.dump();
+  EXPECT_GE(use["problems"].get<size_t>(), table->entries.size()) << use.dump();
+  const auto sa = a.Of("step"), sb = b.Of("step");
+  ASSERT_EQ(sa.size(), sb.size());
+  for (size_t i = 0; i < sa.size(); ++i) {
+    EXPECT_EQ(sa[i]["loss"], sb[i]["loss"]) << i;
+    EXPECT_EQ(sa[i]["grad_norm"], sb[i]["grad_norm"]) << i;
+  }
+  EXPECT_EQ(a.result->final_val_loss, b.result->final_val_loss);
+  const double diff = MaxLossDiff(plain, a);
+  std::printf("max |loss tuned - loss heuristic| over 50 steps %.5f\n", diff);
+  EXPECT_LE(diff, 0.02);
+}
+
 TEST_F(TrainCuda, ProfileCoversTheStepAndChangesNothing) {
   SKIP_WITHOUT_GPU();
   const std::string yaml = std::string(kModel) + "attention: {kind: sagebwd}\n";
@@ -184,6 +235,7 @@ TEST_F(TrainCuda, ProfileCoversTheStepAndChangesNothing) {
   EXPECT_NEAR(work, mean, 0.25 * mean) << p.dump();
 }
 
+// Checkpoint at step 10 on one backend, resume to step 20 on the other.
 TEST_F(TrainCuda, CheckpointsResumeAcrossBackends) {
   SKIP_WITHOUT_GPU();
   const std::string yaml = std::string(kModel) + "attention: {kind: fpa}\n";

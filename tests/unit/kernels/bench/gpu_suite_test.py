@@ -77,8 +77,9 @@ class GpuSuiteTest(unittest.TestCase):
 
     def test_default_list_is_every_gpu_test_binary(self):
         names = ["fpa_gpu_test", "sagebwd_gpu_test", "determinism_gpu_test", "wgmma_gpu_test",
-                 "sage_scale_gpu_test", "layers_gpu_test", "spectral_gpu_test", "gpt_cuda_test",
-                 "train_cuda_test", "optim_gpu_test", "data_parallel_test"]
+                 "sage_scale_gpu_test", "layers_gpu_test", "gemm_tuning_gpu_test",
+                 "spectral_gpu_test", "gpt_cuda_test", "train_cuda_test", "optim_gpu_test",
+                 "data_parallel_test"]
         # Every test program under tests/gpu (one source file per program) is in the list.
         sources = set()
         for dirpath, _, files in os.walk(os.path.join(ROOT, "tests", "gpu")):

@@ -341,6 +341,7 @@ TEST_F(WorkerAgentTest, RestartResendsSpooledReportsAndReportsLostTrainers) {
 TEST_F(WorkerAgentTest, CancelFromTheCoordinatorOnAGpuWorker) {
   AgentOptions o = Options();
   o.cpu_slots = 0;
+  o.gemm_tuning = "/hosts/h100.json";  // handed to every trial given a GPU
   o.gpus.resize(2);
   for (int i = 0; i < 2; ++i) {
     o.gpus[i].set_index(i);
@@ -388,6 +389,25 @@ TEST_F(WorkerAgentTest, CancelFromTheCoordinatorOnAGpuWorker) {
                 "CUDA_VISIBLE_DEVICES=[0,1] ABLATE_CPU_THREADS=[8] CUDA_DEVICE_ORDER=[PCI_BUS_ID]"),
             std::string::npos)
       << e->log_tail();
+  EXPECT_NE(e->log_tail().find("/config.yaml --out " + work_ +
+                               "/trials/6/attempt-1 --gemm-tuning "
+                               "/hosts/h100.json]"),
+            std::string::npos)
+      << e->log_tail();
+}
+
+// A CPU trial does not get the worker's GEMM tuning table (it has no cuBLASLt GEMMs).
+TEST_F(WorkerAgentTest, TheGemmTuningTableGoesToGpuTrialsOnly) {
+  AgentOptions o = Options();
+  o.gemm_tuning = "/hosts/h100.json";
+  coord_.Assign(Assignment(7, 1, R"({"mode": "exit3"})"));
+  Start(o);
+  ASSERT_TRUE(coord_.WaitUntil([&] { return coord_.FinalOf(7, 1) != nullptr; }));
+  DrainAndWait();
+  std::lock_guard<std::mutex> l(coord_.mu());
+  const std::string tail = coord_.FinalOf(7, 1)->log_tail();
+  EXPECT_NE(tail.find("args [--config "), std::string::npos) << tail;
+  EXPECT_EQ(tail.find("--gemm-tuning"), std::string::npos) << tail;
 }
 
 TEST_F(WorkerAgentTest, DrainFinishesRunningTrialsAndRefusesNewOnes) {

@@ -114,6 +114,12 @@ TEST_F(WorkerMainTest, BadCommandLinesExitWithCode2AndSayWhy) {
       {{"--token-file", token_, "--bogus"}, "--bogus"},
       {{"--token-file", token_, "--gpus", "none", "--metrics-public"},
        "--metrics-public requires --metrics"},
+      {{"--token-file", token_, "--gpus", "none", "--work-dir", work, "--trainer", trainer_,
+        "--gemm-tuning", dir_.path() + "/none.json"},
+       "--gemm-tuning " + dir_.path() + "/none.json: no such file"},
+      {{"--token-file", token_, "--gpus", "none", "--work-dir", work, "--trainer", trainer_,
+        "--gemm-tuning", token_},
+       "not a GEMM tuning table (ablate-train --tune-gemm): not valid JSON"},
 #ifdef ABLATE_WORKER_METRICS
       {{"--token-file", token_, "--gpus", "none", "--work-dir", work, "--trainer", trainer_,
         "--metrics", "9101"},

@@ -76,6 +76,7 @@ if [ "$1" = "--config" ]; then
   [ "$5" = "--resume" ] && echo "resuming from $6" >&2
 fi
 echo "env CUDA_VISIBLE_DEVICES=[${CUDA_VISIBLE_DEVICES-unset}] ABLATE_CPU_THREADS=[${ABLATE_CPU_THREADS-unset}] CUDA_DEVICE_ORDER=[${CUDA_DEVICE_ORDER-unset}]" >&2
+echo "args [$*]" >&2
 echo '{"type":"start","config_hash":"0123abcd","params":1000,"cpu_threads":'"${ABLATE_CPU_THREADS:-0}"',"backend":"cpu"}'
 echo "a stray line that is not JSON"
 case "$mode" in
