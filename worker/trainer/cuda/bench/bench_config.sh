@@ -22,3 +22,16 @@ YAML
 # The training shapes of gpu_train_bench.sh and step_profile.sh, 16,384 tokens per step each
 # (d_model 768): "name T heads micro-batch" (GPT-2 small, then head dim 128 at T 4096 and 8192).
 BENCH_SHAPES=("gpt2s 1024 12 16" "t4096_d128 4096 6 4" "t8192_d128 8192 6 2")
+
+# GEMM tuning for a bench config (ablate-train --tune-gemm; docs/bench/gemm.md): writes the table
+# to OUT.json and its printout to OUT.txt, and prints the flags that replay it, or nothing (with
+# the reason on stderr) when tuning failed, so the caller's tuned rows then say "failed".
+#   flags=$(bench_tune_gemm ABLATE_TRAIN TRIAL_YAML OUT)
+bench_tune_gemm() {
+  if "$1" --config "$2" --tune-gemm "$3.json" > "$3.txt" 2> "$3.err"; then
+    echo "--gemm-tuning $3.json"
+  else
+    echo "ablate-train --tune-gemm $2 failed:" >&2
+    tail -5 "$3.err" >&2
+  fi
+}
