@@ -33,6 +33,14 @@
 
 namespace ablate {
 
+// The tuner's defaults (LtGemm::Tune; ablate-train --tune-gemm): the heuristic's first 8
+// algorithms per problem, each timed as the median of 5 rounds of 20 back-to-back calls, and the
+// heuristic's own choice kept unless another is at least 2% faster (timing noise between
+// near-equal algorithms must not pick).
+inline constexpr int kGemmTuneCandidates = 8;
+inline constexpr int kGemmTuneReps = 20;
+inline constexpr double kGemmTuneMinGain = 0.02;
+
 enum class GemmEpilogue { kNone, kGeluAux, kDGelu };
 
 // One cuBLASLt problem as LtGemm poses it: column-major D (m, n) = alpha op(A) op(B) + beta C,

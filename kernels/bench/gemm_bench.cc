@@ -1,6 +1,8 @@
 // ablate-gemm-bench: the GPT training step's GEMMs, timed as the trainer calls them (LtGemm, the
-// cuBLASLt heuristic's first algorithm) and against the fastest of the heuristic's first K
-// candidates for the same problem, so the step profile's GEMM gap against PyTorch
+// cuBLASLt heuristic's first algorithm), and what GEMM tuning makes of each (LtGemm::Tune, the
+// tuner of ablate-train --tune-gemm: the heuristic's first K candidates timed on scratch operands,
+// the fastest kept unless within kGemmTuneMinGain of the first; then the same call again through
+// an LtGemm running the chosen algorithm), so the step profile's GEMM gap against PyTorch
 // (docs/bench/gpu_train.md) can be split into "a better algorithm exists" and "the problem itself
 // (output type, epilogue, layout) costs more". gemm_ref.py times the same shapes in PyTorch.
 //
@@ -9,10 +11,9 @@
 //
 // Defaults: GPT-2 small's step (N 16384, C 768, V 50304, L 12), K 8, R 20. Each row is one call of
 // worker/trainer/cuda/gpt_cuda.cc (a per-layer call counts L times in the step's total): its
-// cuBLASLt problem (column-major m x n x k, transposes, output type, beta, epilogue), LtGemm's
-// median ms, the best candidate's and the candidate count. bf16 operands from N(0, 1)-like
-// values; CUDA events around R back-to-back runs after 3 warm-up runs, median of 5 such rounds.
-#include <cublasLt.h>
+// cuBLASLt problem, LtGemm's median ms, the tuner's timings of the heuristic's first and of its
+// choice, and the tuned LtGemm's median ms. bf16 operands in [-1, 1) from a fixed LCG; CUDA events
+// around R back-to-back runs after 3 warm-up runs, median of 5 such rounds.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -38,14 +39,6 @@ using ablate::kernels::cuda::OutType;
       std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
       std::exit(1);                                                                    \
     }                                                                                  \
-  } while (0)
-#define LK(x)                                                                           \
-  do {                                                                                  \
-    cublasStatus_t s_ = (x);                                                            \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                  \
-      std::fprintf(stderr, "%s:%d: cublasLt status %d\n", __FILE__, __LINE__, int(s_)); \
-      std::exit(1);                                                                     \
-    }                                                                                   \
   } while (0)
 
 // `bytes` of bf16 values in [-1, 1) from a fixed LCG (inputs), or zeros (outputs).
@@ -94,94 +87,6 @@ double Time(const std::function<void()>& f, int reps, cudaStream_t s) {
   return ms[ms.size() / 2];
 }
 
-// One cuBLASLt problem as LtGemm::Run poses it: column-major D (m, n) = alpha op(A) op(B) +
-// beta C, A / B bf16, C / D fp32 or bf16, with an optional GELU_AUX / DGELU epilogue whose aux
-// matrix is bf16 (m, n).
-struct Problem {
-  bool ta, tb;
-  int64_t m, n, k;
-  bool f32_out;
-  float beta;
-  int epilogue;
-};
-
-// The heuristic's first `want` algorithms for p: the fastest one's ms, the first one's (the
-// algorithm LtGemm runs for the same problem, if the two pose it alike), how many it offered and
-// how many of those ran (a candidate whose matmul is refused is skipped).
-struct Candidates {
-  double best_ms = 0, first_ms = 0;
-  int found = 0, ran = 0;
-};
-Candidates BestCandidate(cublasLtHandle_t h, const Problem& p, const void* A, const void* B,
-                         void* D, void* aux, void* ws, size_t ws_bytes, int want, int reps,
-                         cudaStream_t s) {
-  cublasLtMatmulDesc_t desc;
-  LK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t oa = p.ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                          ob = p.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-  LK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &oa, sizeof oa));
-  LK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &ob, sizeof ob));
-  if (p.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
-    const cublasLtEpilogue_t ep = cublasLtEpilogue_t(p.epilogue);
-    const int64_t ld = p.m;
-    const int32_t at = CUDA_R_16BF;
-    LK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep));
-    LK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
-    LK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &at,
-                                      sizeof at));
-    LK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
-                                      sizeof aux));
-  }
-  cublasLtMatrixLayout_t la, lb, lc;
-  LK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, p.ta ? p.k : p.m, p.ta ? p.m : p.k,
-                                p.ta ? p.k : p.m));
-  LK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, p.tb ? p.n : p.k, p.tb ? p.k : p.n,
-                                p.tb ? p.n : p.k));
-  LK(cublasLtMatrixLayoutCreate(&lc, p.f32_out ? CUDA_R_32F : CUDA_R_16BF, p.m, p.n, p.m));
-  cublasLtMatmulPreference_t pref;
-  LK(cublasLtMatmulPreferenceCreate(&pref));
-  uint64_t wsb = ws_bytes;
-  LK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb,
-                                          sizeof wsb));
-  // The operands' alignments, as LtGemm states them (every buffer here is cudaMalloc's, 256).
-  uint32_t al = 256;
-  for (auto attr :
-       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
-    LK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &al, sizeof al));
-  }
-  std::vector<cublasLtMatmulHeuristicResult_t> res(want);
-  int found = 0;
-  LK(cublasLtMatmulAlgoGetHeuristic(h, desc, la, lb, lc, lc, pref, want, res.data(), &found));
-  const float alpha = 1.f;
-  Candidates c;
-  c.found = found;
-  c.best_ms = 1e30;
-  for (int i = 0; i < found; ++i) {
-    const auto& algo = res[i].algo;
-    auto run = [&] {
-      return cublasLtMatmul(h, desc, &alpha, A, la, B, lb, &p.beta, D, lc, D, lc, &algo, ws,
-                            ws_bytes, s);
-    };
-    const cublasStatus_t st = run();
-    if (st != CUBLAS_STATUS_SUCCESS) {
-      std::fprintf(stderr, "candidate %d of %lld x %lld x %lld refused (cublasLt status %d)\n", i,
-                   (long long)p.m, (long long)p.n, (long long)p.k, int(st));
-      continue;
-    }
-    const double ms = Time([&] { LK(run()); }, reps, s);
-    if (i == 0) c.first_ms = ms;
-    c.best_ms = std::min(c.best_ms, ms);
-    ++c.ran;
-  }
-  cublasLtMatmulPreferenceDestroy(pref);
-  cublasLtMatrixLayoutDestroy(la);
-  cublasLtMatrixLayoutDestroy(lb);
-  cublasLtMatrixLayoutDestroy(lc);
-  cublasLtMatmulDescDestroy(desc);
-  return c;
-}
-
 int Arg(int argc, char** argv, const char* name, int def) {
   for (int i = 1; i + 1 < argc; ++i)
     if (std::strcmp(argv[i], name) == 0) return std::atoi(argv[i + 1]);
@@ -217,11 +122,6 @@ int main(int argc, char** argv) {
     return 1;
   }
   LtGemm& gemm = **gemm_or;
-  cublasLtHandle_t h;
-  LK(cublasLtCreate(&h));
-  const size_t ws_bytes = size_t(32) << 20;
-  void* ws = nullptr;
-  CK(cudaMalloc(&ws, ws_bytes));
 
   const int64_t W = std::max<int64_t>(V, 4 * C);  // widest activation
   auto* x = static_cast<__nv_bfloat16*>(Buffer(size_t(N) * W * 2));
@@ -231,15 +131,15 @@ int main(int argc, char** argv) {
   void* out = Zeros(size_t(N) * W * 4);
   auto* dw = static_cast<float*>(Zeros(size_t(W) * 4 * C * 4));
 
-  // name, count per step, the cuBLASLt problem (as LtGemm poses it), the trainer's call.
+  // name, count per step, m x n x k of the cuBLASLt problem (as LtGemm poses it), the trainer's
+  // call on a given LtGemm.
+  using Call = std::function<void(LtGemm&)>;
   struct Row {
     const char* name;
     int count;
-    Problem p;
-    std::function<void()> call;
+    int64_t m, n, k;
+    Call call;
   };
-  const int NE = CUBLASLT_EPILOGUE_DEFAULT, GA = CUBLASLT_EPILOGUE_GELU_AUX,
-            DG = CUBLASLT_EPILOGUE_DGELU;  // (the default epilogue is 1, not 0)
   auto check = [](const ablate::Status& st) {
     if (!st.ok()) {
       std::fprintf(stderr, "%s\n", st.message().c_str());
@@ -247,103 +147,94 @@ int main(int argc, char** argv) {
     }
   };
   // Forward (N, IC) x (OC, IC)^T: column-major m = OC, n = N, k = IC, A transposed.
-  auto fwd = [&](int IC, int OC, OutType t, float beta) {
+  auto fwd = [&](int IC, int OC, OutType t, float beta) -> Call {
+    return [&, IC, OC, t, beta](LtGemm& g) {
+      check(g.Forward(out, t, x, w, N, IC, OC, 1.f, beta, out, s));
+    };
+  };
+  auto bwd_data = [&](int IC, int OC, OutType t) -> Call {
     return
-        [&, IC, OC, t, beta] { check(gemm.Forward(out, t, x, w, N, IC, OC, 1.f, beta, out, s)); };
+        [&, IC, OC, t](LtGemm& g) { check(g.BackwardData(out, t, y, w, N, IC, OC, 1.f, 0.f, s)); };
   };
-  auto bwd_data = [&](int IC, int OC, OutType t) {
-    return [&, IC, OC, t] { check(gemm.BackwardData(out, t, y, w, N, IC, OC, 1.f, 0.f, s)); };
+  auto bwd_w = [&](int IC, int OC) -> Call {
+    return [&, IC, OC](LtGemm& g) { check(g.BackwardWeight(dw, y, x, N, IC, OC, 1.f, 1.f, s)); };
   };
-  auto bwd_w = [&](int IC, int OC) {
-    return [&, IC, OC] { check(gemm.BackwardWeight(dw, y, x, N, IC, OC, 1.f, 1.f, s)); };
+  const Call gelu = [&](LtGemm& g) {
+    check(g.ForwardGelu(static_cast<__nv_bfloat16*>(out), aux, x, w, N, C, 4 * C, s));
   };
-  std::vector<Row> rows = {
-      {"fwd qkv", L, {true, false, 3 * C, N, C, false, 0.f, NE}, fwd(C, 3 * C, OutType::kBF16, 0.f)},
-      {"fwd attn out (+res, f32)",
-       L,
-       {true, false, C, N, C, true, 1.f, NE},
-       fwd(C, C, OutType::kF32, 1.f)},
-      {"fwd mlp up + gelu",
-       L,
-       {true, false, 4 * C, N, C, false, 0.f, GA},
-       [&] {
-         check(gemm.ForwardGelu(static_cast<__nv_bfloat16*>(out), aux, x, w, N, C, 4 * C, s));
-       }},
-      {"fwd mlp down (+res, f32)",
-       L,
-       {true, false, C, N, 4 * C, true, 1.f, NE},
-       fwd(4 * C, C, OutType::kF32, 1.f)},
-      {"fwd head", 1, {true, false, V, N, C, false, 0.f, NE}, fwd(C, V, OutType::kBF16, 0.f)},
-      {"bwd head data (f32)",
-       1,
-       {false, false, C, N, V, true, 0.f, NE},
-       bwd_data(C, V, OutType::kF32)},
-      {"bwd head weight", 1, {false, true, C, V, N, true, 1.f, NE}, bwd_w(C, V)},
-      {"bwd mlp down data + dgelu",
-       L,
-       {false, false, 4 * C, N, C, false, 0.f, DG},
-       [&] {
-         check(gemm.BackwardDataDGelu(static_cast<__nv_bfloat16*>(out), y, w, aux, N, 4 * C, C, s));
-       }},
-      {"bwd mlp down weight", L, {false, true, 4 * C, C, N, true, 1.f, NE}, bwd_w(4 * C, C)},
-      {"bwd mlp up data (f32)",
-       L,
-       {false, false, C, N, 4 * C, true, 0.f, NE},
-       bwd_data(C, 4 * C, OutType::kF32)},
-      {"bwd mlp up weight", L, {false, true, C, 4 * C, N, true, 1.f, NE}, bwd_w(C, 4 * C)},
-      {"bwd attn out data",
-       L,
-       {false, false, C, N, C, false, 0.f, NE},
-       bwd_data(C, C, OutType::kBF16)},
-      {"bwd attn out weight", L, {false, true, C, C, N, true, 1.f, NE}, bwd_w(C, C)},
-      {"bwd qkv data (f32)",
-       L,
-       {false, false, C, N, 3 * C, true, 0.f, NE},
-       bwd_data(C, 3 * C, OutType::kF32)},
-      {"bwd qkv weight", L, {false, true, C, 3 * C, N, true, 1.f, NE}, bwd_w(C, 3 * C)},
+  const Call dgelu = [&](LtGemm& g) {
+    check(g.BackwardDataDGelu(static_cast<__nv_bfloat16*>(out), y, w, aux, N, 4 * C, C, s));
+  };
+  const std::vector<Row> rows = {
+      {"fwd qkv", L, 3 * C, N, C, fwd(C, 3 * C, OutType::kBF16, 0.f)},
+      {"fwd attn out (+res, f32)", L, C, N, C, fwd(C, C, OutType::kF32, 1.f)},
+      {"fwd mlp up + gelu", L, 4 * C, N, C, gelu},
+      {"fwd mlp down (+res, f32)", L, C, N, 4 * C, fwd(4 * C, C, OutType::kF32, 1.f)},
+      {"fwd head", 1, V, N, C, fwd(C, V, OutType::kBF16, 0.f)},
+      {"bwd head data (f32)", 1, C, N, V, bwd_data(C, V, OutType::kF32)},
+      {"bwd head weight", 1, C, V, N, bwd_w(C, V)},
+      {"bwd mlp down data + dgelu", L, 4 * C, N, C, dgelu},
+      {"bwd mlp down weight", L, 4 * C, C, N, bwd_w(4 * C, C)},
+      {"bwd mlp up data (f32)", L, C, N, 4 * C, bwd_data(C, 4 * C, OutType::kF32)},
+      {"bwd mlp up weight", L, C, 4 * C, N, bwd_w(C, 4 * C)},
+      {"bwd attn out data", L, C, N, C, bwd_data(C, C, OutType::kBF16)},
+      {"bwd attn out weight", L, C, C, N, bwd_w(C, C)},
+      {"bwd qkv data (f32)", L, C, N, 3 * C, bwd_data(C, 3 * C, OutType::kF32)},
+      {"bwd qkv weight", L, C, 3 * C, N, bwd_w(C, 3 * C)},
   };
 
   std::printf(
-      "GEMMs of one step: N %lld tokens, d_model %d, vocab %d, %d layers; best of the "
+      "GEMMs of one step: N %lld tokens, d_model %d, vocab %d, %d layers; tuned over the "
       "heuristic's first %d candidates\n\n",
       (long long)N, C, V, L, K);
   std::printf(
-      "| call | x/step | m x n x k | LtGemm ms | TFLOP/s | first ms | best ms | candidates (ran) | "
-      "best / LtGemm |\n|---|---:|---|---:|---:|---:|---:|---:|---:|\n");
+      "| call | x/step | m x n x k | LtGemm ms | TFLOP/s | first ms | chosen ms | chosen (of) | "
+      "tuned LtGemm ms | tuned / LtGemm |\n|---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
   std::string js = "[";
-  double tot_lt = 0, tot_best = 0, tot_flop = 0;
+  double tot_lt = 0, tot_tuned = 0, tot_flop = 0;
   for (const auto& r : rows) {
-    const double lt = Time(r.call, reps, s);
-    // The operands as LtGemm passes them: forward A = w, B = x; backward data A = w, B = dy;
-    // backward weight (the only tb) A = x, B = dy, D = the fp32 gradient.
-    const void* A = r.p.tb ? static_cast<const void*>(x) : static_cast<const void*>(w);
-    const void* B = r.p.ta ? static_cast<const void*>(x) : static_cast<const void*>(y);
-    void* D = r.p.tb ? static_cast<void*>(dw) : out;
-    const Candidates cand = BestCandidate(h, r.p, A, B, D, aux, ws, ws_bytes, K, reps, s);
-    // LtGemm again after the candidates (an order effect would show as a difference).
-    std::fprintf(stderr, "%s: LtGemm %.4f ms, again %.4f ms\n", r.name, lt, Time(r.call, reps, s));
-    const double best = cand.ran > 0 ? cand.best_ms : lt;
-    const double flop = 2.0 * double(r.p.m) * double(r.p.n) * double(r.p.k);
+    const double lt = Time([&] { r.call(gemm); }, reps, s);
+    // A fresh LtGemm that has run only this call: its one problem, tuned as --tune-gemm does.
+    auto tuner_or = LtGemm::Create();
+    check(tuner_or.status());
+    LtGemm& tuner = **tuner_or;
+    r.call(tuner);
+    auto table = tuner.Tune(K, reps, ablate::kGemmTuneMinGain, s);
+    check(table.status());
+    if (table->entries.size() != 1) {
+      std::fprintf(stderr, "%s: the tuner returned %zu problems, not 1\n", r.name,
+                   table->entries.size());
+      return 1;
+    }
+    const std::string& key = table->entries.begin()->first;  // "TN m... ": the transposes first
+    const ablate::GemmChoice& c = table->entries.begin()->second;
+    const double tuned = Time([&] { r.call(tuner); }, reps, s);
+    // LtGemm again after the tuner (an order effect would show as a difference).
+    std::fprintf(stderr, "%s: LtGemm %.4f ms, again %.4f ms\n", r.name, lt,
+                 Time([&] { r.call(gemm); }, reps, s));
+    const double flop = 2.0 * double(r.m) * double(r.n) * double(r.k);
     tot_lt += lt * r.count;
-    tot_best += std::min(best, lt) * r.count;
+    tot_tuned += tuned * r.count;
     tot_flop += flop * r.count;
-    std::printf("| %s | %d | %lld x %lld x %lld | %.3f | %.0f | %.3f | %.3f | %d (%d) | %.3f |\n",
-                r.name, r.count, (long long)r.p.m, (long long)r.p.n, (long long)r.p.k, lt,
-                flop / lt / 1e9, cand.first_ms, best, cand.found, cand.ran, best / lt);
-    char buf[512];
-    std::snprintf(buf, sizeof buf,
-                  "%s{\"call\": \"%s\", \"count\": %d, \"m\": %lld, \"n\": %lld, \"k\": %lld, "
-                  "\"ta\": %d, \"tb\": %d, \"f32_out\": %d, \"beta\": %g, \"epilogue\": %d, "
-                  "\"ltgemm_ms\": %.5f, \"first_ms\": %.5f, \"best_ms\": %.5f, "
-                  "\"candidates\": %d, \"ran\": %d}",
-                  js.size() > 1 ? ", " : "", r.name, r.count, (long long)r.p.m, (long long)r.p.n,
-                  (long long)r.p.k, r.p.ta, r.p.tb, r.p.f32_out, r.p.beta, r.p.epilogue, lt,
-                  cand.first_ms, best, cand.found, cand.ran);
+    std::printf(
+        "| %s | %d | %lld x %lld x %lld | %.3f | %.0f | %.3f | %.3f | %d (%d) | %.3f | %.3f |\n",
+        r.name, r.count, (long long)r.m, (long long)r.n, (long long)r.k, lt, flop / lt / 1e9,
+        c.heuristic_ms, c.ms, c.candidate, c.candidates, tuned, tuned / lt);
+    char buf[768];
+    std::snprintf(
+        buf, sizeof buf,
+        "%s{\"call\": \"%s\", \"count\": %d, \"m\": %lld, \"n\": %lld, \"k\": %lld, "
+        "\"ta\": %d, \"tb\": %d, \"problem\": \"%s\", \"ltgemm_ms\": %.5f, \"first_ms\": %.5f, "
+        "\"chosen_ms\": %.5f, \"candidate\": %d, \"candidates\": %d, "
+        "\"tuned_ms\": %.5f}",
+        js.size() > 1 ? ", " : "", r.name, r.count, (long long)r.m, (long long)r.n, (long long)r.k,
+        key[0] == 'T', key[1] == 'T', key.c_str(), lt, c.heuristic_ms, c.ms, c.candidate,
+        c.candidates, tuned);
     js += buf;
   }
   js += "]\n";
-  std::printf("| **step total** | | | %.2f | %.0f | %.2f | | %.3f |\n", tot_lt,
-              tot_flop / tot_lt / 1e9, tot_best, tot_best / tot_lt);
+  std::printf("| **step total** | | | %.2f | %.0f | | | | %.2f | %.3f |\n", tot_lt,
+              tot_flop / tot_lt / 1e9, tot_tuned, tot_tuned / tot_lt);
   if (json) {
     FILE* f = std::fopen(json, "w");
     if (!f) {

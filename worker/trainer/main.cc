@@ -248,7 +248,7 @@ int main(int argc, char** argv) {
                  "config's train.profile_steps)")
       ->check(CLI::Range(1, 1000000));
   std::string gemm_tuning_path, tune_gemm_path;
-  int tune_candidates = 8;
+  int tune_candidates = ablate::kGemmTuneCandidates;
   app.add_option("--gemm-tuning", gemm_tuning_path,
                  "replay this GEMM tuning table (written by --tune-gemm on a machine like this "
                  "one): the recorded cuBLASLt algorithm for each GEMM instead of the heuristic's; "

@@ -69,9 +69,10 @@ StatusOr<RunResult> RunTrial(const config::TrialConfig& config, const RunOptions
 // TuneGemms) and returns the table. Trains nothing and writes nothing. FailedPrecondition where
 // the config does not run on the CUDA backend.
 struct GemmTuneOptions {
-  int candidates = 8;
-  int reps = 20;
-  double min_gain = 0.02;  // keep the heuristic's choice unless another is this much faster
+  int candidates = kGemmTuneCandidates;
+  int reps = kGemmTuneReps;
+  double min_gain =
+      kGemmTuneMinGain;  // keep the heuristic's choice unless another is this much faster
 };
 StatusOr<GemmTuning> TuneTrialGemms(const config::TrialConfig& config,
                                     const GemmTuneOptions& options);
