@@ -3,12 +3,10 @@
 #include "ablate/gemm_tuning.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <cstdlib>
 #include <string>
 
-#include "ablate/files.h"
+#include "temp_dir.h"
 
 namespace ablate {
 namespace {
@@ -89,8 +87,8 @@ TEST(GemmTuningTest, TheFileRoundTripsExactly) {
 }
 
 TEST(GemmTuningTest, SaveAndLoadAFile) {
-  char tmpl[] = "/tmp/ablate_gemm_tuning_XXXXXX";
-  const std::string dir = ::mkdtemp(tmpl);
+  ::ablate::testing::TempDir tmp("ablate_gemm_tuning");
+  const std::string dir = tmp.path();
   const std::string path = dir + "/h100.json";
   ASSERT_TRUE(SaveGemmTuning(Table(), path).ok());
   auto back = LoadGemmTuning(path);
@@ -99,7 +97,6 @@ TEST(GemmTuningTest, SaveAndLoadAFile) {
   auto missing = LoadGemmTuning(dir + "/none.json");
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find(dir + "/none.json"), std::string::npos);
-  std::system(("rm -rf '" + dir + "'").c_str());
 }
 
 TEST(GemmTuningTest, TheDigestCoversTheChoicesNotTheTimings) {

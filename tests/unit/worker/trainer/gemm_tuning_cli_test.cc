@@ -4,11 +4,11 @@
 // version; broken tables and --tune-gemm without a GPU are refused before anything is written.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <fstream>
 #include <string>
 
 #include "ablate/gemm_tuning.h"
+#include "temp_dir.h"
 #include "train_process.h"
 
 namespace {
@@ -16,8 +16,6 @@ namespace {
 class GemmTuningCliTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/ablate_gemm_cli_XXXXXX";
-    dir_ = ::mkdtemp(tmpl);
     std::ofstream(dir_ + "/trial.yaml")
         << "seed: 5\ndevice: cpu\n"
            "model: {seq_len: 32, layers: 1, d_model: 32, heads: 2}\n"
@@ -32,10 +30,8 @@ class GemmTuningCliTest : public ::testing::Test {
     table_.entries["TN m96 n128 k32 lda32 ldb32 ldd96 bf16 c0 align256,256,256,256,256 none"] = c;
     ASSERT_TRUE(ablate::SaveGemmTuning(table_, dir_ + "/table.json").ok());
   }
-  void TearDown() override {
-    if (!HasFailure()) std::system(("rm -rf '" + dir_ + "'").c_str());
-  }
-  std::string dir_;
+  ::ablate::testing::TempDir tmp_{"ablate_gemm_cli"};
+  const std::string dir_ = tmp_.path();
   ablate::GemmTuning table_;
 };
 

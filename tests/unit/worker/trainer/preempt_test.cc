@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "temp_dir.h"
 #include "train_process.h"
 #include "trainer/loop/checkpoint.h"
 
@@ -37,8 +38,6 @@ std::map<int, std::string> StepLosses(const std::vector<nlohmann::json>& lines) 
 class PreemptTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/ablate_preempt_XXXXXX";
-    dir_ = ::mkdtemp(tmpl);
     std::ofstream(dir_ + "/trial.yaml")
         << "seed: 3\n"
            "model: {seq_len: 32, layers: 1, d_model: 32, heads: 2}\n"
@@ -47,10 +46,8 @@ class PreemptTest : public ::testing::Test {
            "train: {steps: 400, tokens_per_step: 256, micro_batch: 8, warmup: 5, eval_every: 50,\n"
            "        diagnostics_every: 0, checkpoint_every: 1000, threads: 1}\n";
   }
-  void TearDown() override {
-    if (!HasFailure()) std::system(("rm -rf '" + dir_ + "'").c_str());
-  }
-  std::string dir_;
+  ::ablate::testing::TempDir tmp_{"ablate_preempt"};
+  const std::string dir_ = tmp_.path();
 };
 
 TEST_F(PreemptTest, Sigusr1CheckpointsAndResumeIsBitIdentical) {
