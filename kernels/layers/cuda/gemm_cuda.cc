@@ -257,9 +257,9 @@ struct Scratch {
     for (void* p : blocks) cudaFree(p);
   }
   // `bytes` plus an offset that leaves the pointer aligned to exactly `align` bytes (as the
-  // problem's operand is), filled with a fixed pattern of bf16 values in [-1, 1); null when the
-  // memory is not there.
-  void* Get(size_t bytes, int align) {
+  // problem's operand is), filled with a fixed pattern of bf16 values in [-1, 1) when the GEMM
+  // reads it (else zeros); null when the memory is not there.
+  void* Get(size_t bytes, int align, bool read) {
     void* p = nullptr;
     if (cudaMalloc(&p, bytes + 256) != cudaSuccess) {
       cudaGetLastError();
@@ -279,6 +279,11 @@ struct Scratch {
       return h;
     }();
     char* base = static_cast<char*>(p) + (align < 256 ? align : 0);
+    if (!read) {
+      if (cudaMemset(base, 0, bytes) == cudaSuccess) return base;
+      cudaGetLastError();
+      return nullptr;
+    }
     const size_t chunk = pattern.size() * sizeof(uint16_t);
     for (size_t off = 0; off < bytes; off += chunk) {
       if (cudaMemcpy(base + off, pattern.data(), std::min(chunk, bytes - off),
@@ -319,10 +324,13 @@ StatusOr<GemmTuning> LtGemm::Tune(int candidates, int reps, double min_gain, cud
     const size_t d_bytes = size_t(p.ldd) * size_t(p.n) * (p.f32_out ? 4 : 2);
     const bool has_aux = p.epilogue != GemmEpilogue::kNone;
     Scratch scratch;
-    void* a = scratch.Get(a_bytes, p.align_a);
-    void* b = a ? scratch.Get(b_bytes, p.align_b) : nullptr;
-    void* d = b ? scratch.Get(d_bytes, p.align_d) : nullptr;
-    void* aux = d && has_aux ? scratch.Get(size_t(p.ldd) * size_t(p.n) * 2, p.align_aux) : d;
+    void* a = scratch.Get(a_bytes, p.align_a, true);
+    void* b = a ? scratch.Get(b_bytes, p.align_b, true) : nullptr;
+    void* d = b ? scratch.Get(d_bytes, p.align_d, p.accumulate) : nullptr;  // C is D here
+    // The epilogue's aux: dGELU reads the pre-activation, GELU_AUX writes it.
+    void* aux = d && has_aux ? scratch.Get(size_t(p.ldd) * size_t(p.n) * 2, p.align_aux,
+                                           p.epilogue == GemmEpilogue::kDGelu)
+                             : d;
     if (!a || !b || !d || !aux) continue;  // does not fit now: the heuristic's choice stays
     if (has_aux) {
       ABLATE_RETURN_IF_ERROR(
