@@ -163,6 +163,20 @@ StatusOr<GemmTuning> LoadGemmTuning(const std::string& path) {
   return ParseGemmTuning(text, path);
 }
 
+StatusOr<GemmTuning> MergeGemmTuning(const GemmTuning& existing, const GemmTuning& fresh,
+                                     const std::string& where) {
+  if (existing.device != fresh.device || existing.cublaslt_version != fresh.cublaslt_version) {
+    return FailedPrecondition(where + " holds a GEMM tuning of " + existing.device +
+                              " with cuBLASLt " + std::to_string(existing.cublaslt_version) +
+                              "; this one is of " + fresh.device + " with cuBLASLt " +
+                              std::to_string(fresh.cublaslt_version) +
+                              " (one table per device and cuBLASLt: write another file)");
+  }
+  GemmTuning merged = existing;
+  for (const auto& [problem, choice] : fresh.entries) merged.entries[problem] = choice;
+  return merged;
+}
+
 Status SaveGemmTuning(const GemmTuning& tuning, const std::string& path) {
   return WriteFileAtomic(path, FormatGemmTuning(tuning));
 }

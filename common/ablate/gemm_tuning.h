@@ -86,4 +86,10 @@ StatusOr<GemmTuning> LoadGemmTuning(const std::string& path);
 // Written atomically (a reader never sees half a table).
 Status SaveGemmTuning(const GemmTuning& tuning, const std::string& path);
 
+// `fresh` added to `existing` (its entries replace those of the same problems), so one table can
+// hold the problems of several configs; FailedPrecondition when the two were measured on different
+// devices or cuBLASLt versions (`where` names the existing table).
+StatusOr<GemmTuning> MergeGemmTuning(const GemmTuning& existing, const GemmTuning& fresh,
+                                     const std::string& where);
+
 }  // namespace ablate

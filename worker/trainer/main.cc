@@ -23,6 +23,7 @@
 #include <iostream>
 #include <memory>
 #include <new>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -174,6 +175,17 @@ void ResolveAutoDevice(ablate::config::TrialConfig* config) {
 
 // --tune-gemm: the table, written to `path` and printed (one row per GEMM problem).
 int TuneGemm(const ablate::config::TrialConfig& config, const std::string& path, int candidates) {
+  // A table already at `path` is added to (it keeps its other configs' problems); one that does not
+  // parse is refused before the GPU work, and nothing overwrites it.
+  std::optional<ablate::GemmTuning> existing;
+  if (ablate::FileExists(path)) {
+    auto e = ablate::LoadGemmTuning(path);
+    if (!e.ok()) {
+      std::fprintf(stderr, "ablate-train: --tune-gemm: %s\n", e.status().message().c_str());
+      return 2;
+    }
+    existing = *std::move(e);
+  }
   ablate::trainer::GemmTuneOptions opt;
   opt.candidates = candidates;
   auto table = ablate::trainer::TuneTrialGemms(config, opt);
@@ -183,10 +195,6 @@ int TuneGemm(const ablate::config::TrialConfig& config, const std::string& path,
                    table.status().code() == ablate::StatusCode::kFailedPrecondition
                ? 2
                : 1;
-  }
-  if (auto st = ablate::SaveGemmTuning(*table, path); !st.ok()) {
-    std::fprintf(stderr, "ablate-train: --tune-gemm: %s\n", st.message().c_str());
-    return 1;
   }
   std::printf("GEMM tuning of %s, cuBLASLt %lld (%zu problems; ms per call)\n\n",
               table->device.c_str(), static_cast<long long>(table->cublaslt_version),
@@ -201,8 +209,22 @@ int TuneGemm(const ablate::config::TrialConfig& config, const std::string& path,
     before += c.heuristic_ms;
     after += c.ms;
   }
-  std::printf("\nsum over the problems (one call each): %.3f ms -> %.3f ms\nwrote %s (digest %s)\n",
-              before, after, path.c_str(), table->Digest().c_str());
+  std::printf("\nsum over the problems (one call each): %.3f ms -> %.3f ms\n", before, after);
+  ablate::GemmTuning out = *std::move(table);
+  if (existing) {
+    auto merged = ablate::MergeGemmTuning(*existing, out, path);
+    if (!merged.ok()) {
+      std::fprintf(stderr, "ablate-train: --tune-gemm: %s\n", merged.status().message().c_str());
+      return 2;
+    }
+    out = *std::move(merged);
+  }
+  if (auto st = ablate::SaveGemmTuning(out, path); !st.ok()) {
+    std::fprintf(stderr, "ablate-train: --tune-gemm: %s\n", st.message().c_str());
+    return 1;
+  }
+  std::printf("wrote %s: %zu problems%s (digest %s)\n", path.c_str(), out.entries.size(),
+              existing ? ", the table's earlier ones included" : "", out.Digest().c_str());
   return 0;
 }
 

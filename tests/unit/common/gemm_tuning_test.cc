@@ -123,6 +123,42 @@ TEST(GemmTuningTest, TheDigestCoversTheChoicesNotTheTimings) {
   EXPECT_NE(fewer.Digest(), t.Digest());
 }
 
+// One table for several configs: a later tuning adds its problems and replaces the ones it
+// measured again; a table of another device or cuBLASLt is not mixed in.
+TEST(GemmTuningTest, MergingAddsAndReplacesProblemsOfOneDevice) {
+  const GemmTuning t = Table();
+  GemmTuning fresh;
+  fresh.device = t.device;
+  fresh.cublaslt_version = t.cublaslt_version;
+  GemmChoice c;
+  c.algo[0] = 99;
+  c.candidates = 8;
+  c.candidate = 5;
+  fresh.entries[Qkv().Key()] = c;  // measured again
+  GemmProblem other = Qkv();
+  other.m = 3072;
+  fresh.entries[other.Key()] = c;  // new
+  auto merged = MergeGemmTuning(t, fresh, "h100.json");
+  ASSERT_TRUE(merged.ok()) << merged.status().message();
+  EXPECT_EQ(merged->entries.size(), 3u);
+  EXPECT_EQ(merged->entries.at(Qkv().Key()).algo[0], 99u);
+  EXPECT_EQ(merged->entries.at(other.Key()).candidate, 5);
+  for (const auto& [problem, choice] : t.entries) {
+    if (problem != Qkv().Key()) EXPECT_EQ(merged->entries.at(problem).algo, choice.algo);
+  }
+  fresh.device = "NVIDIA H200";
+  auto refused = MergeGemmTuning(t, fresh, "h100.json");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(
+      refused.status().message().find("h100.json holds a GEMM tuning of NVIDIA H100 80GB HBM3"),
+      std::string::npos)
+      << refused.status().message();
+  fresh.device = t.device;
+  fresh.cublaslt_version = t.cublaslt_version + 100;
+  EXPECT_FALSE(MergeGemmTuning(t, fresh, "h100.json").ok());
+}
+
 // Each broken table is refused with the source's name and what is wrong (and which entry).
 TEST(GemmTuningTest, BrokenTablesSayWhatAndWhere) {
   const std::string good = FormatGemmTuning(Table());

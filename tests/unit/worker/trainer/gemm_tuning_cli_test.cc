@@ -89,6 +89,20 @@ TEST_F(GemmTuningCliTest, TuningNeedsTheCudaBackend) {
             std::string::npos)
       << ReadAll(dir_ + "/t.err");
   EXPECT_TRUE(ReadAll(out).empty());
+  // A file already there that is not a table is refused before anything else, and kept.
+  std::ofstream(dir_ + "/notes.txt") << "my notes\n";
+  EXPECT_EQ(Wait(Start({"--config", dir_ + "/trial.yaml", "--tune-gemm", dir_ + "/notes.txt"},
+                       dir_ + "/t1.out", dir_ + "/t1.err")),
+            2);
+  EXPECT_NE(ReadAll(dir_ + "/t1.err").find("notes.txt: not a GEMM tuning table"), std::string::npos)
+      << ReadAll(dir_ + "/t1.err");
+  EXPECT_EQ(ReadAll(dir_ + "/notes.txt"), "my notes\n");
+  // A table already there stays as it was when the tuning cannot run.
+  const std::string before = ReadAll(dir_ + "/table.json");
+  EXPECT_EQ(Wait(Start({"--config", dir_ + "/trial.yaml", "--tune-gemm", dir_ + "/table.json"},
+                       dir_ + "/t3.out", dir_ + "/t3.err")),
+            2);
+  EXPECT_EQ(ReadAll(dir_ + "/table.json"), before);
   // It replaces training: it cannot be combined with replaying a table.
   EXPECT_EQ(Wait(Start({"--config", dir_ + "/trial.yaml", "--tune-gemm", out, "--gemm-tuning",
                         dir_ + "/table.json"},
