@@ -69,7 +69,7 @@ class LtGemm {
   // cuBLASLt version is not used: the returned status says why (FailedPrecondition), and the
   // heuristic's algorithms stay. An entry whose algorithm cuBLASLt refuses for its problem
   // (cublasLtMatmulAlgoCheck, or more workspace than this LtGemm has) is skipped the same way,
-  // counted in Use().rejected.
+  // counted in use().rejected.
   Status SetTuning(std::shared_ptr<const GemmTuning> tuning);
   struct Use {
     int problems = 0;  // distinct problems set up since SetTuning
