@@ -14,21 +14,26 @@
 #     others' final losses equal their one-per-GPU run.
 #
 #   scripts/gpu_sharing_bench.sh --bundle ablate-*.tar.gz --out OUT [--steps S] [--runs R]
-#     --bundle F   a tarball or unpacked bundle of deploy/bundle.sh --tar
-#     --steps S    training steps per trial (default 1024; 8,192 tokens each)
-#     --runs R     which runs, comma-separated (default whole,k2,k4,k8,asha,fault; whole
-#                  first: the others compare with it; asha is held to k4, the same grid)
+#                                [--gemm-tuning]
+#     --bundle F     a tarball or unpacked bundle of deploy/bundle.sh --tar
+#     --steps S      training steps per trial (default 1024; 8,192 tokens each)
+#     --runs R       which runs, comma-separated (default whole,k2,k4,k8,asha,fault; whole
+#                    first: the others compare with it; asha is held to k4, the same grid)
+#     --gemm-tuning  tune the sweep model's GEMMs first (ablate-train --tune-gemm, OUT/gemm_tuning.*)
+#                    and start the worker with --gemm-tuning, so every run replays the table (its
+#                    ratios are then against a tuned one-per-GPU run: compare with a run without)
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/bundle_cluster.sh"
-bundle="" out="" steps=1024 runs="whole,k2,k4,k8,asha,fault"
+bundle="" out="" steps=1024 runs="whole,k2,k4,k8,asha,fault" tune=0
 while (($#)); do
   case "$1" in
     --bundle) bundle="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
     --steps) steps="$2"; shift 2 ;;
     --runs) runs="$2"; shift 2 ;;
+    --gemm-tuning) tune=1; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "gpu_sharing_bench: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -44,10 +49,31 @@ clean_env=(env -i "PATH=/usr/bin:/bin:/usr/local/bin" "HOME=$out")
 mkdir -p "$out/worker" "$out/specs"
 start_coordinator
 
+# The recorded small GPU sweeps' model (docs/RESULTS.md): a 7.2M-parameter byte-level GPT, fpa
+# attention (bit-identical reruns), AdamW, 8,192 tokens per step.
+base_yaml() {  # the trial config every sweep's trials share, each line indented by $1
+  sed "s/^/$1/" <<YAML
+data:      {corpus: brown, val_fraction: 0.05, eval_batches: 8}
+model:     {seq_len: 256, layers: 4, d_model: 384, heads: 6, mlp: gelu, tie_embeddings: true}
+attention: {kind: fpa, qk_norm: true}
+optimizer: {kind: adamw, lr_vector: 0.002, weight_decay: 0.0}
+train:     {steps: $steps, tokens_per_step: 8192, micro_batch: 32, warmup: 50, schedule: cosine,
+            grad_clip: 1.0, eval_every: 128, diagnostics_every: 0, checkpoint_every: 512}
+device: cuda
+YAML
+}
+worker_flags=()
+if ((tune)); then
+  base_yaml "" >"$out/gemm_tuning.yaml"
+  "${clean_env[@]}" "$root/bin/ablate-train" --config "$out/gemm_tuning.yaml" \
+    --tune-gemm "$out/gemm_tuning.json" >"$out/gemm_tuning.txt" 2>"$out/gemm_tuning.err" ||
+    { echo "gpu_sharing_bench: --tune-gemm failed:" >&2; tail -5 "$out/gemm_tuning.err" >&2; exit 1; }
+  worker_flags=(--gemm-tuning "$out/gemm_tuning.json")
+fi
 start_worker() {  # extra environment for the trainers, as NAME=VALUE words
   "${clean_env[@]}" "$@" "$root/bin/ablate-worker" --coordinator "$addr" \
     --token-file "$coord/token" --gpus all --work-dir "$out/worker" --mps auto \
-    >>"$out/worker.log" 2>&1 &
+    "${worker_flags[@]}" >>"$out/worker.log" 2>&1 &
   worker_pid=$!
 }
 start_worker
@@ -55,19 +81,11 @@ nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv,
   -lms 250 >"$out/nvidia_smi.csv" 2>/dev/null &
 smi_pid=$!
 
-# The recorded small GPU sweeps' model (docs/RESULTS.md): a 7.2M-parameter byte-level GPT, fpa
-# attention (bit-identical reruns), AdamW, 8,192 tokens per step.
 spec() {  # name gpus lrs seeds [early_stop]
   cat >"$out/specs/$1.yaml" <<EOF
 name: $1
 base:
-  data:      {corpus: brown, val_fraction: 0.05, eval_batches: 8}
-  model:     {seq_len: 256, layers: 4, d_model: 384, heads: 6, mlp: gelu, tie_embeddings: true}
-  attention: {kind: fpa, qk_norm: true}
-  optimizer: {kind: adamw, lr_vector: 0.002, weight_decay: 0.0}
-  train:     {steps: $steps, tokens_per_step: 8192, micro_batch: 32, warmup: 50, schedule: cosine,
-              grad_clip: 1.0, eval_every: 128, diagnostics_every: 0, checkpoint_every: 512}
-  device: cuda
+$(base_yaml "  ")
 grid: {optimizer.lr: [$3]}
 seeds: [$4]
 order: grid
@@ -122,4 +140,11 @@ done
 kill "$smi_pid" 2>/dev/null || true
 smi_pid=""
 
-python3 "$here/gpu_sharing_report.py" "$out" | tee "$out/sharing.md"
+{
+  if ((tune)); then
+    echo "Every run replayed the GEMM tuning table $out/gemm_tuning.json (ablate-train --tune-gemm"
+    echo "of the sweep's model; $(tail -1 "$out/gemm_tuning.txt"))."
+    echo
+  fi
+  python3 "$here/gpu_sharing_report.py" "$out"
+} | tee "$out/sharing.md"
