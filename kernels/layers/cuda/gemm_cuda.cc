@@ -189,23 +189,22 @@ Status LtGemm::Run(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void
   const bool use_c = beta != 0.0f;
   if (!use_c) c = d;
   const bool has_aux = epilogue != GemmEpilogue::kNone;
-  GemmProblem p;
-  p.ta = ta;
-  p.tb = tb;
-  p.m = m;
-  p.n = n;
-  p.k = k;
-  p.lda = lda;
-  p.ldb = ldb;
-  p.ldd = ldd;
-  p.f32_out = type == OutType::kF32;
-  p.accumulate = use_c;
-  p.align_a = Alignment(a);
-  p.align_b = Alignment(b);
-  p.align_c = Alignment(c);
-  p.align_d = Alignment(d);
-  p.align_aux = has_aux ? Alignment(aux) : 256;
-  p.epilogue = epilogue;
+  const GemmProblem p{.ta = ta,
+                      .tb = tb,
+                      .m = m,
+                      .n = n,
+                      .k = k,
+                      .lda = lda,
+                      .ldb = ldb,
+                      .ldd = ldd,
+                      .f32_out = type == OutType::kF32,
+                      .accumulate = use_c,
+                      .align_a = Alignment(a),
+                      .align_b = Alignment(b),
+                      .align_c = Alignment(c),
+                      .align_d = Alignment(d),
+                      .align_aux = has_aux ? Alignment(aux) : 256,
+                      .epilogue = epilogue};
   auto it = plans_.find(p);
   if (it == plans_.end()) {
     ABLATE_ASSIGN_OR_RETURN(auto plan, MakePlan(p, aux));

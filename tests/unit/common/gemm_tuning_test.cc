@@ -12,15 +12,7 @@ namespace ablate {
 namespace {
 
 GemmProblem Qkv() {
-  GemmProblem p;
-  p.ta = true;
-  p.m = 2304;
-  p.n = 16384;
-  p.k = 768;
-  p.lda = 768;
-  p.ldb = 768;
-  p.ldd = 2304;
-  return p;
+  return {.ta = true, .m = 2304, .n = 16384, .k = 768, .lda = 768, .ldb = 768, .ldd = 2304};
 }
 
 GemmTuning Table() {
@@ -144,7 +136,9 @@ TEST(GemmTuningTest, MergingAddsAndReplacesProblemsOfOneDevice) {
   EXPECT_EQ(merged->entries.at(Qkv().Key()).algo[0], 99u);
   EXPECT_EQ(merged->entries.at(other.Key()).candidate, 5);
   for (const auto& [problem, choice] : t.entries) {
-    if (problem != Qkv().Key()) EXPECT_EQ(merged->entries.at(problem).algo, choice.algo);
+    if (problem != Qkv().Key()) {
+      EXPECT_EQ(merged->entries.at(problem).algo, choice.algo);
+    }
   }
   fresh.device = "NVIDIA H200";
   auto refused = MergeGemmTuning(t, fresh, "h100.json");
