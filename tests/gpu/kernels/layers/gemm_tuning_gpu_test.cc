@@ -52,7 +52,9 @@ Outputs RunAll(LtGemm& g, const Inputs& in) {
   // dpre (N, OC) = (dh (N, IC) . wd (IC, OC)) * gelu'(pre): the down projection's data backward.
   const Status ds = gs.ok() ? g.BackwardDataDGelu(dpre.p, dh.p, wd.p, pre.p, N, OC, IC, 0) : gs;
   o.gelu = gs.ok() && ds.ok();
-  if (!o.gelu) EXPECT_EQ(gs.ok() ? ds.code() : gs.code(), StatusCode::kUnimplemented);
+  if (!o.gelu) {
+    EXPECT_EQ(gs.ok() ? ds.code() : gs.code(), StatusCode::kUnimplemented);
+  }
   EXPECT_TRUE(g.BackwardData(dinp.p, OutType::kF32, dy.p, W, N, IC, OC, 1.f, 0.f, 0).ok());
   EXPECT_TRUE(g.BackwardWeight(dw.p, dy.p, x.p, N, IC, OC, 1.f, 1.f, 0).ok());
   o.res = res.Get();
@@ -92,7 +94,9 @@ void ExpectCorrect(const Inputs& in, const Outputs& o) {
   for (size_t i = 0; i < ref_c.size(); ++i) ref_c[i] += in.c[i];
   EXPECT_LE(RelL2(o.res, ref_c), 2e-3);
   EXPECT_LE(RelL2(o.fwd, ref), 5e-3);
-  if (o.gelu) EXPECT_LE(RelL2(FromBf16(o.pre), ref), 5e-3);
+  if (o.gelu) {
+    EXPECT_LE(RelL2(FromBf16(o.pre), ref), 5e-3);
+  }
   std::vector<double> dyd = ToDouble(in.dy), dref(size_t(N) * IC, 0.0), dwref = ToDouble(in.dw0);
   kernels::MatmulBackward(dref.data(), dwref.data(), dyd.data(), xd.data(), wd.data(), N, IC, OC);
   EXPECT_LE(RelL2(o.dinp, dref), 2e-3);
