@@ -9,7 +9,9 @@
 - README.md stays a user's page (at most 300 lines) and docs/ stays small;
 - no source file is over 1,500 lines (one role per file), and the production kernels carry no
   lab: no numbered variants, environment switches or trace macros (the names below), and kernels/
-  does not reach into worker/ or server/.
+  does not reach into worker/ or server/;
+- every relative link of a Markdown file (outside code blocks) names a tracked file or a folder
+  holding one, so a fresh clone's docs lead somewhere.
 Each rule has a case that shows the checker flags a violation."""
 import gzip
 import os
@@ -101,6 +103,32 @@ def cross_includes(root, paths):
     return bad
 
 
+MD_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+FENCE = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
+
+
+def broken_links(root, paths):
+    """(markdown path, target) of every relative link that names no tracked file or folder."""
+    tracked_set = set(paths)
+    folders = {os.path.dirname(p) for p in paths}
+    for p in list(folders):
+        while p:
+            p = os.path.dirname(p)
+            folders.add(p)
+    bad = []
+    for p in paths:
+        if not p.endswith(".md") or "node_modules/" in p or not os.path.isfile(os.path.join(root, p)):
+            continue
+        for target in MD_LINK.findall(FENCE.sub("", read(root, p))):
+            if re.match(r"[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
+                continue  # a URL or an anchor in the same page
+            path = target.split("#", 1)[0]
+            full = os.path.normpath(os.path.join(os.path.dirname(p), path))
+            if full not in tracked_set and full.rstrip("/") not in folders:
+                bad.append((p, target))
+    return bad
+
+
 def tracked(root):
     out = subprocess.run(["git", "-C", root, "ls-files", "-z"], capture_output=True,
                          check=True).stdout
@@ -144,6 +172,17 @@ class CheckersFlagViolations(unittest.TestCase):
                           ("worker/agent/m.cc", "metrics/catalog.h")])
 
 
+    def test_a_broken_link_is_found(self):
+        self.write("docs/a.md", "[b](b.md), [up](../README.md#top), [dir](../kernels/), "
+                                "[web](https://example.org/x.md), [here](#a)\n"
+                                "[gone](../server/metrics/catalog.cc)\n"
+                                "```sh\n[not a link](nowhere.md)\n```\n")
+        paths = ["docs/a.md", "docs/b.md", "README.md", "kernels/x.cu"]
+        for q in paths[1:]:
+            self.write(q, "x\n")
+        self.assertEqual(broken_links(self.d, paths),
+                         [("docs/a.md", "../server/metrics/catalog.cc")])
+
     def test_a_long_source_and_a_lab_knob_are_found(self):
         self.write("kernels/a.cu", "x\n" * (MAX_SOURCE_LINES + 1))
         self.write("kernels/b.cu", "int v = opt." + "fwd_variant;\n#ifdef ABLATE_SAGE" + "_TRACE\n")
@@ -181,6 +220,9 @@ class TrackedFilesTest(unittest.TestCase):
     def test_nothing_refers_to_shared(self):
         self.assertEqual(lines_matching(ROOT, self.paths, SHARED,
                                         skip={"tests/unit/repository/tracked_files_test.py"}), [])
+
+    def test_every_doc_link_resolves(self):
+        self.assertEqual(broken_links(ROOT, self.paths), [])
 
     def test_server_and_worker_do_not_include_each_other(self):
         self.assertEqual(cross_includes(ROOT, self.paths), [])
