@@ -118,7 +118,8 @@ class CudaBackend : public TrainBackend {
 }  // namespace
 
 nlohmann::json GemmUseJson(const kernels::cuda::LtGemm::Use& use) {
-  return {{"problems", use.problems}, {"tuned", use.tuned}, {"rejected", use.rejected}};
+  return {
+      {"gemm_problems", use.problems}, {"gemm_tuned", use.tuned}, {"gemm_rejected", use.rejected}};
 }
 
 std::pair<double, std::string> GpuPeakFlops() {

@@ -19,7 +19,7 @@ namespace ablate::trainer::cuda {
 // from (a table of known parts, else SMs x clock x 4096 FLOP/cycle/SM, Hopper's dense bf16 rate).
 std::pair<double, std::string> GpuPeakFlops();
 
-// TrainBackend::GemmTuningUse's object for one LtGemm's counts.
+// TrainBackend::GemmTuningUse's keys for one LtGemm's counts.
 nlohmann::json GemmUseJson(const kernels::cuda::LtGemm::Use& use);
 
 StatusOr<std::unique_ptr<TrainBackend>> CreateCudaBackend(const config::TrialConfig& config,

@@ -69,8 +69,9 @@ class TrainBackend {
   // from now on (null: the heuristic's algorithms; FailedPrecondition, and no table, where it was
   // measured on another device or cuBLASLt); TuneGemms times cuBLASLt's candidates for every GEMM
   // problem the backend has run so far and returns the table; GemmTuningUse says how many of the
-  // problems set up since SetGemmTuning used the table ({"problems", "tuned", "rejected"}; null
-  // without a table). Unimplemented where the backend has no cuBLASLt GEMMs (the CPU backend).
+  // problems set up since SetGemmTuning used the table ({"gemm_problems", "gemm_tuned",
+  // "gemm_rejected"}; null without a table). Unimplemented where the backend has no cuBLASLt GEMMs
+  // (the CPU backend).
   virtual Status SetGemmTuning(std::shared_ptr<const GemmTuning> tuning) {
     (void)tuning;
     return Unimplemented("GEMM tuning: only the CUDA backend has cuBLASLt GEMMs to tune");

@@ -455,7 +455,8 @@ StatusOr<RunResult> RunTrial(const config::TrialConfig& cfg, const RunOptions& o
                         {"best_val_loss", best_val},
                         {"elapsed_s", Seconds(run_start, Clock::now())}};
     if (!reason.empty()) j["reason"] = reason;
-    if (nlohmann::json use = backend->GemmTuningUse(); !use.is_null()) j["gemm_tuning_use"] = use;
+    // Top-level numbers: the worker stores them with the trial's metrics.
+    if (nlohmann::json use = backend->GemmTuningUse(); !use.is_null()) j.update(use);
     emit(j);
     return r;
   };

@@ -50,7 +50,8 @@ struct RunOptions {
   // null. The start line's "gemm_tuning" names it (digest, entries, device) and, where the backend
   // cannot use it (another device or cuBLASLt, or the CPU backend), why not; a table in use joins
   // the numerics version ("<version>+gemm.<digest>", for the provenance: another table may give
-  // other bits). The final line's "gemm_tuning_use" counts the GEMM problems that used it.
+  // other bits). The final line's gemm_problems / gemm_tuned / gemm_rejected count the GEMM
+  // problems the run set up, those that used the table, and those whose entry cuBLASLt refused.
   std::shared_ptr<const GemmTuning> gemm_tuning;
 };
 

@@ -63,7 +63,7 @@ TEST_F(GemmTuningCliTest, TheCpuBackendNamesTheTableAndLeavesItUnused) {
     EXPECT_EQ(plain[i].value("loss", 0.0), tuned[i].value("loss", 0.0)) << i;
     EXPECT_EQ(plain[i].value("val_loss", 0.0), tuned[i].value("val_loss", 0.0)) << i;
   }
-  EXPECT_FALSE(tuned.back().contains("gemm_tuning_use"));
+  EXPECT_FALSE(tuned.back().contains("gemm_tuned"));
   EXPECT_NE(ReadAll(dir_ + "/tuned.err").find("table.json is not used"), std::string::npos);
 }
 
