@@ -41,7 +41,7 @@ bool ParseAlgoHex(const std::string& s, std::array<uint64_t, 8>* out) {
   for (int w = 0; w < 8; ++w) {
     uint64_t v = 0;
     for (int i = 0; i < 16; ++i) {
-      const char c = s[size_t(16 * w + i)];
+      const char c = s[size_t(16) * size_t(w) + size_t(i)];
       int d;
       if (c >= '0' && c <= '9') {
         d = c - '0';

@@ -315,7 +315,10 @@ StatusOr<GemmTuning> LtGemm::Tune(int candidates, int reps, double min_gain, cud
       cudaEventDestroy(b);
     }
   } events{e0, e1};
-  for (auto& [p, plan] : plans_) {
+  for (auto& entry : plans_) {
+    // Named references, not a structured binding: the lambda below captures them.
+    const GemmProblem& p = entry.first;
+    const std::unique_ptr<Plan>& plan = entry.second;
     ABLATE_ASSIGN_OR_RETURN(auto algos, Heuristic(handle_, plan->desc, plan->a, plan->b, plan->cd,
                                                   p, workspace_bytes_, candidates));
     const size_t a_bytes = size_t(p.lda) * size_t(p.ta ? p.m : p.k) * 2;
